@@ -1,0 +1,51 @@
+//! The one walker configuration shared by find and grep.
+//!
+//! Rules (fd 10 semantics, see docs "find"): hidden files included;
+//! `.gitignore`, `.ignore` and `.git/info/exclude` honoured hierarchically
+//! whether or not the tree is a git repository (`require_git(false)`), with
+//! parent rules stopping at nested repository boundaries (the `ignore` crate
+//! does this); symlinks never followed; siblings visited in file-name order
+//! so every walk of the same tree yields the same sequence.
+
+use std::path::Path;
+
+use ignore::WalkBuilder;
+
+/// A `WalkBuilder` rooted at `dir` carrying the shared rules. Callers add
+/// their own filters (overrides, `.git` pruning) on top.
+pub fn builder(dir: &Path) -> WalkBuilder {
+    let mut b = WalkBuilder::new(dir);
+    b.hidden(false)
+        .parents(true)
+        .ignore(true)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b));
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn honours_gitignore_outside_git_and_includes_hidden() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join(".gitignore"), "ignored.txt\n").unwrap();
+        fs::write(t.path().join("ignored.txt"), "").unwrap();
+        fs::write(t.path().join(".hidden"), "").unwrap();
+        fs::write(t.path().join("b.txt"), "").unwrap();
+        fs::write(t.path().join("a.txt"), "").unwrap();
+        let names: Vec<String> = builder(t.path())
+            .build()
+            .filter_map(Result::ok)
+            .filter(|e| e.depth() > 0)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [".gitignore", ".hidden", "a.txt", "b.txt"]);
+    }
+}
