@@ -1,0 +1,6 @@
+// pi-native-ops public types. Each capability declares its types beside its JS module.
+export * from "./js/fs.js";
+export * from "./js/bash.js";
+export * from "./js/find.js";
+export * from "./js/grep.js";
+export * from "./js/tools.js";
