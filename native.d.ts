@@ -9,5 +9,31 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
-/** Version of the native addon, for diagnostics. */
-export declare function nativeVersion(): string
+/** A workspace root: every path is resolved beneath it, race-free. */
+export declare class BoundRoot {
+  /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
+  constructor(host: string, runtime: string)
+  readFile(path: string): Promise<Buffer>
+  /** An open read-only descriptor of the file, for a stream the JS layer owns. */
+  openRead(path: string): Promise<number>
+  detectImageMimeType(path: string): Promise<string | null>
+  /** `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK). */
+  access(path: string, mode: string): Promise<void>
+  exists(path: string): Promise<boolean>
+  stat(path: string): Promise<StatInfo>
+  /** Entry names; names that are not UTF-8 are shown lossily, as Node does. */
+  readdir(path: string): Promise<string[]>
+  mkdir(path: string): Promise<void>
+  /** Atomic replace; the parent directory must exist. */
+  writeFile(path: string, content: string | Buffer): Promise<void>
+}
+
+/** What `stat` returns to JS; the JS layer adds the `isDirectory()` methods. */
+export interface StatInfo {
+  isDirectory: boolean
+  isFile: boolean
+  isSymbolicLink: boolean
+  size: number
+  mtimeMs: number
+  mode: number
+}

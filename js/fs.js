@@ -1,4 +1,120 @@
-// Placeholder until boundFs lands (issue 2).
-export function createBoundFs() {
-  throw new Error("pi-native-ops: createBoundFs is not implemented yet");
+// boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
+// one workspace root (see src/root.rs for how that stays race-free). This layer only validates
+// arguments, maps runtime paths and shapes errors like Node's; all file work is native.
+import { fstat, createReadStream as streamFromFd } from "node:fs";
+import { constants as osConstants } from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { native } from "./native.js";
+import { createFindOperations } from "./find.js";
+import { createGrepOperations } from "./grep.js";
+
+const fstatAsync = promisify(fstat);
+
+/** The native root behind a boundFs object (for find, grep and tool wiring; not public API). */
+const rootOf = new WeakMap();
+export function boundRootOf(fs) {
+  const root = fs && rootOf.get(fs);
+  if (!root) throw new TypeError("expected an object made by createBoundFs()");
+  return root;
+}
+
+/** Validates a path argument: an absolute string without NUL bytes. */
+export function checkPath(p, what = "path") {
+  if (typeof p !== "string") throw new TypeError(`${what} must be a string, got ${p === null ? "null" : typeof p}`);
+  if (p.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(p)}`);
+  if (!path.isAbsolute(p)) throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(p)}`);
+  return p;
+}
+
+const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+) '(.*)'$/s;
+
+/** Gives a native error Node's shape (`code`, `errno`, `syscall`, `path`) and a JS stack. */
+export function nodeError(err) {
+  const e = new Error(err.message);
+  const m = NODE_ERROR.exec(err.message);
+  if (m) {
+    e.code = m[1];
+    e.errno = -(osConstants.errno[m[1]] ?? 0);
+    e.syscall = m[2];
+    e.path = m[3];
+  } else if (err.message.endsWith("is outside workspace")) {
+    e.code = "ERR_PATH_OUTSIDE_WORKSPACE";
+  }
+  throw e;
+}
+
+/**
+ * Path-bounded Operations for pi's tools. `root` is the host directory; `runtimeRoot` (default: `root`)
+ * is the absolute path the agent sees, e.g. `/workspace` inside a sandbox.
+ */
+export function createBoundFs(root, options = {}) {
+  if (typeof root !== "string" || root.length === 0) throw new TypeError("root must be a non-empty string");
+  if (root.includes("\0")) throw new TypeError("root must not contain NUL bytes");
+  if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+  const hostRoot = path.resolve(root);
+  const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
+  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
+
+  const readFile = (p) => bound.readFile(checkPath(p)).catch(nodeError);
+  const stat = async (p) => {
+    const s = await bound.stat(checkPath(p)).catch(nodeError);
+    return {
+      size: s.size,
+      mtimeMs: s.mtimeMs,
+      mode: s.mode,
+      isDirectory: () => s.isDirectory,
+      isFile: () => s.isFile,
+      isSymbolicLink: () => s.isSymbolicLink,
+    };
+  };
+  const writeFile = (p, content) => {
+    checkPath(p);
+    if (typeof content !== "string" && !Buffer.isBuffer(content)) {
+      return Promise.reject(new TypeError(`content must be a string or Buffer, got ${typeof content}`));
+    }
+    return bound.writeFile(p, content).catch(nodeError);
+  };
+
+  /** Streams the file as pi's own reader does: a regular file up to its size at open time. */
+  async function* createReadStream(p, _options) {
+    const fd = await bound.openRead(checkPath(p)).catch(nodeError);
+    const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: 64 * 1024, start: 0 });
+    try {
+      const st = await fstatAsync(fd);
+      if (st.isFile() && st.size > 0) stream.end = st.size - 1;
+      yield* stream;
+    } finally {
+      stream.destroy();
+    }
+  }
+
+  const fs = {
+    root: hostRoot,
+    runtimeRoot: path.resolve(runtimeRoot),
+    read: {
+      readFile,
+      access: (p) => bound.access(checkPath(p), "r").catch(nodeError),
+      detectImageMimeType: (p) => bound.detectImageMimeType(checkPath(p)).catch(nodeError),
+      createReadStream,
+    },
+    write: {
+      writeFile,
+      mkdir: (dir) => bound.mkdir(checkPath(dir)).catch(nodeError),
+    },
+    edit: {
+      readFile,
+      writeFile,
+      access: (p) => bound.access(checkPath(p), "rw").catch(nodeError),
+    },
+    ls: {
+      exists: (p) => bound.exists(checkPath(p)),
+      stat,
+      readdir: (p) => bound.readdir(checkPath(p)).catch(nodeError),
+    },
+  };
+  rootOf.set(fs, bound);
+  fs.find = createFindOperations(bound, fs);
+  fs.grep = createGrepOperations(bound, fs);
+  return fs;
 }

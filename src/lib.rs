@@ -11,6 +11,7 @@
 pub mod exec;
 pub mod find;
 pub mod grep;
+pub mod image;
 pub mod root;
 pub mod walk;
 

@@ -1,1 +1,681 @@
-//! TODO
+//! The bounded root: resolving and opening paths beneath a workspace root
+//! without check-then-use races.
+//!
+//! Every path is walked one component at a time from a directory descriptor
+//! held open on the root, with `O_NOFOLLOW` at every step. Symlinks are never
+//! followed by the kernel: we read them (`readlinkat`) and splice their target
+//! into the walk ourselves, so absolute targets that point back inside the root
+//! are honoured (openat2's `RESOLVE_BENEATH` refuses those) and any target that
+//! leaves the root is refused. `..` pops our own stack of open directories, never
+//! the kernel's `..`, so a directory renamed or swapped mid-walk cannot lead us
+//! out. The final operation is done relative to the parent descriptor, again
+//! with `O_NOFOLLOW`: what is opened, created or listed is what was checked.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
+
+/// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
+const MAX_SYMLINKS: usize = 40;
+
+/// Why a bounded operation failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FsError {
+    /// The path, symlinks resolved, leaves the root.
+    Outside,
+    /// The operation failed as the system call would (ENOENT, EACCES, ...).
+    Io(Errno),
+}
+
+impl From<Errno> for FsError {
+    fn from(e: Errno) -> Self {
+        FsError::Io(e)
+    }
+}
+
+impl From<io::Error> for FsError {
+    fn from(e: io::Error) -> Self {
+        FsError::Io(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, FsError>;
+
+/// What `stat` reports (symlinks followed, still bounded).
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    pub is_dir: bool,
+    pub is_file: bool,
+    pub is_symlink: bool,
+    pub size: u64,
+    pub mtime_ms: f64,
+    pub mode: u32,
+}
+
+/// Access to check, like `R_OK` / `R_OK | W_OK`.
+#[derive(Debug, Clone, Copy)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// A directory entry found by a resolution: the open parent directory and the
+/// final name inside it (`"."` when the path is that directory itself). The
+/// name itself is not a symlink unless the resolution was asked not to follow.
+struct Entry {
+    parent: OwnedFd,
+    name: OsString,
+    /// The real path of the entry relative to the root.
+    rel: PathBuf,
+}
+
+/// A workspace root. Paths under the runtime root, the root as given or its
+/// canonical form all map to the same host directory.
+#[derive(Debug)]
+pub struct Root {
+    dir: OwnedFd,
+    host: PathBuf,
+    runtime: PathBuf,
+    /// Prefixes mapping to the root, longest first.
+    aliases: Vec<PathBuf>,
+}
+
+impl Root {
+    /// Opens `host` (an existing directory) as a root whose agent-visible path
+    /// is `runtime` (default: `host`).
+    pub fn open(host: &Path, runtime: Option<&Path>) -> io::Result<Root> {
+        let canonical = std::fs::canonicalize(host)?;
+        let dir: OwnedFd = File::open(&canonical)?.into();
+        if !File::from(dir.try_clone()?).metadata()?.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        let runtime = runtime
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| host.to_path_buf());
+        let mut aliases = vec![runtime.clone(), host.to_path_buf(), canonical.clone()];
+        aliases.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+        aliases.dedup();
+        Ok(Root {
+            dir,
+            host: canonical,
+            runtime,
+            aliases,
+        })
+    }
+
+    /// The canonical host path of the root.
+    pub fn host(&self) -> &Path {
+        &self.host
+    }
+
+    /// The agent-visible path of the root.
+    pub fn runtime(&self) -> &Path {
+        &self.runtime
+    }
+
+    /// The path relative to the root, if `path` (absolute) lies lexically
+    /// under one of the root's aliases.
+    fn relative<'a>(&self, path: &'a Path) -> Result<&'a Path> {
+        self.aliases
+            .iter()
+            .find_map(|a| path.strip_prefix(a).ok())
+            .ok_or(FsError::Outside)
+    }
+
+    /// Maps a host path inside the root to its runtime form.
+    pub fn to_runtime(&self, host_path: &Path) -> PathBuf {
+        match host_path.strip_prefix(&self.host) {
+            Ok(rel) if rel.as_os_str().is_empty() => self.runtime.clone(),
+            Ok(rel) => self.runtime.join(rel),
+            Err(_) => host_path.to_path_buf(),
+        }
+    }
+
+    /// Walks `path` beneath the root. `follow_final` expands a symlink in the
+    /// last position; `create_dirs` makes missing directories on the way
+    /// (including the last component).
+    fn resolve(&self, path: &Path, follow_final: bool, create_dirs: bool) -> Result<Entry> {
+        let mut pending: VecDeque<OsString> = VecDeque::new();
+        push_front_components(&mut pending, self.relative(path)?);
+        // Open directories below the root, with their names: our own `..`.
+        let mut stack: Vec<(OwnedFd, OsString)> = Vec::new();
+        let mut symlinks = 0;
+        let mut retries = 0;
+        while let Some(name) = pending.pop_front() {
+            if name == ".." {
+                stack.pop().ok_or(FsError::Outside)?;
+                continue;
+            }
+            let last = pending.is_empty();
+            let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+            if last && !follow_final && !create_dirs {
+                return Ok(self.entry(top, stack_names(&stack), name));
+            }
+            let st = match fstatat(top, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::ENOENT) if create_dirs => {
+                    match mkdirat(top, name.as_os_str(), Mode::from_bits_truncate(0o777)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    pending.push_front(name);
+                    continue;
+                }
+                Err(Errno::ENOENT) if last => {
+                    return Ok(self.entry(top, stack_names(&stack), name))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match file_type(&st) {
+                SFlag::S_IFLNK => {
+                    symlinks += 1;
+                    if symlinks > MAX_SYMLINKS {
+                        return Err(Errno::ELOOP.into());
+                    }
+                    let target = match readlinkat(top, name.as_os_str()) {
+                        Ok(t) => PathBuf::from(t),
+                        // Swapped for a non-link since the stat: look again.
+                        Err(Errno::EINVAL) => {
+                            pending.push_front(name);
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    if target.is_absolute() {
+                        let rel = self.relative(&target)?.to_path_buf();
+                        stack.clear();
+                        push_front_components(&mut pending, &rel);
+                    } else {
+                        push_front_components(&mut pending, &target);
+                    }
+                }
+                SFlag::S_IFDIR if !last || create_dirs => {
+                    match openat(top, name.as_os_str(), dir_flags(), Mode::empty()) {
+                        Ok(fd) => stack.push((fd, name)),
+                        // Swapped between the stat and the open: look again, a bounded
+                        // number of times, so a hostile swapper cannot spin us forever.
+                        Err(Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT)
+                            if retries < MAX_SYMLINKS =>
+                        {
+                            retries += 1;
+                            pending.push_front(name);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                _ if last => return Ok(self.entry(top, stack_names(&stack), name)),
+                _ => return Err(Errno::ENOTDIR.into()),
+            }
+        }
+        // The walk ended on a directory we hold open (the root, a `..`, or a
+        // symlink to a directory): the entry is that directory itself.
+        let names = stack_names(&stack);
+        let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+        Ok(self.entry(top, names, OsString::from(".")))
+    }
+
+    fn entry(&self, parent: BorrowedFd<'_>, mut rel: PathBuf, name: OsString) -> Entry {
+        if name != "." {
+            rel.push(&name);
+        }
+        // Duplicating keeps `Entry` independent of the walk's stack; failure
+        // (EMFILE) is reported by the first use of the parent.
+        let parent = parent.try_clone_to_owned().unwrap_or_else(|_| {
+            self.dir
+                .try_clone()
+                .expect("duplicating the root descriptor")
+        });
+        Entry { parent, name, rel }
+    }
+
+    /// Opens a file for reading, symlinks followed within the root.
+    pub fn open_read(&self, path: &Path) -> Result<File> {
+        let e = self.resolve(path, true, false)?;
+        Ok(openat(&e.parent, e.name.as_os_str(), read_flags(), Mode::empty())?.into())
+    }
+
+    /// Reads a whole file.
+    pub fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
+        let mut file = self.open_read(path)?;
+        let mut buf =
+            Vec::with_capacity(file.metadata().map(|m| m.len() as usize + 1).unwrap_or(0));
+        file.read_to_end(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Reads at most `len` bytes from the start of a file.
+    pub fn read_head(&self, path: &Path, len: usize) -> Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(len);
+        self.open_read(path)?
+            .take(len as u64)
+            .read_to_end(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Checks that the file exists and grants `access` to the caller.
+    pub fn access(&self, path: &Path, access: Access) -> Result<()> {
+        let e = self.resolve(path, true, false)?;
+        let mode = match access {
+            Access::Read => AccessFlags::R_OK,
+            Access::ReadWrite => AccessFlags::R_OK | AccessFlags::W_OK,
+        };
+        Ok(faccessat(
+            &e.parent,
+            e.name.as_os_str(),
+            mode,
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )?)
+    }
+
+    /// Whether the path exists inside the root (false when outside).
+    pub fn exists(&self, path: &Path) -> bool {
+        self.stat(path).is_ok()
+    }
+
+    /// Status of the path, symlinks followed within the root.
+    pub fn stat(&self, path: &Path) -> Result<Stat> {
+        let e = self.resolve(path, true, false)?;
+        let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let kind = file_type(&st);
+        Ok(Stat {
+            is_dir: kind == SFlag::S_IFDIR,
+            is_file: kind == SFlag::S_IFREG,
+            is_symlink: kind == SFlag::S_IFLNK,
+            size: st.st_size as u64,
+            mtime_ms: st.st_mtime as f64 * 1000.0 + st.st_mtime_nsec as f64 / 1e6,
+            mode: st.st_mode as u32,
+        })
+    }
+
+    /// The host path of an existing directory inside the root, symlinks
+    /// resolved: the start of a walk for find and grep.
+    pub fn resolve_dir(&self, path: &Path) -> Result<PathBuf> {
+        let (host, is_dir) = self.resolve_existing(path)?;
+        if is_dir {
+            Ok(host)
+        } else {
+            Err(Errno::ENOTDIR.into())
+        }
+    }
+
+    /// The real host path of an existing entry inside the root and whether it
+    /// is a directory.
+    pub fn resolve_existing(&self, path: &Path) -> Result<(PathBuf, bool)> {
+        let e = self.resolve(path, true, false)?;
+        let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        Ok((self.host.join(&e.rel), file_type(&st) == SFlag::S_IFDIR))
+    }
+
+    /// Opens a file that a walk found at `host_path` (inside the root) without
+    /// following any symlink on the way: if a component was swapped for a
+    /// link since the walk listed it, the open fails instead of leaving.
+    pub fn open_walked(&self, host_path: &Path) -> Result<File> {
+        let rel = host_path
+            .strip_prefix(&self.host)
+            .map_err(|_| FsError::Outside)?;
+        let mut dir: Option<OwnedFd> = None;
+        let mut components = rel.components().peekable();
+        while let Some(c) = components.next() {
+            let Component::Normal(name) = c else {
+                return Err(FsError::Outside);
+            };
+            let top = dir.as_ref().map_or(self.dir.as_fd(), |d| d.as_fd());
+            if components.peek().is_none() {
+                return Ok(openat(top, name, read_flags(), Mode::empty())?.into());
+            }
+            dir = Some(openat(top, name, dir_flags(), Mode::empty())?);
+        }
+        Err(Errno::EISDIR.into())
+    }
+
+    /// Names in a directory, in the order the system lists them.
+    pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
+        let e = self.resolve(path, true, false)?;
+        let fd = openat(
+            &e.parent,
+            e.name.as_os_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = nix::dir::Dir::from_fd(fd)?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let name = entry?.file_name().to_bytes().to_vec();
+            if name != b"." && name != b".." {
+                names.push(OsString::from(std::ffi::OsStr::from_bytes(&name)));
+            }
+        }
+        Ok(names)
+    }
+
+    /// Creates the directory and its missing parents, never outside the root.
+    pub fn mkdir_all(&self, path: &Path) -> Result<()> {
+        let e = self.resolve(path, true, true)?;
+        // The walk stops on the last component when it is not a directory.
+        if e.name != "." {
+            let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+            if file_type(&st) != SFlag::S_IFDIR {
+                return Err(Errno::EEXIST.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the file's content atomically: the data goes to a temporary
+    /// file in the same directory, which is renamed over the target, so a
+    /// crash leaves the old or the new content, never a torn file. A symlink
+    /// is written through (its target is replaced, the link kept); an existing
+    /// file keeps its mode and owner. The parent directory must exist.
+    pub fn write_file(&self, path: &Path, data: &[u8]) -> Result<()> {
+        let e = self.resolve(path, true, false)?;
+        if e.name == "." {
+            return Err(Errno::EISDIR.into());
+        }
+        let existing = match fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if file_type(&st) == SFlag::S_IFDIR => return Err(Errno::EISDIR.into()),
+            Ok(st) => Some(st),
+            Err(Errno::ENOENT) => None,
+            Err(err) => return Err(err.into()),
+        };
+        let tmp = temp_name();
+        let fd = openat(
+            &e.parent,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o666),
+        )?;
+        let written = (|| -> Result<()> {
+            if let Some(st) = &existing {
+                let (uid, gid) = (Uid::from_raw(st.st_uid), Gid::from_raw(st.st_gid));
+                if uid != Uid::effective() || gid != Gid::effective() {
+                    // Only root can give a file away; anyone else keeps ownership as is.
+                    let _ = fchown(&fd, Some(uid), Some(gid));
+                }
+                fchmod(&fd, Mode::from_bits_truncate(st.st_mode as _))?;
+            }
+            File::from(fd.try_clone()?).write_all(data)?;
+            renameat(&e.parent, tmp.as_os_str(), &e.parent, e.name.as_os_str())?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = unlinkat(&e.parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        written
+    }
+}
+
+/// Puts the components of `path` in front of the pending walk.
+fn push_front_components(pending: &mut VecDeque<OsString>, path: &Path) {
+    for c in path.components().rev() {
+        match c {
+            Component::Normal(n) => pending.push_front(n.to_os_string()),
+            Component::ParentDir => pending.push_front(OsString::from("..")),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+fn stack_names(stack: &[(OwnedFd, OsString)]) -> PathBuf {
+    stack.iter().map(|(_, n)| n.as_os_str()).collect()
+}
+
+fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode as _) & SFlag::S_IFMT
+}
+
+/// Flags for a directory opened only to walk through it.
+fn dir_flags() -> OFlag {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let base = OFlag::O_PATH;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let base = OFlag::O_RDONLY;
+    base | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+fn read_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// A name for a temporary file, unique in this process and across processes.
+fn temp_name() -> OsString {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    OsString::from(format!(".pi-native-ops-{}-{n}.tmp", std::process::id()))
+}
+
+/// The `ENOENT`-style code of an errno and Node's wording for it, so errors
+/// read like Node's own (`ENOENT: no such file or directory, open '<path>'`).
+pub fn errno_text(e: Errno) -> (String, String) {
+    let code = format!("{e:?}");
+    let text = match e {
+        Errno::ENOENT => "no such file or directory",
+        Errno::EACCES => "permission denied",
+        Errno::EISDIR => "illegal operation on a directory",
+        Errno::ENOTDIR => "not a directory",
+        Errno::ELOOP => "too many symbolic links encountered",
+        Errno::EEXIST => "file already exists",
+        Errno::ENAMETOOLONG => "name too long",
+        Errno::EPERM => "operation not permitted",
+        Errno::ENOSPC => "no space left on device",
+        Errno::EROFS => "read-only file system",
+        Errno::EBUSY => "resource busy or locked",
+        Errno::EINVAL => "invalid argument",
+        Errno::EMFILE => "too many open files",
+        Errno::ENOTEMPTY => "directory not empty",
+        Errno::EXDEV => "cross-device link not permitted",
+        other => return (code, other.desc().to_lowercase()),
+    };
+    (code, text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(root.join("sub/deep")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(root.join("a.txt"), "A").unwrap();
+        fs::write(root.join("sub/deep/b.txt"), "B").unwrap();
+        fs::write(outside.join("secret"), "S").unwrap();
+        Fixture {
+            _tmp: tmp,
+            root,
+            outside,
+        }
+    }
+
+    fn open(f: &Fixture) -> Root {
+        Root::open(&f.root, None).unwrap()
+    }
+
+    #[test]
+    fn reads_inside_and_refuses_outside() {
+        let f = fixture();
+        let r = open(&f);
+        assert_eq!(r.read_file(&f.root.join("a.txt")).unwrap(), b"A");
+        assert_eq!(
+            r.read_file(&f.root.join("sub/deep/../deep/b.txt")).unwrap(),
+            b"B"
+        );
+        assert_eq!(
+            r.read_file(&f.outside.join("secret")),
+            Err(FsError::Outside)
+        );
+        assert_eq!(
+            r.read_file(&f.root.join("../outside/secret")),
+            Err(FsError::Outside)
+        );
+        assert_eq!(
+            r.read_file(&f.root.join("missing")).unwrap_err(),
+            FsError::Io(Errno::ENOENT)
+        );
+    }
+
+    #[test]
+    fn follows_symlinks_only_within_the_root() {
+        let f = fixture();
+        symlink("sub/deep/b.txt", f.root.join("rel-link")).unwrap();
+        symlink(f.root.join("a.txt"), f.root.join("abs-link")).unwrap();
+        symlink(&f.outside, f.root.join("out-dir")).unwrap();
+        symlink(f.outside.join("secret"), f.root.join("out-file")).unwrap();
+        symlink("../../outside/secret", f.root.join("sub/up")).unwrap();
+        symlink("loop-b", f.root.join("loop-a")).unwrap();
+        symlink("loop-a", f.root.join("loop-b")).unwrap();
+        let r = open(&f);
+        assert_eq!(r.read_file(&f.root.join("rel-link")).unwrap(), b"B");
+        assert_eq!(r.read_file(&f.root.join("abs-link")).unwrap(), b"A");
+        assert_eq!(
+            r.read_file(&f.root.join("out-dir/secret")),
+            Err(FsError::Outside)
+        );
+        assert_eq!(r.read_file(&f.root.join("out-file")), Err(FsError::Outside));
+        assert_eq!(r.read_file(&f.root.join("sub/up")), Err(FsError::Outside));
+        assert_eq!(
+            r.read_file(&f.root.join("loop-a")),
+            Err(FsError::Io(Errno::ELOOP))
+        );
+        assert!(!r.exists(&f.root.join("out-dir")));
+        assert!(r.stat(&f.root.join("sub")).unwrap().is_dir);
+    }
+
+    #[test]
+    fn runtime_paths_map_to_the_host_root() {
+        let f = fixture();
+        let r = Root::open(&f.root, Some(Path::new("/workspace"))).unwrap();
+        assert_eq!(r.read_file(Path::new("/workspace/a.txt")).unwrap(), b"A");
+        assert_eq!(
+            r.to_runtime(&r.host().join("sub")),
+            Path::new("/workspace/sub")
+        );
+        assert_eq!(
+            r.read_file(Path::new("/workspace/../etc/passwd")),
+            Err(FsError::Outside)
+        );
+    }
+
+    #[test]
+    fn writes_atomically_keeping_mode_and_links() {
+        let f = fixture();
+        let r = open(&f);
+        let a = f.root.join("a.txt");
+        fs::set_permissions(&a, fs::Permissions::from_mode(0o751)).unwrap();
+        r.write_file(&a, b"new").unwrap();
+        assert_eq!(fs::read(&a).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&a).unwrap().permissions().mode() & 0o777,
+            0o751
+        );
+        symlink("a.txt", f.root.join("link")).unwrap();
+        r.write_file(&f.root.join("link"), b"through").unwrap();
+        assert!(fs::symlink_metadata(f.root.join("link"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&a).unwrap(), b"through");
+        // No temporary files are left behind.
+        let leftovers: Vec<_> = r
+            .read_dir(&f.root)
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn writes_never_leave_the_root() {
+        let f = fixture();
+        let r = open(&f);
+        symlink(f.outside.join("new"), f.root.join("dangling")).unwrap();
+        symlink(&f.outside, f.root.join("out-dir")).unwrap();
+        assert_eq!(
+            r.write_file(&f.root.join("dangling"), b"x"),
+            Err(FsError::Outside)
+        );
+        assert_eq!(
+            r.write_file(&f.root.join("out-dir/x"), b"x"),
+            Err(FsError::Outside)
+        );
+        assert_eq!(
+            r.mkdir_all(&f.root.join("out-dir/x/y")),
+            Err(FsError::Outside)
+        );
+        assert!(!f.outside.join("new").exists() && !f.outside.join("x").exists());
+        assert_eq!(
+            r.write_file(&f.root.join("no/such/dir/file"), b"x"),
+            Err(FsError::Io(Errno::ENOENT))
+        );
+    }
+
+    #[test]
+    fn mkdir_creates_parents_and_rejects_files() {
+        let f = fixture();
+        let r = open(&f);
+        r.mkdir_all(&f.root.join("x/y/z")).unwrap();
+        assert!(f.root.join("x/y/z").is_dir());
+        r.mkdir_all(&f.root.join("x/y/z")).unwrap();
+        r.mkdir_all(&f.root).unwrap();
+        assert_eq!(
+            r.mkdir_all(&f.root.join("a.txt")),
+            Err(FsError::Io(Errno::EEXIST))
+        );
+    }
+
+    #[test]
+    fn open_walked_refuses_any_symlink() {
+        let f = fixture();
+        symlink("sub", f.root.join("sub-link")).unwrap();
+        let r = open(&f);
+        let host = r.host().to_path_buf();
+        assert!(r.open_walked(&host.join("sub/deep/b.txt")).is_ok());
+        assert_eq!(
+            r.open_walked(&host.join("sub-link/deep/b.txt"))
+                .unwrap_err(),
+            FsError::Io(Errno::ENOTDIR)
+        );
+        assert_eq!(
+            r.open_walked(&f.outside.join("secret")).unwrap_err(),
+            FsError::Outside
+        );
+    }
+
+    #[test]
+    fn access_and_read_dir() {
+        let f = fixture();
+        let r = open(&f);
+        r.access(&f.root.join("a.txt"), Access::ReadWrite).unwrap();
+        assert_eq!(
+            r.access(&f.root.join("nope"), Access::Read),
+            Err(FsError::Io(Errno::ENOENT))
+        );
+        let mut names = r.read_dir(&f.root.join("sub/..")).unwrap();
+        names.sort();
+        assert_eq!(names, [OsString::from("a.txt"), OsString::from("sub")]);
+        assert_eq!(
+            r.resolve_dir(&f.root.join("sub/deep")).unwrap(),
+            r.host().join("sub/deep")
+        );
+    }
+}

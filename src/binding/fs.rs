@@ -1,7 +1,152 @@
+//! napi binding of the bounded root (`crate::root`).
+
+use std::os::fd::IntoRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{AsyncTask, Buffer, Either};
+use napi::{Error, Result};
 use napi_derive::napi;
 
-/// Version of the native addon, for diagnostics.
+use super::{blocking, Blocking};
+use crate::image::{detect_image_mime, SNIFF_BYTES};
+use crate::root::{errno_text, Access, FsError, Root};
+
+/// Turns a core error into the JS error message: the refusal, or Node's
+/// `CODE: text, syscall 'path'` wording (the JS layer adds `code` & co).
+/// Only the path as given appears, never the host root.
+pub fn fs_error(err: FsError, syscall: &str, path: &str) -> Error {
+    match err {
+        FsError::Outside => Error::from_reason(format!("path \"{path}\" is outside workspace")),
+        FsError::Io(errno) => {
+            let (code, text) = errno_text(errno);
+            Error::from_reason(format!("{code}: {text}, {syscall} '{path}'"))
+        }
+    }
+}
+
+/// What `stat` returns to JS; the JS layer adds the `isDirectory()` methods.
+#[napi(object)]
+pub struct StatInfo {
+    pub is_directory: bool,
+    pub is_file: bool,
+    pub is_symbolic_link: bool,
+    pub size: f64,
+    pub mtime_ms: f64,
+    pub mode: u32,
+}
+
+/// A workspace root: every path is resolved beneath it, race-free.
 #[napi]
-pub fn native_version() -> String {
-    env!("CARGO_PKG_VERSION").to_string()
+pub struct BoundRoot {
+    pub(crate) root: Arc<Root>,
+}
+
+impl BoundRoot {
+    /// Runs `op` on the root in the thread pool, mapping errors for `syscall`.
+    fn run<T, F>(&self, syscall: &'static str, path: String, op: F) -> AsyncTask<Blocking<T>>
+    where
+        F: FnOnce(&Root, &Path) -> crate::root::Result<T> + Send + 'static,
+        T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
+    {
+        let root = self.root.clone();
+        blocking(move || op(&root, Path::new(&path)).map_err(|e| fs_error(e, syscall, &path)))
+    }
+}
+
+#[napi]
+impl BoundRoot {
+    /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
+    #[napi(constructor)]
+    pub fn new(host: String, runtime: String) -> Result<Self> {
+        let root = Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| {
+            Error::from_reason(format!("cannot open workspace root \"{host}\": {e}"))
+        })?;
+        Ok(BoundRoot {
+            root: Arc::new(root),
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<Buffer>")]
+    pub fn read_file(&self, path: String) -> AsyncTask<Blocking<Buffer>> {
+        self.run("open", path, |r, p| r.read_file(p).map(Buffer::from))
+    }
+
+    /// An open read-only descriptor of the file, for a stream the JS layer owns.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn open_read(&self, path: String) -> AsyncTask<Blocking<i32>> {
+        self.run("open", path, |r, p| {
+            r.open_read(p).map(IntoRawFd::into_raw_fd)
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn detect_image_mime_type(&self, path: String) -> AsyncTask<Blocking<Option<String>>> {
+        self.run("open", path, |r, p| {
+            r.read_head(p, SNIFF_BYTES)
+                .map(|head| detect_image_mime(&head).map(str::to_string))
+        })
+    }
+
+    /// `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn access(&self, path: String, mode: String) -> AsyncTask<Blocking<()>> {
+        let access = if mode == "rw" {
+            Access::ReadWrite
+        } else {
+            Access::Read
+        };
+        self.run("access", path, move |r, p| r.access(p, access))
+    }
+
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn exists(&self, path: String) -> AsyncTask<Blocking<bool>> {
+        self.run("stat", path, |r, p| Ok(r.exists(p)))
+    }
+
+    #[napi(ts_return_type = "Promise<StatInfo>")]
+    pub fn stat(&self, path: String) -> AsyncTask<Blocking<StatInfo>> {
+        self.run("stat", path, |r, p| {
+            r.stat(p).map(|s| StatInfo {
+                is_directory: s.is_dir,
+                is_file: s.is_file,
+                is_symbolic_link: s.is_symlink,
+                size: s.size as f64,
+                mtime_ms: s.mtime_ms,
+                mode: s.mode,
+            })
+        })
+    }
+
+    /// Entry names; names that are not UTF-8 are shown lossily, as Node does.
+    #[napi(ts_return_type = "Promise<string[]>")]
+    pub fn readdir(&self, path: String) -> AsyncTask<Blocking<Vec<String>>> {
+        self.run("scandir", path, |r, p| {
+            r.read_dir(p).map(|names| {
+                names
+                    .into_iter()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect()
+            })
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn mkdir(&self, path: String) -> AsyncTask<Blocking<()>> {
+        self.run("mkdir", path, |r, p| r.mkdir_all(p))
+    }
+
+    /// Atomic replace; the parent directory must exist.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn write_file(
+        &self,
+        path: String,
+        content: Either<String, Buffer>,
+    ) -> AsyncTask<Blocking<()>> {
+        let data: Vec<u8> = match content {
+            Either::A(s) => s.into_bytes(),
+            Either::B(b) => b.to_vec(),
+        };
+        self.run("open", path, move |r, p| r.write_file(p, &data))
+    }
 }
