@@ -27,7 +27,7 @@ export function checkPath(p, what = "path") {
   return p;
 }
 
-const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+) '(.*)'$/s;
+const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+)(?: '(.*)')?$/s;
 
 /** Gives a native error Node's shape (`code`, `errno`, `syscall`, `path`) and a JS stack. */
 export function nodeError(err) {
@@ -37,7 +37,7 @@ export function nodeError(err) {
     e.code = m[1];
     e.errno = -(osConstants.errno[m[1]] ?? 0);
     e.syscall = m[2];
-    e.path = m[3];
+    if (m[3] !== undefined) e.path = m[3];
   } else if (err.message.endsWith("is outside workspace")) {
     e.code = "ERR_PATH_OUTSIDE_WORKSPACE";
   }
@@ -56,7 +56,7 @@ export function createBoundFs(root, options = {}) {
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
 
-  const readFile = (p) => bound.readFile(checkPath(p)).catch(nodeError);
+  const readFile = async (p) => bound.readFile(checkPath(p)).catch(nodeError);
   const stat = async (p) => {
     const s = await bound.stat(checkPath(p)).catch(nodeError);
     return {
@@ -68,10 +68,10 @@ export function createBoundFs(root, options = {}) {
       isSymbolicLink: () => s.isSymbolicLink,
     };
   };
-  const writeFile = (p, content) => {
+  const writeFile = async (p, content) => {
     checkPath(p);
     if (typeof content !== "string" && !Buffer.isBuffer(content)) {
-      return Promise.reject(new TypeError(`content must be a string or Buffer, got ${typeof content}`));
+      throw new TypeError(`content must be a string or Buffer, got ${typeof content}`);
     }
     return bound.writeFile(p, content).catch(nodeError);
   };
@@ -94,23 +94,23 @@ export function createBoundFs(root, options = {}) {
     runtimeRoot: path.resolve(runtimeRoot),
     read: {
       readFile,
-      access: (p) => bound.access(checkPath(p), "r").catch(nodeError),
-      detectImageMimeType: (p) => bound.detectImageMimeType(checkPath(p)).catch(nodeError),
+      access: async (p) => bound.access(checkPath(p), "r").catch(nodeError),
+      detectImageMimeType: async (p) => bound.detectImageMimeType(checkPath(p)).catch(nodeError),
       createReadStream,
     },
     write: {
       writeFile,
-      mkdir: (dir) => bound.mkdir(checkPath(dir)).catch(nodeError),
+      mkdir: async (dir) => bound.mkdir(checkPath(dir)).catch(nodeError),
     },
     edit: {
       readFile,
       writeFile,
-      access: (p) => bound.access(checkPath(p), "rw").catch(nodeError),
+      access: async (p) => bound.access(checkPath(p), "rw").catch(nodeError),
     },
     ls: {
-      exists: (p) => bound.exists(checkPath(p)),
+      exists: async (p) => bound.exists(checkPath(p)),
       stat,
-      readdir: (p) => bound.readdir(checkPath(p)).catch(nodeError),
+      readdir: async (p) => bound.readdir(checkPath(p)).catch(nodeError),
     },
   };
   rootOf.set(fs, bound);

@@ -35,6 +35,8 @@ pub enum FsError {
     Outside,
     /// The operation failed as the system call would (ENOENT, EACCES, ...).
     Io(Errno),
+    /// Reading an opened file failed (Node reports these as `read`, without a path).
+    Read(Errno),
 }
 
 impl From<Errno> for FsError {
@@ -249,7 +251,7 @@ impl Root {
         let mut file = self.open_read(path)?;
         let mut buf =
             Vec::with_capacity(file.metadata().map(|m| m.len() as usize + 1).unwrap_or(0));
-        file.read_to_end(&mut buf)?;
+        file.read_to_end(&mut buf).map_err(read_error)?;
         Ok(buf)
     }
 
@@ -258,7 +260,8 @@ impl Root {
         let mut buf = Vec::with_capacity(len);
         self.open_read(path)?
             .take(len as u64)
-            .read_to_end(&mut buf)?;
+            .read_to_end(&mut buf)
+            .map_err(read_error)?;
         Ok(buf)
     }
 
@@ -412,6 +415,10 @@ impl Root {
         }
         written
     }
+}
+
+fn read_error(e: io::Error) -> FsError {
+    FsError::Read(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
 /// Puts the components of `path` in front of the pending walk.

@@ -22,6 +22,10 @@ pub fn fs_error(err: FsError, syscall: &str, path: &str) -> Error {
             let (code, text) = errno_text(errno);
             Error::from_reason(format!("{code}: {text}, {syscall} '{path}'"))
         }
+        FsError::Read(errno) => {
+            let (code, text) = errno_text(errno);
+            Error::from_reason(format!("{code}: {text}, read"))
+        }
     }
 }
 
