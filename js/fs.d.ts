@@ -61,6 +61,6 @@ export interface BoundFs {
 /**
  * Path-bounded Operations for pi's read/write/edit/ls/find/grep tools: nothing outside `root` is ever
  * read, written or listed, symlinks and races included. Refusals throw
- * `Error('path "<path>" is outside workspace')` (code `ERR_PATH_OUTSIDE_WORKSPACE`).
+ * `Error('path "<path>" is outside workspace')`.
  */
 export declare function createBoundFs(root: string, options?: BoundFsOptions): BoundFs;

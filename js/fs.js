@@ -38,9 +38,8 @@ export function nodeError(err) {
     e.errno = -(osConstants.errno[m[1]] ?? 0);
     e.syscall = m[2];
     if (m[3] !== undefined) e.path = m[3];
-  } else if (err.message.endsWith("is outside workspace")) {
-    e.code = "ERR_PATH_OUTSIDE_WORKSPACE";
   }
+  // Refusals carry no `code` on purpose: pi's edit tool then shows the model the message itself.
   throw e;
 }
 
