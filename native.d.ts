@@ -14,18 +14,29 @@ export declare class BoundRoot {
   /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
   constructor(host: string, runtime: string)
   readFile(path: string): Promise<Buffer>
-  /** An open read-only descriptor of the file, for a stream the JS layer owns. */
-  openRead(path: string): Promise<number>
+  /**
+   * An open read-only descriptor of the file and its size at open time, for a
+   * stream the JS layer owns (and closes).
+   */
+  openRead(path: string): Promise<OpenedFile>
   detectImageMimeType(path: string): Promise<string | null>
   /** `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK). */
-  access(path: string, mode: string): Promise<void>
-  exists(path: string): Promise<boolean>
-  stat(path: string): Promise<StatInfo>
+  access(path: string, mode: string): void
+  exists(path: string): boolean
+  stat(path: string): StatInfo
   /** Entry names; names that are not UTF-8 are shown lossily, as Node does. */
   readdir(path: string): Promise<string[]>
-  mkdir(path: string): Promise<void>
+  /** Synchronous too: usually one `openat2` finding the directory exists. */
+  mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */
   writeFile(path: string, content: string | Buffer): Promise<void>
+}
+
+/** A file opened for reading; the receiver owns `fd`. */
+export interface OpenedFile {
+  fd: number
+  size: number
+  isFile: boolean
 }
 
 /** What `stat` returns to JS; the JS layer adds the `isDirectory()` methods. */
