@@ -9,5 +9,25 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** A running command; `kill()` takes its whole process tree down. */
+export declare class BashExecution {
+  /** Kill the whole tree with SIGKILL; the completion event follows once it is reaped. */
+  kill(): void
+}
+
+/**
+ * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
+ * `onEvent(null, exitCode, killed)` comes last, exactly once.
+ */
+export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+
+export interface BashSpawnRequest {
+  shell: string
+  command: string
+  cwd: string
+  /** `KEY=VALUE` entries forming the whole environment; absent inherits Node's. */
+  env?: Array<string>
+}
+
 /** Version of the native addon, for diagnostics. */
 export declare function nativeVersion(): string

@@ -49,6 +49,7 @@ pub struct Outcome {
 }
 
 /// Exit code of a raw `waitpid` status, shell style.
+#[cfg(unix)]
 pub fn exit_code_of(wait_status: i32) -> Option<i32> {
     if libc::WIFEXITED(wait_status) {
         Some(libc::WEXITSTATUS(wait_status))
@@ -59,23 +60,32 @@ pub fn exit_code_of(wait_status: i32) -> Option<i32> {
     }
 }
 
+#[cfg(unix)]
 fn invalid(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, format!("{what} must not contain NUL bytes"))
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{what} must not contain NUL bytes"),
+    )
 }
 
+#[cfg(unix)]
 fn c_string(value: &str, what: &str) -> io::Result<CString> {
     CString::new(value).map_err(|_| invalid(what))
 }
 
 /// The first executable named `name` on a `:`-separated search path, as `execvp` would pick it.
+#[cfg(unix)]
 pub fn find_on_path(name: &str, search_path: &str) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
-    search_path.split(':').filter(|dir| !dir.is_empty()).find_map(|dir| {
-        let candidate = std::path::Path::new(dir).join(name);
-        let meta = std::fs::metadata(&candidate).ok()?;
-        (meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-            .then(|| candidate.to_string_lossy().into_owned())
-    })
+    search_path
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .find_map(|dir| {
+            let candidate = std::path::Path::new(dir).join(name);
+            let meta = std::fs::metadata(&candidate).ok()?;
+            (meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+                .then(|| candidate.to_string_lossy().into_owned())
+        })
 }
 
 #[cfg(unix)]
@@ -93,15 +103,18 @@ mod unsupported {
     pub enum Control {}
 
     pub fn spawn(_request: &ExecRequest) -> io::Result<Execution> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, "bash exec is not supported on this platform"))
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "bash exec is not supported on this platform",
+        ))
     }
 
     impl Execution {
         pub fn control(&self) -> std::sync::Arc<Control> {
             match *self {}
         }
-        pub fn pump(self, _sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
-            match self {}
+        pub fn pump(&mut self, _sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
+            match *self {}
         }
     }
 
@@ -125,8 +138,10 @@ mod unix {
     const MSG_STARTED: u8 = b'S';
     const MSG_SPAWN_ERROR: u8 = b'E';
     const MSG_EXITED: u8 = b'X';
+    const MSG_TREE_REAPED: u8 = b'R';
     const CMD_KILL: u8 = b'K';
     const CMD_DETACH: u8 = b'D';
+    const SHELL_STACK_SIZE: usize = 64 * 1024;
 
     /// Everything the forked processes need, built before forking.
     struct Prepared {
@@ -136,6 +151,9 @@ mod unix {
         argv: Vec<*const libc::c_char>,
         _envp_storage: Vec<CString>,
         envp: Vec<*const libc::c_char>,
+        /// Stack the shell's process runs on until `execve` (Linux `clone`).
+        #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+        shell_stack: Vec<u8>,
     }
 
     impl Prepared {
@@ -177,6 +195,7 @@ mod unix {
                 argv,
                 _envp_storage: env_storage,
                 envp,
+                shell_stack: vec![0; SHELL_STACK_SIZE],
             })
         }
     }
@@ -190,7 +209,11 @@ mod unix {
     }
 
     fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
-        strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(ptr::null())).collect()
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(ptr::null()))
+            .collect()
     }
 
     fn last_error() -> io::Error {
@@ -232,7 +255,11 @@ mod unix {
         while filled < message.len() {
             // SAFETY: writes at most the remaining bytes of `message`.
             let n = unsafe {
-                libc::read(fd, message[filled..].as_mut_ptr().cast(), message.len() - filled)
+                libc::read(
+                    fd,
+                    message[filled..].as_mut_ptr().cast(),
+                    message.len() - filled,
+                )
             };
             if n == 0 {
                 return None;
@@ -331,19 +358,18 @@ mod unix {
         let execution = Execution {
             output: output_read,
             status: status_read,
-            control: Arc::new(Control { fd: Mutex::new(Some(control_write)), killed: AtomicBool::new(false) }),
+            control: Arc::new(Control {
+                fd: Mutex::new(Some(control_write)),
+                killed: AtomicBool::new(false),
+            }),
             supervisor,
         };
         match read_message(execution.status.as_raw_fd()) {
             Some((MSG_STARTED, _)) => Ok(execution),
-            Some((MSG_SPAWN_ERROR, errno)) => {
-                execution.finish_supervisor();
-                Err(io::Error::from_raw_os_error(errno))
-            }
-            _ => {
-                execution.finish_supervisor();
-                Err(io::Error::other("the exec supervisor failed to start the shell"))
-            }
+            Some((MSG_SPAWN_ERROR, errno)) => Err(io::Error::from_raw_os_error(errno)),
+            _ => Err(io::Error::other(
+                "the exec supervisor failed to start the shell",
+            )),
         }
     }
 
@@ -355,9 +381,10 @@ mod unix {
 
         /// Streams output to `sink` until the exec is over, then returns how it ended. `sink` may
         /// block (that is the backpressure); returning `false` kills the tree and stops delivery.
-        pub fn pump(self, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
+        pub fn pump(&mut self, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
             let mut exit_code = None;
             let mut shell_exited = false;
+            let mut tree_reaped = false;
             let mut supervisor_gone = false;
             let mut output_open = true;
             // Once the shell has exited: settle when output has been idle until this instant.
@@ -365,7 +392,7 @@ mod unix {
             loop {
                 let killed = self.control.killed();
                 let done = if killed {
-                    supervisor_gone // it exits only once the whole tree is reaped
+                    tree_reaped || supervisor_gone
                 } else {
                     (shell_exited && (!output_open || Instant::now() >= idle_deadline))
                         || (supervisor_gone && !shell_exited) // died without reporting
@@ -374,8 +401,16 @@ mod unix {
                     break;
                 }
                 let mut fds = [
-                    libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                    libc::pollfd { fd: self.status.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                    libc::pollfd {
+                        fd: self.output.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: self.status.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
                 if !output_open || killed {
                     fds[0].fd = -1; // a killed tree's leftovers are not delivered
@@ -405,6 +440,7 @@ mod unix {
                             shell_exited = true;
                             idle_deadline = Instant::now() + OUTPUT_IDLE_GRACE;
                         }
+                        Some((MSG_TREE_REAPED, _)) => tree_reaped = true,
                         Some(_) => {}
                         None => supervisor_gone = true,
                     }
@@ -425,12 +461,14 @@ mod unix {
             }
             let killed = self.control.killed();
             self.control.detach();
-            self.finish_supervisor();
             Outcome { exit_code, killed }
         }
+    }
 
-        fn finish_supervisor(&self) {
-            // Closing our control end (if not detached yet) makes the supervisor kill and exit.
+    impl Drop for Execution {
+        /// Reaps the supervisor. Unless `pump` finished (and detached), closing our control end
+        /// first makes it kill the tree.
+        fn drop(&mut self) {
             if let Ok(mut guard) = self.control.fd.lock() {
                 guard.take();
             }
@@ -445,24 +483,13 @@ mod unix {
         }
     }
 
-    impl Drop for Execution {
-        fn drop(&mut self) {
-            if let Ok(mut guard) = self.control.fd.lock() {
-                if guard.take().is_some() {
-                    drop(guard);
-                    let mut status = 0;
-                    // SAFETY: reaps our own child after it saw end-of-file and killed the tree.
-                    unsafe { libc::waitpid(self.supervisor, &mut status, 0) };
-                }
-            }
-        }
-    }
-
     /// Reads what the pipe holds (up to `MAX_CHUNK`) into an exactly sized buffer; `None` at EOF.
     fn read_chunk(fd: RawFd) -> Option<Vec<u8>> {
         let mut available: libc::c_int = 0;
         // SAFETY: FIONREAD writes one int.
-        let size = if unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut available) } == 0 && available > 0 {
+        let size = if unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut available) } == 0
+            && available > 0
+        {
             (available as usize).min(MAX_CHUNK)
         } else {
             64 * 1024
@@ -564,7 +591,13 @@ mod unix {
             return;
         }
         #[cfg(target_os = "linux")]
-        if libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0) == 0 {
+        if libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0,
+        ) == 0
+        {
             return;
         }
         let mut limit: libc::rlimit = std::mem::zeroed();
@@ -613,11 +646,14 @@ mod unix {
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGCHLD, &action, ptr::null_mut());
 
-        let supervisor = libc::getpid();
-        let shell = libc::fork();
-        if shell == 0 {
-            run_shell(prepared, supervisor, devnull, fds.output, exec_error[1]);
-        }
+        let shell_start = ShellStart {
+            prepared,
+            supervisor: libc::getpid(),
+            devnull,
+            output: fds.output,
+            exec_error: exec_error[1],
+        };
+        let shell = start_shell(&shell_start);
         let spawn_errno = errno();
         libc::close(fds.output);
         libc::close(exec_error[1]);
@@ -638,8 +674,16 @@ mod unix {
         let mut shell_reaped = false;
         loop {
             let mut poll_fds = [
-                libc::pollfd { fd: fds.control, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: wake[0], events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: fds.control,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: wake[0],
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             if libc::poll(poll_fds.as_mut_ptr(), 2, -1) < 0 {
                 continue;
@@ -660,6 +704,7 @@ mod unix {
                 }
                 // CMD_KILL, or end-of-file: Node is gone and takes the tree with it.
                 kill_tree(shell, &mut shell_reaped, fds.status);
+                report(fds.status, MSG_TREE_REAPED, 0);
                 libc::_exit(0);
             }
         }
@@ -680,7 +725,13 @@ mod unix {
         true
     }
 
-    unsafe fn note_reaped(pid: libc::pid_t, status: i32, shell: libc::pid_t, shell_reaped: &mut bool, out: RawFd) {
+    unsafe fn note_reaped(
+        pid: libc::pid_t,
+        status: i32,
+        shell: libc::pid_t,
+        shell_reaped: &mut bool,
+        out: RawFd,
+    ) {
         if pid == shell && !*shell_reaped {
             *shell_reaped = true;
             report(out, MSG_EXITED, status);
@@ -723,7 +774,10 @@ mod unix {
     /// SIGKILLs every child of this (single-threaded) process.
     #[cfg(target_os = "linux")]
     unsafe fn kill_children() {
-        let fd = libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
         if fd < 0 {
             kill_children_by_scan();
             return;
@@ -759,13 +813,21 @@ mod unix {
     #[cfg(target_os = "linux")]
     unsafe fn kill_children_by_scan() {
         let me = libc::getpid();
-        let dir = libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        let dir = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
         if dir < 0 {
             return;
         }
         let mut entries = [0u8; 8192];
         loop {
-            let n = libc::syscall(libc::SYS_getdents64, dir, entries.as_mut_ptr(), entries.len());
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                entries.as_mut_ptr(),
+                entries.len(),
+            );
             if n <= 0 {
                 break;
             }
@@ -792,7 +854,11 @@ mod unix {
         if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        Some(digits.iter().fold(0, |acc, &d| acc * 10 + (d - b'0') as libc::pid_t))
+        Some(
+            digits
+                .iter()
+                .fold(0, |acc, &d| acc * 10 + (d - b'0') as libc::pid_t),
+        )
     }
 
     /// The parent pid from /proc/<pid>/stat: "pid (comm) state ppid ...", comm may hold ')'.
@@ -828,9 +894,62 @@ mod unix {
         }
         let stat = &stat[..n as usize];
         let close_paren = stat.iter().rposition(|&b| b == b')')?;
-        let mut fields = stat[close_paren + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+        let mut fields = stat[close_paren + 1..]
+            .split(|&b| b == b' ')
+            .filter(|f| !f.is_empty());
         fields.next()?; // state
         parse_pid(fields.next()?)
+    }
+
+    /// What the shell's process needs between its creation and `execve`.
+    struct ShellStart<'a> {
+        prepared: &'a Prepared,
+        supervisor: libc::pid_t,
+        devnull: RawFd,
+        output: RawFd,
+        exec_error: RawFd,
+    }
+
+    /// Creates the shell's process. On Linux it shares our memory until `execve` (like `vfork`, on a
+    /// stack of its own), so a big Node heap is not copied a second time; elsewhere plain `fork`.
+    #[cfg(target_os = "linux")]
+    unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
+        extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+            // SAFETY: `arg` is the `ShellStart` of our suspended parent.
+            unsafe {
+                let start = &*(arg as *const ShellStart);
+                run_shell(
+                    start.prepared,
+                    start.supervisor,
+                    start.devnull,
+                    start.output,
+                    start.exec_error,
+                )
+            }
+        }
+        let stack = start.prepared.shell_stack.as_ptr() as usize + start.prepared.shell_stack.len();
+        let stack_top = (stack & !15) as *mut libc::c_void;
+        libc::clone(
+            entry,
+            stack_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            start as *const ShellStart as *mut libc::c_void,
+        )
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
+        let pid = libc::fork();
+        if pid == 0 {
+            run_shell(
+                start.prepared,
+                start.supervisor,
+                start.devnull,
+                start.output,
+                start.exec_error,
+            );
+        }
+        pid
     }
 
     unsafe fn run_shell(
@@ -856,13 +975,21 @@ mod unix {
             libc::write(exec_error, code.as_ptr().cast(), code.len());
             libc::_exit(127)
         };
-        if devnull < 0 || libc::dup2(devnull, 0) < 0 || libc::dup2(output, 1) < 0 || libc::dup2(output, 2) < 0 {
+        if devnull < 0
+            || libc::dup2(devnull, 0) < 0
+            || libc::dup2(output, 1) < 0
+            || libc::dup2(output, 2) < 0
+        {
             fail(exec_error);
         }
         if libc::chdir(prepared.cwd.as_ptr()) != 0 {
             fail(exec_error);
         }
-        libc::execve(prepared.shell.as_ptr(), prepared.argv.as_ptr(), prepared.envp.as_ptr());
+        libc::execve(
+            prepared.shell.as_ptr(),
+            prepared.argv.as_ptr(),
+            prepared.envp.as_ptr(),
+        );
         fail(exec_error)
     }
 
@@ -880,7 +1007,7 @@ mod unix {
         }
 
         fn run(command: &str) -> (Vec<u8>, Outcome) {
-            let execution = spawn(&request(command)).expect("spawn");
+            let mut execution = spawn(&request(command)).expect("spawn");
             let mut output = Vec::new();
             let outcome = execution.pump(&mut |chunk| {
                 output.extend_from_slice(&chunk);
@@ -892,7 +1019,12 @@ mod unix {
         fn alive(pid: libc::pid_t) -> bool {
             // Zombies count as gone: read the state letter from /proc where available.
             match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+                Ok(stat) => !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z'),
                 Err(_) => unsafe { libc::kill(pid, 0) == 0 },
             }
         }
@@ -901,7 +1033,13 @@ mod unix {
         fn streams_stdout_then_stderr_in_order() {
             let (output, outcome) = run("echo out; echo err >&2; exit 3");
             assert_eq!(output, b"out\nerr\n");
-            assert_eq!(outcome, Outcome { exit_code: Some(3), killed: false });
+            assert_eq!(
+                outcome,
+                Outcome {
+                    exit_code: Some(3),
+                    killed: false
+                }
+            );
         }
 
         #[test]
@@ -920,13 +1058,22 @@ mod unix {
         fn missing_cwd_and_shell_fail_at_spawn() {
             let mut bad_cwd = request("true");
             bad_cwd.cwd = "/definitely/not/here".into();
-            assert_eq!(spawn(&bad_cwd).err().unwrap().raw_os_error(), Some(libc::ENOENT));
+            assert_eq!(
+                spawn(&bad_cwd).err().unwrap().raw_os_error(),
+                Some(libc::ENOENT)
+            );
             let mut bad_shell = request("true");
             bad_shell.shell = "/no/such/shell".into();
-            assert_eq!(spawn(&bad_shell).err().unwrap().raw_os_error(), Some(libc::ENOENT));
+            assert_eq!(
+                spawn(&bad_shell).err().unwrap().raw_os_error(),
+                Some(libc::ENOENT)
+            );
             let mut nul = request("a\0b");
             nul.command = "a\0b".into();
-            assert_eq!(spawn(&nul).err().unwrap().kind(), io::ErrorKind::InvalidInput);
+            assert_eq!(
+                spawn(&nul).err().unwrap().kind(),
+                io::ErrorKind::InvalidInput
+            );
         }
 
         #[test]
@@ -943,12 +1090,18 @@ mod unix {
 
         #[test]
         fn kill_reaches_setsid_descendants() {
-            let execution =
-                spawn(&request("setsid sh -c 'trap \"\" TERM; sleep 30' & echo $!; wait")).expect("spawn");
+            let mut execution = spawn(&request(
+                "setsid sh -c 'trap \"\" TERM; sleep 30' & echo $!; wait",
+            ))
+            .expect("spawn");
             let control = execution.control();
             let mut pids = Vec::new();
             let outcome = execution.pump(&mut |chunk| {
-                pids.extend(String::from_utf8_lossy(&chunk).split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()));
+                pids.extend(
+                    String::from_utf8_lossy(&chunk)
+                        .split_whitespace()
+                        .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+                );
                 control.kill();
                 true
             });
@@ -961,7 +1114,7 @@ mod unix {
 
         #[test]
         fn refusing_sink_kills_a_flood() {
-            let execution = spawn(&request("yes")).expect("spawn");
+            let mut execution = spawn(&request("yes")).expect("spawn");
             let mut calls = 0;
             let outcome = execution.pump(&mut |_| {
                 calls += 1;
