@@ -142,6 +142,9 @@ mod unix {
     const CMD_KILL: u8 = b'K';
     const CMD_DETACH: u8 = b'D';
     const SHELL_STACK_SIZE: usize = 64 * 1024;
+    /// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more output to join it.
+    const BATCH_TARGET: usize = 64 * 1024;
+    const BATCH_LINGER_MS: i32 = 1;
 
     /// Everything the forked processes need, built before forking.
     struct Prepared {
@@ -483,31 +486,35 @@ mod unix {
         }
     }
 
-    /// Reads what the pipe holds (up to `MAX_CHUNK`) into an exactly sized buffer; `None` at EOF.
+    /// Reads what the pipe holds, up to `MAX_CHUNK`; `None` at end-of-file. A short read lingers up
+    /// to `BATCH_LINGER` for more, so a producer writing small pieces costs few, larger deliveries.
     fn read_chunk(fd: RawFd) -> Option<Vec<u8>> {
-        let mut available: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int.
-        let size = if unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut available) } == 0
-            && available > 0
-        {
-            (available as usize).min(MAX_CHUNK)
-        } else {
-            64 * 1024
-        };
-        let mut chunk: Vec<u8> = Vec::with_capacity(size);
+        let mut chunk: Vec<u8> = Vec::with_capacity(MAX_CHUNK);
         loop {
-            // SAFETY: reads at most `size` bytes into the vector's spare capacity.
-            let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), size) };
-            if n > 0 {
-                // SAFETY: the kernel initialised `n` bytes.
-                unsafe { chunk.set_len(n as usize) };
-                chunk.shrink_to_fit();
-                return Some(chunk);
-            }
+            let spare = MAX_CHUNK - chunk.len();
+            // SAFETY: reads at most `spare` bytes into the vector's spare capacity.
+            let n = unsafe { libc::read(fd, chunk.as_mut_ptr().add(chunk.len()).cast(), spare) };
             if n < 0 && last_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return None;
+            if n <= 0 {
+                return (!chunk.is_empty()).then_some(chunk);
+            }
+            // SAFETY: the kernel initialised `n` more bytes.
+            unsafe { chunk.set_len(chunk.len() + n as usize) };
+            if chunk.len() >= BATCH_TARGET {
+                return Some(chunk);
+            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, BATCH_LINGER_MS) };
+            if ready <= 0 || pfd.revents & libc::POLLIN == 0 {
+                return Some(chunk);
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! One threadsafe function carries both the chunks and the final result, so the result can never
 //! overtake a chunk. At most `CHUNKS_IN_FLIGHT` chunks wait for JS at a time: the reader thread
-//! blocks until JS has consumed one, the pipe fills up, and the command is slowed instead of
+//! blocks until JS has consumed them, the pipe fills up, and the command is slowed instead of
 //! buffered.
 
 // napi-derive registers exports only outside `cfg(test)`, so test builds see them as unused.
@@ -10,14 +10,15 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use napi::bindgen_prelude::{Buffer, FnArgs, Function};
+use napi::bindgen_prelude::{FnArgs, Function, ToNapiValue};
+use napi::sys;
 use napi::threadsafe_function::{ThreadsafeFunctionCallMode, UnknownReturnValue};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 
 use crate::exec;
 
-const CHUNKS_IN_FLIGHT: usize = 2;
+const CHUNKS_IN_FLIGHT: usize = 1;
 
 #[napi(object)]
 pub struct BashSpawnRequest {
@@ -29,7 +30,32 @@ pub struct BashSpawnRequest {
 }
 
 /// JS arguments of one event: (chunk, exitCode, killed).
-type EventArgs = (Option<Buffer>, Option<i32>, bool);
+type EventArgs = (Option<NodeOwnedChunk>, Option<i32>, bool);
+
+/// A chunk copied into a Buffer that Node allocates and accounts for, so the garbage collector sees
+/// the memory pressure of a flood; the Rust buffer is freed as soon as it is copied.
+pub(crate) struct NodeOwnedChunk(Vec<u8>);
+
+impl ToNapiValue for NodeOwnedChunk {
+    unsafe fn to_napi_value(env: sys::napi_env, chunk: Self) -> Result<sys::napi_value> {
+        let mut data = std::ptr::null_mut();
+        let mut buffer = std::ptr::null_mut();
+        let status = sys::napi_create_buffer_copy(
+            env,
+            chunk.0.len(),
+            chunk.0.as_ptr().cast(),
+            &mut data,
+            &mut buffer,
+        );
+        if status != sys::Status::napi_ok {
+            return Err(Error::new(
+                Status::from(status),
+                "cannot create an output Buffer",
+            ));
+        }
+        Ok(buffer)
+    }
+}
 
 enum ExecEvent {
     Data(Vec<u8>),
@@ -83,7 +109,7 @@ pub fn bash_spawn(
         .callee_handled::<false>()
         .build_callback(|ctx| -> Result<FnArgs<EventArgs>> {
             Ok(match ctx.value {
-                ExecEvent::Data(chunk) => (Some(Buffer::from(chunk)), None, false).into(),
+                ExecEvent::Data(chunk) => (Some(NodeOwnedChunk(chunk)), None, false).into(),
                 ExecEvent::Done(outcome) => (None, outcome.exit_code, outcome.killed).into(),
             })
         })?;
@@ -102,22 +128,15 @@ pub fn bash_spawn(
             let in_flight = Arc::new((Mutex::new(0usize), Condvar::new()));
             let outcome = execution.pump(&mut |chunk| {
                 let (count, consumed) = &*in_flight;
-                {
-                    let Ok(guard) = count.lock() else {
-                        return false;
-                    };
-                    let Ok(mut guard) = consumed.wait_while(guard, |n| *n >= CHUNKS_IN_FLIGHT)
-                    else {
-                        return false;
-                    };
-                    *guard += 1;
+                if let Ok(mut n) = count.lock() {
+                    *n += 1;
                 }
-                let in_flight = Arc::clone(&in_flight);
+                let in_flight_now = Arc::clone(&in_flight);
                 let status = events.call_with_return_value(
                     ExecEvent::Data(chunk),
                     ThreadsafeFunctionCallMode::Blocking,
                     move |_, _| {
-                        let (count, consumed) = &*in_flight;
+                        let (count, consumed) = &*in_flight_now;
                         if let Ok(mut n) = count.lock() {
                             *n -= 1;
                         }
@@ -125,7 +144,17 @@ pub fn bash_spawn(
                         Ok(())
                     },
                 );
-                status == Status::Ok // Node is shutting down: stop and kill
+                if status != Status::Ok {
+                    return false; // Node is shutting down: stop and kill
+                }
+                // Wait before reading on: meanwhile the pipe fills, the next read is large, and a
+                // producer faster than JS blocks on the full pipe.
+                let Ok(guard) = count.lock() else {
+                    return false;
+                };
+                consumed
+                    .wait_while(guard, |n| *n >= CHUNKS_IN_FLIGHT)
+                    .is_ok()
             });
             events.call(
                 ExecEvent::Done(outcome),
