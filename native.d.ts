@@ -9,6 +9,12 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** A running command; `kill()` takes its whole process tree down. */
+export declare class BashExecution {
+  /** Kill the whole tree with SIGKILL; the completion event follows once it is reaped. */
+  kill(): void
+}
+
 /** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
   /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
@@ -30,6 +36,20 @@ export declare class BoundRoot {
   mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */
   writeFile(path: string, content: string | Buffer): Promise<void>
+}
+
+/**
+ * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
+ * `onEvent(null, exitCode, killed)` comes last, exactly once.
+ */
+export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+
+export interface BashSpawnRequest {
+  shell: string
+  command: string
+  cwd: string
+  /** `KEY=VALUE` entries forming the whole environment; absent inherits Node's. */
+  env?: Array<string>
 }
 
 /** A file opened for reading; the receiver owns `fd`. */
