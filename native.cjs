@@ -836,3 +836,5 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.BoundRoot = nativeBinding.BoundRoot
+module.exports.GrepAbort = nativeBinding.GrepAbort
+module.exports.grepSearch = nativeBinding.grepSearch

@@ -28,6 +28,46 @@ export declare class BoundRoot {
   writeFile(path: string, content: string | Buffer): Promise<void>
 }
 
+/** A cancel flag a running search polls; `abort()` stops it promptly. */
+export declare class GrepAbort {
+  constructor()
+  abort(): void
+}
+
+export interface GrepLine {
+  path: string
+  lineNumber: number
+  text: string
+  isMatch: boolean
+}
+
+export interface GrepOptions {
+  pattern: string
+  /** Absolute path of the directory or file to search. */
+  path: string
+  /** Name a searched file's lines are shown under. */
+  displayName: string
+  ignoreCase: boolean
+  literal: boolean
+  glob?: string
+  context: number
+  limit: number
+  /** Store lines only while the output is under this many bytes. */
+  storeCap?: number
+}
+
+export interface GrepResult {
+  lines: Array<GrepLine>
+  matchCount: number
+  matchLimitReached: boolean
+  linesTruncated: boolean
+  outputBytes: number
+  outputLines: number
+}
+
+/** Searches like pi's grep tool; bounded by `root` when given. */
+export declare function grepSearch(root: BoundRoot | undefined | null, options: GrepOptions, abort: GrepAbort): Promise<GrepResult>
+
 /** What `stat` returns to JS; the JS layer adds the `isDirectory()` methods. */
 export interface StatInfo {
   isDirectory: boolean

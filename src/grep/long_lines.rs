@@ -105,7 +105,8 @@ impl LineScan<'_> {
     fn finish(&mut self) -> bool {
         if !self.matched {
             if let Some(sid) = self.state {
-                self.matched = matches!(self.dfa.next_eoi_state(self.cache, sid), Ok(s) if s.is_match());
+                self.matched =
+                    matches!(self.dfa.next_eoi_state(self.cache, sid), Ok(s) if s.is_match());
             }
         }
         self.matched

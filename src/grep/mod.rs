@@ -159,7 +159,11 @@ fn walker(dir: &Path, glob: Option<&str>) -> Result<ignore::Walk, GrepError> {
         overrides
             .add(glob)
             .map_err(|e| GrepError::Glob(e.to_string()))?;
-        builder.overrides(overrides.build().map_err(|e| GrepError::Glob(e.to_string()))?);
+        builder.overrides(
+            overrides
+                .build()
+                .map_err(|e| GrepError::Glob(e.to_string()))?,
+        );
     }
     // Deliberate improvement over stock: git's internals are never searched.
     builder.filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");

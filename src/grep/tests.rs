@@ -42,7 +42,11 @@ fn walks_in_path_order_with_the_shared_rules() {
     let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
     assert_eq!(
         lines(&out),
-        ["a.txt:2: needle a", "b.txt:1: needle b", "src/deep/c.rs:1: needle c"]
+        [
+            "a.txt:2: needle a",
+            "b.txt:1: needle b",
+            "src/deep/c.rs:1: needle c"
+        ]
     );
 }
 
@@ -53,11 +57,17 @@ fn glob_filters_and_negates() {
     let target = Target::Dir(t.path().to_path_buf());
     let mut q = query("needle");
     q.glob = Some("*.rs".into());
-    assert_eq!(lines(&run(&target, &q, &PlainFs, &cancel).unwrap()), ["src/deep/c.rs:1: needle c"]);
+    assert_eq!(
+        lines(&run(&target, &q, &PlainFs, &cancel).unwrap()),
+        ["src/deep/c.rs:1: needle c"]
+    );
     q.glob = Some("!*.rs".into());
     assert_eq!(run(&target, &q, &PlainFs, &cancel).unwrap().lines.len(), 2);
     q.glob = Some("[".into());
-    assert!(matches!(run(&target, &q, &PlainFs, &cancel), Err(GrepError::Glob(_))));
+    assert!(matches!(
+        run(&target, &q, &PlainFs, &cancel),
+        Err(GrepError::Glob(_))
+    ));
 }
 
 #[test]
@@ -87,10 +97,16 @@ fn limit_stops_early_and_abort_is_reported() {
     let mut q = query("hit");
     q.limit = 3;
     let out = run(&target, &q, &PlainFs, &cancel).unwrap();
-    assert_eq!(lines(&out), ["f00.txt:1: hit", "f00.txt:2: hit", "f01.txt:1: hit"]);
+    assert_eq!(
+        lines(&out),
+        ["f00.txt:1: hit", "f00.txt:2: hit", "f01.txt:1: hit"]
+    );
     assert!(out.match_limit_reached);
     cancel.store(true, Ordering::Relaxed);
-    assert_eq!(run(&target, &q, &PlainFs, &cancel).unwrap_err(), GrepError::Aborted);
+    assert_eq!(
+        run(&target, &q, &PlainFs, &cancel).unwrap_err(),
+        GrepError::Aborted
+    );
 }
 
 #[test]

@@ -134,7 +134,14 @@ impl Collector {
     }
 
     /// A line of file number `file` (files numbered in output order).
-    pub fn line(&mut self, file: usize, path: &Arc<str>, number: u64, shown: &Shown, is_match: bool) {
+    pub fn line(
+        &mut self,
+        file: usize,
+        path: &Arc<str>,
+        number: u64,
+        shown: &Shown,
+        is_match: bool,
+    ) {
         if self.done {
             return;
         }
