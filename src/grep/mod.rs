@@ -94,7 +94,9 @@ impl Opener for crate::root::Root {
 fn root_io(e: crate::root::FsError) -> io::Error {
     match e {
         crate::root::FsError::Outside => io::Error::from(io::ErrorKind::PermissionDenied),
-        crate::root::FsError::Io(errno) => io::Error::from_raw_os_error(errno as i32),
+        crate::root::FsError::Io(errno) | crate::root::FsError::Read(errno) => {
+            io::Error::from_raw_os_error(errno as i32)
+        }
     }
 }
 
