@@ -6,7 +6,7 @@ import path from "node:path";
 import { native } from "./native.js";
 import { requirePi } from "./pi.js";
 // Circular import (js/fs.js imports this module): these are used only inside functions.
-import { boundRootOf, checkPath, nodeError } from "./fs.js";
+import { boundRootOf } from "./fs.js";
 
 const DEFAULT_LIMIT = 100;
 const MAX_BYTES = 50 * 1024;
@@ -14,10 +14,10 @@ const MAX_LINE_CHARS = 500;
 const UNICODE_SPACES = /[\u00A0\u2000-\u200A\u202F\u205F\u3000]/g;
 
 /** GrepOperations for createBoundFs: bounded `isDirectory` (throws when missing or outside) and `readFile`. */
-export function createGrepOperations(bound, _fs) {
+export function createGrepOperations(_bound, fs) {
   return {
-    isDirectory: async (p) => (await bound.stat(checkPath(p)).catch(nodeError)).isDirectory,
-    readFile: async (p) => (await bound.readFile(checkPath(p)).catch(nodeError)).toString("utf-8"),
+    isDirectory: async (p) => (await fs.ls.stat(p)).isDirectory(),
+    readFile: async (p) => (await fs.read.readFile(p)).toString("utf-8"),
   };
 }
 
