@@ -99,6 +99,7 @@ vitest_leg() {
   PI_NATIVE_OPS_PI="$pi_name" check "vitest $label" "$node_bin" node_modules/vitest/vitest.mjs run \
     --reporter=default --reporter=json --outputFile="$report" || true
   if [[ -f "$report" ]]; then
+    # shellcheck disable=SC2016 # the backticks are JavaScript, for node -p
     results+=("$label $(node -p 'const r = require(process.argv[1]); `${r.numPassedTests}/${r.numTotalTests} passed`' "$report")")
   else
     results+=("$label did not run")
