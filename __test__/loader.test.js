@@ -18,7 +18,8 @@ const require = createRequire(import.meta.url);
 try {
   const { native } = await import("./js/native.js");
   const loaded = Object.keys(require.cache).filter((file) => file.endsWith(".node"));
-  console.log(JSON.stringify({ version: native.nativeVersion(), loaded }));
+  const functions = Object.keys(native).filter((name) => typeof native[name] === "function");
+  console.log(JSON.stringify({ functions, loaded }));
 } catch (err) {
   console.log(JSON.stringify({ message: err.message, code: err.code }));
 }
@@ -68,14 +69,14 @@ describe("native loader", () => {
 
   it("loads the binary from the platform package when none sits beside native.cjs", () => {
     const result = probe(installed);
-    expect(result.version).toMatch(/^\d+\.\d+\.\d+/);
+    expect(result.functions.length).toBeGreaterThan(0);
     expect(result.loaded).toEqual([join(installed, "node_modules", `pi-native-ops-${suffix}`, binaryName)]);
   });
 
   it("honours NAPI_RS_NATIVE_LIBRARY_PATH, even over an installed platform package", () => {
     for (const dir of [bare, installed]) {
       const result = probe(dir, { NAPI_RS_NATIVE_LIBRARY_PATH: override });
-      expect(result.version).toMatch(/^\d+\.\d+\.\d+/);
+      expect(result.functions.length).toBeGreaterThan(0);
       expect(result.loaded).toEqual([override]);
     }
   });
