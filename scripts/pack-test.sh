@@ -117,7 +117,8 @@ sizes="$(sed -e 's/^size //' -e 's/: tarball /: /' -e 's/, unpacked.*//' "$work/
 summary="$(printf '%s, ' "${results[@]}")"
 step="done"
 if [[ ${#failed[@]} -gt 0 ]]; then
-  echo "pack-test: FAIL: ${failed[*]}; tarballs ${sizes}; ${summary%, } (logs: $logs)"
+  failures="$(printf '%s, ' "${failed[@]}")"
+  echo "pack-test: FAIL: ${failures%, }; tarballs ${sizes}; ${summary%, } (logs: $logs)"
   trap - EXIT
   exit 1
 fi
