@@ -91,7 +91,7 @@ step="npm install into a fresh project"
 echo "pack-test: $step ($work/app)"
 cp "$repo"/pack-test/{package.json,tsconfig.json,tsconfig.pi1.json,types-check.ts,types-check-pi1.ts,pi-tools.test.js} "$work/app/"
 # Only the registry and the two tarballs: nothing of the repo's node_modules is visible from $work/app.
-(cd "$work/app" && run install npm install --no-audit --no-fund "$main_tgz" "$platform_tgz")
+(cd "$work/app" && run install npm install --no-audit --no-fund --prefer-offline "$main_tgz" "$platform_tgz")
 
 # The checks below all run even when one fails, so one run reports every broken leg.
 failed=()
