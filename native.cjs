@@ -835,4 +835,8 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.BashExecution = nativeBinding.BashExecution
 module.exports.BoundRoot = nativeBinding.BoundRoot
+module.exports.GrepAbort = nativeBinding.GrepAbort
+module.exports.bashSpawn = nativeBinding.bashSpawn
+module.exports.grepSearch = nativeBinding.grepSearch

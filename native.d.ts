@@ -9,23 +9,94 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** A running command; `kill()` takes its whole process tree down. */
+export declare class BashExecution {
+  /** Kill the whole tree with SIGKILL; the completion event follows once it is reaped. */
+  kill(): void
+}
+
 /** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
   /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
   constructor(host: string, runtime: string)
   readFile(path: string): Promise<Buffer>
-  /** An open read-only descriptor of the file, for a stream the JS layer owns. */
-  openRead(path: string): Promise<number>
+  /**
+   * An open read-only descriptor of the file and its size at open time, for a
+   * stream the JS layer owns (and closes).
+   */
+  openRead(path: string): Promise<OpenedFile>
   detectImageMimeType(path: string): Promise<string | null>
   /** `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK). */
-  access(path: string, mode: string): Promise<void>
-  exists(path: string): Promise<boolean>
-  stat(path: string): Promise<StatInfo>
+  access(path: string, mode: string): void
+  exists(path: string): boolean
+  stat(path: string): StatInfo
   /** Entry names; names that are not UTF-8 are shown lossily, as Node does. */
   readdir(path: string): Promise<string[]>
-  mkdir(path: string): Promise<void>
+  /** Synchronous too: usually one `openat2` finding the directory exists. */
+  mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */
   writeFile(path: string, content: string | Buffer): Promise<void>
+}
+
+/** A cancel flag a running search polls; `abort()` stops it promptly. */
+export declare class GrepAbort {
+  constructor()
+  abort(): void
+}
+
+/**
+ * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
+ * `onEvent(null, exitCode, killed)` comes last, exactly once.
+ */
+export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+
+export interface BashSpawnRequest {
+  shell: string
+  command: string
+  cwd: string
+  /** `KEY=VALUE` entries forming the whole environment; absent inherits Node's. */
+  env?: Array<string>
+}
+
+export interface GrepLine {
+  path: string
+  lineNumber: number
+  text: string
+  isMatch: boolean
+}
+
+export interface GrepOptions {
+  pattern: string
+  /** Absolute path of the directory or file to search. */
+  path: string
+  /** Name a searched file's lines are shown under. */
+  displayName: string
+  ignoreCase: boolean
+  literal: boolean
+  glob?: string
+  context: number
+  limit: number
+  /** Store lines only while the output is under this many bytes. */
+  storeCap?: number
+}
+
+export interface GrepResult {
+  lines: Array<GrepLine>
+  matchCount: number
+  matchLimitReached: boolean
+  linesTruncated: boolean
+  outputBytes: number
+  outputLines: number
+}
+
+/** Searches like pi's grep tool; bounded by `root` when given. */
+export declare function grepSearch(root: BoundRoot | undefined | null, options: GrepOptions, abort: GrepAbort): Promise<GrepResult>
+
+/** A file opened for reading; the receiver owns `fd`. */
+export interface OpenedFile {
+  fd: number
+  size: number
+  isFile: boolean
 }
 
 /** What `stat` returns to JS; the JS layer adds the `isDirectory()` methods. */

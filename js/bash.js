@@ -1,4 +1,166 @@
-// Placeholder until the exec capability lands (issue 3).
-export function createBashOperations() {
-  throw new Error("pi-native-ops: createBashOperations is not implemented yet");
+// BashOperations backed by the native exec (src/exec.rs): one pipe for stdout+stderr, output
+// delivered with backpressure, the whole process tree killed on abort/timeout, and nothing left
+// running if Node dies. Validation, shell resolution and error strings follow pi 1.6.0's
+// createLocalBashOperations.
+import { accessSync, constants } from "node:fs";
+import { access } from "node:fs/promises";
+import { spawnSync } from "node:child_process";
+import { native } from "./native.js";
+
+const MAX_TIMEOUT_MS = 2_147_483_647;
+const MAX_TIMEOUT_SECONDS = MAX_TIMEOUT_MS / 1000;
+
+function resolveTimeoutMs(timeout) {
+  if (timeout === undefined) return undefined;
+  if (!Number.isFinite(timeout) || timeout <= 0) {
+    throw new Error("Invalid timeout: must be a finite number of seconds");
+  }
+  const timeoutMs = timeout * 1000;
+  if (timeoutMs > MAX_TIMEOUT_MS) {
+    throw new Error(`Invalid timeout: maximum is ${MAX_TIMEOUT_SECONDS} seconds`);
+  }
+  return timeoutMs;
+}
+
+function pathExists(path) {
+  try {
+    accessSync(path, constants.F_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function bashOnPath() {
+  try {
+    const result = spawnSync("which", ["bash"], { encoding: "utf-8", timeout: 5000 });
+    if (result.status === 0 && result.stdout) return result.stdout.trim().split(/\r?\n/)[0] || null;
+  } catch {
+    // no `which`: fall through to sh
+  }
+  return null;
+}
+
+/** pi's Unix shell resolution: shellPath, else /bin/bash, else bash on PATH, else sh. */
+function resolveShell(shellPath) {
+  if (shellPath) {
+    if (pathExists(shellPath)) return shellPath;
+    throw new Error(`Custom shell path not found: ${shellPath}`);
+  }
+  if (pathExists("/bin/bash")) return "/bin/bash";
+  return bashOnPath() ?? "sh";
+}
+
+/** Environment object → KEY=VALUE list, the way child_process builds it (undefined values dropped). */
+function envEntries(env) {
+  const entries = [];
+  for (const key of Object.keys(env)) {
+    const value = env[key];
+    if (value === undefined) continue;
+    const entry = `${key}=${value}`;
+    if (entry.includes("\0")) throw new TypeError(`env entry "${key}" must not contain NUL bytes`);
+    entries.push(entry);
+  }
+  return entries;
+}
+
+/** Node-style spawn error from the native "<CODE>: <description>" message. */
+function spawnError(err, shell) {
+  const code = /^([A-Z0-9]+):/.exec(err?.message ?? "")?.[1];
+  if (!code) return err;
+  const error = new Error(`spawn ${shell} ${code}`);
+  error.code = code;
+  error.syscall = `spawn ${shell}`;
+  error.path = shell;
+  error.cause = err;
+  return error;
+}
+
+/**
+ * Native BashOperations for pi's `createBashTool(cwd, { operations })`.
+ * @param {{ shellPath?: string }} [options]
+ */
+export function createBashOperations(options = {}) {
+  if (options === null || typeof options !== "object") {
+    throw new TypeError("createBashOperations: options must be an object");
+  }
+  const { shellPath } = options;
+  if (shellPath !== undefined && typeof shellPath !== "string") {
+    throw new TypeError("createBashOperations: shellPath must be a string");
+  }
+  return {
+    exec: async (command, cwd, execOptions) => {
+      if (process.platform === "win32") {
+        throw new Error(
+          "pi-native-ops: createBashOperations is not supported on Windows; use pi's createLocalBashOperations()",
+        );
+      }
+      if (typeof command !== "string") throw new TypeError("exec: command must be a string");
+      if (command.includes("\0")) throw new TypeError("exec: command must not contain NUL bytes");
+      if (typeof cwd !== "string") throw new TypeError("exec: cwd must be a string");
+      if (execOptions === null || typeof execOptions !== "object") {
+        throw new TypeError("exec: options must be an object with an onData function");
+      }
+      const { onData, signal, timeout, env } = execOptions;
+      if (typeof onData !== "function") throw new TypeError("exec: options.onData must be a function");
+      if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
+        throw new TypeError("exec: options.signal must be an AbortSignal");
+      }
+      if (env !== undefined && (env === null || typeof env !== "object")) {
+        throw new TypeError("exec: options.env must be an object");
+      }
+      const timeoutMs = resolveTimeoutMs(timeout);
+      if (signal?.aborted) throw new Error("aborted");
+      const shell = resolveShell(shellPath);
+      try {
+        await access(cwd, constants.F_OK);
+      } catch {
+        throw new Error(`Working directory does not exist: ${cwd}\nCannot execute bash commands.`);
+      }
+      if (cwd.includes("\0")) throw new TypeError("exec: cwd must not contain NUL bytes");
+      const request = { shell, command, cwd, env: env === undefined ? undefined : envEntries(env) };
+      // The signal may have fired while we awaited access().
+      if (signal?.aborted) throw new Error("aborted");
+
+      return new Promise((resolve, reject) => {
+        let execution;
+        let timedOut = false;
+        let consumerError;
+        let timer;
+        const onAbort = () => execution?.kill();
+        const onEvent = (chunk, exitCode) => {
+          if (chunk) {
+            if (consumerError !== undefined) return;
+            try {
+              onData(chunk);
+            } catch (err) {
+              consumerError = err;
+              execution?.kill();
+            }
+            return;
+          }
+          if (timer) clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+          if (consumerError !== undefined) reject(consumerError);
+          else if (signal?.aborted) reject(new Error("aborted"));
+          else if (timedOut) reject(new Error(`timeout:${timeout}`));
+          else resolve({ exitCode: exitCode ?? null });
+        };
+        try {
+          execution = native.bashSpawn(request, onEvent);
+        } catch (err) {
+          reject(spawnError(err, shell));
+          return;
+        }
+        signal?.addEventListener("abort", onAbort, { once: true });
+        if (timeoutMs !== undefined) {
+          timer = setTimeout(() => {
+            timedOut = true;
+            execution.kill();
+          }, timeoutMs);
+          timer.unref?.();
+        }
+      });
+    },
+  };
 }

@@ -1,15 +1,12 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
 // one workspace root (see src/root.rs for how that stays race-free). This layer only validates
 // arguments, maps runtime paths and shapes errors like Node's; all file work is native.
-import { fstat, createReadStream as streamFromFd } from "node:fs";
+import { createReadStream as streamFromFd } from "node:fs";
 import { constants as osConstants } from "node:os";
 import path from "node:path";
-import { promisify } from "node:util";
 import { native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
-
-const fstatAsync = promisify(fstat);
 
 /** The native root behind a boundFs object (for find, grep and tool wiring; not public API). */
 const rootOf = new WeakMap();
@@ -31,6 +28,7 @@ const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+)(?: '(.*)')?$/s;
 
 /** Gives a native error Node's shape (`code`, `errno`, `syscall`, `path`) and a JS stack. */
 export function nodeError(err) {
+  if (err instanceof TypeError) throw err; // our own argument checks
   const e = new Error(err.message);
   const m = NODE_ERROR.exec(err.message);
   if (m) {
@@ -56,8 +54,16 @@ export function createBoundFs(root, options = {}) {
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
 
   const readFile = async (p) => bound.readFile(checkPath(p)).catch(nodeError);
+  // access/exists/stat are synchronous natively (a few syscalls); wrapping keeps pi's async contract.
+  const sync = (call) => {
+    try {
+      return call();
+    } catch (err) {
+      return nodeError(err);
+    }
+  };
   const stat = async (p) => {
-    const s = await bound.stat(checkPath(p)).catch(nodeError);
+    const s = sync(() => bound.stat(checkPath(p)));
     return {
       size: s.size,
       mtimeMs: s.mtimeMs,
@@ -77,11 +83,10 @@ export function createBoundFs(root, options = {}) {
 
   /** Streams the file as pi's own reader does: a regular file up to its size at open time. */
   async function* createReadStream(p, _options) {
-    const fd = await bound.openRead(checkPath(p)).catch(nodeError);
-    const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: 64 * 1024, start: 0 });
+    const { fd, size, isFile } = await bound.openRead(checkPath(p)).catch(nodeError);
+    const end = isFile && size > 0 ? size - 1 : undefined;
+    const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: 64 * 1024, start: 0, end });
     try {
-      const st = await fstatAsync(fd);
-      if (st.isFile() && st.size > 0) stream.end = st.size - 1;
       yield* stream;
     } finally {
       stream.destroy();
@@ -93,18 +98,18 @@ export function createBoundFs(root, options = {}) {
     runtimeRoot: path.resolve(runtimeRoot),
     read: {
       readFile,
-      access: async (p) => bound.access(checkPath(p), "r").catch(nodeError),
+      access: async (p) => sync(() => bound.access(checkPath(p), "r")),
       detectImageMimeType: async (p) => bound.detectImageMimeType(checkPath(p)).catch(nodeError),
       createReadStream,
     },
     write: {
       writeFile,
-      mkdir: async (dir) => bound.mkdir(checkPath(dir)).catch(nodeError),
+      mkdir: async (dir) => sync(() => bound.mkdir(checkPath(dir, "dir"))),
     },
     edit: {
       readFile,
       writeFile,
-      access: async (p) => bound.access(checkPath(p), "rw").catch(nodeError),
+      access: async (p) => sync(() => bound.access(checkPath(p), "rw")),
     },
     ls: {
       exists: async (p) => bound.exists(checkPath(p)),

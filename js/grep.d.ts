@@ -1,1 +1,51 @@
-export interface BoundGrepOperations {}
+/** pi's GrepOperations, bounded: `isDirectory` throws for missing or outside paths. */
+export interface BoundGrepOperations {
+  isDirectory(path: string): Promise<boolean>;
+  readFile(path: string): Promise<string>;
+}
+
+export interface GrepOptions {
+  pattern: string;
+  /** Directory or file to search; relative paths resolve against `cwd` (default: fs.runtimeRoot or process.cwd()). */
+  path?: string;
+  cwd?: string;
+  /** rg --glob, rooted at the searched directory; `!` negates. */
+  glob?: string;
+  ignoreCase?: boolean;
+  literal?: boolean;
+  context?: number;
+  /** Maximum matches (default 100). */
+  limit?: number;
+  signal?: AbortSignal;
+  /** Bound the search to a createBoundFs() root (runtime paths mapped to the host). */
+  fs?: object;
+}
+
+export interface GrepLineResult {
+  /** Path relative to the searched directory, or the file's name when a file was searched. */
+  path: string;
+  lineNumber: number;
+  /** The line without its terminator, cut to 500 UTF-16 units as pi shows it. */
+  text: string;
+  isContext: boolean;
+}
+
+export interface GrepResult {
+  matches: GrepLineResult[];
+  matchCount: number;
+  /** The limit, when one more match proved results were cut. */
+  matchLimitReached: number | undefined;
+  linesTruncated: boolean;
+}
+
+/** Searches file contents in-process with ripgrep semantics; stable order, no rg binary. */
+export declare function grep(options: GrepOptions): Promise<GrepResult>;
+
+export interface GrepToolFactoryOptions {
+  fs?: object;
+}
+
+/** pi's grep ToolDefinition from the installed pi, with a native execute. */
+export declare function createGrepToolDefinition(cwd: string, options?: GrepToolFactoryOptions): any;
+/** pi's grep AgentTool from the installed pi, with a native execute. */
+export declare function createGrepTool(cwd: string, options?: GrepToolFactoryOptions): any;

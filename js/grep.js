@@ -1,13 +1,153 @@
-// Placeholder until the grep capability lands (issue 5).
-export function grep() {
-  throw new Error("pi-native-ops: grep is not implemented yet");
+// In-process grep: pi's GrepOperations for boundFs, a drop-in pi grep tool whose execute searches
+// natively (no rg binary), and the search as a plain async function. Output logic mirrors pi 1.6.0's
+// grep tool (see docs "grep"); the search and all byte accounting are native (src/grep/).
+import { homedir } from "node:os";
+import path from "node:path";
+import { native } from "./native.js";
+import { requirePi } from "./pi.js";
+// Circular import (js/fs.js imports this module): these are used only inside functions.
+import { boundRootOf, checkPath, nodeError } from "./fs.js";
+
+const DEFAULT_LIMIT = 100;
+const MAX_BYTES = 50 * 1024;
+const MAX_LINE_CHARS = 500;
+const UNICODE_SPACES = /[\u00A0\u2000-\u200A\u202F\u205F\u3000]/g;
+
+/** GrepOperations for createBoundFs: bounded `isDirectory` (throws when missing or outside) and `readFile`. */
+export function createGrepOperations(bound, _fs) {
+  return {
+    isDirectory: async (p) => (await bound.stat(checkPath(p)).catch(nodeError)).isDirectory,
+    readFile: async (p) => (await bound.readFile(checkPath(p)).catch(nodeError)).toString("utf-8"),
+  };
 }
-export function createGrepTool() {
-  throw new Error("pi-native-ops: createGrepTool is not implemented yet");
+
+/** pi's `resolveToCwd`: unicode spaces normalized, `@` prefix dropped, `~` expanded, resolved against cwd. */
+function resolveToCwd(p, cwd) {
+  let s = p.replace(UNICODE_SPACES, " ");
+  if (s.startsWith("@")) s = s.slice(1);
+  if (s === "~") s = homedir();
+  else if (s.startsWith("~/")) s = path.join(homedir(), s.slice(2));
+  return path.isAbsolute(s) ? path.normalize(s) : path.resolve(cwd, s);
 }
-export function createGrepToolDefinition() {
-  throw new Error("pi-native-ops: createGrepToolDefinition is not implemented yet");
+
+function checkOptional(value, type, name) {
+  if (value !== undefined && value !== null && typeof value !== type) {
+    throw new TypeError(`${name} must be a ${type}, got ${typeof value}`);
+  }
 }
-export function createGrepOperations() {
-  return undefined;
+
+/** Runs the native search; rejects with `Operation aborted` as soon as `signal` fires. */
+function runSearch(bound, request, signal) {
+  if (signal?.aborted) return Promise.reject(new Error("Operation aborted"));
+  const abort = new native.GrepAbort();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      abort.abort();
+      reject(new Error("Operation aborted"));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    native
+      .grepSearch(bound, request, abort)
+      .then(resolve, (err) => reject(new Error(err.message)))
+      .finally(() => signal?.removeEventListener("abort", onAbort));
+  });
+}
+
+/** Validates tool-style parameters and builds the native request for an absolute search path. */
+function request(params, searchPath, storeCap) {
+  const { pattern, glob, ignoreCase, literal, context, limit } = params;
+  if (typeof pattern !== "string") throw new TypeError(`pattern must be a string, got ${typeof pattern}`);
+  checkOptional(glob, "string", "glob");
+  checkOptional(context, "number", "context");
+  checkOptional(limit, "number", "limit");
+  if (pattern.includes("\0") || searchPath.includes("\0")) throw new TypeError("pattern and path must not contain NUL bytes");
+  const contextValue = context && context > 0 ? Math.min(Math.floor(context), Number.MAX_SAFE_INTEGER) : 0;
+  const effectiveLimit = Math.max(1, Math.floor(limit ?? DEFAULT_LIMIT));
+  if (!Number.isFinite(effectiveLimit)) throw new TypeError(`limit must be a finite number, got ${limit}`);
+  return {
+    effectiveLimit,
+    native: {
+      pattern,
+      path: searchPath,
+      displayName: path.basename(searchPath),
+      ignoreCase: Boolean(ignoreCase),
+      literal: Boolean(literal),
+      // rg never matches a leading "./", so pi drops it; "!" negates.
+      glob: glob ? glob.replace(/^(!?)(?:\.\/)+/, "$1") : undefined,
+      context: contextValue,
+      limit: effectiveLimit,
+      storeCap,
+    },
+  };
+}
+
+/**
+ * Searches file contents like pi's grep tool (ripgrep semantics), without spawning anything.
+ * Returns every output line up to the limit (matches and context) in stable order.
+ */
+export async function grep(options) {
+  if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+  const bound = options.fs ? boundRootOf(options.fs) : null;
+  checkOptional(options.path, "string", "path");
+  const cwd = options.cwd ?? options.fs?.runtimeRoot ?? process.cwd();
+  const searchPath = resolveToCwd(options.path || ".", cwd);
+  const req = request(options, searchPath, undefined);
+  const out = await runSearch(bound, req.native, options.signal);
+  return {
+    matches: out.lines.map((l) => ({ path: l.path, lineNumber: l.lineNumber, text: l.text, isContext: !l.isMatch })),
+    matchCount: out.matchCount,
+    matchLimitReached: out.matchLimitReached ? req.effectiveLimit : undefined,
+    linesTruncated: out.linesTruncated,
+  };
+}
+
+/** pi's grep ToolDefinition (metadata and renderers from the installed pi) with a native `execute`. */
+export function createGrepToolDefinition(cwd, options = {}) {
+  if (typeof cwd !== "string") throw new TypeError("cwd must be a string");
+  const { module: pi } = requirePi();
+  const bound = options?.fs ? boundRootOf(options.fs) : null;
+  const stock = pi.createGrepToolDefinition(cwd);
+  return {
+    ...stock,
+    async execute(_toolCallId, params, signal, _onUpdate, ctx) {
+      if (signal?.aborted) throw new Error("Operation aborted");
+      const searchPath = resolveToCwd(params?.path || ".", ctx?.cwd || cwd);
+      const req = request(params ?? {}, searchPath, MAX_BYTES);
+      const out = await runSearch(bound, req.native, signal);
+      if (out.matchCount === 0) return { content: [{ type: "text", text: "No matches found" }], details: undefined };
+      const rawOutput = out.lines
+        .map((l) => (l.isMatch ? `${l.path}:${l.lineNumber}: ${l.text}` : `${l.path}-${l.lineNumber}- ${l.text}`))
+        .join("\n");
+      const truncation = pi.truncateHead(rawOutput, { maxLines: Number.MAX_SAFE_INTEGER });
+      truncation.totalLines = out.outputLines;
+      truncation.totalBytes = out.outputBytes;
+      let output = truncation.content;
+      const details = {};
+      const notices = [];
+      if (out.matchLimitReached) {
+        notices.push(`${req.effectiveLimit} matches limit reached. Use limit=${req.effectiveLimit * 2} for more, or refine pattern`);
+        details.matchLimitReached = req.effectiveLimit;
+      }
+      if (truncation.truncated) {
+        notices.push(`${pi.formatSize(MAX_BYTES)} limit reached`);
+        details.truncation = truncation;
+      }
+      if (out.linesTruncated) {
+        notices.push(`Some lines truncated to ${MAX_LINE_CHARS} chars. Use read tool to see full lines`);
+        details.linesTruncated = true;
+      }
+      if (notices.length > 0) output += `\n\n[${notices.join(". ")}]`;
+      return { content: [{ type: "text", text: output }], details: Object.keys(details).length > 0 ? details : undefined };
+    },
+  };
+}
+
+/** pi's grep AgentTool (as the installed pi's `createGrepTool` builds it) with a native `execute`. */
+export function createGrepTool(cwd, options = {}) {
+  const definition = createGrepToolDefinition(cwd, options);
+  const { module: pi } = requirePi();
+  return {
+    ...pi.createGrepTool(cwd),
+    execute: (toolCallId, params, signal, onUpdate, ctx) => definition.execute(toolCallId, params, signal, onUpdate, ctx),
+  };
 }

@@ -240,8 +240,51 @@ impl Root {
         Entry { parent, name, rel }
     }
 
+    /// The kernel's bounded open, when it can settle the question alone: on
+    /// Linux, `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` resolves the
+    /// whole path in one race-free call. It refuses absolute symlinks and any
+    /// escape with `EXDEV`/`ELOOP`; then `None` sends the caller to the
+    /// component-wise walk, which honours absolute in-root links and words the
+    /// refusal. A path the kernel resolves beneath the root is exactly what the
+    /// walk would have reached, so both give the same answers.
+    #[cfg(target_os = "linux")]
+    fn open_beneath(&self, path: &Path, flags: OFlag) -> Option<Result<OwnedFd>> {
+        use nix::fcntl::{openat2, OpenHow, ResolveFlag};
+        use std::sync::atomic::AtomicBool;
+        // Kernels before 5.6 (or seccomp filters) lack openat2: stop trying.
+        static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+        if UNAVAILABLE.load(Ordering::Relaxed) {
+            return None;
+        }
+        let rel = match self.relative(path) {
+            Ok(rel) if rel.as_os_str().is_empty() => Path::new("."),
+            Ok(rel) => rel,
+            Err(e) => return Some(Err(e)),
+        };
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        match openat2(&self.dir, rel, how) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(Errno::ENOSYS) => {
+                UNAVAILABLE.store(true, Ordering::Relaxed);
+                None
+            }
+            Err(Errno::EXDEV | Errno::ELOOP | Errno::EAGAIN | Errno::EPERM | Errno::EINVAL) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open_beneath(&self, _path: &Path, _flags: OFlag) -> Option<Result<OwnedFd>> {
+        None
+    }
+
     /// Opens a file for reading, symlinks followed within the root.
     pub fn open_read(&self, path: &Path) -> Result<File> {
+        if let Some(fd) = self.open_beneath(path, OFlag::O_RDONLY) {
+            return fd.map(File::from);
+        }
         let e = self.resolve(path, true, false)?;
         Ok(openat(&e.parent, e.name.as_os_str(), read_flags(), Mode::empty())?.into())
     }
@@ -287,8 +330,17 @@ impl Root {
 
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
-        let e = self.resolve(path, true, false)?;
-        let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        #[cfg(target_os = "linux")]
+        let fast = self.open_beneath(path, OFlag::O_PATH);
+        #[cfg(not(target_os = "linux"))]
+        let fast: Option<Result<OwnedFd>> = None;
+        let st = match fast {
+            Some(fd) => nix::sys::stat::fstat(&fd?)?,
+            None => {
+                let e = self.resolve(path, true, false)?;
+                fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?
+            }
+        };
         let kind = file_type(&st);
         Ok(Stat {
             is_dir: kind == SFlag::S_IFDIR,
@@ -343,13 +395,19 @@ impl Root {
 
     /// Names in a directory, in the order the system lists them.
     pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
-        let e = self.resolve(path, true, false)?;
-        let fd = openat(
-            &e.parent,
-            e.name.as_os_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let fd = match self.open_beneath(path, flags) {
+            Some(fd) => fd?,
+            None => {
+                let e = self.resolve(path, true, false)?;
+                openat(
+                    &e.parent,
+                    e.name.as_os_str(),
+                    flags | OFlag::O_NOFOLLOW,
+                    Mode::empty(),
+                )?
+            }
+        };
         let mut dir = nix::dir::Dir::from_fd(fd)?;
         let mut names = Vec::new();
         for entry in dir.iter() {
@@ -363,6 +421,10 @@ impl Root {
 
     /// Creates the directory and its missing parents, never outside the root.
     pub fn mkdir_all(&self, path: &Path) -> Result<()> {
+        // Usually the directory exists already (pi calls mkdir before every write).
+        if let Some(Ok(_)) = self.open_beneath(path, dir_flags() & !OFlag::O_NOFOLLOW) {
+            return Ok(());
+        }
         let e = self.resolve(path, true, true)?;
         // The walk stops on the last component when it is not a directory.
         if e.name != "." {

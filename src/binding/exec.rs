@@ -1,1 +1,172 @@
+//! napi binding for `crate::exec`: starts an execution and streams its events to one JS callback.
+//!
+//! One threadsafe function carries both the chunks and the final result, so the result can never
+//! overtake a chunk. At most `CHUNKS_IN_FLIGHT` chunks wait for JS at a time: the reader thread
+//! blocks until JS has consumed them, the pipe fills up, and the command is slowed instead of
+//! buffered.
 
+// napi-derive registers exports only outside `cfg(test)`, so test builds see them as unused.
+#![cfg_attr(test, allow(dead_code))]
+
+use std::sync::{Arc, Condvar, Mutex};
+
+use napi::bindgen_prelude::{FnArgs, Function, ToNapiValue};
+use napi::sys;
+use napi::threadsafe_function::{ThreadsafeFunctionCallMode, UnknownReturnValue};
+use napi::{Error, Result, Status};
+use napi_derive::napi;
+
+use crate::exec;
+
+const CHUNKS_IN_FLIGHT: usize = 1;
+
+#[napi(object)]
+pub struct BashSpawnRequest {
+    pub shell: String,
+    pub command: String,
+    pub cwd: String,
+    /// `KEY=VALUE` entries forming the whole environment; absent inherits Node's.
+    pub env: Option<Vec<String>>,
+}
+
+/// JS arguments of one event: (chunk, exitCode, killed).
+type EventArgs = (Option<NodeOwnedChunk>, Option<i32>, bool);
+
+/// A chunk copied into a Buffer that Node allocates and accounts for, so the garbage collector sees
+/// the memory pressure of a flood; the Rust buffer is freed as soon as it is copied.
+pub(crate) struct NodeOwnedChunk(Vec<u8>);
+
+impl ToNapiValue for NodeOwnedChunk {
+    unsafe fn to_napi_value(env: sys::napi_env, chunk: Self) -> Result<sys::napi_value> {
+        let mut data = std::ptr::null_mut();
+        let mut buffer = std::ptr::null_mut();
+        let status = sys::napi_create_buffer_copy(
+            env,
+            chunk.0.len(),
+            chunk.0.as_ptr().cast(),
+            &mut data,
+            &mut buffer,
+        );
+        if status != sys::Status::napi_ok {
+            return Err(Error::new(
+                Status::from(status),
+                "cannot create an output Buffer",
+            ));
+        }
+        Ok(buffer)
+    }
+}
+
+enum ExecEvent {
+    Data(Vec<u8>),
+    Done(exec::Outcome),
+}
+
+/// A running command; `kill()` takes its whole process tree down.
+#[napi]
+pub struct BashExecution {
+    control: Arc<exec::Control>,
+}
+
+#[napi]
+impl BashExecution {
+    /// Kill the whole tree with SIGKILL; the completion event follows once it is reaped.
+    #[napi]
+    pub fn kill(&self) {
+        self.control.kill();
+    }
+}
+
+/// Error codes Node would report for a failed spawn, as the message prefix.
+fn spawn_error(err: std::io::Error) -> Error {
+    let code = match err.raw_os_error() {
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::ENOEXEC) => "ENOEXEC",
+        Some(libc::ENOTDIR) => "ENOTDIR",
+        Some(libc::E2BIG) => "E2BIG",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EAGAIN) => "EAGAIN",
+        Some(libc::EMFILE) => "EMFILE",
+        _ if err.kind() == std::io::ErrorKind::InvalidInput => "EINVAL",
+        _ if err.kind() == std::io::ErrorKind::Unsupported => "ENOTSUP",
+        _ => "EIO",
+    };
+    Error::new(Status::GenericFailure, format!("{code}: {err}"))
+}
+
+/// Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
+/// `onEvent(null, exitCode, killed)` comes last, exactly once.
+#[napi(
+    ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void"
+)]
+pub fn bash_spawn(
+    request: BashSpawnRequest,
+    on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+) -> Result<BashExecution> {
+    let events = on_event
+        .build_threadsafe_function::<ExecEvent>()
+        .callee_handled::<false>()
+        .build_callback(|ctx| -> Result<FnArgs<EventArgs>> {
+            Ok(match ctx.value {
+                ExecEvent::Data(chunk) => (Some(NodeOwnedChunk(chunk)), None, false).into(),
+                ExecEvent::Done(outcome) => (None, outcome.exit_code, outcome.killed).into(),
+            })
+        })?;
+    let mut execution = exec::spawn(&exec::ExecRequest {
+        shell: request.shell,
+        command: request.command,
+        cwd: request.cwd,
+        env: request.env,
+    })
+    .map_err(spawn_error)?;
+    let control = execution.control();
+
+    std::thread::Builder::new()
+        .name("pi-native-ops-exec".into())
+        .spawn(move || {
+            let in_flight = Arc::new((Mutex::new(0usize), Condvar::new()));
+            let outcome = execution.pump(&mut |chunk| {
+                let (count, consumed) = &*in_flight;
+                if let Ok(mut n) = count.lock() {
+                    *n += 1;
+                }
+                let in_flight_now = Arc::clone(&in_flight);
+                let status = events.call_with_return_value(
+                    ExecEvent::Data(chunk),
+                    ThreadsafeFunctionCallMode::Blocking,
+                    move |_, _| {
+                        let (count, consumed) = &*in_flight_now;
+                        if let Ok(mut n) = count.lock() {
+                            *n -= 1;
+                        }
+                        consumed.notify_one();
+                        Ok(())
+                    },
+                );
+                if status != Status::Ok {
+                    return false; // Node is shutting down: stop and kill
+                }
+                // Wait before reading on: meanwhile the pipe fills, the next read is large, and a
+                // producer faster than JS blocks on the full pipe.
+                let Ok(guard) = count.lock() else {
+                    return false;
+                };
+                consumed
+                    .wait_while(guard, |n| *n >= CHUNKS_IN_FLIGHT)
+                    .is_ok()
+            });
+            events.call(
+                ExecEvent::Done(outcome),
+                ThreadsafeFunctionCallMode::Blocking,
+            );
+            drop(execution); // reaps the supervisor, after JS already has the result
+            drop(events);
+        })
+        .map_err(|err| {
+            Error::from_reason(format!(
+                "EAGAIN: cannot start the exec reader thread: {err}"
+            ))
+        })?;
+    Ok(BashExecution { control })
+}

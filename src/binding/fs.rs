@@ -40,6 +40,14 @@ pub struct StatInfo {
     pub mode: u32,
 }
 
+/// A file opened for reading; the receiver owns `fd`.
+#[napi(object)]
+pub struct OpenedFile {
+    pub fd: i32,
+    pub size: f64,
+    pub is_file: bool,
+}
+
 /// A workspace root: every path is resolved beneath it, race-free.
 #[napi]
 pub struct BoundRoot {
@@ -76,11 +84,18 @@ impl BoundRoot {
         self.run("open", path, |r, p| r.read_file(p).map(Buffer::from))
     }
 
-    /// An open read-only descriptor of the file, for a stream the JS layer owns.
-    #[napi(ts_return_type = "Promise<number>")]
-    pub fn open_read(&self, path: String) -> AsyncTask<Blocking<i32>> {
+    /// An open read-only descriptor of the file and its size at open time, for a
+    /// stream the JS layer owns (and closes).
+    #[napi(ts_return_type = "Promise<OpenedFile>")]
+    pub fn open_read(&self, path: String) -> AsyncTask<Blocking<OpenedFile>> {
         self.run("open", path, |r, p| {
-            r.open_read(p).map(IntoRawFd::into_raw_fd)
+            let file = r.open_read(p)?;
+            let meta = file.metadata()?;
+            Ok(OpenedFile {
+                fd: file.into_raw_fd(),
+                size: meta.len() as f64,
+                is_file: meta.is_file(),
+            })
         })
     }
 
@@ -92,33 +107,40 @@ impl BoundRoot {
         })
     }
 
+    // Metadata calls are a few syscalls (microseconds on a local disk), cheaper than a
+    // thread-pool round trip, so they run synchronously; pi's tools may call them per entry.
+
     /// `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK).
-    #[napi(ts_return_type = "Promise<void>")]
-    pub fn access(&self, path: String, mode: String) -> AsyncTask<Blocking<()>> {
+    #[napi]
+    pub fn access(&self, path: String, mode: String) -> Result<()> {
         let access = if mode == "rw" {
             Access::ReadWrite
         } else {
             Access::Read
         };
-        self.run("access", path, move |r, p| r.access(p, access))
+        self.root
+            .access(Path::new(&path), access)
+            .map_err(|e| fs_error(e, "access", &path))
     }
 
-    #[napi(ts_return_type = "Promise<boolean>")]
-    pub fn exists(&self, path: String) -> AsyncTask<Blocking<bool>> {
-        self.run("stat", path, |r, p| Ok(r.exists(p)))
+    #[napi]
+    pub fn exists(&self, path: String) -> bool {
+        self.root.exists(Path::new(&path))
     }
 
-    #[napi(ts_return_type = "Promise<StatInfo>")]
-    pub fn stat(&self, path: String) -> AsyncTask<Blocking<StatInfo>> {
-        self.run("stat", path, |r, p| {
-            r.stat(p).map(|s| StatInfo {
-                is_directory: s.is_dir,
-                is_file: s.is_file,
-                is_symbolic_link: s.is_symlink,
-                size: s.size as f64,
-                mtime_ms: s.mtime_ms,
-                mode: s.mode,
-            })
+    #[napi]
+    pub fn stat(&self, path: String) -> Result<StatInfo> {
+        let s = self
+            .root
+            .stat(Path::new(&path))
+            .map_err(|e| fs_error(e, "stat", &path))?;
+        Ok(StatInfo {
+            is_directory: s.is_dir,
+            is_file: s.is_file,
+            is_symbolic_link: s.is_symlink,
+            size: s.size as f64,
+            mtime_ms: s.mtime_ms,
+            mode: s.mode,
         })
     }
 
@@ -135,9 +157,12 @@ impl BoundRoot {
         })
     }
 
-    #[napi(ts_return_type = "Promise<void>")]
-    pub fn mkdir(&self, path: String) -> AsyncTask<Blocking<()>> {
-        self.run("mkdir", path, |r, p| r.mkdir_all(p))
+    /// Synchronous too: usually one `openat2` finding the directory exists.
+    #[napi]
+    pub fn mkdir(&self, path: String) -> Result<()> {
+        self.root
+            .mkdir_all(Path::new(&path))
+            .map_err(|e| fs_error(e, "mkdir", &path))
     }
 
     /// Atomic replace; the parent directory must exist.

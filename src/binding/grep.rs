@@ -1,1 +1,150 @@
+//! napi binding of the in-process grep (`crate::grep`).
 
+// napi registers these for JS; a test build has no JS caller.
+#![cfg_attr(test, allow(dead_code))]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use napi::bindgen_prelude::AsyncTask;
+use napi::{Error, Result};
+use napi_derive::napi;
+
+use super::fs::BoundRoot;
+use super::{blocking, Blocking};
+use crate::grep::{self, GrepError, Opener, PlainFs, Query, Target};
+use crate::root::Root;
+
+/// A cancel flag a running search polls; `abort()` stops it promptly.
+#[napi]
+pub struct GrepAbort {
+    flag: Arc<AtomicBool>,
+}
+
+#[napi]
+impl GrepAbort {
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        GrepAbort {
+            flag: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    #[napi]
+    pub fn abort(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+}
+
+#[napi(object)]
+pub struct GrepOptions {
+    pub pattern: String,
+    /// Absolute path of the directory or file to search.
+    pub path: String,
+    /// Name a searched file's lines are shown under.
+    pub display_name: String,
+    pub ignore_case: bool,
+    pub literal: bool,
+    pub glob: Option<String>,
+    pub context: f64,
+    pub limit: f64,
+    /// Store lines only while the output is under this many bytes.
+    pub store_cap: Option<f64>,
+}
+
+#[napi(object)]
+pub struct GrepLine {
+    pub path: String,
+    pub line_number: f64,
+    pub text: String,
+    pub is_match: bool,
+}
+
+#[napi(object)]
+pub struct GrepResult {
+    pub lines: Vec<GrepLine>,
+    pub match_count: f64,
+    pub match_limit_reached: bool,
+    pub lines_truncated: bool,
+    pub output_bytes: f64,
+    pub output_lines: f64,
+}
+
+fn count(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        v.floor().min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// Resolves the search path to a target, or pi's `Path not found: <abs>`.
+fn target(root: Option<&Root>, path: &str, display_name: String) -> Result<Target> {
+    let not_found = || Error::from_reason(format!("Path not found: {path}"));
+    let (host, is_dir) = match root {
+        Some(root) => root
+            .resolve_existing(Path::new(path))
+            .map_err(|_| not_found())?,
+        None => {
+            let meta = std::fs::metadata(path).map_err(|_| not_found())?;
+            (PathBuf::from(path), meta.is_dir())
+        }
+    };
+    Ok(if is_dir {
+        Target::Dir(host)
+    } else {
+        Target::File(host, display_name)
+    })
+}
+
+/// Searches like pi's grep tool; bounded by `root` when given.
+#[napi(ts_return_type = "Promise<GrepResult>")]
+pub fn grep_search(
+    root: Option<&BoundRoot>,
+    options: GrepOptions,
+    abort: &GrepAbort,
+) -> AsyncTask<Blocking<GrepResult>> {
+    let root = root.map(|r| r.root.clone());
+    let cancel = abort.flag.clone();
+    blocking(move || {
+        let target = target(root.as_deref(), &options.path, options.display_name)?;
+        let query = Query {
+            pattern: options.pattern,
+            ignore_case: options.ignore_case,
+            literal: options.literal,
+            glob: options.glob,
+            context: count(options.context),
+            limit: count(options.limit).max(1),
+            store_cap: options.store_cap.map(count),
+        };
+        let opener: &dyn Opener = match &root {
+            Some(root) => root.as_ref(),
+            None => &PlainFs,
+        };
+        let out = grep::run(&target, &query, opener, &cancel).map_err(|e| match e {
+            GrepError::Pattern(msg) | GrepError::Glob(msg) => {
+                Error::from_reason(format!("rg: {msg}"))
+            }
+            GrepError::Aborted => Error::from_reason("Operation aborted"),
+        })?;
+        Ok(GrepResult {
+            lines: out
+                .lines
+                .into_iter()
+                .map(|l| GrepLine {
+                    path: l.path.to_string(),
+                    line_number: l.line_number as f64,
+                    text: l.text,
+                    is_match: l.is_match,
+                })
+                .collect(),
+            match_count: out.match_count as f64,
+            match_limit_reached: out.match_limit_reached,
+            lines_truncated: out.lines_truncated,
+            output_bytes: out.output_bytes as f64,
+            output_lines: out.output_lines as f64,
+        })
+    })
+}

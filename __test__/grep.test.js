@@ -1,0 +1,143 @@
+// The native grep tool against pi 1.6.0's stock grep tool (rg 15), recorded in __test__/grep/goldens.json
+// by scripts/record-golden-grep.js. Exact text where stock's order is deterministic, line sets otherwise.
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createBoundFs, createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
+import { pi } from "./helpers/pi.js";
+import { CASES, makeFixture } from "./grep/fixture.js";
+import goldens from "./grep/goldens.json" with { type: "json" };
+
+let dir;
+beforeAll(() => {
+  dir = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-test-")));
+  makeFixture(dir);
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function outcome(tool, params, root) {
+  try {
+    const r = await tool.execute("t", params);
+    return { text: r.content[0].text, details: r.details ?? null };
+  } catch (err) {
+    return { error: err.message.replaceAll(root, "<root>") };
+  }
+}
+
+const lineSet = (text) => text.split("\n").sort();
+
+describe("grep tool matches stock pi + rg", () => {
+  for (const c of CASES) {
+    const golden = goldens.cases[c.name];
+    for (const mode of ["host", "runtimeRoot"]) {
+      // Known deviation, src/walk.rs (shared with find): ignore 0.4.35 only detects repository roots
+      // when require_git is on, so with require_git(false) the top-level .gitignore still applies
+      // inside nested/ (its own repository). Flips to passing once the walker stops at nested repos.
+      const test = c.name === "tree" || c.name === "nested-repo" ? it.fails : it;
+      test(`${c.name} (${mode})`, async () => {
+        const runtime = "/workspace";
+        const tool =
+          mode === "host" ? createGrepTool(dir) : createGrepTool(runtime, { fs: createBoundFs(dir, { runtimeRoot: runtime }) });
+        const got = await outcome(tool, c.params, mode === "host" ? dir : runtime);
+        if (c.exact || golden.error) expect(got).toEqual(golden);
+        else {
+          expect(lineSet(got.text)).toEqual(lineSet(golden.text));
+          expect(got.details).toEqual(golden.details);
+        }
+      });
+    }
+  }
+
+  it("prints the same text every time, files in path order", async () => {
+    const tool = createGrepTool(dir);
+    const a = await tool.execute("t", { pattern: "needle", path: "src" });
+    const b = await tool.execute("t", { pattern: "needle", path: "src" });
+    expect(a.content[0].text).toBe(b.content[0].text);
+    expect(a.content[0].text.split("\n").map((l) => l.split(":")[0])).toEqual([
+      "a.ts", "b.ts", "b.ts", "deep/c.txt", "sub/x.txt",
+    ]);
+  });
+});
+
+describe("tool metadata", () => {
+  it("takes schema, texts and renderers from the installed pi", () => {
+    const stock = pi.createGrepToolDefinition(dir);
+    const ours = createGrepToolDefinition(dir);
+    for (const key of ["name", "label", "description", "promptSnippet"]) expect(ours[key]).toBe(stock[key]);
+    // 0.73.1 builds its renderers per call: compare their code.
+    for (const key of ["renderCall", "renderResult"]) expect(String(ours[key])).toBe(String(stock[key]));
+    expect(JSON.stringify(ours.parameters)).toBe(JSON.stringify(stock.parameters));
+    const tool = createGrepTool(dir);
+    const stockTool = pi.createGrepTool(dir);
+    expect(Object.keys(tool).sort()).toEqual(Object.keys(stockTool).sort());
+    expect(JSON.stringify(tool.parameters)).toBe(JSON.stringify(stockTool.parameters));
+  });
+});
+
+describe("deliberate improvements and safety", () => {
+  let repo;
+  beforeAll(() => {
+    repo = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-imp-")));
+    mkdirSync(path.join(repo, ".git"));
+    writeFileSync(path.join(repo, ".git/config"), "needle in git internals\n");
+    mkdirSync(path.join(repo, "plain"));
+    writeFileSync(path.join(repo, "plain/.gitignore"), "skip.txt\n");
+    writeFileSync(path.join(repo, "plain/skip.txt"), "needle skipped\n");
+    writeFileSync(path.join(repo, "plain/keep.txt"), "needle kept\n");
+    writeFileSync(path.join(repo, "many.txt"), "needle\n".repeat(200_000));
+  });
+  afterAll(() => rmSync(repo, { recursive: true, force: true }));
+
+  it("never searches .git internals and honours .gitignore outside git", async () => {
+    const tool = createGrepTool(repo);
+    expect((await tool.execute("t", { pattern: "git internals" })).content[0].text).toBe("No matches found");
+    const outside = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-nogit-")));
+    writeFileSync(path.join(outside, ".gitignore"), "skip.txt\n");
+    writeFileSync(path.join(outside, "skip.txt"), "needle\n");
+    writeFileSync(path.join(outside, "keep.txt"), "needle\n");
+    expect((await createGrepTool(outside).execute("t", { pattern: "needle" })).content[0].text).toBe("keep.txt:1: needle");
+    rmSync(outside, { recursive: true, force: true });
+  });
+
+  it("refuses paths outside the bound root as not found", async () => {
+    const tool = createGrepTool(repo, { fs: createBoundFs(path.join(repo, "plain")) });
+    await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(`Path not found: ${repo}`);
+    const fs = createBoundFs(path.join(repo, "plain"));
+    expect(await fs.grep.isDirectory(path.join(repo, "plain"))).toBe(true);
+    await expect(fs.grep.isDirectory(repo)).rejects.toThrow("outside workspace");
+    await expect(fs.grep.isDirectory(path.join(repo, "plain/nope"))).rejects.toMatchObject({ code: "ENOENT" });
+    expect(await fs.grep.readFile(path.join(repo, "plain/keep.txt"))).toBe("needle kept\n");
+  });
+
+  it("aborts: already aborted, and mid-search within a generous bound", async () => {
+    const tool = createGrepTool(repo);
+    await expect(tool.execute("t", { pattern: "needle" }, AbortSignal.abort())).rejects.toThrow("Operation aborted");
+    const ac = new AbortController();
+    const started = Date.now();
+    const p = tool.execute("t", { pattern: "n.*e", limit: 1e9, context: 3 }, ac.signal);
+    setTimeout(() => ac.abort(), 5);
+    await expect(p).rejects.toThrow("Operation aborted");
+    expect(Date.now() - started).toBeLessThan(1000);
+  });
+
+  it("rejects bad arguments with clear errors", async () => {
+    const tool = createGrepTool(repo);
+    await expect(tool.execute("t", { pattern: 5 })).rejects.toThrow(TypeError);
+    await expect(tool.execute("t", { pattern: "x", limit: "3" })).rejects.toThrow("limit must be a number");
+    await expect(grep(null)).rejects.toThrow(TypeError);
+  });
+
+  it("plain grep() returns structured lines", async () => {
+    const r = await grep({ pattern: "needle", path: path.join(repo, "plain"), context: 1 });
+    expect(r).toEqual({
+      matches: [{ path: "keep.txt", lineNumber: 1, text: "needle kept", isContext: false }],
+      matchCount: 1,
+      matchLimitReached: undefined,
+      linesTruncated: false,
+    });
+    const limited = await grep({ pattern: "needle", path: path.join(repo, "many.txt"), limit: 2 });
+    expect(limited.matches.map((m) => m.lineNumber)).toEqual([1, 2]);
+    expect(limited.matchLimitReached).toBe(2);
+  });
+});

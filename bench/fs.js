@@ -1,0 +1,71 @@
+// boundFs against pi's default operations (Node fs) on the same small files, raw and through pi's tools,
+// and the peak memory of reading a 1 GiB file with offset/limit through pi's read tool.
+import { existsSync, mkdirSync, openSync, writeSync, closeSync, rmSync, writeFileSync } from "node:fs";
+import * as nodeFs from "node:fs/promises";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { compare, runChild } from "./lib.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+export async function bench({ pi, native, log }) {
+  const dir = path.join(here, ".corpus", "fs-small");
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(path.join(dir, "src"), { recursive: true });
+  const text = Array.from({ length: 100 }, (_, i) => `line ${i}: ${"lorem ipsum ".repeat(3)}`).join("\n");
+  for (let i = 0; i < 40; i++) writeFileSync(path.join(dir, "src", `file${i}.ts`), text);
+  const file = path.join(dir, "src", "file0.ts");
+  const fs = native.createBoundFs(dir);
+  const t = "≤ 1.2×";
+  const rows = [];
+
+  rows.push(await compare("readFile 4 KB", "small files", () => fs.read.readFile(file), () => nodeFs.readFile(file), { target: t }));
+  rows.push(await compare("writeFile 4 KB", "small files", () => fs.write.writeFile(path.join(dir, "w1.txt"), text), () => nodeFs.writeFile(path.join(dir, "w2.txt"), text, "utf-8"), { target: t, note: "native is atomic (temp file + rename)" }));
+  rows.push(await compare("stat", "small files", () => fs.ls.stat(file), () => nodeFs.stat(file), { target: t }));
+  rows.push(await compare("readdir (40 entries)", "small files", () => fs.ls.readdir(path.join(dir, "src")), () => nodeFs.readdir(path.join(dir, "src")), { target: t }));
+
+  const tools = (factory, group) => [pi[factory](dir, { operations: fs[group] }), pi[factory](dir)];
+  const exec = (tool, params) => () => tool.execute("bench", params, undefined, undefined);
+  const [readN, readS] = tools("createReadTool", "read");
+  rows.push(await compare("pi read tool, 4 KB file", "small files", exec(readN, { path: "src/file1.ts" }), exec(readS, { path: "src/file1.ts" }), { target: t }));
+  const [writeN, writeS] = tools("createWriteTool", "write");
+  rows.push(await compare("pi write tool, 4 KB file", "small files", exec(writeN, { path: "out/n.ts", content: text }), exec(writeS, { path: "out/s.ts", content: text }), { target: t }));
+  const [editN, editS] = tools("createEditTool", "edit");
+  let flip = 0;
+  const edit = (tool, name) => () => {
+    flip++;
+    const [a, b] = flip % 2 ? ["line 50:", "LINE 50:"] : ["LINE 50:", "line 50:"];
+    return tool.execute("bench", { path: `src/${name}`, edits: [{ oldText: a, newText: b }] }, undefined, undefined);
+  };
+  rows.push(await compare("pi edit tool, 4 KB file", "small files", edit(editN, "file2.ts"), edit(editS, "file3.ts"), { target: t, runs: 200 }));
+  const [lsN, lsS] = tools("createLsTool", "ls");
+  rows.push(await compare("pi ls tool, 40 entries", "small files", exec(lsN, { path: "src" }), exec(lsS, { path: "src" }), { target: t }));
+
+  // 1 GiB streamed read: pi >= 1.5 streams offset/limit reads through createReadStream.
+  const big = path.join(here, ".corpus", "big-1g.txt");
+  if (!existsSync(big)) {
+    log("writing a 1 GiB text file (once)");
+    const line = Buffer.from(`${"0123456789".repeat(9)}abcdefghi\n`);
+    const block = Buffer.concat(Array.from({ length: 10_000 }, () => line));
+    const fd = openSync(big, "w");
+    for (let written = 0; written < 2 ** 30; written += block.length) writeSync(fd, block);
+    closeSync(fd);
+  }
+  const streams = typeof pi.createReadToolDefinition === "function" && !!fs.read.createReadStream;
+  const child = path.join(here, "child-read.js");
+  const params = JSON.stringify({ path: big, offset: 10_000_000, limit: 20 });
+  const n = await runChild(child, ["native", params]);
+  const s = await runChild(child, ["stock", params]);
+  rows.push({
+    operation: "pi read tool, offset 10M / limit 20 of a 1 GiB file",
+    corpus: "1 GiB file",
+    nativeMs: n.ms,
+    stockMs: s.ms,
+    ratio: n.ms / s.ms,
+    nativeMemMiB: n.maxRssMiB,
+    stockMemMiB: s.maxRssMiB,
+    target: "peak memory: a few MiB over baseline",
+    note: `${streams ? "streamed" : "whole-file read"}; baseline RSS of an idle child ${n.baselineMiB.toFixed(0)} MiB`,
+  });
+  return rows;
+}

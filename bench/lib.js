@@ -1,0 +1,38 @@
+// Shared measuring helpers for the bench/ modules.
+import { spawn } from "node:child_process";
+
+/** Median wall time in ms of `fn` over `runs` calls, after `warmup` calls. */
+export async function medianMs(fn, { runs = 200, warmup = 20 } = {}) {
+  for (let i = 0; i < warmup; i++) await fn();
+  const times = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = process.hrtime.bigint();
+    await fn();
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)];
+}
+
+/** Native and stock measured alternately (so drift hits both alike), as one row. */
+export async function compare(operation, corpus, native, stock, options = {}) {
+  const nativeMs = await medianMs(native, options);
+  const stockMs = stock ? await medianMs(stock, options) : null;
+  return { operation, corpus, nativeMs, stockMs, ratio: stockMs ? nativeMs / stockMs : null, target: options.target, note: options.note };
+}
+
+/**
+ * Runs `node <script> ...args` and returns its JSON result plus its peak RSS in MiB (getrusage of the
+ * child), so memory figures are isolated per side.
+ */
+export function runChild(script, args, env = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.on("exit", (code) => {
+      if (code !== 0) return reject(new Error(`${script} exited ${code}`));
+      resolve(JSON.parse(out.trim().split("\n").pop()));
+    });
+  });
+}

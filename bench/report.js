@@ -1,0 +1,62 @@
+// Renders bench rows as a Markdown table and an SVG bar chart of native/stock ratios.
+const fmt = (ms) => (ms == null ? "n/a" : ms < 1 ? ms.toFixed(3) : ms.toFixed(1));
+const mem = (m) => (m == null ? "" : `${m.toFixed(0)}`);
+
+export function renderMarkdown(rows, machine, skipped) {
+  const lines = [
+    "# Benchmark results",
+    "",
+    "`npm run bench`: native operations against stock pi in one process run. Times are medians of many",
+    "calls; ratio = native / stock (below 1 means native is faster; for throughput rows it is the ratio of",
+    "times too). Peak memory is the peak RSS of a child process doing only that side's work.",
+    "",
+    `Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memGiB} GiB, ${machine.os}. ${machine.node}, ${machine.pi}, ${machine.rg}, ${machine.fd}. Run at ${machine.date}.`,
+    "",
+    "| capability | operation | corpus | native median (ms) | stock median (ms) | ratio | target | native peak MiB | stock peak MiB | note |",
+    "|---|---|---|---:|---:|---:|---|---:|---:|---|",
+  ];
+  for (const r of rows) {
+    const ratio = r.ratio == null ? "n/a" : `${r.ratio.toFixed(2)}×`;
+    lines.push(
+      `| ${r.capability} | ${r.operation} | ${r.corpus} | ${fmt(r.nativeMs)} | ${fmt(r.stockMs)} | ${ratio} | ${r.target ?? ""} | ${mem(r.nativeMemMiB)} | ${mem(r.stockMemMiB)} | ${r.note ?? ""} |`,
+    );
+  }
+  if (skipped.length) lines.push("", "Skipped:", "", ...skipped.map((s) => `- ${s}`));
+  lines.push("", "![ratios](results.svg)", "");
+  return lines.join("\n");
+}
+
+/** Horizontal bars of native/stock per row on a log scale around 1×, green when faster. */
+export function renderSvg(rows, machine) {
+  const measured = rows.filter((r) => r.ratio != null);
+  const rowH = 22;
+  const left = 380;
+  const width = 900;
+  const plotW = width - left - 80;
+  const height = 60 + measured.length * rowH + 30;
+  const lo = Math.log10(0.01);
+  const hi = Math.log10(10);
+  const x = (ratio) => left + ((Math.log10(Math.min(Math.max(ratio, 0.01), 10)) - lo) / (hi - lo)) * plotW;
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;");
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="15" font-weight="bold">pi-native-ops vs stock pi: time ratio native/stock (log scale, left of 1× = native faster)</text>`,
+    `<text x="10" y="38" fill="#555">${esc(`${machine.cpu}, ${machine.cores} cores; ${machine.node}; ${machine.pi}`)}</text>`,
+  ];
+  for (const t of [0.01, 0.1, 0.3, 1, 3, 10]) {
+    parts.push(`<line x1="${x(t)}" y1="50" x2="${x(t)}" y2="${height - 25}" stroke="${t === 1 ? "#000" : "#ddd"}"/>`);
+    parts.push(`<text x="${x(t)}" y="${height - 10}" text-anchor="middle" fill="#555">${t}×</text>`);
+  }
+  measured.forEach((r, i) => {
+    const y = 55 + i * rowH;
+    const x0 = x(1);
+    const x1 = x(r.ratio);
+    const color = r.ratio <= 1 ? "#2e9d4b" : "#d9534f";
+    parts.push(`<text x="${left - 8}" y="${y + 14}" text-anchor="end">${esc(`${r.capability}: ${r.operation} [${r.corpus}]`)}</text>`);
+    parts.push(`<rect x="${Math.min(x0, x1)}" y="${y + 3}" width="${Math.max(1, Math.abs(x1 - x0))}" height="${rowH - 8}" fill="${color}"/>`);
+    parts.push(`<text x="${Math.max(x0, x1) + 4}" y="${y + 14}" fill="#333">${r.ratio.toFixed(2)}×</text>`);
+  });
+  parts.push("</svg>");
+  return parts.join("\n");
+}

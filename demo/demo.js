@@ -1,0 +1,103 @@
+// npm run demo [dir]: runs each of pi's seven tools with the native operations on a directory (default:
+// this repository), prints what the model would see (trimmed) and how long each call took next to pi's
+// stock tool. Stock find/grep need fd/rg on PATH (or ~/.cargo/bin); without them the demo says so and
+// never lets pi download them. write/edit work on a scratch folder that is removed at the end.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { homedir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.dirname(here);
+
+// pi 1.6.0 needs Node >= 22.19; re-run under the Node that `npm run setup` installed when this one is older.
+const [major, minor] = process.versions.node.split(".").map(Number);
+if ((major < 22 || (major === 22 && minor < 19)) && !process.env.PI_NATIVE_OPS_DEMO_CHILD) {
+  const node22 = spawnSync("bash", [path.join(repo, "scripts/node22.sh")], { encoding: "utf8" }).stdout.trim();
+  if (node22) {
+    const r = spawnSync(node22, process.argv.slice(1), { stdio: "inherit", env: { ...process.env, PI_NATIVE_OPS_DEMO_CHILD: "1" } });
+    process.exit(r.status ?? 1);
+  }
+}
+
+const { requirePi } = await import("../js/pi.js");
+const { name: piName, module: pi } = requirePi();
+const { createNativeTools } = await import("pi-native-ops");
+
+const dir = path.resolve(process.argv[2] ?? repo);
+if (!existsSync(dir)) {
+  console.error(`demo: no such directory: ${dir}`);
+  process.exit(1);
+}
+
+function findBinary(name) {
+  for (const d of [...(process.env.PATH ?? "").split(":"), path.join(homedir(), ".cargo/bin")]) {
+    if (d && existsSync(path.join(d, name))) return path.join(d, name);
+  }
+  return null;
+}
+const rg = findBinary("rg");
+const fd = findBinary("fd");
+for (const bin of [rg, fd]) if (bin) process.env.PATH = `${path.dirname(bin)}:${process.env.PATH}`;
+
+const scratch = ".pi-native-ops-demo";
+const native = createNativeTools(dir);
+const stock = {
+  read: pi.createReadTool(dir),
+  bash: pi.createBashTool(dir),
+  edit: pi.createEditTool(dir),
+  write: pi.createWriteTool(dir),
+  grep: rg ? pi.createGrepTool(dir) : null,
+  find: fd ? pi.createFindTool(dir) : null,
+  ls: pi.createLsTool(dir),
+};
+const why = { grep: "no `rg` on PATH (cargo install ripgrep)", find: "no `fd` on PATH (cargo install fd-find)" };
+const readTarget = ["README.md", "package.json", "Cargo.toml"].find((f) => existsSync(path.join(dir, f)));
+
+const calls = [
+  ["read", () => ({ path: readTarget ?? ".", limit: 12 })],
+  ["ls", () => ({})],
+  ["find", () => ({ pattern: "*.{js,ts,rs,md}", limit: 200 })],
+  ["grep", () => ({ pattern: "export (function|const)", limit: 8 })],
+  ["write", (side) => ({ path: `${scratch}/${side}.txt`, content: "hello from pi-native-ops\nline two\n" })],
+  ["edit", (side) => ({ path: `${scratch}/${side}.txt`, edits: [{ oldText: "line two", newText: "line 2 (edited)" }] })],
+  ["bash", () => ({ command: "echo \"shell: $0\"; ls | head -3; exit 0" })],
+];
+
+const trim = (s, lines = 8) => {
+  const all = s.split("\n");
+  return all.slice(0, lines).map((l) => (l.length > 110 ? `${l.slice(0, 110)}…` : l)).join("\n") + (all.length > lines ? `\n… (${all.length - lines} more lines)` : "");
+};
+
+async function timed(tool, params) {
+  const t0 = performance.now();
+  try {
+    const r = await tool.execute("demo", params, undefined, undefined);
+    const text = r.content.map((c) => (c.type === "text" ? c.text : `[${c.type} ${c.mimeType ?? ""}]`)).join("\n");
+    return { ms: performance.now() - t0, text };
+  } catch (e) {
+    return { ms: performance.now() - t0, text: `Error: ${e.message}` };
+  }
+}
+
+console.log(`pi-native-ops demo on ${dir}\n${piName}@${pi.VERSION ?? "?"}, Node ${process.version}; rg: ${rg ?? "absent"}; fd: ${fd ?? "absent"}\n`);
+mkdirSync(path.join(dir, scratch), { recursive: true });
+try {
+  for (const [name, params] of calls) {
+    const n = await timed(native[name], params("native"));
+    let stockLine;
+    if (stock[name]) {
+      const s = await timed(stock[name], params("stock"));
+      stockLine = `stock ${s.ms.toFixed(1)} ms`;
+    } else {
+      stockLine = `stock cannot run here: ${why[name]}`;
+    }
+    console.log(`── ${name} ${JSON.stringify(params("native"))}\n   native ${n.ms.toFixed(1)} ms | ${stockLine}`);
+    console.log(trim(n.text).replace(/^/gm, "   │ "));
+    console.log();
+  }
+} finally {
+  rmSync(path.join(dir, scratch), { recursive: true, force: true });
+}
+console.log("Times are single calls (the first call of a tool includes warm-up); npm run bench measures medians.");

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust checks and unit tests, TypeScript type tests against both pi versions,
+# vitest on Node 20 with pi 0.73.1 and on Node 22 with pi 1.6.0, and the packaging test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --check
+step "cargo clippy"
+cargo clippy --all-targets -- -D warnings
+step "cargo test"
+cargo test
+
+step "TypeScript type tests (both pi versions)"
+npx tsc -p __test__/types/tsconfig.json
+
+NODE20=$(command -v node)
+NODE22=$(scripts/node22.sh)
+
+step "vitest: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
+PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run
+
+step "vitest: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run
+
+if [ -f scripts/pack-test.sh ]; then
+  step "packaging test"
+  bash scripts/pack-test.sh
+fi
+step "all tests passed"

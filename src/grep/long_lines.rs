@@ -1,0 +1,282 @@
+//! Searching files with lines too long to buffer, in constant memory.
+//!
+//! ripgrep holds each line in memory (a 200 MiB single-line file costs
+//! 200 MiB). Here a line is kept whole only up to `FULL_LINE`; beyond that
+//! only its first bytes are kept (all pi shows is the first 500 units) and
+//! the match is decided by a lazy DFA fed the line byte by byte, so memory is
+//! bounded by the DFA cache whatever the line length. Context is kept as the
+//! same short prefixes.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+
+use encoding_rs_io::DecodeReaderBytesBuilder;
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::hybrid::LazyStateID;
+use regex_automata::util::start;
+use regex_automata::util::syntax;
+use regex_automata::Anchored;
+
+use super::search::{Engine, Hit, Limiter};
+use super::text::{show_line, LINE_PREFIX_BYTES};
+
+/// Lines up to this length are kept whole and matched by the regular matcher.
+const FULL_LINE: usize = 1 << 20;
+const CHUNK: usize = 64 * 1024;
+
+/// Whether a regex matches somewhere in a line given as a stream of bytes.
+pub struct StreamMatcher {
+    dfa: DFA,
+}
+
+/// Escapes regex metacharacters (for `literal`).
+fn escape(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() * 2);
+    for c in pattern.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl StreamMatcher {
+    pub fn new(pattern: &str, ignore_case: bool, literal: bool) -> Result<Self, String> {
+        let pattern = if literal {
+            escape(pattern)
+        } else {
+            pattern.to_string()
+        };
+        let dfa = DFA::builder()
+            .configure(
+                DFA::config()
+                    .minimum_cache_clear_count(None)
+                    .unicode_word_boundary(true),
+            )
+            .syntax(
+                syntax::Config::new()
+                    .case_insensitive(ignore_case)
+                    .multi_line(true)
+                    .unicode(true)
+                    .utf8(false),
+            )
+            .build(&pattern)
+            .map_err(|e| e.to_string())?;
+        Ok(StreamMatcher { dfa })
+    }
+}
+
+/// One line's streaming match state.
+struct LineScan<'a> {
+    dfa: &'a DFA,
+    cache: &'a mut Cache,
+    state: Option<LazyStateID>,
+    matched: bool,
+}
+
+impl LineScan<'_> {
+    fn start(&mut self) {
+        let config = start::Config::new()
+            .anchored(Anchored::No)
+            .look_behind(Some(b'\n'));
+        self.state = self.dfa.start_state(self.cache, &config).ok();
+        self.matched = false;
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            let Some(sid) = self.state else { return };
+            if self.matched {
+                return;
+            }
+            // Matches are reported one byte late, on the state after the match.
+            match self.dfa.next_state(self.cache, sid, b) {
+                Ok(next) if next.is_match() => self.matched = true,
+                // Dead: no match can start any more; quit: a Unicode word
+                // boundary beyond ASCII, which a DFA cannot decide.
+                Ok(next) if next.is_dead() || next.is_quit() => self.state = None,
+                Ok(next) => self.state = Some(next),
+                Err(_) => self.state = None,
+            }
+        }
+    }
+
+    fn finish(&mut self) -> bool {
+        if !self.matched {
+            if let Some(sid) = self.state {
+                self.matched =
+                    matches!(self.dfa.next_eoi_state(self.cache, sid), Ok(s) if s.is_match());
+            }
+        }
+        self.matched
+    }
+}
+
+/// Emits lines with rg's context merging, through the per-file limiter.
+struct Emitter {
+    context: u64,
+    before: VecDeque<(u64, Vec<u8>, bool)>,
+    after_left: u64,
+    limiter: Limiter,
+    hits: Vec<Hit>,
+}
+
+impl Emitter {
+    fn emit(&mut self, number: u64, prefix: &[u8], complete: bool, is_match: bool) -> bool {
+        let (record, go_on) = self.limiter.accept(number, is_match);
+        if record {
+            self.hits.push(Hit {
+                number,
+                shown: show_line(prefix, complete),
+                is_match,
+            });
+        }
+        go_on
+    }
+
+    /// A finished line; false once the file needs no more reading.
+    fn line(&mut self, number: u64, prefix: Vec<u8>, complete: bool, is_match: bool) -> bool {
+        if is_match {
+            while let Some((n, p, c)) = self.before.pop_front() {
+                if !self.emit(n, &p, c, false) {
+                    return false;
+                }
+            }
+            self.after_left = self.context;
+            return self.emit(number, &prefix, complete, true);
+        }
+        if self.after_left > 0 {
+            self.after_left -= 1;
+            return self.emit(number, &prefix, complete, false);
+        }
+        if self.context > 0 {
+            if self.before.len() as u64 >= self.context {
+                self.before.pop_front();
+            }
+            self.before.push_back((number, prefix, complete));
+        }
+        true
+    }
+}
+
+/// Searches `reader` (a whole file) line by line in bounded memory.
+pub fn search(
+    engine: &Engine,
+    stream: &StreamMatcher,
+    reader: impl Read,
+    walked: bool,
+    halted: &dyn Fn() -> bool,
+) -> io::Result<Vec<Hit>> {
+    // The same BOM handling as grep-searcher's default.
+    let mut reader = DecodeReaderBytesBuilder::new()
+        .utf8_passthru(true)
+        .strip_bom(true)
+        .bom_override(true)
+        .bom_sniffing(true)
+        .build(reader);
+    let mut cache = stream.dfa.create_cache();
+    let mut scan = LineScan {
+        dfa: &stream.dfa,
+        cache: &mut cache,
+        state: None,
+        matched: false,
+    };
+    let mut out = Emitter {
+        context: engine.context,
+        before: VecDeque::new(),
+        after_left: 0,
+        limiter: Limiter::new(engine.limit, engine.context),
+        hits: Vec::new(),
+    };
+    let mut chunk = vec![0u8; CHUNK];
+    // The current line: whole while short, else its prefix (and `streaming`).
+    let mut line: Vec<u8> = Vec::new();
+    let mut streaming = false;
+    let mut number = 1u64;
+    loop {
+        let n = reader.read(&mut chunk)?;
+        if n == 0 || halted() {
+            break;
+        }
+        let mut data = &chunk[..n];
+        if walked && data.contains(&0) {
+            // rg skips a walked file once it sees a NUL byte.
+            break;
+        }
+        while !data.is_empty() {
+            let (part, ends) = match data.iter().position(|&b| b == b'\n') {
+                Some(i) => (&data[..=i], true),
+                None => (data, false),
+            };
+            data = &data[part.len()..];
+            if streaming {
+                scan.feed(part);
+                let room = LINE_PREFIX_BYTES.saturating_sub(line.len());
+                line.extend_from_slice(&part[..part.len().min(room)]);
+            } else {
+                line.extend_from_slice(part);
+                if line.len() > FULL_LINE {
+                    streaming = true;
+                    scan.start();
+                    scan.feed(&line);
+                    line.truncate(LINE_PREFIX_BYTES);
+                    line.shrink_to(LINE_PREFIX_BYTES);
+                }
+            }
+            if ends {
+                let is_match = if streaming {
+                    scan.finish()
+                } else {
+                    engine.is_match(&line)
+                };
+                let done = std::mem::take(&mut line);
+                if !out.line(number, done, !streaming, is_match) {
+                    return Ok(out.hits);
+                }
+                streaming = false;
+                number += 1;
+            }
+        }
+    }
+    if !line.is_empty() {
+        let is_match = if streaming {
+            scan.finish()
+        } else {
+            engine.is_match(&line)
+        };
+        out.line(number, line, !streaming, is_match);
+    }
+    Ok(out.hits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(pattern: &str, data: &[u8], context: u64) -> Vec<(u64, String, bool)> {
+        let engine = Engine::new(pattern, false, false, context, 100).unwrap();
+        let stream = StreamMatcher::new(pattern, false, false).unwrap();
+        search(&engine, &stream, data, true, &|| false)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.number, h.shown.text, h.is_match))
+            .collect()
+    }
+
+    #[test]
+    fn matches_far_into_a_huge_line() {
+        let mut data = b"first\n".to_vec();
+        data.extend(std::iter::repeat_n(b'a', 3 * FULL_LINE));
+        data.extend_from_slice(b"needle$\nlast needle\n");
+        let hits = run(r"needle\$$", &data, 1);
+        assert_eq!(hits.len(), 3);
+        assert_eq!(hits[0], (1, "first".to_string(), false));
+        assert_eq!(hits[1].0, 2);
+        assert_eq!(hits[1].1, format!("{}... [truncated]", "a".repeat(500)));
+        assert!(hits[1].2);
+        assert_eq!(hits[2], (3, "last needle".to_string(), false));
+        assert!(run("^aaa", &data, 0)[0].2);
+        assert!(run("zzz", &data, 0).is_empty());
+    }
+}

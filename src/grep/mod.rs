@@ -1,0 +1,286 @@
+//! In-process grep with pi 1.6.0 / ripgrep 15 semantics (docs "grep").
+//!
+//! One sorted, sequential walk (the shared `walk::builder`) numbers the files;
+//! a small pool of threads searches them; the caller's thread re-sequences the
+//! results by number and feeds pi's output logic (`text::Collector`), so the
+//! output is in path order while the search runs in parallel. A window bounds
+//! how far the walk may run ahead of the output, so a search that reaches its
+//! limit in the first files stops without walking the rest of the tree.
+
+mod long_lines;
+mod search;
+mod text;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use ignore::overrides::OverrideBuilder;
+
+pub use search::HEAP_LIMIT;
+pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
+
+use search::{Engine, Hit};
+use text::Collector;
+
+/// Why a search failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GrepError {
+    /// The regex does not compile; ripgrep's message.
+    Pattern(String),
+    /// The glob does not parse; ripgrep's message.
+    Glob(String),
+    /// The cancel flag was raised.
+    Aborted,
+}
+
+/// What to search for.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub pattern: String,
+    pub ignore_case: bool,
+    pub literal: bool,
+    /// rg `--glob`, rooted at the searched directory (leading `./` already dropped).
+    pub glob: Option<String>,
+    pub context: u64,
+    pub limit: u64,
+    /// Store output lines only while the output is under this many bytes
+    /// (pi's 50 KB cut); `None` stores every line.
+    pub store_cap: Option<u64>,
+}
+
+/// Where to search: a directory (walked) or one named file.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Dir(PathBuf),
+    /// A file, with the name its lines are shown under.
+    File(PathBuf, String),
+}
+
+/// How files are opened: bounded by a `Root`, or plainly.
+pub trait Opener: Sync {
+    /// A file the walk found (no symlink followed on the way).
+    fn open_walked(&self, path: &Path) -> io::Result<File>;
+    /// The file named as the search target.
+    fn open_named(&self, path: &Path) -> io::Result<File>;
+}
+
+/// The host filesystem, unbounded.
+pub struct PlainFs;
+
+impl Opener for PlainFs {
+    fn open_walked(&self, path: &Path) -> io::Result<File> {
+        File::open(path)
+    }
+    fn open_named(&self, path: &Path) -> io::Result<File> {
+        File::open(path)
+    }
+}
+
+impl Opener for crate::root::Root {
+    fn open_walked(&self, path: &Path) -> io::Result<File> {
+        crate::root::Root::open_walked(self, path).map_err(root_io)
+    }
+    fn open_named(&self, path: &Path) -> io::Result<File> {
+        self.open_read(path).map_err(root_io)
+    }
+}
+
+fn root_io(e: crate::root::FsError) -> io::Error {
+    match e {
+        crate::root::FsError::Outside => io::Error::from(io::ErrorKind::PermissionDenied),
+        crate::root::FsError::Io(errno) | crate::root::FsError::Read(errno) => {
+            io::Error::from_raw_os_error(errno as i32)
+        }
+    }
+}
+
+/// Files the walk may run ahead of the output.
+const WINDOW: usize = 256;
+/// How often a waiting thread looks at the cancel flag.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Search threads: the machine's cores, at most 4 (beyond that the sorted
+/// walk and the re-sequencing are the bottleneck).
+fn pool_size() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+/// The walk's progress against the output, for the look-ahead window.
+struct Window {
+    consumed: Mutex<usize>,
+    moved: Condvar,
+}
+
+/// Runs the search. `cancel` may be raised from any thread.
+pub fn run(
+    target: &Target,
+    query: &Query,
+    opener: &dyn Opener,
+    cancel: &AtomicBool,
+) -> Result<Outcome, GrepError> {
+    let engine = Engine::new(
+        &query.pattern,
+        query.ignore_case,
+        query.literal,
+        query.context,
+        query.limit,
+    )?;
+    let mut collector = Collector::new(query.limit, query.context, query.store_cap);
+    match target {
+        Target::File(path, name) => {
+            let name: Arc<str> = Arc::from(name.as_str());
+            let halted = || cancel.load(Ordering::Relaxed);
+            if let Ok(file) = opener.open_named(path) {
+                let mut searcher = engine.searcher(false);
+                for hit in engine.search_file(&mut searcher, &file, false, &halted) {
+                    collector.line(0, &name, hit.number, &hit.shown, hit.is_match);
+                }
+            }
+        }
+        Target::Dir(dir) => search_dir(dir, query, &engine, opener, cancel, &mut collector)?,
+    }
+    if cancel.load(Ordering::Relaxed) {
+        return Err(GrepError::Aborted);
+    }
+    Ok(collector.finish())
+}
+
+fn walker(dir: &Path, glob: Option<&str>) -> Result<ignore::Walk, GrepError> {
+    let mut builder = crate::walk::builder(dir);
+    if let Some(glob) = glob {
+        let mut overrides = OverrideBuilder::new(dir);
+        overrides
+            .add(glob)
+            .map_err(|e| GrepError::Glob(e.to_string()))?;
+        builder.overrides(
+            overrides
+                .build()
+                .map_err(|e| GrepError::Glob(e.to_string()))?,
+        );
+    }
+    // Deliberate improvement over stock: git's internals are never searched.
+    builder.filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");
+    Ok(builder.build())
+}
+
+fn search_dir(
+    dir: &Path,
+    query: &Query,
+    engine: &Engine,
+    opener: &dyn Opener,
+    cancel: &AtomicBool,
+    collector: &mut Collector,
+) -> Result<(), GrepError> {
+    let walk = walker(dir, query.glob.as_deref())?;
+    let stop = AtomicBool::new(false);
+    let halted = || stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed);
+    let window = Window {
+        consumed: Mutex::new(0),
+        moved: Condvar::new(),
+    };
+    let threads = pool_size();
+    let (work_tx, work_rx) = mpsc::sync_channel::<(usize, PathBuf)>(threads * 4);
+    let work_rx = Mutex::new(work_rx);
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Arc<str>, Vec<Hit>)>();
+
+    std::thread::scope(|scope| {
+        // The walk: numbers files in path order, never more than WINDOW ahead.
+        scope.spawn(|| {
+            let mut index = 0usize;
+            for entry in walk {
+                if halted() {
+                    break;
+                }
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let mut consumed = window.consumed.lock().unwrap_or_else(|e| e.into_inner());
+                while index >= *consumed + WINDOW && !halted() {
+                    consumed = window
+                        .moved
+                        .wait_timeout(consumed, POLL)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                drop(consumed);
+                if work_tx.send((index, entry.into_path())).is_err() {
+                    break;
+                }
+                index += 1;
+            }
+            drop(work_tx);
+        });
+        for _ in 0..threads {
+            let done_tx = done_tx.clone();
+            let (work_rx, halted) = (&work_rx, &halted);
+            scope.spawn(move || {
+                let mut searcher = engine.searcher(true);
+                loop {
+                    let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((index, path)) = next else { break };
+                    if halted() {
+                        break;
+                    }
+                    let rel = path.strip_prefix(dir).unwrap_or(&path);
+                    let rel: Arc<str> = Arc::from(rel.to_string_lossy().replace('\\', "/"));
+                    let hits = match opener.open_walked(&path) {
+                        Ok(file) => engine.search_file(&mut searcher, &file, true, halted),
+                        Err(_) => Vec::new(),
+                    };
+                    if done_tx.send((index, rel, hits)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+
+        // Output in file order.
+        let mut pending: BTreeMap<usize, (Arc<str>, Vec<Hit>)> = BTreeMap::new();
+        let mut next = 0usize;
+        while !collector.done() && !cancel.load(Ordering::Relaxed) {
+            match done_rx.recv_timeout(POLL) {
+                Ok((index, rel, hits)) => {
+                    pending.insert(index, (rel, hits));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            while let Some((rel, hits)) = pending.remove(&next) {
+                for hit in &hits {
+                    collector.line(next, &rel, hit.number, &hit.shown, hit.is_match);
+                }
+                next += 1;
+                if collector.done() {
+                    break;
+                }
+            }
+            *window.consumed.lock().unwrap_or_else(|e| e.into_inner()) = next;
+            window.moved.notify_all();
+        }
+        stop.store(true, Ordering::Relaxed);
+        window.moved.notify_all();
+        // Unblock searchers waiting for work so the scope can end.
+        drop(done_rx);
+        while work_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .is_ok()
+        {}
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,274 @@
+//! Searching one file the way ripgrep 15 does (same matcher and searcher
+//! configuration), keeping only the lines pi's output can use.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::OnceLock;
+
+use grep_matcher::{LineTerminator, Matcher};
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{
+    BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch,
+};
+
+use super::long_lines::{self, StreamMatcher};
+use super::text::{show_line, Shown};
+use super::GrepError;
+
+/// Largest line the searcher buffers. A longer line (or a context window that
+/// does not fit) makes the searcher fail, and the file is searched again by
+/// `long_lines`, which never holds a whole line.
+pub const HEAP_LIMIT: usize = 8 << 20;
+
+/// A line of a file worth sending to the collector.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub number: u64,
+    pub shown: Shown,
+    pub is_match: bool,
+}
+
+/// Decides, per file, which lines can still matter to pi's limit logic: every
+/// line until the file's `limit`-th match and its trailing context, then only
+/// the next match (the proof that results were cut).
+pub struct Limiter {
+    limit: u64,
+    context: u64,
+    matches: u64,
+    cutoff: Option<u64>,
+}
+
+impl Limiter {
+    pub fn new(limit: u64, context: u64) -> Self {
+        Limiter {
+            limit,
+            context,
+            matches: 0,
+            cutoff: None,
+        }
+    }
+
+    /// Whether to record the line, and whether the file is worth reading on.
+    pub fn accept(&mut self, number: u64, is_match: bool) -> (bool, bool) {
+        match self.cutoff {
+            None => {
+                if is_match {
+                    self.matches += 1;
+                    if self.matches >= self.limit {
+                        self.cutoff = Some(number.saturating_add(self.context));
+                    }
+                }
+                (true, true)
+            }
+            Some(cutoff) if number <= cutoff => (true, true),
+            Some(_) if is_match => (true, false),
+            Some(_) => (false, true),
+        }
+    }
+}
+
+/// The compiled query, shared by all search threads.
+pub struct Engine {
+    pattern: String,
+    ignore_case: bool,
+    literal: bool,
+    matcher: RegexMatcher,
+    stream: OnceLock<Result<StreamMatcher, String>>,
+    pub context: u64,
+    pub limit: u64,
+}
+
+/// ripgrep's hints appended to some regex errors (`suggest_multiline`,
+/// `suggest_text` in rg's hiargs.rs), reproduced because pi shows rg's text.
+fn rg_error_text(msg: String) -> String {
+    if msg.contains("the literal") && msg.contains("not allowed") {
+        format!(
+            "{msg}\n\nConsider enabling multiline mode with the --multiline flag (or -U for short).\nWhen multiline mode is enabled, new line characters can be matched."
+        )
+    } else if msg.contains("pattern contains \"\\0\"") {
+        format!(
+            "{msg}\n\nConsider enabling text mode with the --text flag (or -a for short). Otherwise,\nbinary detection is enabled and matching a NUL byte is impossible."
+        )
+    } else {
+        msg
+    }
+}
+
+impl Engine {
+    pub fn new(
+        pattern: &str,
+        ignore_case: bool,
+        literal: bool,
+        context: u64,
+        limit: u64,
+    ) -> Result<Engine, GrepError> {
+        // rg's `matcher_rust` for `--json -n [-i] [-F]` without multiline.
+        let matcher = RegexMatcherBuilder::new()
+            .multi_line(true)
+            .unicode(true)
+            .octal(false)
+            .fixed_strings(literal)
+            .case_insensitive(ignore_case)
+            .line_terminator(Some(b'\n'))
+            .dot_matches_new_line(false)
+            .ban_byte(Some(b'\x00'))
+            .build_many(&[pattern])
+            .map_err(|e| GrepError::Pattern(rg_error_text(e.to_string())))?;
+        Ok(Engine {
+            pattern: pattern.to_string(),
+            ignore_case,
+            literal,
+            matcher,
+            stream: OnceLock::new(),
+            context,
+            limit: limit.max(1),
+        })
+    }
+
+    /// A searcher configured as rg's: walked files stop at a NUL byte (binary
+    /// files skipped). A named file rg memory-maps, where its `convert` mode
+    /// leaves the bytes alone; reading it with no binary detection gives the
+    /// same lines in bounded memory.
+    pub fn searcher(&self, walked: bool) -> Searcher {
+        let context = usize::try_from(self.context).unwrap_or(usize::MAX);
+        SearcherBuilder::new()
+            .line_terminator(LineTerminator::byte(b'\n'))
+            .line_number(true)
+            .before_context(context)
+            .after_context(context)
+            .memory_map(MmapChoice::never())
+            .heap_limit(Some(HEAP_LIMIT))
+            .binary_detection(if walked {
+                BinaryDetection::quit(b'\x00')
+            } else {
+                BinaryDetection::none()
+            })
+            .build()
+    }
+
+    pub fn is_match(&self, line: &[u8]) -> bool {
+        self.matcher.is_match(line).unwrap_or(false)
+    }
+
+    fn stream_matcher(&self) -> Result<&StreamMatcher, String> {
+        self.stream
+            .get_or_init(|| StreamMatcher::new(&self.pattern, self.ignore_case, self.literal))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The lines of `file` pi may show. `halted` is polled while reading.
+    pub fn search_file(
+        &self,
+        searcher: &mut Searcher,
+        file: &File,
+        walked: bool,
+        halted: &dyn Fn() -> bool,
+    ) -> Vec<Hit> {
+        let mut sink = Collect {
+            hits: Vec::new(),
+            limiter: Limiter::new(self.limit, self.context),
+            halted,
+        };
+        let reader = Halting {
+            inner: file,
+            halted,
+        };
+        match searcher.search_reader(&self.matcher, reader, &mut sink) {
+            Ok(()) => sink.hits,
+            Err(_) if halted() => Vec::new(),
+            Err(_) => {
+                // A line longer than the heap limit (or an unreadable file):
+                // search again from the start without buffering whole lines.
+                let mut file = file;
+                if file.seek(SeekFrom::Start(0)).is_err() {
+                    return Vec::new();
+                }
+                let stream = match self.stream_matcher() {
+                    Ok(s) => s,
+                    Err(_) => return Vec::new(),
+                };
+                let reader = Halting {
+                    inner: file,
+                    halted,
+                };
+                long_lines::search(self, stream, reader, walked, halted).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// A reader that reports end of file once the search is halted, so a long
+/// file without matches still stops promptly.
+pub struct Halting<'a, R> {
+    pub inner: R,
+    pub halted: &'a dyn Fn() -> bool,
+}
+
+impl<R: Read> Read for Halting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if (self.halted)() {
+            return Ok(0);
+        }
+        self.inner.read(buf)
+    }
+}
+
+struct Collect<'a> {
+    hits: Vec<Hit>,
+    limiter: Limiter,
+    halted: &'a dyn Fn() -> bool,
+}
+
+impl Collect<'_> {
+    fn line(&mut self, number: Option<u64>, bytes: &[u8], is_match: bool) -> bool {
+        let number = number.unwrap_or(0);
+        let (record, go_on) = self.limiter.accept(number, is_match);
+        if record {
+            self.hits.push(Hit {
+                number,
+                shown: show_line(bytes, true),
+                is_match,
+            });
+        }
+        go_on && !(self.halted)()
+    }
+}
+
+impl Sink for Collect<'_> {
+    type Error = io::Error;
+
+    fn matched(&mut self, _s: &Searcher, m: &SinkMatch<'_>) -> Result<bool, io::Error> {
+        Ok(self.line(m.line_number(), m.bytes(), true))
+    }
+
+    fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, io::Error> {
+        Ok(self.line(c.line_number(), c.bytes(), false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_keeps_window_then_one_proof() {
+        let mut l = Limiter::new(1, 1);
+        assert_eq!(l.accept(1, true), (true, true));
+        assert_eq!(l.accept(2, true), (true, true));
+        assert_eq!(l.accept(3, false), (false, true));
+        assert_eq!(l.accept(4, true), (true, false));
+    }
+
+    #[test]
+    fn regex_errors_read_like_rg() {
+        let Err(GrepError::Pattern(msg)) = Engine::new("foo(", false, false, 0, 1) else {
+            panic!("expected an error");
+        };
+        assert_eq!(
+            msg,
+            "regex parse error:\n    (?:foo()\n    ^\nerror: unclosed group"
+        );
+        assert!(Engine::new("foo(", false, true, 0, 1).is_ok());
+    }
+}

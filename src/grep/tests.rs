@@ -1,0 +1,129 @@
+use super::*;
+use std::fs;
+
+fn query(pattern: &str) -> Query {
+    Query {
+        pattern: pattern.to_string(),
+        limit: 100,
+        ..Query::default()
+    }
+}
+
+fn lines(out: &Outcome) -> Vec<String> {
+    out.lines
+        .iter()
+        .map(|l| {
+            let sep = if l.is_match { ':' } else { '-' };
+            format!("{}{sep}{}{sep} {}", l.path, l.line_number, l.text)
+        })
+        .collect()
+}
+
+fn tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path();
+    fs::create_dir_all(p.join("src/deep")).unwrap();
+    fs::create_dir_all(p.join(".git")).unwrap();
+    fs::write(p.join(".git/config"), "needle\n").unwrap();
+    fs::write(p.join(".gitignore"), "ignored.txt\n").unwrap();
+    fs::write(p.join("ignored.txt"), "needle\n").unwrap();
+    fs::write(p.join("b.txt"), "needle b\n").unwrap();
+    fs::write(p.join("a.txt"), "x\nneedle a\ny\n").unwrap();
+    fs::write(p.join("src/deep/c.rs"), "needle c\n").unwrap();
+    fs::write(p.join("bin.dat"), b"needle\0binary\n").unwrap();
+    t
+}
+
+#[test]
+fn walks_in_path_order_with_the_shared_rules() {
+    let t = tree();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
+    assert_eq!(
+        lines(&out),
+        [
+            "a.txt:2: needle a",
+            "b.txt:1: needle b",
+            "src/deep/c.rs:1: needle c"
+        ]
+    );
+}
+
+#[test]
+fn glob_filters_and_negates() {
+    let t = tree();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let mut q = query("needle");
+    q.glob = Some("*.rs".into());
+    assert_eq!(
+        lines(&run(&target, &q, &PlainFs, &cancel).unwrap()),
+        ["src/deep/c.rs:1: needle c"]
+    );
+    q.glob = Some("!*.rs".into());
+    assert_eq!(run(&target, &q, &PlainFs, &cancel).unwrap().lines.len(), 2);
+    q.glob = Some("[".into());
+    assert!(matches!(
+        run(&target, &q, &PlainFs, &cancel),
+        Err(GrepError::Glob(_))
+    ));
+}
+
+#[test]
+fn named_binary_file_is_searched_and_context_merges() {
+    let t = tree();
+    let cancel = AtomicBool::new(false);
+    let target = Target::File(t.path().join("bin.dat"), "bin.dat".into());
+    let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
+    assert_eq!(lines(&out), ["bin.dat:1: needle\0binary"]);
+    let target = Target::File(t.path().join("a.txt"), "a.txt".into());
+    let mut q = query("needle|y");
+    q.context = 1;
+    assert_eq!(
+        lines(&run(&target, &q, &PlainFs, &cancel).unwrap()),
+        ["a.txt-1- x", "a.txt:2: needle a", "a.txt:3: y"]
+    );
+}
+
+#[test]
+fn limit_stops_early_and_abort_is_reported() {
+    let t = tempfile::tempdir().unwrap();
+    for i in 0..50 {
+        fs::write(t.path().join(format!("f{i:02}.txt")), "hit\nhit\n").unwrap();
+    }
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let mut q = query("hit");
+    q.limit = 3;
+    let out = run(&target, &q, &PlainFs, &cancel).unwrap();
+    assert_eq!(
+        lines(&out),
+        ["f00.txt:1: hit", "f00.txt:2: hit", "f01.txt:1: hit"]
+    );
+    assert!(out.match_limit_reached);
+    cancel.store(true, Ordering::Relaxed);
+    assert_eq!(
+        run(&target, &q, &PlainFs, &cancel).unwrap_err(),
+        GrepError::Aborted
+    );
+}
+
+#[test]
+fn huge_lines_fall_back_to_streaming() {
+    let t = tempfile::tempdir().unwrap();
+    let mut data = vec![b'z'; HEAP_LIMIT + 10];
+    data.extend_from_slice(b" needle\nshort needle\n");
+    fs::write(t.path().join("big.txt"), &data).unwrap();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
+    assert_eq!(
+        lines(&out),
+        [
+            format!("big.txt:1: {}... [truncated]", "z".repeat(500)),
+            "big.txt:2: short needle".to_string()
+        ]
+    );
+    assert!(out.lines_truncated);
+}

@@ -1,0 +1,240 @@
+//! How pi 1.6.0's grep tool turns ripgrep's lines into output: terminator
+//! stripping, the 500-unit line cut, and the limit / context state machine.
+
+use std::sync::Arc;
+
+/// pi's `GREP_MAX_LINE_LENGTH`, in UTF-16 code units.
+pub const MAX_LINE_UNITS: usize = 500;
+/// pi's `DEFAULT_MAX_BYTES`: output lines are stored only while under it.
+pub const MAX_OUTPUT_BYTES: u64 = 50 * 1024;
+/// Bytes of a line enough to hold more than `MAX_LINE_UNITS` UTF-16 units
+/// whatever the content (a unit never takes more than 3 bytes of UTF-8 or of
+/// lossily decoded garbage), so longer lines are decoded from this prefix.
+pub const LINE_PREFIX_BYTES: usize = 3 * (MAX_LINE_UNITS + 1) + 4;
+
+/// A line as pi shows it: decoded lossily, terminator stripped, cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub text: String,
+    pub truncated: bool,
+}
+
+/// `bytes` is the start of a line (at most `LINE_PREFIX_BYTES` are looked
+/// at); `complete` says whether it is the whole line with its terminator.
+pub fn show_line(bytes: &[u8], complete: bool) -> Shown {
+    let mut line = bytes;
+    // pi strips `/\r?\n?$/` from the decoded line: one `\n`, then one `\r`.
+    if complete {
+        line = line.strip_suffix(b"\n").unwrap_or(line);
+        line = line.strip_suffix(b"\r").unwrap_or(line);
+    }
+    let long = !complete || line.len() > LINE_PREFIX_BYTES;
+    let decoded = String::from_utf8_lossy(&line[..line.len().min(LINE_PREFIX_BYTES)]);
+    let units: usize = decoded.chars().map(char::len_utf16).sum();
+    if !long && units <= MAX_LINE_UNITS {
+        return Shown {
+            text: decoded.into_owned(),
+            truncated: false,
+        };
+    }
+    // pi's `sliceHead`: at most 500 units, never half a surrogate pair.
+    let mut used = 0;
+    let mut end = 0;
+    for (i, c) in decoded.char_indices() {
+        if used + c.len_utf16() > MAX_LINE_UNITS {
+            break;
+        }
+        used += c.len_utf16();
+        end = i + c.len_utf8();
+    }
+    Shown {
+        text: format!("{}... [truncated]", &decoded[..end]),
+        truncated: true,
+    }
+}
+
+/// One output line, structured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutLine {
+    pub path: Arc<str>,
+    pub line_number: u64,
+    pub text: String,
+    pub is_match: bool,
+}
+
+impl OutLine {
+    /// UTF-8 length of pi's `rel:N: text` / `rel-N- text`.
+    fn formatted_len(&self) -> u64 {
+        let digits = self.line_number.to_string().len();
+        (self.path.len() + 1 + digits + 2 + self.text.len()) as u64
+    }
+}
+
+/// The result of a search, as pi's grep tool accounts for it.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Stored lines: all of them, or (with a byte cap) those pi keeps.
+    pub lines: Vec<OutLine>,
+    pub match_count: u64,
+    /// Another match after the limit-th proved results were cut.
+    pub match_limit_reached: bool,
+    pub lines_truncated: bool,
+    /// Bytes of all output lines joined with `\n` (stored or not).
+    pub output_bytes: u64,
+    pub output_lines: u64,
+}
+
+/// pi 1.6.0's `rl.on("line")` logic, fed lines in output order.
+pub struct Collector {
+    limit: u64,
+    context: u64,
+    store_cap: Option<u64>,
+    limit_hit: bool,
+    trailing_end: u64,
+    last_file: usize,
+    /// Output bytes counting a newline after every line (pi's `outputBytes`).
+    bytes_with_newlines: u64,
+    done: bool,
+    out: Outcome,
+}
+
+impl Collector {
+    pub fn new(limit: u64, context: u64, store_cap: Option<u64>) -> Self {
+        Collector {
+            limit: limit.max(1),
+            context,
+            store_cap,
+            limit_hit: false,
+            trailing_end: 0,
+            last_file: usize::MAX,
+            bytes_with_newlines: 0,
+            done: false,
+            out: Outcome::default(),
+        }
+    }
+
+    /// True once nothing more can change the outcome.
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    fn push(&mut self, file: usize, line: OutLine, shown_truncated: bool) {
+        self.last_file = file;
+        self.out.lines_truncated |= shown_truncated;
+        let len = line.formatted_len();
+        let keep = match self.store_cap {
+            Some(cap) => self.bytes_with_newlines <= cap + 1,
+            None => true,
+        };
+        if keep {
+            self.out.lines.push(line);
+        }
+        self.bytes_with_newlines += len + 1;
+        self.out.output_lines += 1;
+    }
+
+    /// A line of file number `file` (files numbered in output order).
+    pub fn line(
+        &mut self,
+        file: usize,
+        path: &Arc<str>,
+        number: u64,
+        shown: &Shown,
+        is_match: bool,
+    ) {
+        if self.done {
+            return;
+        }
+        let make = |is_match| OutLine {
+            path: path.clone(),
+            line_number: number,
+            text: shown.text.clone(),
+            is_match,
+        };
+        if !self.limit_hit {
+            self.push(file, make(is_match), shown.truncated);
+            if !is_match {
+                return;
+            }
+            self.out.match_count += 1;
+            if self.out.match_count >= self.limit {
+                self.limit_hit = true;
+                self.trailing_end = number.saturating_add(self.context);
+            }
+            return;
+        }
+        let in_window = file == self.last_file && number <= self.trailing_end;
+        // A match inside the last match's trailing context is shown as context.
+        if in_window {
+            self.push(file, make(false), shown.truncated);
+        }
+        if is_match {
+            self.out.match_limit_reached = true;
+        }
+        if self.out.match_limit_reached && !(in_window && number < self.trailing_end) {
+            self.done = true;
+        }
+    }
+
+    pub fn finish(mut self) -> Outcome {
+        self.out.output_bytes = self.bytes_with_newlines.saturating_sub(1);
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_only_the_terminator() {
+        assert_eq!(show_line(b"a\rb\r\n", true).text, "a\rb");
+        assert_eq!(show_line(b"ab\r", true).text, "ab");
+        assert_eq!(show_line(b"ab\r\r\n", true).text, "ab\r");
+        assert_eq!(show_line(b"\xffab\n", true).text, "\u{fffd}ab");
+    }
+
+    #[test]
+    fn cuts_at_500_units_without_splitting_pairs() {
+        let exact = "x".repeat(500);
+        assert!(!show_line(exact.as_bytes(), true).truncated);
+        let long = format!("{}\u{1F600}tail", "x".repeat(499));
+        let shown = show_line(long.as_bytes(), true);
+        assert_eq!(shown.text, format!("{}... [truncated]", "x".repeat(499)));
+        let huge = "é".repeat(10_000);
+        let shown = show_line(huge.as_bytes(), true);
+        assert_eq!(shown.text, format!("{}... [truncated]", "é".repeat(500)));
+        let partial = show_line(&huge.as_bytes()[..LINE_PREFIX_BYTES], false);
+        assert_eq!(partial, shown);
+    }
+
+    fn feed(c: &mut Collector, file: usize, n: u64, m: bool) {
+        let p: Arc<str> = Arc::from("f");
+        let s = Shown {
+            text: format!("l{n}"),
+            truncated: false,
+        };
+        c.line(file, &p, n, &s, m);
+    }
+
+    #[test]
+    fn limit_keeps_trailing_context_and_needs_proof() {
+        let mut c = Collector::new(1, 2, None);
+        feed(&mut c, 0, 1, true);
+        feed(&mut c, 0, 2, true);
+        assert!(!c.done());
+        feed(&mut c, 0, 3, false);
+        assert!(c.done());
+        feed(&mut c, 0, 4, false);
+        let out = c.finish();
+        assert_eq!(out.lines.len(), 3);
+        assert!(!out.lines[1].is_match);
+        assert!(out.match_limit_reached);
+
+        let mut c = Collector::new(1, 0, None);
+        feed(&mut c, 0, 1, true);
+        let out = c.finish();
+        assert!(!out.match_limit_reached);
+        assert_eq!(out.output_bytes, "f:1: l1".len() as u64);
+    }
+}
