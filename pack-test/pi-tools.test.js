@@ -6,7 +6,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
-import { createBashOperations, createBoundFs } from "pi-native-ops";
+import { createBashOperations, createBoundFs, createNativeTools } from "pi-native-ops";
 
 const piName = process.env.PI_NATIVE_OPS_PI ?? "@mariozechner/pi-coding-agent";
 const pi = await import(piName);
@@ -61,6 +61,13 @@ describe(`pi-native-ops installed from tarballs, with ${piName}`, () => {
       const edit = pi.createEditTool(root, { operations: fs.edit });
       await edit.execute("call-5", { path: "src/a.js", edits: [{ oldText: "41", newText: "42" }] });
       expect(readFileSync(join(root, "src", "a.js"), "utf8")).toBe("const answer = 42;\n");
+    });
+
+    it("createNativeTools: pi's find and grep tools search natively", async () => {
+      const tools = createNativeTools(root);
+      expect(textOf(await tools.find.execute("call-7", { pattern: "*.txt" }))).toContain("hello.txt");
+      const found = textOf(await tools.grep.execute("call-8", { pattern: "from the" }));
+      expect(found).toContain("hello.txt:1: hello from the workspace");
     });
   });
 

@@ -1,5 +1,5 @@
 // Same check as types-check.ts, against pi 1.6.0 (@earendil-works), whose ReadOperations adds createReadStream.
-import { createBashOperations, createBoundFs } from "pi-native-ops";
+import { createBashOperations, createBoundFs, createNativeTools } from "pi-native-ops";
 import type {
   BashOperations,
   EditOperations,
@@ -20,3 +20,4 @@ export const tools = [
   createReadTool("/workspace", { operations: fs.read }),
   createBashTool("/workspace", { operations: bash }),
 ];
+export const native = createNativeTools("/workspace", { runtimeRoot: "/workspace" });

@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit`: proves the published type declarations fit pi's Operations interfaces.
-import { createBashOperations, createBoundFs } from "pi-native-ops";
+import { createBashOperations, createBoundFs, createNativeTools } from "pi-native-ops";
 import type {
   BashOperations,
   EditOperations,
@@ -20,3 +20,4 @@ export const tools = [
   createReadTool("/workspace", { operations: fs.read }),
   createBashTool("/workspace", { operations: bash }),
 ];
+export const native = createNativeTools("/workspace", { runtimeRoot: "/workspace" });
