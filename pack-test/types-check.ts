@@ -1,0 +1,23 @@
+// Compiled with `tsc --noEmit`: proves the published type declarations fit pi's Operations interfaces.
+import { createBashOperations, createBoundFs, createNativeTools } from "pi-native-ops";
+import type {
+  BashOperations,
+  EditOperations,
+  LsOperations,
+  ReadOperations,
+  WriteOperations,
+} from "@mariozechner/pi-coding-agent";
+import { createBashTool, createReadTool } from "@mariozechner/pi-coding-agent";
+
+const fs = createBoundFs("/workspace");
+export const read: ReadOperations = fs.read;
+export const write: WriteOperations = fs.write;
+export const edit: EditOperations = fs.edit;
+export const ls: LsOperations = fs.ls;
+export const bash: BashOperations = createBashOperations();
+
+export const tools = [
+  createReadTool("/workspace", { operations: fs.read }),
+  createBashTool("/workspace", { operations: bash }),
+];
+export const native = createNativeTools("/workspace", { runtimeRoot: "/workspace" });

@@ -1,0 +1,67 @@
+// Checks what `npm pack --json` put in the two tarballs, and prints their sizes.
+// Usage: node scripts/pack-check.js <main-pack.json> <platform-pack.json> <main package.json from the tarball>
+// Exits 1 listing every problem found; prints one "size" line per tarball on success.
+import { readFileSync } from "node:fs";
+
+const [mainJson, platformJson, mainManifestPath] = process.argv.slice(2);
+const [main] = JSON.parse(readFileSync(mainJson, "utf8"));
+const [platform] = JSON.parse(readFileSync(platformJson, "utf8"));
+const problems = [];
+
+const paths = (pack) => pack.files.map((file) => file.path);
+
+// Main package: the JS loader and wrappers, typings, nothing from the build or the test suite.
+const MAIN_REQUIRED = ["package.json", "index.js", "index.d.ts", "native.cjs", "native.d.ts", "js/native.js", "js/pi.js"];
+const MAIN_FORBIDDEN = [
+  [/\.node$/, "a native binary (belongs in the platform package)"],
+  [/^target\//, "cargo's target/ directory"],
+  [/^(src|__test__|bench|pack-test|npm|scripts|demo|docs|\.github|\.ci)\//, "a repository-only directory"],
+  [/fixture|golden|\.corpus/i, "a test fixture"],
+  [/^Cargo\.(toml|lock)$|^build\.rs$|\.rs$/, "Rust sources"],
+  [/\.tgz$/, "a tarball"],
+];
+for (const required of MAIN_REQUIRED) {
+  if (!paths(main).includes(required)) problems.push(`${main.name}: missing ${required}`);
+}
+for (const path of paths(main)) {
+  for (const [pattern, what] of MAIN_FORBIDDEN) {
+    if (pattern.test(path)) problems.push(`${main.name}: ships ${path}, ${what}`);
+  }
+}
+
+// The packed manifest must name every platform package at the same version (napi-rs v3 wiring),
+// and have no install hooks: users never compile or download anything at install time.
+const manifest = JSON.parse(readFileSync(mainManifestPath, "utf8"));
+const PLATFORMS = ["linux-x64-gnu", "linux-x64-musl", "linux-arm64-gnu", "linux-arm64-musl", "darwin-x64", "darwin-arm64", "win32-x64-msvc"];
+for (const suffix of PLATFORMS) {
+  const dep = `pi-native-ops-${suffix}`;
+  const version = manifest.optionalDependencies?.[dep];
+  if (version !== manifest.version) problems.push(`${main.name}: optionalDependencies["${dep}"] is ${version}, want ${manifest.version}`);
+}
+for (const hook of ["preinstall", "install", "postinstall"]) {
+  if (manifest.scripts?.[hook]) problems.push(`${main.name}: has a ${hook} script; users must never compile`);
+}
+
+// Platform package: exactly its manifest, README and the one binary.
+const binary = "pi-native-ops.linux-x64-gnu.node";
+const expected = ["README.md", binary, "package.json"].sort();
+const got = paths(platform).sort();
+if (JSON.stringify(got) !== JSON.stringify(expected)) {
+  problems.push(`${platform.name}: expected files ${expected.join(", ")}; got ${got.join(", ")}`);
+}
+if (platform.name !== "pi-native-ops-linux-x64-gnu") problems.push(`platform package is named ${platform.name}`);
+if (platform.version !== main.version) {
+  problems.push(`version mismatch: ${main.name}@${main.version} vs ${platform.name}@${platform.version}`);
+}
+
+if (problems.length) {
+  for (const problem of problems) console.error(`pack-check: ${problem}`);
+  process.exit(1);
+}
+
+const kib = (bytes) => `${(bytes / 1024).toFixed(1)} KiB`;
+for (const pack of [main, platform]) {
+  console.log(
+    `size ${pack.name}@${pack.version}: tarball ${kib(pack.size)}, unpacked ${kib(pack.unpackedSize)}, ${pack.entryCount} files`,
+  );
+}
