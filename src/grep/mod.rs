@@ -101,7 +101,11 @@ fn root_io(e: crate::root::FsError) -> io::Error {
 }
 
 /// Files the walk may run ahead of the output.
-const WINDOW: usize = 256;
+const WINDOW: usize = 512;
+/// Files handed to a search thread at once: one channel round trip (and
+/// thread wake-up) per batch instead of per file, which on small files costs
+/// more than the search itself.
+const BATCH: usize = 32;
 /// How often a waiting thread looks at the cancel flag.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -188,24 +192,21 @@ fn search_dir(
         moved: Condvar::new(),
     };
     let threads = pool_size();
-    let (work_tx, work_rx) = mpsc::sync_channel::<(usize, PathBuf)>(threads * 4);
+    // A batch is consecutive files in path order, numbered from its first index.
+    let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Vec<PathBuf>)>(threads * 2);
     let work_rx = Mutex::new(work_rx);
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Arc<str>, Vec<Hit>)>();
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Vec<(Arc<str>, Vec<Hit>)>)>();
 
     std::thread::scope(|scope| {
         // The walk: numbers files in path order, never more than WINDOW ahead.
         scope.spawn(|| {
-            let mut index = 0usize;
-            for entry in walk {
-                if halted() {
-                    break;
-                }
-                let Ok(entry) = entry else { continue };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
+            // Owned here, so the searchers see the channel close when the walk ends.
+            let work_tx = work_tx;
+            let mut first = 0usize;
+            let mut batch = Vec::with_capacity(BATCH);
+            let send = |first: &mut usize, batch: &mut Vec<PathBuf>| {
                 let mut consumed = window.consumed.lock().unwrap_or_else(|e| e.into_inner());
-                while index >= *consumed + WINDOW && !halted() {
+                while *first >= *consumed + WINDOW && !halted() {
                     consumed = window
                         .moved
                         .wait_timeout(consumed, POLL)
@@ -213,12 +214,28 @@ fn search_dir(
                         .0;
                 }
                 drop(consumed);
-                if work_tx.send((index, entry.into_path())).is_err() {
-                    break;
+                let files = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                let n = files.len();
+                let sent = work_tx.send((*first, files)).is_ok();
+                *first += n;
+                sent
+            };
+            for entry in walk {
+                if halted() {
+                    return;
                 }
-                index += 1;
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                batch.push(entry.into_path());
+                if batch.len() == BATCH && !send(&mut first, &mut batch) {
+                    return;
+                }
             }
-            drop(work_tx);
+            if !batch.is_empty() {
+                send(&mut first, &mut batch);
+            }
         });
         for _ in 0..threads {
             let done_tx = done_tx.clone();
@@ -227,17 +244,21 @@ fn search_dir(
                 let mut searcher = engine.searcher(true);
                 loop {
                     let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok((index, path)) = next else { break };
-                    if halted() {
-                        break;
+                    let Ok((first, paths)) = next else { break };
+                    let mut results = Vec::with_capacity(paths.len());
+                    for path in paths {
+                        if halted() {
+                            return;
+                        }
+                        let rel = path.strip_prefix(dir).unwrap_or(&path);
+                        let rel: Arc<str> = Arc::from(rel.to_string_lossy().replace('\\', "/"));
+                        let hits = match opener.open_walked(&path) {
+                            Ok(file) => engine.search_file(&mut searcher, &file, true, halted),
+                            Err(_) => Vec::new(),
+                        };
+                        results.push((rel, hits));
                     }
-                    let rel = path.strip_prefix(dir).unwrap_or(&path);
-                    let rel: Arc<str> = Arc::from(rel.to_string_lossy().replace('\\', "/"));
-                    let hits = match opener.open_walked(&path) {
-                        Ok(file) => engine.search_file(&mut searcher, &file, true, halted),
-                        Err(_) => Vec::new(),
-                    };
-                    if done_tx.send((index, rel, hits)).is_err() {
+                    if done_tx.send((first, results)).is_err() {
                         break;
                     }
                 }
@@ -246,23 +267,25 @@ fn search_dir(
         drop(done_tx);
 
         // Output in file order.
-        let mut pending: BTreeMap<usize, (Arc<str>, Vec<Hit>)> = BTreeMap::new();
+        let mut pending: BTreeMap<usize, Vec<(Arc<str>, Vec<Hit>)>> = BTreeMap::new();
         let mut next = 0usize;
-        while !collector.done() && !cancel.load(Ordering::Relaxed) {
+        'output: while !collector.done() && !cancel.load(Ordering::Relaxed) {
             match done_rx.recv_timeout(POLL) {
-                Ok((index, rel, hits)) => {
-                    pending.insert(index, (rel, hits));
+                Ok((first, results)) => {
+                    pending.insert(first, results);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            while let Some((rel, hits)) = pending.remove(&next) {
-                for hit in &hits {
-                    collector.line(next, &rel, hit.number, &hit.shown, hit.is_match);
-                }
-                next += 1;
-                if collector.done() {
-                    break;
+            while let Some(results) = pending.remove(&next) {
+                for (rel, hits) in results {
+                    for hit in &hits {
+                        collector.line(next, &rel, hit.number, &hit.shown, hit.is_match);
+                    }
+                    next += 1;
+                    if collector.done() {
+                        break 'output;
+                    }
                 }
             }
             *window.consumed.lock().unwrap_or_else(|e| e.into_inner()) = next;
