@@ -836,3 +836,5 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.BoundRoot = nativeBinding.BoundRoot
+module.exports.findExists = nativeBinding.findExists
+module.exports.findGlob = nativeBinding.findGlob
