@@ -9,24 +9,19 @@
 //!
 //! Results come in **path order**: depth-first, siblings compared byte-wise
 //! by name (a directory before its contents), which is `Path`'s component
-//! ordering. A short sorted sequential walk answers searches that reach the
-//! limit early; otherwise the whole tree is walked in parallel and sorted.
+//! ordering, kept while walking on all cores (see `Walker`).
 
-use std::ffi::OsString;
+use std::collections::BinaryHeap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
-use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use ignore::{DirEntry, WalkState};
 
 use crate::root::{FsError, Root};
 use crate::walk;
-
-/// Entries the sequential walk may visit before handing over to the
-/// parallel one: enough for dense patterns to fill pi's default limit
-/// (1000) without walking a large tree, little enough that a sparse
-/// pattern loses almost nothing by starting over in parallel.
-const SEQUENTIAL_BUDGET: usize = 4096;
 
 /// Why a search failed.
 #[derive(Debug, PartialEq, Eq)]
@@ -102,8 +97,10 @@ impl Pattern {
     fn is_match(&self, rel: &Path) -> bool {
         match &self.target {
             Target::All => true,
-            Target::FileName(m) => rel.file_name().is_some_and(|n| m.is_match(n)),
-            Target::RelativePath(m) => m.is_match(rel),
+            Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
+            Target::RelativePath(m) => {
+                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_bytes()))
+            }
             Target::AbsolutePath(m) => m.is_match(self.base.join(rel)),
         }
     }
@@ -121,25 +118,61 @@ fn glob_error(pattern: &str, e: &globset::Error) -> FindError {
     FindError::Glob(format!("invalid glob pattern \"{pattern}\": {}", e.kind()))
 }
 
-/// The pruning globs, matched case-sensitively against relative paths.
-fn ignore_set(globs: &[String]) -> Result<GlobSet, FindError> {
-    let mut set = GlobSetBuilder::new();
-    for raw in globs {
-        let g = strip_dot_slash(raw);
-        let build = |g: &str| -> Result<Glob, FindError> {
-            GlobBuilder::new(g)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| glob_error(raw, &e))
-        };
-        set.add(build(g)?);
-        // `node_modules/**` means "nothing of node_modules": the directory
-        // itself goes too, as with the `glob` package pi used before fd.
-        if let Some(dir) = g.strip_suffix("/**").filter(|d| !d.is_empty()) {
-            set.add(build(dir)?);
+/// `options.ignore`: entries matching one of these globs (relative to the
+/// search directory, case-sensitive) are skipped with everything below them.
+struct Prune {
+    /// From `**/NAME/**` with a literal NAME (what pi passes): entries named
+    /// NAME, checked without running a regex on every path.
+    names: Vec<OsString>,
+    globs: GlobSet,
+}
+
+impl Prune {
+    fn new(globs: &[String]) -> Result<Prune, FindError> {
+        let mut names = Vec::new();
+        let mut set = GlobSetBuilder::new();
+        for raw in globs {
+            let g = strip_dot_slash(raw);
+            let build = |g: &str| -> Result<Glob, FindError> {
+                GlobBuilder::new(g)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| glob_error(raw, &e))
+            };
+            let glob = build(g)?;
+            let literal_name = g
+                .strip_prefix("**/")
+                .and_then(|rest| rest.strip_suffix("/**"))
+                .filter(|n| {
+                    !n.is_empty() && !n.contains(['*', '?', '[', ']', '{', '}', '\\', '/'])
+                });
+            if let Some(name) = literal_name {
+                names.push(OsString::from(name));
+                continue;
+            }
+            set.add(glob);
+            // `dir/**` means "nothing of dir": the directory itself goes too,
+            // as with the `glob` package pi used before fd.
+            if let Some(dir) = g.strip_suffix("/**").filter(|d| !d.is_empty()) {
+                set.add(build(dir)?);
+            }
         }
+        let globs = set.build().map_err(|e| FindError::Glob(e.to_string()))?;
+        Ok(Prune { names, globs })
     }
-    set.build().map_err(|e| FindError::Glob(e.to_string()))
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.globs.is_empty()
+    }
+
+    fn is_pruned(&self, dir: &Path, entry: &DirEntry) -> bool {
+        entry.depth() > 0
+            && (self
+                .names
+                .iter()
+                .any(|n| n.as_os_str() == entry.file_name())
+                || (!self.globs.is_empty() && self.globs.is_match(relative(dir, entry))))
+    }
 }
 
 /// A match: the path relative to the search directory, and whether it is a
@@ -149,15 +182,33 @@ type Found = (PathBuf, bool);
 /// Runs a search in `cwd` (an absolute runtime or host path inside `root`)
 /// and returns absolute runtime paths, directories with a trailing `/`.
 pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>, FindError> {
+    glob_with_budget(root, cwd, search, SEQUENTIAL_BUDGET)
+}
+
+/// `glob` with a chosen sequential budget (tests force either walker).
+fn glob_with_budget(
+    root: &Root,
+    cwd: &Path,
+    search: &Search<'_>,
+    sequential_budget: usize,
+) -> Result<Vec<OsString>, FindError> {
     let dir = root.resolve_dir(cwd)?;
     let base = runtime_base(root, cwd, &dir);
     let pattern = Pattern::new(search.pattern, base.clone())?;
-    let ignore = ignore_set(search.ignore)?;
+    let prune = Arc::new(Prune::new(search.ignore)?);
     if search.limit == 0 {
         return Ok(Vec::new());
     }
-    let found = walk_matches(&dir, Arc::new(pattern), Arc::new(ignore), search.limit);
-    Ok(found
+    let walker = Walker {
+        require_git: walk::inside_git_repo(&dir),
+        dir: &dir,
+        pattern: &pattern,
+        prune,
+        limit: search.limit,
+        sequential_budget,
+    };
+    Ok(walker
+        .run()
         .into_iter()
         .map(|(rel, is_dir)| {
             let mut p = base.join(rel).into_os_string();
@@ -193,85 +244,152 @@ fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
     }
 }
 
-/// The first `limit` matches below `dir` in path order.
-fn walk_matches(dir: &Path, pattern: Arc<Pattern>, ignore: Arc<GlobSet>, limit: usize) -> Vec<Found> {
-    let mut builder = walk::builder(dir);
-    if !ignore.is_empty() {
-        let root = dir.to_path_buf();
-        builder.filter_entry(move |e| !is_ignored(&ignore, &root, e));
-    }
+/// Entries the sorted sequential walk may visit before the search moves to
+/// the parallel walker: a small tree (a typical repository) is answered by
+/// it alone, without starting threads, and a large one loses little.
+const SEQUENTIAL_BUDGET: usize = 2048;
 
-    // Sorted sequential walk: path order as it goes, stops at the limit.
-    let mut found = Vec::new();
-    let mut visited = 0;
-    for entry in builder.build() {
-        // Unreadable directories and vanished entries are skipped, as fd does.
-        let Ok(entry) = entry else { continue };
-        if entry.depth() == 0 {
-            continue;
-        }
-        if let Some(m) = matched(&pattern, dir, &entry) {
-            found.push(m);
-            if found.len() == limit {
-                return found;
-            }
-        }
-        visited += 1;
-        if visited == SEQUENTIAL_BUDGET {
-            return walk_parallel(&builder, dir, pattern, limit);
-        }
-    }
-    found
+/// One search's walk.
+///
+/// A sorted sequential walk yields path order as it goes and stops at the
+/// limit, but uses one core (and probes every directory for ignore files).
+/// Past `SEQUENTIAL_BUDGET` entries the search starts over with the parallel
+/// walker on every core, which visits the tree in no useful order: each
+/// thread keeps the `limit` smallest matches it has seen in path order, and
+/// once it holds `limit` of them it skips every entry (and subtree) that
+/// comes after its largest, since nothing there can be among the first
+/// `limit`. Dense patterns thus stop early there too. The threads' matches,
+/// merged and sorted, give the first `limit` in path order.
+struct Walker<'a> {
+    dir: &'a Path,
+    pattern: &'a Pattern,
+    prune: Arc<Prune>,
+    limit: usize,
+    /// Decided once for the search directory, as pi decides for fd.
+    require_git: bool,
+    sequential_budget: usize,
 }
 
-/// Walks the whole tree on all cores, then sorts into path order.
-fn walk_parallel(
-    builder: &ignore::WalkBuilder,
-    dir: &Path,
-    pattern: Arc<Pattern>,
-    limit: usize,
-) -> Vec<Found> {
-    let (tx, rx) = mpsc::channel::<Vec<Found>>();
-    builder.build_parallel().run(|| {
-        let mut batch = Batch {
-            found: Vec::new(),
-            tx: tx.clone(),
-        };
-        let pattern = pattern.clone();
-        let dir = dir.to_path_buf();
-        Box::new(move |entry| {
-            if let Ok(entry) = entry {
-                if entry.depth() > 0 {
-                    if let Some(m) = matched(&pattern, &dir, &entry) {
-                        batch.found.push(m);
-                    }
+impl Walker<'_> {
+    fn run(&self) -> Vec<Found> {
+        self.walk_sequential()
+            .unwrap_or_else(|| self.walk_parallel())
+    }
+
+    /// The shared walker rules from the search directory, with the search's own.
+    fn builder(&self) -> ignore::WalkBuilder {
+        let mut b = walk::builder(self.dir);
+        b.require_git(self.require_git);
+        if !self.prune.is_empty() {
+            let (prune, dir) = (self.prune.clone(), self.dir.to_path_buf());
+            b.filter_entry(move |e| !prune.is_pruned(&dir, e));
+        }
+        b
+    }
+
+    /// The answer, if the sorted walk finds it within the budget.
+    fn walk_sequential(&self) -> Option<Vec<Found>> {
+        let mut found = Vec::new();
+        for (visited, entry) in self.builder().build().enumerate() {
+            if visited > self.sequential_budget {
+                return None;
+            }
+            // Unreadable directories and vanished entries are skipped, as fd does.
+            let Ok(entry) = entry else { continue };
+            if entry.depth() == 0 {
+                continue;
+            }
+            if let Some(m) = matched(self.pattern, self.dir, &entry) {
+                found.push(m);
+                if found.len() == self.limit {
+                    break;
                 }
             }
-            WalkState::Continue
-        })
-    });
-    drop(tx);
-    let mut found: Vec<Found> = rx.into_iter().flatten().collect();
-    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    found.truncate(limit);
-    found
-}
+        }
+        Some(found)
+    }
 
-/// One walker thread's matches, handed over when the thread's visitor is dropped.
-struct Batch {
-    found: Vec<Found>,
-    tx: mpsc::Sender<Vec<Found>>,
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        // The receiver outlives every visitor; a failed send cannot happen.
-        let _ = self.tx.send(std::mem::take(&mut self.found));
+    fn walk_parallel(&self) -> Vec<Found> {
+        let (tx, rx) = mpsc::channel::<BinaryHeap<Found>>();
+        self.builder().build_parallel().run(|| {
+            let mut best = Smallest {
+                heap: BinaryHeap::new(),
+                limit: self.limit,
+                tx: tx.clone(),
+            };
+            Box::new(move |entry| {
+                // Unreadable directories and vanished entries are skipped, as fd does.
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if entry.depth() == 0 {
+                    return WalkState::Continue;
+                }
+                if best.is_beyond(relative(self.dir, &entry)) {
+                    // Everything below comes after it in path order too.
+                    return WalkState::Skip;
+                }
+                if let Some(m) = matched(self.pattern, self.dir, &entry) {
+                    best.push(m);
+                }
+                WalkState::Continue
+            })
+        });
+        drop(tx);
+        let mut found: Vec<Found> = rx.into_iter().flatten().collect();
+        found.sort_unstable();
+        found.truncate(self.limit);
+        found
     }
 }
 
+/// One walker thread's `limit` smallest matches in path order (a max-heap),
+/// handed over when the thread's visitor is dropped.
+struct Smallest {
+    heap: BinaryHeap<Found>,
+    limit: usize,
+    tx: mpsc::Sender<BinaryHeap<Found>>,
+}
+
+impl Smallest {
+    /// Whether `rel` comes after all of the `limit` matches already held.
+    fn is_beyond(&self, rel: &Path) -> bool {
+        self.heap.len() >= self.limit
+            && self.heap.peek().is_some_and(|(max, _)| rel > max.as_path())
+    }
+
+    fn push(&mut self, m: Found) {
+        self.heap.push(m);
+        if self.heap.len() > self.limit {
+            self.heap.pop();
+        }
+    }
+}
+
+impl Drop for Smallest {
+    fn drop(&mut self) {
+        // The receiver outlives every visitor, so the send cannot fail.
+        let _ = self.tx.send(std::mem::take(&mut self.heap));
+    }
+}
+
+/// `entry`'s path relative to the search directory. Walk paths are the
+/// directory joined with names, so this is a cut, not a component-wise strip
+/// (it runs for every entry).
 fn relative<'a>(dir: &Path, entry: &'a DirEntry) -> &'a Path {
-    entry.path().strip_prefix(dir).unwrap_or(entry.path())
+    let path = entry.path().as_os_str().as_bytes();
+    let dir = dir.as_os_str().as_bytes();
+    match path.strip_prefix(dir) {
+        Some([b'/', rest @ ..]) => Path::new(OsStr::from_bytes(rest)),
+        Some(rest) if dir.ends_with(b"/") => Path::new(OsStr::from_bytes(rest)),
+        _ => entry.path(),
+    }
+}
+
+/// The last component of a relative walk path, as bytes.
+fn file_name(rel: &Path) -> &[u8] {
+    let bytes = rel.as_os_str().as_bytes();
+    bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
 }
 
 fn matched(pattern: &Pattern, dir: &Path, entry: &DirEntry) -> Option<Found> {
@@ -280,10 +398,6 @@ fn matched(pattern: &Pattern, dir: &Path, entry: &DirEntry) -> Option<Found> {
         let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
         (rel.to_path_buf(), is_dir)
     })
-}
-
-fn is_ignored(ignore: &GlobSet, dir: &Path, entry: &DirEntry) -> bool {
-    entry.depth() > 0 && ignore.is_match(relative(dir, entry))
 }
 
 #[cfg(test)]
@@ -306,6 +420,23 @@ mod tests {
     }
 
     fn run(t: &tempfile::TempDir, pattern: &str, ignore: &[&str], limit: usize) -> Vec<String> {
+        let sequential = run_with(t, pattern, ignore, limit, usize::MAX);
+        // The parallel walker must give exactly the sorted walk's answer.
+        assert_eq!(
+            run_with(t, pattern, ignore, limit, 0),
+            sequential,
+            "{pattern} {limit}"
+        );
+        sequential
+    }
+
+    fn run_with(
+        t: &tempfile::TempDir,
+        pattern: &str,
+        ignore: &[&str],
+        limit: usize,
+        budget: usize,
+    ) -> Vec<String> {
         let root = Root::open(t.path(), Some(Path::new("/ws"))).unwrap();
         let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
         let search = Search {
@@ -313,7 +444,7 @@ mod tests {
             ignore: &ignore,
             limit,
         };
-        glob(&root, Path::new("/ws"), &search)
+        glob_with_budget(&root, Path::new("/ws"), &search, budget)
             .unwrap()
             .into_iter()
             .map(|p| p.into_string().unwrap())
@@ -325,7 +456,12 @@ mod tests {
         let t = tree(&["src/a.ts", "pkg/src/b.ts", "c.ts", "src/d/e.ts"]);
         assert_eq!(
             run(&t, "*.ts", &[], 10),
-            ["/ws/c.ts", "/ws/pkg/src/b.ts", "/ws/src/a.ts", "/ws/src/d/e.ts"]
+            [
+                "/ws/c.ts",
+                "/ws/pkg/src/b.ts",
+                "/ws/src/a.ts",
+                "/ws/src/d/e.ts"
+            ]
         );
         assert_eq!(run(&t, "src/*.ts", &[], 10), ["/ws/src/a.ts"]);
         assert_eq!(run(&t, "./src/*.ts", &[], 10), ["/ws/src/a.ts"]);
@@ -352,23 +488,33 @@ mod tests {
     #[test]
     fn ignore_globs_prune_subtrees() {
         let t = tree(&["node_modules/p/x.js", "src/node_modules/q.js", "y.js"]);
-        assert_eq!(run(&t, "*", &["**/node_modules/**"], 10), ["/ws/src/", "/ws/y.js"]);
+        assert_eq!(
+            run(&t, "*", &["**/node_modules/**"], 10),
+            ["/ws/src/", "/ws/y.js"]
+        );
     }
 
     #[test]
-    fn parallel_walk_gives_the_same_order() {
-        let files: Vec<String> = (0..SEQUENTIAL_BUDGET + 500)
-            .map(|i| format!("d{}/f{}.rs", i % 37, i))
+    fn both_walkers_keep_path_order_and_limit_cuts() {
+        let files: Vec<String> = (0..600)
+            .map(|i| format!("d{}/e{}/g{}/f{i}.rs", i % 7, i % 5, i % 3))
+            .chain(["top.rs".to_string(), "d3/x.rs".to_string()])
             .collect();
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
         let t = tree(&refs);
-        // Sparse matches: the sequential budget runs out, the parallel walk answers.
-        let sparse = run(&t, "f1*.rs", &[], usize::MAX);
-        let mut sorted = sparse.clone();
+        let all = run(&t, "*", &[], usize::MAX);
+        let mut sorted = all.clone();
         sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
-        assert_eq!(sparse, sorted);
-        let count = files.iter().filter(|f| f.contains("/f1")).count();
-        assert_eq!(sparse.len(), count);
+        assert_eq!(all, sorted);
+        // 602 files, 7 + 35 + 105 directories.
+        assert_eq!(all.len(), 602 + 7 + 35 + 105);
+        for limit in [1, 2, 3, 10, 50, 300, 700] {
+            assert_eq!(run(&t, "*", &[], limit), all[..limit.min(all.len())]);
+        }
+        let sparse = run(&t, "f1*.rs", &[], usize::MAX);
+        assert!(sparse
+            .windows(2)
+            .all(|w| Path::new(&w[0]) < Path::new(&w[1])));
         assert_eq!(run(&t, "f1*.rs", &[], 5), sparse[..5]);
     }
 

@@ -14,6 +14,8 @@ use crate::find::{self, FindError, Search};
 /// path order, directories with a trailing `/`, at most `limit` of them.
 /// Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
 /// find reads fd's output), never dropped.
+// napi registers these only outside `cfg(test)`, so unit-test builds see them unused.
+#[cfg_attr(test, allow(dead_code))]
 #[napi(ts_return_type = "Promise<string[]>")]
 pub fn find_glob(
     root: &BoundRoot,
@@ -43,6 +45,7 @@ pub fn find_glob(
 }
 
 /// Whether `path` exists; rejects for a path outside the workspace.
+#[cfg_attr(test, allow(dead_code))]
 #[napi(ts_return_type = "Promise<boolean>")]
 pub fn find_exists(root: &BoundRoot, path: String) -> AsyncTask<Blocking<bool>> {
     let root = root.root.clone();
