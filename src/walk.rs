@@ -60,4 +60,31 @@ mod tests {
             .collect();
         assert_eq!(names, [".gitignore", ".hidden", "a.txt", "b.txt"]);
     }
+
+    #[test]
+    fn parent_rules_stop_at_nested_repositories_inside_a_repository() {
+        let t = tempfile::tempdir().unwrap();
+        for d in [".git", "nested/.git", "plain"] {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+        }
+        fs::write(t.path().join(".gitignore"), "*.out\n").unwrap();
+        for f in ["a.out", "nested/n.out", "plain/p.out", "plain/p.txt"] {
+            fs::write(t.path().join(f), "").unwrap();
+        }
+        assert!(inside_git_repo(&t.path().join("plain")));
+        let names: Vec<String> = builder(t.path())
+            .filter_entry(|e| e.file_name() != ".git")
+            .build()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| {
+                e.path()
+                    .strip_prefix(t.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, [".gitignore", "nested/n.out", "plain/p.txt"]);
+    }
 }
