@@ -839,4 +839,6 @@ module.exports.BashExecution = nativeBinding.BashExecution
 module.exports.BoundRoot = nativeBinding.BoundRoot
 module.exports.GrepAbort = nativeBinding.GrepAbort
 module.exports.bashSpawn = nativeBinding.bashSpawn
+module.exports.findExists = nativeBinding.findExists
+module.exports.findGlob = nativeBinding.findGlob
 module.exports.grepSearch = nativeBinding.grepSearch

@@ -58,6 +58,17 @@ export interface BashSpawnRequest {
   env?: Array<string>
 }
 
+/** Whether `path` exists; rejects for a path outside the workspace. */
+export declare function findExists(root: BoundRoot, path: string): Promise<boolean>
+
+/**
+ * Absolute runtime paths of the entries matching `pattern` below `cwd`, in
+ * path order, directories with a trailing `/`, at most `limit` of them.
+ * Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
+ * find reads fd's output), never dropped.
+ */
+export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit: number): Promise<string[]>
+
 export interface GrepLine {
   path: string
   lineNumber: number

@@ -1,7 +1,71 @@
-// Placeholder until the find capability lands (issue 4).
-export function glob() {
-  throw new Error("pi-native-ops: glob is not implemented yet");
+// find: pi's FindOperations (`exists`, `glob`) answered in-process by the native walker (src/find.rs),
+// with fd 10.5 semantics as pi 1.6.0 drives fd, so pi's find tool never spawns or downloads fd.
+import path from "node:path";
+import { native } from "./native.js";
+// A cycle (fs.js imports this module), safe because nodeError is only called at run time.
+import { nodeError } from "./fs.js";
+
+function checkString(value, what) {
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
+  if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(value)}`);
+  return value;
 }
-export function createFindOperations() {
-  return undefined;
+
+function checkAbsolute(p, what) {
+  checkString(p, what);
+  if (!path.isAbsolute(p)) throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(p)}`);
+  return path.resolve(p);
+}
+
+/** Validates `{ ignore, limit }`; a missing limit means no limit, a fractional one is floored. */
+function checkOptions(options) {
+  if (options === undefined || options === null) return { ignore: [], limit: Infinity };
+  if (typeof options !== "object") throw new TypeError(`options must be an object, got ${typeof options}`);
+  const { ignore = [], limit = Infinity } = options;
+  if (!Array.isArray(ignore)) throw new TypeError("options.ignore must be an array of glob strings");
+  ignore.forEach((g, i) => checkString(g, `options.ignore[${i}]`));
+  if (typeof limit !== "number" || Number.isNaN(limit) || limit < 0) {
+    throw new TypeError(`options.limit must be a number >= 0, got ${String(limit)}`);
+  }
+  return { ignore, limit: Math.floor(limit) };
+}
+
+function search(bound, pattern, cwd, options) {
+  try {
+    checkString(pattern, "pattern");
+    cwd = checkAbsolute(cwd, "cwd");
+    const { ignore, limit } = checkOptions(options);
+    return native.findGlob(bound, pattern, cwd, ignore, limit).catch(nodeError);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}
+
+/** pi's FindOperations over a boundFs root (used by createBoundFs as `fs.find`). */
+export function createFindOperations(bound, _fs) {
+  return {
+    exists: (p) => {
+      try {
+        return native.findExists(bound, checkAbsolute(p, "path")).catch(nodeError);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    },
+    glob: (pattern, cwd, options) => search(bound, pattern, cwd, options),
+  };
+}
+
+/**
+ * The same search for callers outside pi: entries below `cwd` matching `pattern`, as absolute paths in
+ * path order. `cwd` is the bound: symlinks leading out of it are never entered.
+ */
+export function glob(pattern, cwd, options) {
+  let bound;
+  try {
+    const dir = checkAbsolute(cwd, "cwd");
+    bound = new native.BoundRoot(dir, dir);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  return search(bound, pattern, cwd, options);
 }

@@ -2,10 +2,16 @@
 //!
 //! Rules (fd 10 semantics, see docs "find"): hidden files included;
 //! `.gitignore`, `.ignore` and `.git/info/exclude` honoured hierarchically
-//! whether or not the tree is a git repository (`require_git(false)`), with
-//! parent rules stopping at nested repository boundaries (the `ignore` crate
-//! does this); symlinks never followed; siblings visited in file-name order
-//! so every walk of the same tree yields the same sequence.
+//! whether or not the tree is a git repository; symlinks never followed;
+//! siblings visited in file-name order so every walk of the same tree yields
+//! the same sequence.
+//!
+//! Nested repository boundaries: the `ignore` crate only notices `.git`
+//! directories (and stops parent `.gitignore` rules there) when `require_git`
+//! is on, and with it on, `.gitignore` is ignored outside repositories. So,
+//! as pi 1.6.0 does with fd (pi #5960), `require_git` is on exactly when the
+//! walk starts inside a git repository (`.git` in the directory or an
+//! ancestor) and off otherwise.
 
 use std::path::Path;
 
@@ -21,10 +27,16 @@ pub fn builder(dir: &Path) -> WalkBuilder {
         .git_ignore(true)
         .git_exclude(true)
         .git_global(false)
-        .require_git(false)
+        .require_git(inside_git_repo(dir))
         .follow_links(false)
         .sort_by_file_name(|a, b| a.cmp(b));
     b
+}
+
+/// Whether `dir` or one of its ancestors holds a `.git` entry (a directory,
+/// or a file for worktrees and submodules), as pi checks before running fd.
+pub fn inside_git_repo(dir: &Path) -> bool {
+    dir.ancestors().any(|d| d.join(".git").exists())
 }
 
 #[cfg(test)]
@@ -47,5 +59,32 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, [".gitignore", ".hidden", "a.txt", "b.txt"]);
+    }
+
+    #[test]
+    fn parent_rules_stop_at_nested_repositories_inside_a_repository() {
+        let t = tempfile::tempdir().unwrap();
+        for d in [".git", "nested/.git", "plain"] {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+        }
+        fs::write(t.path().join(".gitignore"), "*.out\n").unwrap();
+        for f in ["a.out", "nested/n.out", "plain/p.out", "plain/p.txt"] {
+            fs::write(t.path().join(f), "").unwrap();
+        }
+        assert!(inside_git_repo(&t.path().join("plain")));
+        let names: Vec<String> = builder(t.path())
+            .filter_entry(|e| e.file_name() != ".git")
+            .build()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| {
+                e.path()
+                    .strip_prefix(t.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, [".gitignore", "nested/n.out", "plain/p.txt"]);
     }
 }

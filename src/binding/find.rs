@@ -1,1 +1,53 @@
+//! napi binding of find (`crate::find`): argument and error conversion only.
 
+use std::path::Path;
+
+use napi::bindgen_prelude::AsyncTask;
+use napi::Error;
+use napi_derive::napi;
+
+use super::fs::{fs_error, BoundRoot};
+use super::{blocking, Blocking};
+use crate::find::{self, FindError, Search};
+
+/// Absolute runtime paths of the entries matching `pattern` below `cwd`, in
+/// path order, directories with a trailing `/`, at most `limit` of them.
+/// Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
+/// find reads fd's output), never dropped.
+// napi registers these only outside `cfg(test)`, so unit-test builds see them unused.
+#[cfg_attr(test, allow(dead_code))]
+#[napi(ts_return_type = "Promise<string[]>")]
+pub fn find_glob(
+    root: &BoundRoot,
+    pattern: String,
+    cwd: String,
+    ignore: Vec<String>,
+    limit: f64,
+) -> AsyncTask<Blocking<Vec<String>>> {
+    let root = root.root.clone();
+    // JS validated `limit` (a number >= 0, possibly Infinity); `as` saturates.
+    let limit = limit as usize;
+    blocking(move || {
+        let search = Search {
+            pattern: &pattern,
+            ignore: &ignore,
+            limit,
+        };
+        match find::glob(&root, Path::new(&cwd), &search) {
+            Ok(paths) => Ok(paths
+                .into_iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()),
+            Err(FindError::Glob(msg)) => Err(Error::from_reason(msg)),
+            Err(FindError::Root(e)) => Err(fs_error(e, "scandir", &cwd)),
+        }
+    })
+}
+
+/// Whether `path` exists; rejects for a path outside the workspace.
+#[cfg_attr(test, allow(dead_code))]
+#[napi(ts_return_type = "Promise<boolean>")]
+pub fn find_exists(root: &BoundRoot, path: String) -> AsyncTask<Blocking<bool>> {
+    let root = root.root.clone();
+    blocking(move || find::exists(&root, Path::new(&path)).map_err(|e| fs_error(e, "stat", &path)))
+}

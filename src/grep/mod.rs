@@ -109,6 +109,9 @@ const BATCH: usize = 32;
 /// How often a waiting thread looks at the cancel flag.
 const POLL: Duration = Duration::from_millis(5);
 
+/// A searched batch: each file's relative path and hits, in path order.
+type Searched = Vec<(Arc<str>, Vec<Hit>)>;
+
 /// Search threads: the machine's cores, at most 4 (beyond that the sorted
 /// walk and the re-sequencing are the bottleneck).
 fn pool_size() -> usize {
@@ -195,7 +198,7 @@ fn search_dir(
     // A batch is consecutive files in path order, numbered from its first index.
     let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Vec<PathBuf>)>(threads * 2);
     let work_rx = Mutex::new(work_rx);
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Vec<(Arc<str>, Vec<Hit>)>)>();
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Searched)>();
 
     std::thread::scope(|scope| {
         // The walk: numbers files in path order, never more than WINDOW ahead.
@@ -267,7 +270,7 @@ fn search_dir(
         drop(done_tx);
 
         // Output in file order.
-        let mut pending: BTreeMap<usize, Vec<(Arc<str>, Vec<Hit>)>> = BTreeMap::new();
+        let mut pending: BTreeMap<usize, Searched> = BTreeMap::new();
         let mut next = 0usize;
         'output: while !collector.done() && !cancel.load(Ordering::Relaxed) {
             match done_rx.recv_timeout(POLL) {

@@ -1,0 +1,210 @@
+// find: pi's real find tool driven by fs.find must print what pi 1.6.0's stock find tool (fd 10.5) printed
+// for the same search (goldens recorded by scripts/record-golden-find.js), in a stable path order.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { createBoundFs, glob } from "pi-native-ops";
+import { pi, isPi1 } from "./helpers/pi.js";
+import { buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
+
+// The find tool must never reach for fd with fs.find; if it did, it must not download it.
+process.env.PI_OFFLINE = "1";
+
+const goldenDir = path.join(path.dirname(fileURLToPath(import.meta.url)), "find/golden");
+const built = new Map();
+function fixture(name) {
+  if (!built.has(name)) built.set(name, buildFixture(os.tmpdir(), name));
+  return built.get(name);
+}
+afterAll(() => {
+  for (const fx of built.values()) fx.dispose();
+});
+
+/** Path order: depth-first, siblings compared byte-wise by name (a directory before its contents). */
+function pathOrder(a, b) {
+  const pa = Buffer.from(a.replace(/\/$/, "")).toString("latin1").split("/");
+  const pb = Buffer.from(b.replace(/\/$/, "")).toString("latin1").split("/");
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    if (pa[i] !== pb[i]) return Buffer.compare(Buffer.from(pa[i], "latin1"), Buffer.from(pb[i], "latin1"));
+  }
+  return pa.length - pb.length;
+}
+
+async function nativeFind(root, pattern, opts = {}, runtimeRoot) {
+  const bfs = createBoundFs(root, runtimeRoot ? { runtimeRoot } : {});
+  const tool = pi.createFindTool(runtimeRoot ?? root, { operations: bfs.find });
+  const res = await tool.execute("t", { pattern, path: opts.path, limit: opts.limit });
+  return splitOutput(res.content[0].text);
+}
+
+describe("find against pi's stock find tool (fd goldens)", () => {
+  for (const c of cases) {
+    const [name, pattern, opts = {}] = c;
+    it(caseName(c), async () => {
+      const golden = JSON.parse(fs.readFileSync(path.join(goldenDir, caseFile(c)), "utf8"));
+      const stock = splitOutput(golden.text);
+      const got = await nativeFind(fixture(name).root, pattern, opts);
+      expect([...got.lines].sort(pathOrder)).toEqual(got.lines);
+      if (opts.limit) {
+        // fd keeps whichever `limit` entries its threads found first; ours are the first in path order.
+        const all = golden.all.filter((l) => !prunedByPi(l)).sort(pathOrder);
+        expect(got.lines).toEqual(all.slice(0, opts.limit));
+        expect(got.lines.length).toBe(stock.lines.length);
+        expect(got.notice !== null).toBe(stock.notice !== null);
+      } else {
+        expect(got.lines).toEqual(stock.lines.filter((l) => !prunedByPi(l)).sort(pathOrder));
+        expect(got.notice).toBe(null);
+      }
+    });
+  }
+});
+
+describe("fs.find", () => {
+  it("returns the same list in the same order every time, including limit cuts", async () => {
+    const { root } = fixture("plain");
+    const bfs = createBoundFs(root);
+    const full = await bfs.find.glob("*", root, { ignore: [], limit: 1000 });
+    expect(full.length).toBeGreaterThan(30);
+    for (let i = 0; i < 5; i++) expect(await bfs.find.glob("*", root, { ignore: [], limit: 1000 })).toEqual(full);
+    for (const limit of [1, 7, 20]) {
+      expect(await bfs.find.glob("*", root, { ignore: [], limit })).toEqual(full.slice(0, limit));
+    }
+    expect(await bfs.find.glob("*", root, { ignore: [], limit: 0 })).toEqual([]);
+  });
+
+  it("cuts large trees at the limit in path order, beyond the sequential walk's budget", async () => {
+    const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-big-"));
+    try {
+      for (let d = 0; d < 50; d++) {
+        fs.mkdirSync(path.join(base, `d${d}`));
+        for (let f = 0; f < 110; f++) fs.writeFileSync(path.join(base, `d${d}`, `f${f}${f % 50 === 0 ? ".hit" : ""}`), "");
+      }
+      const bfs = createBoundFs(base);
+      const all = await bfs.find.glob("*.hit", base, { ignore: [], limit: 100000 });
+      expect(all.length).toBe(150);
+      expect([...all].sort((a, b) => pathOrder(path.relative(base, a), path.relative(base, b)))).toEqual(all);
+      expect(await bfs.find.glob("*.hit", base, { ignore: [], limit: 10 })).toEqual(all.slice(0, 10));
+    } finally {
+      fs.rmSync(base, { recursive: true, force: true });
+    }
+  });
+
+  it("maps runtimeRoot: cwd in runtime form, absolute runtime results, no host path in errors", async () => {
+    const { root } = fixture("plain");
+    const bfs = createBoundFs(root, { runtimeRoot: "/workspace" });
+    expect(await bfs.find.glob("src/*.ts", "/workspace", { ignore: [], limit: 10 })).toEqual(["/workspace/src/a.ts"]);
+    // Smart case: an all-lowercase pattern also finds e.TS.
+    expect(await bfs.find.glob("*.ts", "/workspace/pkg", { ignore: [], limit: 10 })).toEqual([
+      "/workspace/pkg/e.TS",
+      "/workspace/pkg/src/d.ts",
+    ]);
+    // A host-form cwd still answers in runtime form.
+    expect(await bfs.find.glob("src/*.ts", root, { ignore: [], limit: 10 })).toEqual(["/workspace/src/a.ts"]);
+    const got = await nativeFind(root, "*.ts", { path: "src" }, "/workspace");
+    expect(got.lines).toEqual(["a.ts", "util/c.ts"]);
+    const err = await bfs.find.glob("*", "/workspace/link-out", { ignore: [], limit: 10 }).catch((e) => e);
+    expect(err.message).toBe('path "/workspace/link-out" is outside workspace');
+    expect(err.message).not.toContain(root);
+  });
+
+  it("is bounded: exists throws outside, a symlink leading out is listed but never entered", async () => {
+    const { root, outside } = fixture("plain");
+    const bfs = createBoundFs(root);
+    expect(await bfs.find.exists(path.join(root, "src"))).toBe(true);
+    expect(await bfs.find.exists(path.join(root, "nope"))).toBe(false);
+    await expect(bfs.find.exists(outside)).rejects.toThrow(`path "${outside}" is outside workspace`);
+    await expect(bfs.find.exists(path.join(root, "link-out"))).rejects.toThrow(/is outside workspace/);
+    const all = await bfs.find.glob("*", root, { ignore: [], limit: 1000 });
+    expect(all).toContain(path.join(root, "link-out"));
+    expect(all.some((p) => p.includes("secret.ts"))).toBe(false);
+    const tool = pi.createFindTool(root, { operations: bfs.find });
+    await expect(tool.execute("t", { pattern: "*", path: "link-out" })).rejects.toThrow(/is outside workspace/);
+  });
+
+  it("prunes options.ignore subtrees, the directory itself included", async () => {
+    const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-ign-"));
+    try {
+      for (const f of ["node_modules/a/index.js", "pkg/node_modules/b.js", "pkg/main.js", "x.js", "gen/out.js"]) {
+        fs.mkdirSync(path.dirname(path.join(base, f)), { recursive: true });
+        fs.writeFileSync(path.join(base, f), "");
+      }
+      const bfs = createBoundFs(base);
+      const rel = async (ignore) =>
+        (await bfs.find.glob("*", base, { ignore, limit: 100 })).map((p) => path.relative(base, p) + (p.endsWith("/") ? "/" : ""));
+      expect(await rel(["**/node_modules/**", "**/.git/**"])).toEqual(["gen/", "gen/out.js", "pkg/", "pkg/main.js", "x.js"]);
+      expect(await rel(["gen"])).toEqual([
+        "node_modules/", "node_modules/a/", "node_modules/a/index.js", "pkg/", "pkg/main.js", "pkg/node_modules/",
+        "pkg/node_modules/b.js", "x.js",
+      ]);
+      // `*` does not cross `/`: only depth-2 .js files are pruned.
+      expect(await rel(["./*/*.js"])).toEqual([
+        "gen/", "node_modules/", "node_modules/a/", "node_modules/a/index.js", "pkg/", "pkg/node_modules/",
+        "pkg/node_modules/b.js", "x.js",
+      ]);
+    } finally {
+      fs.rmSync(base, { recursive: true, force: true });
+    }
+  });
+
+  it("returns non-UTF-8 names (lossily, as pi shows fd's output) instead of dropping them", async () => {
+    const { root } = fixture("plain");
+    const bfs = createBoundFs(root);
+    expect(await bfs.find.glob("*.bin", root, { ignore: [], limit: 10 })).toEqual([path.join(root, "f\uFFFD.bin")]);
+  });
+
+  it("survives symlink loops and skips unreadable directories", async () => {
+    const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-perm-"));
+    try {
+      fs.mkdirSync(path.join(base, "open"));
+      fs.mkdirSync(path.join(base, "closed"));
+      fs.writeFileSync(path.join(base, "open/a.ts"), "");
+      fs.writeFileSync(path.join(base, "closed/b.ts"), "");
+      fs.symlinkSync("..", path.join(base, "open/up"));
+      fs.symlinkSync("loop2", path.join(base, "loop1"));
+      fs.symlinkSync("loop1", path.join(base, "loop2"));
+      fs.chmodSync(path.join(base, "closed"), 0);
+      const bfs = createBoundFs(base);
+      const got = (await bfs.find.glob("*", base, { ignore: [], limit: 100 })).map((p) => path.relative(base, p));
+      const rootCanRead = process.getuid?.() === 0;
+      expect(got).toEqual(["closed", ...(rootCanRead ? ["closed/b.ts"] : []), "loop1", "loop2", "open", "open/a.ts", "open/up"]);
+    } finally {
+      fs.chmodSync(path.join(base, "closed"), 0o755);
+      fs.rmSync(base, { recursive: true, force: true });
+    }
+  });
+
+  it("rejects invalid globs and arguments with clear errors", async () => {
+    const { root } = fixture("plain");
+    const bfs = createBoundFs(root);
+    await expect(bfs.find.glob("src/[abc", root, { ignore: [], limit: 10 })).rejects.toThrow(
+      'invalid glob pattern "src/[abc": unclosed character class',
+    );
+    await expect(bfs.find.glob("*", root, { ignore: ["{a"], limit: 10 })).rejects.toThrow(/invalid glob pattern "\{a"/);
+    await expect(bfs.find.glob(42, root, {})).rejects.toThrow(TypeError);
+    await expect(bfs.find.glob("*", "relative", {})).rejects.toThrow(TypeError);
+    await expect(bfs.find.glob("*", root, { limit: -1 })).rejects.toThrow(TypeError);
+    await expect(bfs.find.glob("*", root, { ignore: "x" })).rejects.toThrow(TypeError);
+    await expect(bfs.find.glob("*", path.join(root, "a.txt"), {})).rejects.toMatchObject({ code: "ENOTDIR" });
+    const tool = pi.createFindTool(root, { operations: bfs.find });
+    await expect(tool.execute("t", { pattern: "[z" })).rejects.toThrow(/invalid glob pattern "\[z"/);
+  });
+
+  it.runIf(isPi1)("reports pi 1.6's limit notice from one result past the limit", async () => {
+    const got = await nativeFind(fixture("plain").root, "*.ts", { limit: 2 });
+    expect(got.notice).toBe("2 results limit reached");
+  });
+});
+
+describe("glob (plain function)", () => {
+  it("searches a directory with fd semantics, bounded to it", async () => {
+    const { root } = fixture("plain");
+    expect(await glob("**/src/*.ts", root)).toEqual([path.join(root, "pkg/src/d.ts"), path.join(root, "src/a.ts")]);
+    expect(await glob("*.ts", path.join(root, "src"), { limit: 1 })).toEqual([path.join(root, "src/a.ts")]);
+    expect(await glob("*", path.join(root, "link-dir"))).toEqual([
+      path.join(root, "link-dir/a.ts"), path.join(root, "link-dir/b.js"), path.join(root, "link-dir/util/"),
+      path.join(root, "link-dir/util/c.ts"),
+    ]);
+  });
+});

@@ -1,0 +1,88 @@
+// Bench: pi's find tool with fs.find (in-process) against pi's stock find tool (spawns fd), same process,
+// medians of many calls. Standalone: node bench/find.js [kernelDir] [smallDir]  (needs fd >= 10 on PATH or
+// in ~/.cargo/bin for the stock side; pi 1.6.0 under Node 22 for the anchored path semantics).
+import { execFileSync } from "node:child_process";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const PATTERNS = [
+  { name: "name glob *.c", pattern: "*.c" },
+  { name: "name glob *.md", pattern: "*.md" },
+  { name: "path glob **/include/**/*.h", pattern: "**/include/**/*.h" },
+  { name: "no match", pattern: "*.no-such-extension" },
+];
+const TARGETS = { kernel: "≤ 0.9×", small: "≤ 0.3×" };
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** Medians of `runs` timed calls of each side, alternated so that load from elsewhere hits both alike. */
+async function timeBoth(sides, runs) {
+  for (const fn of sides) if (fn) await fn(); // warm the page cache and the code paths
+  const ms = sides.map(() => []);
+  for (let i = 0; i < runs; i++) {
+    for (const [k, fn] of sides.entries()) {
+      if (!fn) continue;
+      const t = process.hrtime.bigint();
+      await fn();
+      ms[k].push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  }
+  return ms.map((m) => (m.length ? median(m) : null));
+}
+
+export async function bench(ctx) {
+  const { pi, native, log } = ctx;
+  // pi's stock tool finds fd on PATH; never let it download one.
+  process.env.PI_OFFLINE = "1";
+  if (ctx.fd) process.env.PATH = `${path.dirname(ctx.fd)}${path.delimiter}${process.env.PATH}`;
+  const rows = [];
+  for (const [corpus, dir] of Object.entries(ctx.corpora)) {
+    if (!dir) continue;
+    const runs = corpus === "kernel" ? 15 : 40;
+    const nativeTool = pi.createFindTool(dir, { operations: native.createBoundFs(dir).find });
+    const stockTool = pi.createFindTool(dir);
+    for (const { name, pattern } of PATTERNS) {
+      const nativeRun = () => nativeTool.execute("bench", { pattern });
+      const stockRun = () => stockTool.execute("bench", { pattern });
+      const [nativeMs, stockMs] = await timeBoth([nativeRun, ctx.fd ? stockRun : null], runs);
+      let note;
+      if (ctx.fd) {
+        const [a, b] = [await nativeRun(), await stockRun()].map((r) => r.content[0].text.split("\n").length);
+        note = `${a} native / ${b} stock output lines`;
+      } else {
+        note = "fd not available: stock side not run";
+      }
+      const row = {
+        operation: `find ${name}`,
+        corpus,
+        nativeMs,
+        stockMs,
+        ratio: stockMs ? nativeMs / stockMs : null,
+        target: TARGETS[corpus],
+        note,
+      };
+      log?.(`${row.operation} [${corpus}]: native ${nativeMs.toFixed(1)} ms, stock ${stockMs?.toFixed(1) ?? "-"} ms`);
+      rows.push(row);
+    }
+  }
+  return rows;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const { requirePi } = await import("../js/pi.js");
+  const native = await import("pi-native-ops");
+  const { module: pi, name: piName } = await requirePi();
+  let fd = path.join(os.homedir(), ".cargo/bin/fd");
+  try {
+    execFileSync(fd, ["--version"]);
+  } catch {
+    fd = null;
+  }
+  const [kernel = "/work/corpus/linux", small = null] = process.argv.slice(2);
+  const rows = await bench({ pi, piName, corpora: { kernel, small }, fd, native, log: console.log });
+  console.table(rows.map((r) => ({ ...r, ratio: r.ratio?.toFixed(2) })));
+}
