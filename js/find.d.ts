@@ -1,5 +1,5 @@
 /** pi's `FindOperations`, answered in-process with fd 10.5 semantics (see `createBoundFs().find`). */
-export interface FindOperations {
+export interface BoundFindOperations {
   /** Whether the path exists; rejects for a path outside the workspace. */
   exists(path: string): Promise<boolean>;
   /**
@@ -15,9 +15,6 @@ export interface FindOptions {
   /** Maximum number of results; the first `limit` in path order are kept. */
   limit?: number;
 }
-
-/** Internal: builds the `find` member of a boundFs object. */
-export declare function createFindOperations(bound: unknown, fs: unknown): FindOperations;
 
 /**
  * Finds entries below `cwd` (an absolute directory, also the bound: symlinks are never followed) matching

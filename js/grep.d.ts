@@ -1,3 +1,5 @@
+import type { BoundFs } from "./fs.js";
+
 /** pi's GrepOperations, bounded: `isDirectory` throws for missing or outside paths. */
 export interface BoundGrepOperations {
   isDirectory(path: string): Promise<boolean>;
@@ -42,7 +44,8 @@ export interface GrepResult {
 export declare function grep(options: GrepOptions): Promise<GrepResult>;
 
 export interface GrepToolFactoryOptions {
-  fs?: object;
+  /** Bound the search by this boundFs (and map its runtime root); default: unbounded below `cwd`. */
+  fs?: BoundFs;
 }
 
 /** pi's grep ToolDefinition from the installed pi, with a native execute. */

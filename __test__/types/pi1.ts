@@ -39,3 +39,11 @@ export const tools = [
 // The check can fail: a readFile resolving to a string is not a ReadOperations.
 // @ts-expect-error readFile must resolve to a Buffer
 export const wrong: ReadOperations = { ...fs.read, readFile: async (_p: string) => "text" };
+
+// And the members are really typed (not \`any\`): wrong arguments are rejected.
+// @ts-expect-error glob takes a string pattern
+fs.find.glob(42, "/workspace", { ignore: [], limit: 10 });
+// @ts-expect-error isDirectory takes a path string
+fs.grep.isDirectory(1);
+// @ts-expect-error stat takes a path string
+fs.ls.stat(null);
