@@ -4,7 +4,7 @@
 import { createReadStream as streamFromFd } from "node:fs";
 import { constants as osConstants } from "node:os";
 import path from "node:path";
-import { native } from "./native.js";
+import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
 
@@ -46,6 +46,7 @@ export function nodeError(err) {
  * is the absolute path the agent sees, e.g. `/workspace` inside a sandbox.
  */
 export function createBoundFs(root, options = {}) {
+  assertBoundedFsSupported("createBoundFs");
   if (typeof root !== "string" || root.length === 0) throw new TypeError("root must be a non-empty string");
   if (root.includes("\0")) throw new TypeError("root must not contain NUL bytes");
   if (options === null || typeof options !== "object") throw new TypeError("options must be an object");

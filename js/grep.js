@@ -3,7 +3,7 @@
 // grep tool (see docs "grep"); the search and all byte accounting are native (src/grep/).
 import { homedir } from "node:os";
 import path from "node:path";
-import { native } from "./native.js";
+import { assertBoundedFsSupported, native } from "./native.js";
 import { requirePi } from "./pi.js";
 // Circular import (js/fs.js imports this module): these are used only inside functions.
 import { boundRootOf } from "./fs.js";
@@ -86,6 +86,7 @@ function request(params, searchPath, storeCap) {
  * Returns every output line up to the limit (matches and context) in stable order.
  */
 export async function grep(options) {
+  assertBoundedFsSupported("grep");
   if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
   const bound = options.fs ? boundRootOf(options.fs) : null;
   checkOptional(options.path, "string", "path");
@@ -103,6 +104,7 @@ export async function grep(options) {
 
 /** pi's grep ToolDefinition (metadata and renderers from the installed pi) with a native `execute`. */
 export function createGrepToolDefinition(cwd, options = {}) {
+  assertBoundedFsSupported("createGrepToolDefinition");
   if (typeof cwd !== "string") throw new TypeError("cwd must be a string");
   const { module: pi } = requirePi();
   const bound = options?.fs ? boundRootOf(options.fs) : null;

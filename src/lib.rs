@@ -9,9 +9,13 @@
 #![deny(clippy::all)]
 
 pub mod exec;
+// The bounded root is built on unix descriptors (openat2 / O_NOFOLLOW walks);
+// find depends on it. On other targets the JS layer says these are unsupported.
+#[cfg(unix)]
 pub mod find;
 pub mod grep;
 pub mod image;
+#[cfg(unix)]
 pub mod root;
 pub mod walk;
 

@@ -1,8 +1,11 @@
 //! Thin napi bindings: argument conversion, error mapping, Buffers. No logic.
 
 mod exec;
+#[cfg(unix)]
 mod find;
+#[cfg(unix)]
 mod fs;
+#[cfg(unix)]
 mod grep;
 
 use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
