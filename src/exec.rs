@@ -20,6 +20,7 @@
 //! The code that runs between `fork` and `exec`/`_exit` lives in a copy of a multi-threaded process,
 //! so it only makes raw system calls on memory prepared before the fork: no allocation, no locks.
 
+#[cfg(unix)]
 use std::ffi::CString;
 use std::io;
 use std::time::Duration;

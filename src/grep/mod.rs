@@ -82,6 +82,7 @@ impl Opener for PlainFs {
     }
 }
 
+#[cfg(unix)]
 impl Opener for crate::root::Root {
     fn open_walked(&self, path: &Path) -> io::Result<File> {
         crate::root::Root::open_walked(self, path).map_err(root_io)
@@ -91,6 +92,7 @@ impl Opener for crate::root::Root {
     }
 }
 
+#[cfg(unix)]
 fn root_io(e: crate::root::FsError) -> io::Error {
     match e {
         crate::root::FsError::Outside => io::Error::from(io::ErrorKind::PermissionDenied),
