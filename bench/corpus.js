@@ -4,7 +4,6 @@
 //   Debian's "ignore everything at the top level" block stripped from .gitignore, as upstream has it.
 import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -40,13 +39,4 @@ export async function prepareCorpora(log) {
     }
   }
   return { small, kernel, kernelWhy };
-}
-
-/** An executable on PATH or in ~/.cargo/bin, or null. */
-export function findBinary(name) {
-  for (const d of [...(process.env.PATH ?? "").split(":"), path.join(homedir(), ".cargo/bin")]) {
-    const p = path.join(d, name);
-    if (d && existsSync(p)) return p;
-  }
-  return null;
 }

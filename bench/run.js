@@ -1,30 +1,18 @@
 // npm run bench: every native-vs-stock comparison in one process run, written to bench/RESULTS.md and
 // bench/results.svg. Each bench/<capability>.js exports `bench(ctx)` returning rows (see bench/lib.js).
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { prepareCorpora, findBinary } from "./corpus.js";
+import { findBinary, preferOnPath, rerunUnderNode22 } from "../scripts/node-tools.js";
+import { prepareCorpora } from "./corpus.js";
 import { renderMarkdown, renderSvg } from "./report.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.dirname(here);
 
-// pi 1.6.0 (the semantic reference) needs Node >= 22.19: re-run under it when this Node is older.
-const [major, minor] = process.versions.node.split(".").map(Number);
-if ((major < 22 || (major === 22 && minor < 19)) && !process.env.PI_NATIVE_OPS_BENCH_CHILD) {
-  const node22 = spawnSync("bash", [path.join(repo, "scripts/node22.sh")], { encoding: "utf8" }).stdout.trim();
-  if (node22) {
-    console.log(`bench: re-running under ${node22} for pi 1.6.0`);
-    const r = spawnSync(node22, ["--expose-gc", ...process.argv.slice(1)], {
-      stdio: "inherit",
-      env: { ...process.env, PI_NATIVE_OPS_BENCH_CHILD: "1", PI_NATIVE_OPS_PI: "@earendil-works/pi-coding-agent" },
-    });
-    process.exit(r.status ?? 1);
-  }
-  console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
-}
+if (!rerunUnderNode22()) console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
 
 const { requirePi } = await import("../js/pi.js");
 const { name: piName, module: pi } = requirePi();
@@ -40,7 +28,7 @@ if (!rg) skipped.push("stock grep: no `rg` on PATH or in ~/.cargo/bin (install w
 if (!fd) skipped.push("stock find: no `fd` on PATH or in ~/.cargo/bin (install with `cargo install fd-find`)");
 if (!corpora.kernel) skipped.push(corpora.kernelWhy);
 // pi's stock find/grep locate fd/rg on PATH; make sure they see the ones we found, never a download.
-for (const bin of [rg, fd]) if (bin) process.env.PATH = `${path.dirname(bin)}:${process.env.PATH}`;
+preferOnPath(rg, fd);
 
 const ctx = { pi, piName, corpora, rg, fd, native, log, repo };
 const rows = [];

@@ -2,24 +2,15 @@
 // this repository), prints what the model would see (trimmed) and how long each call took next to pi's
 // stock tool. Stock find/grep need fd/rg on PATH (or ~/.cargo/bin); without them the demo says so and
 // never lets pi download them. write/edit work on a scratch folder that is removed at the end.
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
-import { homedir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { findBinary, preferOnPath, rerunUnderNode22 } from "../scripts/node-tools.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.dirname(here);
 
-// pi 1.6.0 needs Node >= 22.19; re-run under the Node that `npm run setup` installed when this one is older.
-const [major, minor] = process.versions.node.split(".").map(Number);
-if ((major < 22 || (major === 22 && minor < 19)) && !process.env.PI_NATIVE_OPS_DEMO_CHILD) {
-  const node22 = spawnSync("bash", [path.join(repo, "scripts/node22.sh")], { encoding: "utf8" }).stdout.trim();
-  if (node22) {
-    const r = spawnSync(node22, process.argv.slice(1), { stdio: "inherit", env: { ...process.env, PI_NATIVE_OPS_DEMO_CHILD: "1" } });
-    process.exit(r.status ?? 1);
-  }
-}
+rerunUnderNode22();
 
 const { requirePi } = await import("../js/pi.js");
 const { name: piName, module: pi } = requirePi();
@@ -31,15 +22,9 @@ if (!existsSync(dir)) {
   process.exit(1);
 }
 
-function findBinary(name) {
-  for (const d of [...(process.env.PATH ?? "").split(":"), path.join(homedir(), ".cargo/bin")]) {
-    if (d && existsSync(path.join(d, name))) return path.join(d, name);
-  }
-  return null;
-}
 const rg = findBinary("rg");
 const fd = findBinary("fd");
-for (const bin of [rg, fd]) if (bin) process.env.PATH = `${path.dirname(bin)}:${process.env.PATH}`;
+preferOnPath(rg, fd);
 
 const scratch = ".pi-native-ops-demo";
 const native = createNativeTools(dir);
