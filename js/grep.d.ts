@@ -20,7 +20,7 @@ export interface GrepOptions {
   limit?: number;
   signal?: AbortSignal;
   /** Bound the search to a createBoundFs() root (runtime paths mapped to the host). */
-  fs?: object;
+  fs?: BoundFs;
 }
 
 export interface GrepLineResult {
