@@ -30,8 +30,8 @@ export function renderMarkdown(rows, machine, skipped) {
 export function renderSvg(rows, machine) {
   const measured = rows.filter((r) => r.ratio != null);
   const rowH = 22;
-  const left = 380;
-  const width = 900;
+  const left = 470;
+  const width = 1000;
   const plotW = width - left - 80;
   const height = 60 + measured.length * rowH + 30;
   const lo = Math.log10(0.01);
@@ -41,7 +41,7 @@ export function renderSvg(rows, machine) {
   const parts = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="10" y="20" font-size="15" font-weight="bold">pi-native-ops vs stock pi: time ratio native/stock (log scale, left of 1× = native faster)</text>`,
+    `<text x="10" y="20" font-size="15" font-weight="bold">pi-native-ops vs stock pi: time ratio native/stock (log scale; left of 1× = native faster; black tick = target, green = target met)</text>`,
     `<text x="10" y="38" fill="#555">${esc(`${machine.cpu}, ${machine.cores} cores; ${machine.node}; ${machine.pi}`)}</text>`,
   ];
   for (const t of [0.01, 0.1, 0.3, 1, 3, 10]) {
@@ -52,10 +52,15 @@ export function renderSvg(rows, machine) {
     const y = 55 + i * rowH;
     const x0 = x(1);
     const x1 = x(r.ratio);
-    const color = r.ratio <= 1 ? "#2e9d4b" : "#d9534f";
-    parts.push(`<text x="${left - 8}" y="${y + 14}" text-anchor="end">${esc(`${r.capability}: ${r.operation} [${r.corpus}]`)}</text>`);
+    // Green when the row meets its target ratio (or, without one, when native is faster).
+    const target = /^≤ ([\d.]+)×$/.exec(r.target ?? "");
+    const color = r.ratio <= (target ? Number(target[1]) : 1) ? "#2e9d4b" : "#d9534f";
+    const label = r.operation.startsWith(r.capability) ? r.operation : `${r.capability}: ${r.operation}`;
+    parts.push(`<text x="${left - 8}" y="${y + 14}" text-anchor="end">${esc(`${label} [${r.corpus}]`)}</text>`);
     parts.push(`<rect x="${Math.min(x0, x1)}" y="${y + 3}" width="${Math.max(1, Math.abs(x1 - x0))}" height="${rowH - 8}" fill="${color}"/>`);
     parts.push(`<text x="${Math.max(x0, x1) + 4}" y="${y + 14}" fill="#333">${r.ratio.toFixed(2)}×</text>`);
+    // The row's target, when it is a time ratio ("≤ 0.9×"), as a black tick.
+    if (target) parts.push(`<line x1="${x(Number(target[1]))}" y1="${y + 1}" x2="${x(Number(target[1]))}" y2="${y + rowH - 3}" stroke="#000" stroke-width="2"/>`);
   });
   parts.push("</svg>");
   return parts.join("\n");
