@@ -1,23 +1,20 @@
-// Compiled with `tsc --noEmit`: proves the published type declarations fit pi's Operations interfaces.
+// Compiled with `tsc --noEmit`: proves the published type declarations fit the Operations interfaces of
+// both supported pi versions (pi 1.6.0's ReadOperations adds createReadStream).
 import { createBashOperations, createBoundFs, createNativeTools } from "pi-native-ops";
-import type {
-  BashOperations,
-  EditOperations,
-  LsOperations,
-  ReadOperations,
-  WriteOperations,
-} from "@mariozechner/pi-coding-agent";
-import { createBashTool, createReadTool } from "@mariozechner/pi-coding-agent";
+import * as legacy from "@mariozechner/pi-coding-agent";
+import * as current from "@earendil-works/pi-coding-agent";
 
 const fs = createBoundFs("/workspace");
-export const read: ReadOperations = fs.read;
-export const write: WriteOperations = fs.write;
-export const edit: EditOperations = fs.edit;
-export const ls: LsOperations = fs.ls;
-export const bash: BashOperations = createBashOperations();
+const bash = createBashOperations();
+
+export const legacyOps: [legacy.ReadOperations, legacy.WriteOperations, legacy.EditOperations, legacy.LsOperations, legacy.BashOperations] =
+  [fs.read, fs.write, fs.edit, fs.ls, bash];
+export const currentOps: [current.ReadOperations, current.WriteOperations, current.EditOperations, current.LsOperations, current.BashOperations] =
+  [fs.read, fs.write, fs.edit, fs.ls, bash];
 
 export const tools = [
-  createReadTool("/workspace", { operations: fs.read }),
-  createBashTool("/workspace", { operations: bash }),
+  legacy.createReadTool("/workspace", { operations: fs.read }),
+  current.createReadTool("/workspace", { operations: fs.read }),
+  current.createBashTool("/workspace", { operations: bash }),
 ];
 export const native = createNativeTools("/workspace", { runtimeRoot: "/workspace" });
