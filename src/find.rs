@@ -15,7 +15,8 @@ use std::collections::BinaryHeap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use ignore::{DirEntry, WalkState};
@@ -277,12 +278,20 @@ impl Walker<'_> {
     }
 
     /// The shared walker rules from the search directory, with the search's own.
-    fn builder(&self) -> ignore::WalkBuilder {
+    /// With `best`, entries past its bound are skipped too: the parallel
+    /// walker reads a directory before visiting it, so the bound is checked
+    /// before an entry is queued, not from the visitor.
+    fn builder(&self, best: Option<Arc<Smallest>>) -> ignore::WalkBuilder {
         let mut b = walk::builder(self.dir);
         b.require_git(self.require_git);
-        if !self.prune.is_empty() {
+        if !self.prune.is_empty() || best.is_some() {
             let (prune, dir) = (self.prune.clone(), self.dir.to_path_buf());
-            b.filter_entry(move |e| !prune.is_pruned(&dir, e));
+            b.filter_entry(move |e| {
+                !prune.is_pruned(&dir, e)
+                    && !best
+                        .as_ref()
+                        .is_some_and(|best| best.is_beyond(relative(&dir, e)))
+            });
         }
         b
     }
@@ -290,7 +299,7 @@ impl Walker<'_> {
     /// The answer, if the sorted walk finds it within the budget.
     fn walk_sequential(&self) -> Option<Vec<Found>> {
         let mut found = Vec::new();
-        for (visited, entry) in self.builder().build().enumerate() {
+        for (visited, entry) in self.builder(None).build().enumerate() {
             if visited > self.sequential_budget {
                 return None;
             }
@@ -310,13 +319,9 @@ impl Walker<'_> {
     }
 
     fn walk_parallel(&self) -> Vec<Found> {
-        let (tx, rx) = mpsc::channel::<BinaryHeap<Found>>();
-        self.builder().build_parallel().run(|| {
-            let mut best = Smallest {
-                heap: BinaryHeap::new(),
-                limit: self.limit,
-                tx: tx.clone(),
-            };
+        let best = Arc::new(Smallest::new(self.limit));
+        self.builder(Some(best.clone())).build_parallel().run(|| {
+            let best = &best;
             Box::new(move |entry| {
                 // Unreadable directories and vanished entries are skipped, as fd does.
                 let Ok(entry) = entry else {
@@ -325,52 +330,97 @@ impl Walker<'_> {
                 if entry.depth() == 0 {
                     return WalkState::Continue;
                 }
-                if best.is_beyond(relative(self.dir, &entry)) {
-                    // Everything below comes after it in path order too.
-                    return WalkState::Skip;
-                }
                 if let Some(m) = matched(self.pattern, self.dir, &entry) {
                     best.push(m);
                 }
                 WalkState::Continue
             })
         });
-        drop(tx);
-        let mut found: Vec<Found> = rx.into_iter().flatten().collect();
-        found.sort_unstable();
-        found.truncate(self.limit);
-        found
-    }
-}
-
-/// One walker thread's `limit` smallest matches in path order (a max-heap),
-/// handed over when the thread's visitor is dropped.
-struct Smallest {
-    heap: BinaryHeap<Found>,
-    limit: usize,
-    tx: mpsc::Sender<BinaryHeap<Found>>,
-}
-
-impl Smallest {
-    /// Whether `rel` comes after all of the `limit` matches already held.
-    fn is_beyond(&self, rel: &Path) -> bool {
-        self.heap.len() >= self.limit
-            && self.heap.peek().is_some_and(|(max, _)| rel > max.as_path())
-    }
-
-    fn push(&mut self, m: Found) {
-        self.heap.push(m);
-        if self.heap.len() > self.limit {
-            self.heap.pop();
+        match Arc::try_unwrap(best) {
+            Ok(best) => best.into_sorted(),
+            // The walker drops its filter when it finishes; never reached.
+            Err(best) => best.lock().heap.clone().into_sorted_vec(),
         }
     }
 }
 
-impl Drop for Smallest {
-    fn drop(&mut self) {
-        // The receiver outlives every visitor, so the send cannot fail.
-        let _ = self.tx.send(std::mem::take(&mut self.heap));
+/// The `limit` smallest matches in path order seen by all walker threads
+/// (a max-heap), and, once there are `limit` of them, the largest: the
+/// bound past which no entry can be among the first `limit`.
+struct Smallest {
+    state: Mutex<SmallestState>,
+    /// Bumped whenever `bound` changes, so threads re-read it only then.
+    generation: AtomicUsize,
+    /// This search's number (see `BOUND_SEEN`).
+    id: usize,
+    limit: usize,
+}
+
+struct SmallestState {
+    heap: BinaryHeap<Found>,
+    bound: Option<Arc<Path>>,
+}
+
+impl Smallest {
+    fn new(limit: usize) -> Smallest {
+        Smallest {
+            state: Mutex::new(SmallestState {
+                heap: BinaryHeap::new(),
+                bound: None,
+            }),
+            generation: AtomicUsize::new(0),
+            id: SEARCH_IDS.fetch_add(1, AtomicOrdering::Relaxed),
+            limit,
+        }
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SmallestState> {
+        // A panicking visitor cannot leave the heap inconsistent: recover it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, m: Found) {
+        let mut state = self.lock();
+        state.heap.push(m);
+        if state.heap.len() > self.limit {
+            state.heap.pop();
+        }
+        if state.heap.len() == self.limit {
+            let max = state.heap.peek().map(|(max, _)| Arc::from(max.as_path()));
+            state.bound = max;
+            self.generation.fetch_add(1, AtomicOrdering::Release);
+        }
+    }
+
+    /// Whether `rel` comes after all of the `limit` matches held. Each
+    /// thread keeps a copy of the bound and re-reads it only when it changed.
+    fn is_beyond(&self, rel: &Path) -> bool {
+        let now = self.generation.load(AtomicOrdering::Acquire);
+        if now == 0 {
+            return false;
+        }
+        BOUND_SEEN.with(|seen| {
+            let mut seen = seen.borrow_mut();
+            if seen.0 != self.id || seen.1 != now {
+                *seen = (self.id, now, self.lock().bound.clone());
+            }
+            seen.2.as_deref().is_some_and(|max| rel > max)
+        })
+    }
+
+    fn into_sorted(self) -> Vec<Found> {
+        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        state.heap.into_sorted_vec()
+    }
+}
+
+/// Numbers searches, so a thread's cached bound is never taken for another's.
+static SEARCH_IDS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's copy of a search's bound: (search id, generation, bound).
+    static BOUND_SEEN: std::cell::RefCell<(usize, usize, Option<Arc<Path>>)> =
+        const { std::cell::RefCell::new((usize::MAX, 0, None)) };
 }
 
 /// `entry`'s path relative to the search directory. Walk paths are the

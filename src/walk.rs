@@ -13,6 +13,8 @@
 //! walk starts inside a git repository (`.git` in the directory or an
 //! ancestor) and off otherwise.
 
+use std::cmp::Ordering;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use ignore::WalkBuilder;
@@ -29,8 +31,17 @@ pub fn builder(dir: &Path) -> WalkBuilder {
         .git_global(false)
         .require_git(inside_git_repo(dir))
         .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b));
+        .sort_by_file_path(by_name_of_siblings);
     b
+}
+
+/// File-name order for siblings, compared on their whole paths: siblings are
+/// the same parent path joined with their names, so the byte order of the
+/// paths is the byte order of the names. `sort_by_file_name` gives the same
+/// order but re-parses every path's components on each comparison (a tenth
+/// of a sorted walk's time on the kernel tree).
+fn by_name_of_siblings(a: &Path, b: &Path) -> Ordering {
+    a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
 }
 
 /// Whether `dir` or one of its ancestors holds a `.git` entry (a directory,
@@ -59,6 +70,28 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, [".gitignore", ".hidden", "a.txt", "b.txt"]);
+    }
+
+    #[test]
+    fn siblings_come_in_byte_order_of_their_names() {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["a", "a-b", "a.b", "B", "ab"] {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+            fs::write(t.path().join(d).join("x"), "").unwrap();
+        }
+        let rel: Vec<String> = builder(t.path())
+            .build()
+            .filter_map(Result::ok)
+            .filter(|e| e.depth() > 0)
+            .map(|e| {
+                let p = e.path().strip_prefix(t.path()).unwrap();
+                p.display().to_string()
+            })
+            .collect();
+        assert_eq!(
+            rel,
+            ["B", "B/x", "a", "a/x", "a-b", "a-b/x", "a.b", "a.b/x", "ab", "ab/x"]
+        );
     }
 
     #[test]
