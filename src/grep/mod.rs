@@ -25,7 +25,7 @@ use ignore::overrides::OverrideBuilder;
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-use search::{Engine, Hit};
+use search::{Engine, Hit, WholeBuffer};
 use text::Collector;
 
 /// Why a search failed.
@@ -110,7 +110,7 @@ const BATCH: usize = 32;
 const POLL: Duration = Duration::from_millis(5);
 
 /// A searched batch: each file's relative path and hits, in path order.
-type Searched = Vec<(Arc<str>, Vec<Hit>)>;
+type Searched = Vec<(Option<Arc<str>>, Vec<Hit>)>;
 
 /// Search threads: the machine's cores, at most 4 (beyond that the sorted
 /// walk and the re-sequencing are the bottleneck).
@@ -245,6 +245,7 @@ fn search_dir(
             let (work_rx, halted) = (&work_rx, &halted);
             scope.spawn(move || {
                 let mut searcher = engine.searcher(true);
+                let mut buf = WholeBuffer::default();
                 loop {
                     let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((first, paths)) = next else { break };
@@ -253,11 +254,18 @@ fn search_dir(
                         if halted() {
                             return;
                         }
-                        let rel = path.strip_prefix(dir).unwrap_or(&path);
-                        let rel: Arc<str> = Arc::from(rel.to_string_lossy().replace('\\', "/"));
                         let hits = match opener.open_walked(&path) {
-                            Ok(file) => engine.search_file(&mut searcher, &file, true, halted),
+                            Ok(file) => {
+                                engine.search_walked(&mut searcher, &file, &mut buf, halted)
+                            }
                             Err(_) => Vec::new(),
+                        };
+                        // Only files with lines to show need their name.
+                        let rel = if hits.is_empty() {
+                            None
+                        } else {
+                            let rel = path.strip_prefix(dir).unwrap_or(&path);
+                            Some(Arc::from(rel.to_string_lossy().replace('\\', "/")))
                         };
                         results.push((rel, hits));
                     }
@@ -282,8 +290,10 @@ fn search_dir(
             }
             while let Some(results) = pending.remove(&next) {
                 for (rel, hits) in results {
-                    for hit in &hits {
-                        collector.line(next, &rel, hit.number, &hit.shown, hit.is_match);
+                    if let Some(rel) = &rel {
+                        for hit in &hits {
+                            collector.line(next, rel, hit.number, &hit.shown, hit.is_match);
+                        }
                     }
                     next += 1;
                     if collector.done() {
