@@ -101,11 +101,14 @@ fn root_io(e: crate::root::FsError) -> io::Error {
 }
 
 /// Files the walk may run ahead of the output.
-const WINDOW: usize = 512;
+const WINDOW: usize = 2048;
 /// Files handed to a search thread at once: one channel round trip (and
 /// thread wake-up) per batch instead of per file, which on small files costs
-/// more than the search itself.
-const BATCH: usize = 32;
+/// more than the search itself. Batches start small, so a search that reaches
+/// its limit in the first files searches few files past it, and double up to
+/// the largest size, so a long search wakes threads rarely.
+const FIRST_BATCH: usize = 8;
+const LARGEST_BATCH: usize = 128;
 /// How often a waiting thread looks at the cancel flag.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -206,8 +209,9 @@ fn search_dir(
             // Owned here, so the searchers see the channel close when the walk ends.
             let work_tx = work_tx;
             let mut first = 0usize;
-            let mut batch = Vec::with_capacity(BATCH);
-            let send = |first: &mut usize, batch: &mut Vec<PathBuf>| {
+            let mut size = FIRST_BATCH;
+            let mut batch = Vec::with_capacity(size);
+            let send = |first: &mut usize, batch: &mut Vec<PathBuf>, size: &mut usize| {
                 let mut consumed = window.consumed.lock().unwrap_or_else(|e| e.into_inner());
                 while *first >= *consumed + WINDOW && !halted() {
                     consumed = window
@@ -217,7 +221,8 @@ fn search_dir(
                         .0;
                 }
                 drop(consumed);
-                let files = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                *size = (*size * 2).min(LARGEST_BATCH);
+                let files = std::mem::replace(batch, Vec::with_capacity(*size));
                 let n = files.len();
                 let sent = work_tx.send((*first, files)).is_ok();
                 *first += n;
@@ -232,12 +237,12 @@ fn search_dir(
                     continue;
                 }
                 batch.push(entry.into_path());
-                if batch.len() == BATCH && !send(&mut first, &mut batch) {
+                if batch.len() == size && !send(&mut first, &mut batch, &mut size) {
                     return;
                 }
             }
             if !batch.is_empty() {
-                send(&mut first, &mut batch);
+                send(&mut first, &mut batch, &mut size);
             }
         });
         for _ in 0..threads {
