@@ -25,7 +25,7 @@ use ignore::overrides::OverrideBuilder;
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-use search::{Engine, Hit};
+use search::{Engine, Hit, WholeBuffer};
 use text::Collector;
 
 /// Why a search failed.
@@ -103,16 +103,19 @@ fn root_io(e: crate::root::FsError) -> io::Error {
 }
 
 /// Files the walk may run ahead of the output.
-const WINDOW: usize = 512;
+const WINDOW: usize = 2048;
 /// Files handed to a search thread at once: one channel round trip (and
 /// thread wake-up) per batch instead of per file, which on small files costs
-/// more than the search itself.
-const BATCH: usize = 32;
+/// more than the search itself. Batches start small, so a search that reaches
+/// its limit in the first files searches few files past it, and double up to
+/// the largest size, so a long search wakes threads rarely.
+const FIRST_BATCH: usize = 8;
+const LARGEST_BATCH: usize = 128;
 /// How often a waiting thread looks at the cancel flag.
 const POLL: Duration = Duration::from_millis(5);
 
 /// A searched batch: each file's relative path and hits, in path order.
-type Searched = Vec<(Arc<str>, Vec<Hit>)>;
+type Searched = Vec<(Option<Arc<str>>, Vec<Hit>)>;
 
 /// Search threads: the machine's cores, at most 4 (beyond that the sorted
 /// walk and the re-sequencing are the bottleneck).
@@ -208,8 +211,9 @@ fn search_dir(
             // Owned here, so the searchers see the channel close when the walk ends.
             let work_tx = work_tx;
             let mut first = 0usize;
-            let mut batch = Vec::with_capacity(BATCH);
-            let send = |first: &mut usize, batch: &mut Vec<PathBuf>| {
+            let mut size = FIRST_BATCH;
+            let mut batch = Vec::with_capacity(size);
+            let send = |first: &mut usize, batch: &mut Vec<PathBuf>, size: &mut usize| {
                 let mut consumed = window.consumed.lock().unwrap_or_else(|e| e.into_inner());
                 while *first >= *consumed + WINDOW && !halted() {
                     consumed = window
@@ -219,7 +223,8 @@ fn search_dir(
                         .0;
                 }
                 drop(consumed);
-                let files = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                *size = (*size * 2).min(LARGEST_BATCH);
+                let files = std::mem::replace(batch, Vec::with_capacity(*size));
                 let n = files.len();
                 let sent = work_tx.send((*first, files)).is_ok();
                 *first += n;
@@ -234,12 +239,12 @@ fn search_dir(
                     continue;
                 }
                 batch.push(entry.into_path());
-                if batch.len() == BATCH && !send(&mut first, &mut batch) {
+                if batch.len() == size && !send(&mut first, &mut batch, &mut size) {
                     return;
                 }
             }
             if !batch.is_empty() {
-                send(&mut first, &mut batch);
+                send(&mut first, &mut batch, &mut size);
             }
         });
         for _ in 0..threads {
@@ -247,6 +252,7 @@ fn search_dir(
             let (work_rx, halted) = (&work_rx, &halted);
             scope.spawn(move || {
                 let mut searcher = engine.searcher(true);
+                let mut buf = WholeBuffer::default();
                 loop {
                     let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((first, paths)) = next else { break };
@@ -255,11 +261,18 @@ fn search_dir(
                         if halted() {
                             return;
                         }
-                        let rel = path.strip_prefix(dir).unwrap_or(&path);
-                        let rel: Arc<str> = Arc::from(rel.to_string_lossy().replace('\\', "/"));
                         let hits = match opener.open_walked(&path) {
-                            Ok(file) => engine.search_file(&mut searcher, &file, true, halted),
+                            Ok(file) => {
+                                engine.search_walked(&mut searcher, &file, &mut buf, halted)
+                            }
                             Err(_) => Vec::new(),
+                        };
+                        // Only files with lines to show need their name.
+                        let rel = if hits.is_empty() {
+                            None
+                        } else {
+                            let rel = path.strip_prefix(dir).unwrap_or(&path);
+                            Some(Arc::from(rel.to_string_lossy().replace('\\', "/")))
                         };
                         results.push((rel, hits));
                     }
@@ -284,8 +297,10 @@ fn search_dir(
             }
             while let Some(results) = pending.remove(&next) {
                 for (rel, hits) in results {
-                    for hit in &hits {
-                        collector.line(next, &rel, hit.number, &hit.shown, hit.is_match);
+                    if let Some(rel) = &rel {
+                        for hit in &hits {
+                            collector.line(next, rel, hit.number, &hit.shown, hit.is_match);
+                        }
                     }
                     next += 1;
                     if collector.done() {

@@ -20,6 +20,18 @@ use super::GrepError;
 /// `long_lines`, which never holds a whole line.
 pub const HEAP_LIMIT: usize = 8 << 20;
 
+/// Walked files up to this size are read whole.
+const WHOLE_FILE: usize = 256 << 10;
+
+/// A search thread's buffer for reading walked files whole.
+pub struct WholeBuffer(Vec<u8>);
+
+impl Default for WholeBuffer {
+    fn default() -> Self {
+        WholeBuffer(vec![0; WHOLE_FILE])
+    }
+}
+
 /// A line of a file worth sending to the collector.
 #[derive(Debug, Clone)]
 pub struct Hit {
@@ -157,6 +169,59 @@ impl Engine {
             .map_err(Clone::clone)
     }
 
+    /// The lines of a walked file pi may show, read through `buf`: a file
+    /// that fits is read whole with one read (ripgrep's reader costs three
+    /// per small file: its BOM peek, the data, the end) and, without a NUL
+    /// byte, searched as a slice, which yields the same lines as the reader.
+    /// A file with a NUL is searched as a reader over the same bytes, so
+    /// binary detection behaves exactly as on the file; a larger file
+    /// streams on from where the buffer ends.
+    pub fn search_walked(
+        &self,
+        searcher: &mut Searcher,
+        mut file: &File,
+        buf: &mut WholeBuffer,
+        halted: &dyn Fn() -> bool,
+    ) -> Vec<Hit> {
+        let mut filled = 0;
+        let whole = loop {
+            if filled == buf.0.len() {
+                break false;
+            }
+            match file.read(&mut buf.0[filled..]) {
+                Ok(0) => break true,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Vec::new(),
+            }
+        };
+        let head = &buf.0[..filled];
+        let mut sink = Collect {
+            hits: Vec::new(),
+            limiter: Limiter::new(self.limit, self.context),
+            halted,
+        };
+        if !whole {
+            let reader = Halting {
+                inner: head.chain(file),
+                halted,
+            };
+            return match searcher.search_reader(&self.matcher, reader, &mut sink) {
+                Ok(()) => sink.hits,
+                Err(_) => self.search_long_lines(file, true, halted),
+            };
+        }
+        let searched = if head.contains(&0) {
+            searcher.search_reader(&self.matcher, head, &mut sink)
+        } else {
+            searcher.search_slice(&self.matcher, head, &mut sink)
+        };
+        match searched {
+            Ok(()) => sink.hits,
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// The lines of `file` pi may show. `halted` is polled while reading.
     pub fn search_file(
         &self,
@@ -176,25 +241,31 @@ impl Engine {
         };
         match searcher.search_reader(&self.matcher, reader, &mut sink) {
             Ok(()) => sink.hits,
-            Err(_) if halted() => Vec::new(),
-            Err(_) => {
-                // A line longer than the heap limit (or an unreadable file):
-                // search again from the start without buffering whole lines.
-                let mut file = file;
-                if file.seek(SeekFrom::Start(0)).is_err() {
-                    return Vec::new();
-                }
-                let stream = match self.stream_matcher() {
-                    Ok(s) => s,
-                    Err(_) => return Vec::new(),
-                };
-                let reader = Halting {
-                    inner: file,
-                    halted,
-                };
-                long_lines::search(self, stream, reader, walked, halted).unwrap_or_default()
-            }
+            Err(_) => self.search_long_lines(file, walked, halted),
         }
+    }
+
+    /// After the searcher failed on a line longer than the heap limit (or an
+    /// unreadable file): search again from the start without buffering whole
+    /// lines.
+    fn search_long_lines(
+        &self,
+        mut file: &File,
+        walked: bool,
+        halted: &dyn Fn() -> bool,
+    ) -> Vec<Hit> {
+        if halted() || file.seek(SeekFrom::Start(0)).is_err() {
+            return Vec::new();
+        }
+        let stream = match self.stream_matcher() {
+            Ok(s) => s,
+            Err(_) => return Vec::new(),
+        };
+        let reader = Halting {
+            inner: file,
+            halted,
+        };
+        long_lines::search(self, stream, reader, walked, halted).unwrap_or_default()
     }
 }
 

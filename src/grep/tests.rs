@@ -127,3 +127,31 @@ fn huge_lines_fall_back_to_streaming() {
     );
     assert!(out.lines_truncated);
 }
+
+#[test]
+fn walked_files_read_whole_keep_the_readers_binary_semantics() {
+    let t = tempfile::tempdir().unwrap();
+    // rg's reader searches the first line before it reads the NUL: it shows it.
+    fs::write(t.path().join("a.txt"), b"ab\nzz\0\n").unwrap();
+    // A NUL in the first read hides every line.
+    fs::write(t.path().join("b.txt"), b"x\nab\0\n").unwrap();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let out = run(&target, &query("ab"), &PlainFs, &cancel).unwrap();
+    assert_eq!(lines(&out), ["a.txt:1: ab"]);
+}
+
+#[test]
+fn walked_files_larger_than_the_whole_file_buffer_stream_on() {
+    let t = tempfile::tempdir().unwrap();
+    let filler = "filler line\n".repeat(40_000); // ~480 KB, past the buffer
+    let data = format!("needle 1\n{}needle {}\n", &filler[..filler.len() - 5], 2);
+    fs::write(t.path().join("big.txt"), data).unwrap();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
+    assert_eq!(
+        lines(&out),
+        ["big.txt:1: needle 1", "big.txt:40001: filler needle 2"]
+    );
+}
