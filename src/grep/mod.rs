@@ -66,9 +66,18 @@ pub enum Target {
 pub trait Opener: Sync {
     /// A file the walk found (no symlink followed on the way).
     fn open_walked(&self, path: &Path) -> io::Result<File>;
+    /// The same, given a search thread's cache of the last parent directory
+    /// (consecutive walked files mostly share one).
+    fn open_walked_cached(&self, path: &Path, _cache: &mut ParentDir) -> io::Result<File> {
+        self.open_walked(path)
+    }
     /// The file named as the search target.
     fn open_named(&self, path: &Path) -> io::Result<File>;
 }
+
+/// A search thread's last parent directory, kept open.
+#[derive(Default)]
+pub struct ParentDir(#[cfg(unix)] Option<(PathBuf, std::os::fd::OwnedFd)>);
 
 /// The host filesystem, unbounded.
 pub struct PlainFs;
@@ -76,6 +85,37 @@ pub struct PlainFs;
 impl Opener for PlainFs {
     fn open_walked(&self, path: &Path) -> io::Result<File> {
         File::open(path)
+    }
+    /// Opens the name relative to the cached parent: the kernel then looks up
+    /// one component instead of the whole path.
+    #[cfg(unix)]
+    fn open_walked_cached(&self, path: &Path, cache: &mut ParentDir) -> io::Result<File> {
+        use nix::fcntl::{open, openat, OFlag};
+        use nix::sys::stat::Mode;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return File::open(path);
+        };
+        if cache
+            .0
+            .as_ref()
+            .is_none_or(|(p, _)| p.as_os_str() != parent.as_os_str())
+        {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            let base = OFlag::O_PATH;
+            #[cfg(not(any(target_os = "linux", target_os = "android")))]
+            let base = OFlag::O_RDONLY;
+            let flags = base | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            cache.0 = None;
+            let fd = open(parent, flags, Mode::empty()).map_err(io::Error::from)?;
+            cache.0 = Some((parent.to_path_buf(), fd));
+        }
+        let Some((_, dir)) = &cache.0 else {
+            return File::open(path);
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        Ok(openat(dir, name, flags, Mode::empty())
+            .map_err(io::Error::from)?
+            .into())
     }
     fn open_named(&self, path: &Path) -> io::Result<File> {
         File::open(path)
@@ -253,6 +293,7 @@ fn search_dir(
             scope.spawn(move || {
                 let mut searcher = engine.searcher(true);
                 let mut buf = WholeBuffer::default();
+                let mut parent = ParentDir::default();
                 loop {
                     let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((first, paths)) = next else { break };
@@ -261,7 +302,7 @@ fn search_dir(
                         if halted() {
                             return;
                         }
-                        let hits = match opener.open_walked(&path) {
+                        let hits = match opener.open_walked_cached(&path, &mut parent) {
                             Ok(file) => {
                                 engine.search_walked(&mut searcher, &file, &mut buf, halted)
                             }

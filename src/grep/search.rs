@@ -211,7 +211,7 @@ impl Engine {
                 Err(_) => self.search_long_lines(file, true, halted),
             };
         }
-        let searched = if head.contains(&0) {
+        let searched = if memchr::memchr(0, head).is_some() {
             searcher.search_reader(&self.matcher, head, &mut sink)
         } else {
             searcher.search_slice(&self.matcher, head, &mut sink)
