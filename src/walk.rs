@@ -14,7 +14,6 @@
 //! ancestor) and off otherwise.
 
 use std::cmp::Ordering;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use ignore::WalkBuilder;
@@ -41,7 +40,8 @@ pub fn builder(dir: &Path) -> WalkBuilder {
 /// order but re-parses every path's components on each comparison (a tenth
 /// of a sorted walk's time on the kernel tree).
 fn by_name_of_siblings(a: &Path, b: &Path) -> Ordering {
-    a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
+    // `OsStr` orders by its bytes (on every platform), not by path components.
+    a.as_os_str().cmp(b.as_os_str())
 }
 
 /// Whether `dir` or one of its ancestors holds a `.git` entry (a directory,
