@@ -41,8 +41,8 @@ export function renderSvg(rows, machine) {
   const parts = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="10" y="20" font-size="15" font-weight="bold">pi-native-ops vs stock pi: time ratio native/stock (log scale; left of 1× = native faster; black tick = target, green = target met)</text>`,
-    `<text x="10" y="38" fill="#555">${esc(`${machine.cpu}, ${machine.cores} cores; ${machine.node}; ${machine.pi}`)}</text>`,
+    `<text x="10" y="20" font-size="15" font-weight="bold">pi-native-ops vs stock pi: time ratio native / stock (log scale)</text>`,
+    `<text x="10" y="38" fill="#555">${esc(`left of 1× = native faster; black tick = target; green = target met. ${machine.cpu}, ${machine.cores} cores; ${machine.node}; ${machine.pi}`)}</text>`,
   ];
   for (const t of [0.01, 0.1, 0.3, 1, 3, 10]) {
     parts.push(`<line x1="${x(t)}" y1="50" x2="${x(t)}" y2="${height - 25}" stroke="${t === 1 ? "#000" : "#ddd"}"/>`);
