@@ -926,13 +926,7 @@ mod unix {
             // SAFETY: `arg` is the `ShellStart` of our suspended parent.
             unsafe {
                 let start = &*(arg as *const ShellStart);
-                run_shell(
-                    start.prepared,
-                    start.supervisor,
-                    start.devnull,
-                    start.output,
-                    start.exec_error,
-                )
+                run_shell(start)
             }
         }
         let stack = start.prepared.shell_stack.as_ptr() as usize + start.prepared.shell_stack.len();
@@ -949,24 +943,19 @@ mod unix {
     unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
         let pid = libc::fork();
         if pid == 0 {
-            run_shell(
-                start.prepared,
-                start.supervisor,
-                start.devnull,
-                start.output,
-                start.exec_error,
-            );
+            run_shell(start);
         }
         pid
     }
 
-    unsafe fn run_shell(
-        prepared: &Prepared,
-        supervisor: libc::pid_t,
-        devnull: RawFd,
-        output: RawFd,
-        exec_error: RawFd,
-    ) -> ! {
+    unsafe fn run_shell(start: &ShellStart) -> ! {
+        let ShellStart {
+            prepared,
+            supervisor,
+            devnull,
+            output,
+            exec_error,
+        } = *start;
         reset_signals();
         libc::setsid(); // the shell leads its own group: kill(-shell) reaches the whole job
         #[cfg(target_os = "linux")]
