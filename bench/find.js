@@ -1,10 +1,9 @@
 // Bench: pi's find tool with fs.find (in-process) against pi's stock find tool (spawns fd), same process,
 // medians of many calls. Standalone: node bench/find.js [kernelDir] [smallDir]  (needs fd >= 10 on PATH or
 // in ~/.cargo/bin for the stock side; pi 1.6.0 under Node 22 for the anchored path semantics).
-import { execFileSync } from "node:child_process";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { findBinary } from "../scripts/node-tools.js";
 
 const PATTERNS = [
   { name: "name glob *.c", pattern: "*.c" },
@@ -76,12 +75,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { requirePi } = await import("../js/pi.js");
   const native = await import("pi-native-ops");
   const { module: pi, name: piName } = await requirePi();
-  let fd = path.join(os.homedir(), ".cargo/bin/fd");
-  try {
-    execFileSync(fd, ["--version"]);
-  } catch {
-    fd = null;
-  }
+  const fd = findBinary("fd");
   const [kernel = "/work/corpus/linux", small = null] = process.argv.slice(2);
   const rows = await bench({ pi, piName, corpora: { kernel, small }, fd, native, log: console.log });
   console.table(rows.map((r) => ({ ...r, ratio: r.ratio?.toFixed(2) })));

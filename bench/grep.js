@@ -1,8 +1,8 @@
 // Native grep tool vs pi's stock grep tool (rg spawned), same process, medians of repeated calls.
 // Run standalone: `node bench/grep.js [kernelDir] [smallDir]` (needs a release build and rg).
-import { homedir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { findBinary } from "../scripts/node-tools.js";
 
 const QUERIES = [
   { label: "rare literal", params: { pattern: "Linus Torvalds", literal: true } },
@@ -65,7 +65,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     pi: requirePi().module,
     piName: requirePi().name,
     corpora: { kernel: process.argv[2] ?? null, small: process.argv[3] ?? path.join(here, "../src") },
-    rg: path.join(homedir(), ".cargo/bin/rg"),
+    rg: findBinary("rg"),
     fd: null,
     native: await import("pi-native-ops"),
     log: (m) => console.error(m),

@@ -2,20 +2,11 @@
 // with fd 10.5 semantics as pi 1.6.0 drives fd, so pi's find tool never spawns or downloads fd.
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
-// A cycle (fs.js imports this module), safe because nodeError is only called at run time.
-import { nodeError } from "./fs.js";
+// A cycle (fs.js imports this module), safe because these are only called at run time.
+import { checkPath, checkString, nodeError } from "./fs.js";
 
-function checkString(value, what) {
-  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
-  if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(value)}`);
-  return value;
-}
-
-function checkAbsolute(p, what) {
-  checkString(p, what);
-  if (!path.isAbsolute(p)) throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(p)}`);
-  return path.resolve(p);
-}
+/** An absolute path argument, normalized. */
+const checkAbsolute = (p, what) => path.resolve(checkPath(p, what));
 
 /** Validates `{ ignore, limit }`; a missing limit means no limit, a fractional one is floored. */
 function checkOptions(options) {

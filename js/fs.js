@@ -16,10 +16,16 @@ export function boundRootOf(fs) {
   return root;
 }
 
+/** Validates a string argument without NUL bytes (which no system call can take). */
+export function checkString(value, what) {
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
+  if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(value)}`);
+  return value;
+}
+
 /** Validates a path argument: an absolute string without NUL bytes. */
 export function checkPath(p, what = "path") {
-  if (typeof p !== "string") throw new TypeError(`${what} must be a string, got ${p === null ? "null" : typeof p}`);
-  if (p.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(p)}`);
+  checkString(p, what);
   if (!path.isAbsolute(p)) throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(p)}`);
   return p;
 }
