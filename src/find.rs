@@ -9,20 +9,17 @@
 //!
 //! Results come in **path order**: depth-first, siblings compared byte-wise
 //! by name (a directory before its contents), which is `Path`'s component
-//! ordering, kept while walking on all cores (see `Walker`).
+//! ordering, kept while walking on all cores (see `walk`).
 
-use std::collections::BinaryHeap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
 
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
-use ignore::{DirEntry, WalkState};
 
 use crate::root::{FsError, Root};
-use crate::walk;
+use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
 /// Why a search failed.
 #[derive(Debug, PartialEq, Eq)]
@@ -162,17 +159,9 @@ impl Prune {
         Ok(Prune { names, globs })
     }
 
-    fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.globs.is_empty()
-    }
-
-    fn is_pruned(&self, dir: &Path, entry: &DirEntry) -> bool {
-        entry.depth() > 0
-            && (self
-                .names
-                .iter()
-                .any(|n| n.as_os_str() == entry.file_name())
-                || (!self.globs.is_empty() && self.globs.is_match(relative(dir, entry))))
+    fn is_pruned(&self, entry: &Entry<'_>) -> bool {
+        self.names.iter().any(|n| n.as_os_str() == entry.name())
+            || (!self.globs.is_empty() && self.globs.is_match(entry.rel()))
     }
 }
 
@@ -181,35 +170,28 @@ impl Prune {
 type Found = (PathBuf, bool);
 
 /// Runs a search in `cwd` (an absolute runtime or host path inside `root`)
-/// and returns absolute runtime paths, directories with a trailing `/`.
+/// and returns absolute runtime paths, directories with a trailing `/`, in
+/// path order.
 pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>, FindError> {
-    glob_with_budget(root, cwd, search, SEQUENTIAL_BUDGET)
-}
-
-/// `glob` with a chosen sequential budget (tests force either walker).
-fn glob_with_budget(
-    root: &Root,
-    cwd: &Path,
-    search: &Search<'_>,
-    sequential_budget: usize,
-) -> Result<Vec<OsString>, FindError> {
     let dir = root.resolve_dir(cwd)?;
     let base = runtime_base(root, cwd, &dir);
     let pattern = Pattern::new(search.pattern, base.clone())?;
-    let prune = Arc::new(Prune::new(search.ignore)?);
+    let prune = Prune::new(search.ignore)?;
     if search.limit == 0 {
         return Ok(Vec::new());
     }
-    let walker = Walker {
-        require_git: walk::inside_git_repo(&dir),
-        dir: &dir,
+    let start = root.open_dir(&dir)?;
+    let rules = Rules::new(&dir, None);
+    let mut found = Vec::new();
+    let visitor = Matches {
         pattern: &pattern,
-        prune,
-        limit: search.limit,
-        sequential_budget,
+        prune: &prune,
     };
-    Ok(walker
-        .run()
+    walk::walk(start, &rules, &visitor, &AtomicBool::new(false), |m| {
+        found.push(m);
+        found.len() < search.limit
+    });
+    Ok(found
         .into_iter()
         .map(|(rel, is_dir)| {
             let mut p = base.join(rel).into_os_string();
@@ -219,6 +201,30 @@ fn glob_with_budget(
             p
         })
         .collect())
+}
+
+/// The walk's visitor: prunes, and keeps what the pattern matches.
+struct Matches<'a> {
+    pattern: &'a Pattern,
+    prune: &'a Prune,
+}
+
+impl Visitor for Matches<'_> {
+    type Out = Found;
+    type Local = ();
+
+    fn local(&self) {}
+
+    fn skip(&self, entry: &Entry<'_>) -> bool {
+        self.prune.is_pruned(entry)
+    }
+
+    fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<Found> {
+        let rel = entry.rel();
+        self.pattern
+            .is_match(rel)
+            .then(|| (rel.to_path_buf(), entry.kind == Kind::Dir))
+    }
 }
 
 /// Whether `path` exists inside the root; a path leaving the root is an error
@@ -245,209 +251,10 @@ fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
     }
 }
 
-/// Entries the sorted sequential walk may visit before the search moves to
-/// the parallel walker: a small tree (a typical repository) is answered by
-/// it alone, without starting threads, and a large one loses little.
-const SEQUENTIAL_BUDGET: usize = 2048;
-
-/// One search's walk.
-///
-/// A sorted sequential walk yields path order as it goes and stops at the
-/// limit, but uses one core (and probes every directory for ignore files).
-/// Past `SEQUENTIAL_BUDGET` entries the search starts over with the parallel
-/// walker on every core, which visits the tree in no useful order: each
-/// thread keeps the `limit` smallest matches it has seen in path order, and
-/// once it holds `limit` of them it skips every entry (and subtree) that
-/// comes after its largest, since nothing there can be among the first
-/// `limit`. Dense patterns thus stop early there too. The threads' matches,
-/// merged and sorted, give the first `limit` in path order.
-struct Walker<'a> {
-    dir: &'a Path,
-    pattern: &'a Pattern,
-    prune: Arc<Prune>,
-    limit: usize,
-    /// Decided once for the search directory, as pi decides for fd.
-    require_git: bool,
-    sequential_budget: usize,
-}
-
-impl Walker<'_> {
-    fn run(&self) -> Vec<Found> {
-        self.walk_sequential()
-            .unwrap_or_else(|| self.walk_parallel())
-    }
-
-    /// The shared walker rules from the search directory, with the search's own.
-    /// With `best`, entries past its bound are skipped too: the parallel
-    /// walker reads a directory before visiting it, so the bound is checked
-    /// before an entry is queued, not from the visitor.
-    fn builder(&self, best: Option<Arc<Smallest>>) -> ignore::WalkBuilder {
-        let mut b = walk::builder(self.dir);
-        b.require_git(self.require_git);
-        if !self.prune.is_empty() || best.is_some() {
-            let (prune, dir) = (self.prune.clone(), self.dir.to_path_buf());
-            b.filter_entry(move |e| {
-                !prune.is_pruned(&dir, e)
-                    && !best
-                        .as_ref()
-                        .is_some_and(|best| best.is_beyond(relative(&dir, e)))
-            });
-        }
-        b
-    }
-
-    /// The answer, if the sorted walk finds it within the budget.
-    fn walk_sequential(&self) -> Option<Vec<Found>> {
-        let mut found = Vec::new();
-        for (visited, entry) in self.builder(None).build().enumerate() {
-            if visited > self.sequential_budget {
-                return None;
-            }
-            // Unreadable directories and vanished entries are skipped, as fd does.
-            let Ok(entry) = entry else { continue };
-            if entry.depth() == 0 {
-                continue;
-            }
-            if let Some(m) = matched(self.pattern, self.dir, &entry) {
-                found.push(m);
-                if found.len() == self.limit {
-                    break;
-                }
-            }
-        }
-        Some(found)
-    }
-
-    fn walk_parallel(&self) -> Vec<Found> {
-        let best = Arc::new(Smallest::new(self.limit));
-        self.builder(Some(best.clone())).build_parallel().run(|| {
-            let best = &best;
-            Box::new(move |entry| {
-                // Unreadable directories and vanished entries are skipped, as fd does.
-                let Ok(entry) = entry else {
-                    return WalkState::Continue;
-                };
-                if entry.depth() == 0 {
-                    return WalkState::Continue;
-                }
-                if let Some(m) = matched(self.pattern, self.dir, &entry) {
-                    best.push(m);
-                }
-                WalkState::Continue
-            })
-        });
-        match Arc::try_unwrap(best) {
-            Ok(best) => best.into_sorted(),
-            // The walker drops its filter when it finishes; never reached.
-            Err(best) => best.lock().heap.clone().into_sorted_vec(),
-        }
-    }
-}
-
-/// The `limit` smallest matches in path order seen by all walker threads
-/// (a max-heap), and, once there are `limit` of them, the largest: the
-/// bound past which no entry can be among the first `limit`.
-struct Smallest {
-    state: Mutex<SmallestState>,
-    /// Bumped whenever `bound` changes, so threads re-read it only then.
-    generation: AtomicUsize,
-    /// This search's number (see `BOUND_SEEN`).
-    id: usize,
-    limit: usize,
-}
-
-struct SmallestState {
-    heap: BinaryHeap<Found>,
-    bound: Option<Arc<Path>>,
-}
-
-impl Smallest {
-    fn new(limit: usize) -> Smallest {
-        Smallest {
-            state: Mutex::new(SmallestState {
-                heap: BinaryHeap::new(),
-                bound: None,
-            }),
-            generation: AtomicUsize::new(0),
-            id: SEARCH_IDS.fetch_add(1, AtomicOrdering::Relaxed),
-            limit,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SmallestState> {
-        // A panicking visitor cannot leave the heap inconsistent: recover it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn push(&self, m: Found) {
-        let mut state = self.lock();
-        state.heap.push(m);
-        if state.heap.len() > self.limit {
-            state.heap.pop();
-        }
-        if state.heap.len() == self.limit {
-            let max = state.heap.peek().map(|(max, _)| Arc::from(max.as_path()));
-            state.bound = max;
-            self.generation.fetch_add(1, AtomicOrdering::Release);
-        }
-    }
-
-    /// Whether `rel` comes after all of the `limit` matches held. Each
-    /// thread keeps a copy of the bound and re-reads it only when it changed.
-    fn is_beyond(&self, rel: &Path) -> bool {
-        let now = self.generation.load(AtomicOrdering::Acquire);
-        if now == 0 {
-            return false;
-        }
-        BOUND_SEEN.with(|seen| {
-            let mut seen = seen.borrow_mut();
-            if seen.0 != self.id || seen.1 != now {
-                *seen = (self.id, now, self.lock().bound.clone());
-            }
-            seen.2.as_deref().is_some_and(|max| rel > max)
-        })
-    }
-
-    fn into_sorted(self) -> Vec<Found> {
-        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
-        state.heap.into_sorted_vec()
-    }
-}
-
-/// Numbers searches, so a thread's cached bound is never taken for another's.
-static SEARCH_IDS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's copy of a search's bound: (search id, generation, bound).
-    static BOUND_SEEN: std::cell::RefCell<(usize, usize, Option<Arc<Path>>)> =
-        const { std::cell::RefCell::new((usize::MAX, 0, None)) };
-}
-
-/// `entry`'s path relative to the search directory. Walk paths are the
-/// directory joined with names, so this is a cut, not a component-wise strip
-/// (it runs for every entry).
-fn relative<'a>(dir: &Path, entry: &'a DirEntry) -> &'a Path {
-    let path = entry.path().as_os_str().as_bytes();
-    let dir = dir.as_os_str().as_bytes();
-    match path.strip_prefix(dir) {
-        Some([b'/', rest @ ..]) => Path::new(OsStr::from_bytes(rest)),
-        Some(rest) if dir.ends_with(b"/") => Path::new(OsStr::from_bytes(rest)),
-        _ => entry.path(),
-    }
-}
-
 /// The last component of a relative walk path, as bytes.
 fn file_name(rel: &Path) -> &[u8] {
     let bytes = rel.as_os_str().as_bytes();
     bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
-}
-
-fn matched(pattern: &Pattern, dir: &Path, entry: &DirEntry) -> Option<Found> {
-    let rel = relative(dir, entry);
-    pattern.is_match(rel).then(|| {
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        (rel.to_path_buf(), is_dir)
-    })
 }
 
 #[cfg(test)]
@@ -470,23 +277,6 @@ mod tests {
     }
 
     fn run(t: &tempfile::TempDir, pattern: &str, ignore: &[&str], limit: usize) -> Vec<String> {
-        let sequential = run_with(t, pattern, ignore, limit, usize::MAX);
-        // The parallel walker must give exactly the sorted walk's answer.
-        assert_eq!(
-            run_with(t, pattern, ignore, limit, 0),
-            sequential,
-            "{pattern} {limit}"
-        );
-        sequential
-    }
-
-    fn run_with(
-        t: &tempfile::TempDir,
-        pattern: &str,
-        ignore: &[&str],
-        limit: usize,
-        budget: usize,
-    ) -> Vec<String> {
         let root = Root::open(t.path(), Some(Path::new("/ws"))).unwrap();
         let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
         let search = Search {
@@ -494,7 +284,7 @@ mod tests {
             ignore: &ignore,
             limit,
         };
-        glob_with_budget(&root, Path::new("/ws"), &search, budget)
+        glob(&root, Path::new("/ws"), &search)
             .unwrap()
             .into_iter()
             .map(|p| p.into_string().unwrap())
@@ -545,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn both_walkers_keep_path_order_and_limit_cuts() {
+    fn path_order_and_limit_cuts() {
         let files: Vec<String> = (0..600)
             .map(|i| format!("d{}/e{}/g{}/f{i}.rs", i % 7, i % 5, i % 3))
             .chain(["top.rs".to_string(), "d3/x.rs".to_string()])

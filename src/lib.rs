@@ -9,14 +9,17 @@
 #![deny(clippy::all)]
 
 pub mod exec;
-// The bounded root is built on unix descriptors (openat2 / O_NOFOLLOW walks);
-// find depends on it. On other targets the JS layer says these are unsupported.
+// The bounded root and the walk are built on unix descriptors (openat2,
+// O_NOFOLLOW opens relative to a directory); find and grep depend on them.
+// On other targets the JS layer says these are unsupported.
 #[cfg(unix)]
 pub mod find;
+#[cfg(unix)]
 pub mod grep;
 pub mod image;
 #[cfg(unix)]
 pub mod root;
+#[cfg(unix)]
 pub mod walk;
 
 mod binding;

@@ -275,28 +275,6 @@ impl Root {
         }
     }
 
-    /// One `openat2` that refuses every symlink (`RESOLVE_NO_SYMLINKS`) and
-    /// any escape: the fast form of the no-symlink walk in `open_walked`.
-    #[cfg(target_os = "linux")]
-    fn open_no_symlinks(&self, rel: &Path) -> Option<Result<OwnedFd>> {
-        use nix::fcntl::{openat2, OpenHow, ResolveFlag};
-        let how = OpenHow::new().flags(read_flags()).resolve(
-            ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-        );
-        match openat2(&self.dir, rel, how) {
-            Err(Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) => None,
-            Err(Errno::EXDEV) => Some(Err(FsError::Outside)),
-            other => Some(other.map_err(FsError::from)),
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn open_no_symlinks(&self, _rel: &Path) -> Option<Result<OwnedFd>> {
-        None
-    }
-
     #[cfg(not(target_os = "linux"))]
     fn open_beneath(&self, _path: &Path, _flags: OFlag) -> Option<Result<OwnedFd>> {
         None
@@ -393,46 +371,27 @@ impl Root {
         Ok((self.host.join(&e.rel), file_type(&st) == SFlag::S_IFDIR))
     }
 
-    /// Opens a file that a walk found at `host_path` (inside the root) without
-    /// following any symlink on the way: if a component was swapped for a
-    /// link since the walk listed it, the open fails instead of leaving.
-    pub fn open_walked(&self, host_path: &Path) -> Result<File> {
-        let rel = host_path
-            .strip_prefix(&self.host)
-            .map_err(|_| FsError::Outside)?;
-        if let Some(fd) = self.open_no_symlinks(rel) {
-            return fd.map(File::from);
-        }
-        let mut dir: Option<OwnedFd> = None;
-        let mut components = rel.components().peekable();
-        while let Some(c) = components.next() {
-            let Component::Normal(name) = c else {
-                return Err(FsError::Outside);
-            };
-            let top = dir.as_ref().map_or(self.dir.as_fd(), |d| d.as_fd());
-            if components.peek().is_none() {
-                return Ok(openat(top, name, read_flags(), Mode::empty())?.into());
-            }
-            dir = Some(openat(top, name, dir_flags(), Mode::empty())?);
-        }
-        Err(Errno::EISDIR.into())
-    }
-
-    /// Names in a directory, in the order the system lists them.
-    pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
+    /// Opens a directory for listing (symlinks followed within the root): the
+    /// start of a walk for find and grep.
+    pub fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let fd = match self.open_beneath(path, flags) {
-            Some(fd) => fd?,
+        match self.open_beneath(path, flags) {
+            Some(fd) => fd,
             None => {
                 let e = self.resolve(path, true, false)?;
-                openat(
+                Ok(openat(
                     &e.parent,
                     e.name.as_os_str(),
                     flags | OFlag::O_NOFOLLOW,
                     Mode::empty(),
-                )?
+                )?)
             }
-        };
+        }
+    }
+
+    /// Names in a directory, in the order the system lists them.
+    pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
+        let fd = self.open_dir(path)?;
         let mut dir = nix::dir::Dir::from_fd(fd)?;
         let mut names = Vec::new();
         for entry in dir.iter() {
@@ -734,25 +693,6 @@ mod tests {
         assert_eq!(
             r.mkdir_all(&f.root.join("a.txt")),
             Err(FsError::Io(Errno::EEXIST))
-        );
-    }
-
-    #[test]
-    fn open_walked_refuses_any_symlink() {
-        let f = fixture();
-        symlink("sub", f.root.join("sub-link")).unwrap();
-        let r = open(&f);
-        let host = r.host().to_path_buf();
-        assert!(r.open_walked(&host.join("sub/deep/b.txt")).is_ok());
-        // ELOOP from the kernel's no-symlink open, ENOTDIR from the walk.
-        assert!(matches!(
-            r.open_walked(&host.join("sub-link/deep/b.txt"))
-                .unwrap_err(),
-            FsError::Io(Errno::ELOOP | Errno::ENOTDIR)
-        ));
-        assert_eq!(
-            r.open_walked(&f.outside.join("secret")).unwrap_err(),
-            FsError::Outside
         );
     }
 

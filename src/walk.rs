@@ -1,47 +1,438 @@
-//! The one walker configuration shared by find and grep.
+//! The one walker shared by find and grep: an ordered, parallel directory
+//! walk on descriptors.
 //!
-//! Rules (fd 10 semantics, see docs "find"): hidden files included;
-//! `.gitignore`, `.ignore` and `.git/info/exclude` honoured hierarchically
-//! whether or not the tree is a git repository; symlinks never followed;
-//! siblings visited in file-name order so every walk of the same tree yields
-//! the same sequence.
+//! Rules (fd 10 / ripgrep 15 semantics, see docs "find"): hidden files
+//! included; `.ignore`, `.gitignore` and `.git/info/exclude` honoured
+//! hierarchically, whether or not the tree is a git repository; symlinks
+//! never followed; the walk never leaves the start directory.
 //!
-//! Nested repository boundaries: the `ignore` crate only notices `.git`
-//! directories (and stops parent `.gitignore` rules there) when `require_git`
-//! is on, and with it on, `.gitignore` is ignored outside repositories. So,
-//! as pi 1.6.0 does with fd (pi #5960), `require_git` is on exactly when the
-//! walk starts inside a git repository (`.git` in the directory or an
-//! ancestor) and off otherwise.
+//! **Order.** Output comes in path order (depth-first, siblings by the bytes
+//! of their names, a directory before its contents) while every core works.
+//! Each directory, and for searching visitors each run of files, is a task
+//! keyed by its position in that order; threads always take the first
+//! pending task, so they work where the output is, and the calling thread
+//! hands results to the sink in order, helping with tasks while it waits.
+//! A sink that has enough stops the walk: a search that is answered by the
+//! first files of the tree never lists the rest.
+//!
+//! **Why not `ignore`'s walkers.** Its sorted walk is sequential and its
+//! parallel walk runs in no useful order; both open every directory by its
+//! whole path and probe each one for ignore files. Here a directory is
+//! opened relative to its parent's descriptor with `O_NOFOLLOW` (so a
+//! swapped-in symlink can never lead outside), its listing tells which
+//! ignore files exist, and only those are read. The rules themselves are
+//! `ignore`'s `Gitignore` and `Override` matchers, combined the way its
+//! walker combines them.
 
-use std::cmp::Ordering;
-use std::path::Path;
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, HashMap};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use ignore::WalkBuilder;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::overrides::Override;
+use ignore::Match;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
 
-/// A `WalkBuilder` rooted at `dir` carrying the shared rules. Callers add
-/// their own filters (overrides, `.git` pruning) on top.
-pub fn builder(dir: &Path) -> WalkBuilder {
-    let mut b = WalkBuilder::new(dir);
-    b.hidden(false)
-        .parents(true)
-        .ignore(true)
-        .git_ignore(true)
-        .git_exclude(true)
-        .git_global(false)
-        .require_git(inside_git_repo(dir))
-        .follow_links(false)
-        .sort_by_file_path(by_name_of_siblings);
-    b
+/// What a directory entry is (symlinks are never followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
 }
 
-/// File-name order for siblings, compared on their whole paths: siblings are
-/// the same parent path joined with their names, so the byte order of the
-/// paths is the byte order of the names. `sort_by_file_name` gives the same
-/// order but re-parses every path's components on each comparison (a tenth
-/// of a sorted walk's time on the kernel tree).
-fn by_name_of_siblings(a: &Path, b: &Path) -> Ordering {
-    // `OsStr` orders by its bytes (on every platform), not by path components.
-    a.as_os_str().cmp(b.as_os_str())
+/// An entry the walk found, as a visitor sees it.
+pub struct Entry<'a> {
+    dir: BorrowedFd<'a>,
+    name: &'a [u8],
+    rel: &'a [u8],
+    pub kind: Kind,
+    halt: Halt<'a>,
+}
+
+/// The walk's end: the sink had enough, or the caller cancelled.
+#[derive(Clone, Copy)]
+struct Halt<'a> {
+    stop: &'a AtomicBool,
+    cancel: &'a AtomicBool,
+}
+
+impl Halt<'_> {
+    fn halted(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+impl Entry<'_> {
+    /// The entry's name.
+    pub fn name(&self) -> &OsStr {
+        OsStr::from_bytes(self.name)
+    }
+
+    /// The path relative to the start directory.
+    pub fn rel(&self) -> &Path {
+        Path::new(OsStr::from_bytes(self.rel))
+    }
+
+    /// Opens the entry for reading, relative to its directory and without
+    /// following a symlink (a file swapped for one since the listing fails).
+    /// Whether the walk is ending, so a long visit can give up.
+    pub fn halted(&self) -> bool {
+        self.halt.halted()
+    }
+
+    pub fn open(&self) -> io::Result<File> {
+        // Non-blocking, so a FIFO swapped in is not waited on.
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        Ok(openat(self.dir, self.name, flags, Mode::empty())?.into())
+    }
+}
+
+/// What a walk does with the entries it finds.
+pub trait Visitor: Sync {
+    /// What a visit yields, handed to the sink in path order.
+    type Out: Send;
+    /// A thread's own state (a searcher and its buffers).
+    type Local;
+    /// Whether visiting a file is costly (a search): then the files of a
+    /// directory are visited in small runs, each a task of its own, so all
+    /// threads share a large directory.
+    const SEARCHES_FILES: bool = false;
+
+    fn local(&self) -> Self::Local;
+    /// Entries left out with everything below them, beyond the ignore rules.
+    fn skip(&self, _entry: &Entry<'_>) -> bool {
+        false
+    }
+    fn visit(&self, local: &mut Self::Local, entry: &Entry<'_>) -> Option<Self::Out>;
+}
+
+/// The rules of one walk: the ignore files above the start directory and how
+/// they combine.
+pub struct Rules {
+    /// The start directory's real host path (for ancestors' rules).
+    start: PathBuf,
+    /// With it, `.gitignore` counts only inside a repository and parent
+    /// rules stop at each repository's top (see `new`).
+    require_git: bool,
+    overrides: Option<Override>,
+    /// Rules of the start directory's ancestors, nearest first.
+    ancestors: Option<Arc<Level>>,
+}
+
+impl Rules {
+    /// The rules for a walk of `start` (its real host path), with ripgrep's
+    /// `--glob` overrides when given (rooted at `start`).
+    ///
+    /// Nested repository boundaries: ripgrep and fd only notice `.git` (and
+    /// stop parent `.gitignore` rules there) when they require git, and then
+    /// ignore `.gitignore` outside repositories. So, as pi 1.6.0 does with fd
+    /// (pi #5960), git is required exactly when the walk starts inside a
+    /// repository (`.git` in the directory or an ancestor).
+    pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
+        let require_git = inside_git_repo(start);
+        let mut ancestors: Option<Arc<Level>> = None;
+        let mut chain: Vec<&Path> = start.ancestors().skip(1).collect();
+        chain.reverse();
+        for dir in chain {
+            let level = Level::of_ancestor(dir, require_git, ancestors.clone());
+            ancestors = Some(Arc::new(level));
+        }
+        Rules {
+            start: start.to_path_buf(),
+            require_git,
+            overrides,
+            ancestors,
+        }
+    }
+
+    /// Whether the entry at `rel` (in a directory whose rules are `level`) is
+    /// left out, the way `ignore`'s walker decides.
+    fn is_ignored(&self, level: &Level, rel: &[u8], is_dir: bool, scratch: &mut Vec<u8>) -> bool {
+        let rel_path = Path::new(OsStr::from_bytes(rel));
+        if let Some(overrides) = &self.overrides {
+            match overrides.matched(rel_path, is_dir) {
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => return false,
+                Match::None => {}
+            }
+        }
+        let any_git = !self.require_git || level.git_in_chain;
+        let mut found = Found::default();
+        let mut levels = Some(level);
+        while let Some(l) = levels.filter(|l| !l.absolute) {
+            found.check(l, rel_path, is_dir, any_git);
+            levels = l.parent.as_deref();
+        }
+        if levels.is_some_and(|l| l.rules_in_chain) {
+            // Ancestors' rules see the entry's absolute path.
+            scratch.clear();
+            scratch.extend_from_slice(self.start.as_os_str().as_bytes());
+            scratch.push(b'/');
+            scratch.extend_from_slice(rel);
+            let abs = Path::new(OsStr::from_bytes(scratch));
+            while let Some(l) = levels {
+                found.check(l, abs, is_dir, any_git);
+                levels = l.parent.as_deref();
+            }
+        }
+        found.is_ignore()
+    }
+}
+
+/// The first match of each kind of rule, nearest directory first.
+#[derive(Default)]
+struct Found {
+    ignore: Option<bool>,
+    gitignore: Option<bool>,
+    exclude: Option<bool>,
+    /// A repository's top was passed: git rules above it do not apply.
+    saw_git: bool,
+}
+
+impl Found {
+    fn check(&mut self, level: &Level, path: &Path, is_dir: bool, any_git: bool) {
+        let first = |slot: &mut Option<bool>, matcher: &Gitignore| {
+            if slot.is_none() {
+                *slot = decided(matcher.matched(path, is_dir));
+            }
+        };
+        first(&mut self.ignore, &level.ignore);
+        if any_git && !self.saw_git {
+            first(&mut self.gitignore, &level.gitignore);
+            first(&mut self.exclude, &level.exclude);
+        }
+        self.saw_git |= level.has_git;
+    }
+
+    fn is_ignore(&self) -> bool {
+        self.ignore.or(self.gitignore).or(self.exclude) == Some(true)
+    }
+}
+
+/// `Some(true)` for an ignore match, `Some(false)` for a whitelist match.
+fn decided<T>(m: Match<T>) -> Option<bool> {
+    match m {
+        Match::None => None,
+        Match::Ignore(_) => Some(true),
+        Match::Whitelist(_) => Some(false),
+    }
+}
+
+/// The rules of one directory's ignore files, chained to its parent's.
+struct Level {
+    ignore: Gitignore,
+    gitignore: Gitignore,
+    exclude: Gitignore,
+    /// A repository's top (`.git` or `.jj` here, when git is required).
+    has_git: bool,
+    /// Whether this level or one above it is a repository's top.
+    git_in_chain: bool,
+    /// An ancestor of the start directory (matched with absolute paths).
+    absolute: bool,
+    /// Whether this level or one above it has any rule.
+    rules_in_chain: bool,
+    parent: Option<Arc<Level>>,
+}
+
+/// Which ignore files and repository markers a directory holds.
+#[derive(Default)]
+struct Markers {
+    ignore: bool,
+    gitignore: bool,
+    git: bool,
+    jj: bool,
+}
+
+impl Markers {
+    fn note(&mut self, name: &[u8]) {
+        match name {
+            b".ignore" => self.ignore = true,
+            b".gitignore" => self.gitignore = true,
+            b".git" => self.git = true,
+            b".jj" => self.jj = true,
+            _ => {}
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.ignore || self.gitignore || self.git || self.jj
+    }
+}
+
+impl Level {
+    fn new(
+        ignore: Gitignore,
+        gitignore: Gitignore,
+        exclude: Gitignore,
+        has_git: bool,
+        absolute: bool,
+        parent: Option<Arc<Level>>,
+    ) -> Level {
+        let above = parent.as_deref();
+        let rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
+        Level {
+            git_in_chain: has_git || above.is_some_and(|p| p.git_in_chain),
+            rules_in_chain: rules || above.is_some_and(|p| p.rules_in_chain),
+            ignore,
+            gitignore,
+            exclude,
+            has_git,
+            absolute,
+            parent,
+        }
+    }
+
+    /// An ancestor of the start directory, read by path: only its rules are
+    /// used, never its content.
+    fn of_ancestor(dir: &Path, require_git: bool, parent: Option<Arc<Level>>) -> Level {
+        let read = |name: &str| std::fs::read(dir.join(name)).ok();
+        let git = std::fs::symlink_metadata(dir.join(".git")).ok();
+        let has_git = require_git && (git.is_some() || dir.join(".jj").exists());
+        let exclude = git
+            .and_then(|md| git_common_dir(dir, md.is_file()))
+            .and_then(|common| std::fs::read(common.join("info/exclude")).ok());
+        Level::new(
+            matcher(dir, read(".ignore")),
+            matcher(dir, read(".gitignore")),
+            matcher(dir, exclude),
+            has_git,
+            true,
+            parent,
+        )
+    }
+
+    /// A directory inside the walk, read through its descriptor; `rel` is its
+    /// path relative to the start directory.
+    fn of_dir(
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        markers: &Markers,
+        rules: &Rules,
+        parent: Arc<Level>,
+    ) -> Level {
+        let root = Path::new(OsStr::from_bytes(rel));
+        let read = |present: bool, name: &str| present.then(|| read_at(dir, name)).flatten();
+        let git_kind = markers.git.then(|| kind_at(dir, b".git")).flatten();
+        let exclude = match git_kind {
+            Some(Kind::Dir) => read_at(dir, ".git/info/exclude"),
+            // A worktree's or submodule's `.git` file names the real git
+            // directory (outside the tree, like an ancestor: rules only).
+            Some(Kind::File) => read_at(dir, ".git")
+                .and_then(|text| gitdir_line(&text))
+                .and_then(|gitdir| common_dir_of(&gitdir))
+                .and_then(|common| std::fs::read(common.join("info/exclude")).ok()),
+            _ => None,
+        };
+        let has_git = rules.require_git && (git_kind.is_some() || markers.jj);
+        Level::new(
+            matcher(root, read(markers.ignore, ".ignore")),
+            matcher(root, read(markers.gitignore, ".gitignore")),
+            matcher(root, exclude),
+            has_git,
+            false,
+            Some(parent),
+        )
+    }
+}
+
+/// The git directory whose `info/exclude` applies to the repository at `dir`
+/// (`.git` itself, or for a `.git` file, the common dir it leads to).
+fn git_common_dir(dir: &Path, dot_git_is_file: bool) -> Option<PathBuf> {
+    if !dot_git_is_file {
+        return Some(dir.join(".git"));
+    }
+    let text = std::fs::read(dir.join(".git")).ok()?;
+    common_dir_of(&gitdir_line(&text)?)
+}
+
+fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
+    let line = text.split(|&b| b == b'\n').next()?;
+    let path = line.strip_prefix(b"gitdir: ")?;
+    Some(PathBuf::from(OsStr::from_bytes(path)))
+}
+
+/// A worktree's git directory holds a `commondir` file; a submodule's does
+/// not, and then no exclude file applies (as in `ignore`).
+fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read(gitdir.join("commondir")).ok()?;
+    let line = text.split(|&b| b == b'\n').next()?;
+    let common = Path::new(OsStr::from_bytes(line));
+    Some(if line.starts_with(b".") {
+        gitdir.join(common)
+    } else {
+        common.to_path_buf()
+    })
+}
+
+/// A matcher for an ignore file's text, rooted at `root`: lines as `ignore`
+/// reads them (a leading BOM dropped, lines that are not UTF-8 skipped).
+fn matcher(root: &Path, text: Option<Vec<u8>>) -> Gitignore {
+    let Some(text) = text else {
+        return Gitignore::empty();
+    };
+    let mut builder = GitignoreBuilder::new(root);
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Ok(line) = std::str::from_utf8(line) else {
+            continue;
+        };
+        let line = if i == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        // A bad line is skipped, as ripgrep and fd do.
+        let _ = builder.add_line(None, line);
+    }
+    builder.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+/// Reads a (small) file below `dir` without following symlinks.
+fn read_at(dir: BorrowedFd<'_>, rel: &str) -> Option<Vec<u8>> {
+    let mut top: Option<OwnedFd> = None;
+    let mut parts = rel.split('/').peekable();
+    while let Some(part) = parts.next() {
+        let at = top.as_ref().map_or(dir, |fd| fd.as_fd());
+        let flags = if parts.peek().is_some() {
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY
+        } else {
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK
+        };
+        top = Some(
+            openat(
+                at,
+                part,
+                flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()?,
+        );
+    }
+    let mut text = Vec::new();
+    File::from(top?).read_to_end(&mut text).ok()?;
+    Some(text)
+}
+
+fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
+    let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    Some(
+        match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        },
+    )
 }
 
 /// Whether `dir` or one of its ancestors holds a `.git` entry (a directory,
@@ -50,74 +441,691 @@ pub fn inside_git_repo(dir: &Path) -> bool {
     dir.ancestors().any(|d| d.join(".git").exists())
 }
 
+/// A directory's entries: names in one buffer, sorted by their bytes.
+#[derive(Default)]
+struct Listing {
+    names: Vec<u8>,
+    entries: Vec<Listed>,
+    markers: Markers,
+}
+
+struct Listed {
+    start: usize,
+    len: usize,
+    /// `None` until known when the directory did not say (`fstatat` tells).
+    kind: Option<Kind>,
+}
+
+impl Listing {
+    fn push(&mut self, name: &[u8], kind: Option<Kind>) {
+        self.markers.note(name);
+        self.entries.push(Listed {
+            start: self.names.len(),
+            len: name.len(),
+            kind,
+        });
+        self.names.extend_from_slice(name);
+    }
+
+    fn name(&self, entry: &Listed) -> &[u8] {
+        &self.names[entry.start..entry.start + entry.len]
+    }
+
+    fn sort(&mut self) {
+        let names = &self.names;
+        self.entries.sort_unstable_by(|a, b| {
+            names[a.start..a.start + a.len].cmp(&names[b.start..b.start + b.len])
+        });
+    }
+}
+
+fn kind_of_d_type(d_type: u8) -> Option<Kind> {
+    match d_type {
+        libc::DT_DIR => Some(Kind::Dir),
+        libc::DT_REG => Some(Kind::File),
+        libc::DT_LNK => Some(Kind::Symlink),
+        libc::DT_UNKNOWN => None,
+        _ => Some(Kind::Other),
+    }
+}
+
+/// Calls `each` with every entry of the directory open at `fd` (but `.` and
+/// `..`): `getdents64` into one buffer, so the descriptor stays ours for
+/// opening the entries.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // `linux_dirent64` records are 8-byte aligned.
+    let mut buf = [0u64; 4096];
+    loop {
+        // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes into `buf`.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                std::mem::size_of_val(&buf),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the first `n` bytes were written by the kernel.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        // Each record: d_ino (8), d_off (8), d_reclen (2), d_type (1), name\0.
+        let mut at = 0;
+        while let Some(record) = bytes.get(at..) {
+            let (Some(len), Some(&d_type)) = (record.get(16..18), record.get(18)) else {
+                break;
+            };
+            let len = u16::from_ne_bytes([len[0], len[1]]) as usize;
+            let Some(name) = record.get(19..len.max(19)) else {
+                break;
+            };
+            let name = &name[..memchr::memchr(0, name).unwrap_or(name.len())];
+            if name != b"." && name != b".." {
+                each(name, kind_of_d_type(d_type));
+            }
+            if len == 0 {
+                break;
+            }
+            at += len;
+        }
+    }
+}
+
+/// Elsewhere, `readdir` on a duplicate of the descriptor.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
+    let mut dir = nix::dir::Dir::from_fd(fd.try_clone_to_owned()?)?;
+    for entry in dir.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            let kind = entry.file_type().map(|t| match t {
+                nix::dir::Type::Directory => Kind::Dir,
+                nix::dir::Type::File => Kind::File,
+                nix::dir::Type::Symlink => Kind::Symlink,
+                _ => Kind::Other,
+            });
+            each(name, kind);
+        }
+    }
+    Ok(())
+}
+
+/// A directory being walked: its descriptor, path, rules and entries.
+struct Dir {
+    fd: OwnedFd,
+    rel: Vec<u8>,
+    level: Arc<Level>,
+    key: Vec<u32>,
+    listing: Listing,
+}
+
+impl Dir {
+    /// The path of entry `index` (its name joined to this directory's path).
+    fn child_path(&self, index: usize) -> Vec<u8> {
+        let mut path = Vec::new();
+        join(
+            &mut path,
+            &self.rel,
+            self.listing.name(&self.listing.entries[index]),
+        );
+        path
+    }
+
+    fn child_key(&self, index: usize) -> Vec<u32> {
+        let mut key = Vec::with_capacity(self.key.len() + 1);
+        key.extend_from_slice(&self.key);
+        key.push(u32::try_from(index).unwrap_or(u32::MAX));
+        key
+    }
+}
+
+/// `path` := `dir/name` (or `name` at the top).
+fn join(path: &mut Vec<u8>, dir: &[u8], name: &[u8]) {
+    path.clear();
+    path.extend_from_slice(dir);
+    if !dir.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+}
+
+enum Work {
+    /// List the start directory.
+    Start(OwnedFd, Arc<Level>),
+    /// List entry `index` of a listed directory.
+    List(Arc<Dir>, usize),
+    /// Visit a run of files of a listed directory (searching visitors).
+    Files(Arc<Dir>, Vec<usize>),
+}
+
+/// A task, ordered by its place in path order: the indices of the sorted
+/// entries leading to it (a run of files by its first file).
+struct Task {
+    key: Vec<u32>,
+    id: usize,
+    work: Work,
+}
+
+impl PartialEq for Task {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Task {}
+impl PartialOrd for Task {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Task {
+    /// Reversed: `BinaryHeap` pops its greatest, and we want the first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other.key.cmp(&self.key)
+    }
+}
+
+/// A piece of a task's output: a visit's result, or the place where another
+/// task's output goes.
+enum Part<T> {
+    Out(T),
+    Task(usize),
+}
+
+struct State<T> {
+    queue: BinaryHeap<Task>,
+    /// Outputs of finished tasks not yet handed to the sink.
+    done: HashMap<usize, Vec<Part<T>>>,
+    over: bool,
+}
+
+struct Shared<'a, V: Visitor> {
+    rules: &'a Rules,
+    visitor: &'a V,
+    state: Mutex<State<V::Out>>,
+    changed: Condvar,
+    next_id: AtomicUsize,
+    halt: Halt<'a>,
+}
+
+/// Finished outputs the threads may hold ahead of the sink (bounds memory
+/// when the sink waits on one long task).
+const AHEAD: usize = 4096;
+/// Files per task for searching visitors: small, so a search that ends in
+/// its first files searches few past them.
+const FILES_PER_TASK: usize = 8;
+
+/// Walks the directory open at `start` (whose real host path `rules` was
+/// made for), handing each visit's output to `sink` in path order until it
+/// returns `false`, or until `cancel` is raised (from any thread). Entries
+/// that cannot be read are skipped, as fd and ripgrep do.
+pub fn walk<V: Visitor>(
+    start: OwnedFd,
+    rules: &Rules,
+    visitor: &V,
+    cancel: &AtomicBool,
+    mut sink: impl FnMut(V::Out) -> bool,
+) {
+    let stop = AtomicBool::new(false);
+    let above = rules.ancestors.clone().unwrap_or_else(|| {
+        let none = Gitignore::empty;
+        Arc::new(Level::new(none(), none(), none(), false, true, None))
+    });
+    let shared = Shared {
+        rules,
+        visitor,
+        state: Mutex::new(State {
+            queue: BinaryHeap::from([Task {
+                key: Vec::new(),
+                id: 0,
+                work: Work::Start(start, above),
+            }]),
+            done: HashMap::new(),
+            over: false,
+        }),
+        changed: Condvar::new(),
+        next_id: AtomicUsize::new(1),
+        halt: Halt {
+            stop: &stop,
+            cancel,
+        },
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads() {
+            scope.spawn(|| shared.work());
+        }
+        shared.consume(&mut sink);
+        shared.lock().over = true;
+        shared.changed.notify_all();
+    });
+}
+
+/// Threads per walk: the machine's cores, at most 8.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+}
+
+impl<V: Visitor> Shared<'_, V> {
+    fn lock(&self) -> MutexGuard<'_, State<V::Out>> {
+        // Nothing panics while holding the lock; recover regardless.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn halted(&self) -> bool {
+        self.halt.halted()
+    }
+
+    /// A worker thread: runs the first pending task, while the sink is not
+    /// too far behind, until the walk is over.
+    fn work(&self) {
+        let mut local = self.visitor.local();
+        let mut state = self.lock();
+        while !state.over && !self.halted() {
+            if state.done.len() < AHEAD {
+                if let Some(task) = state.queue.pop() {
+                    drop(state);
+                    self.run(task, &mut local);
+                    state = self.lock();
+                    continue;
+                }
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The calling thread: hands outputs to the sink in path order, running
+    /// tasks itself while the one it needs is not done.
+    fn consume(&self, sink: &mut impl FnMut(V::Out) -> bool) {
+        let mut local = self.visitor.local();
+        let mut stack: Vec<std::vec::IntoIter<Part<V::Out>>> = Vec::new();
+        let mut needed = Some(0);
+        while !self.halted() {
+            if let Some(id) = needed.take() {
+                match self.wait_for(id, &mut local) {
+                    Some(parts) => stack.push(parts.into_iter()),
+                    None => return,
+                }
+            }
+            let Some(top) = stack.last_mut() else { return };
+            match top.next() {
+                None => {
+                    stack.pop();
+                }
+                Some(Part::Out(out)) => {
+                    if !sink(out) {
+                        self.halt.stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                }
+                Some(Part::Task(id)) => needed = Some(id),
+            }
+        }
+    }
+
+    /// The output of task `id`, running pending tasks meanwhile (`id` itself
+    /// first: nothing before it in path order is pending, so when it is
+    /// queued it is the queue's first). `None` when the walk was stopped.
+    fn wait_for(&self, id: usize, local: &mut V::Local) -> Option<Vec<Part<V::Out>>> {
+        let mut state = self.lock();
+        loop {
+            if let Some(parts) = state.done.remove(&id) {
+                drop(state);
+                // Room ahead again for workers that wait for it.
+                self.changed.notify_all();
+                return Some(parts);
+            }
+            if self.halted() {
+                return None;
+            }
+            let first_is_needed = state.queue.peek().is_some_and(|t| t.id == id);
+            if first_is_needed || state.done.len() < AHEAD {
+                if let Some(task) = state.queue.pop() {
+                    drop(state);
+                    self.run(task, local);
+                    state = self.lock();
+                    continue;
+                }
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn run(&self, task: Task, local: &mut V::Local) {
+        let mut new_tasks = Vec::new();
+        let parts = if self.halted() {
+            Vec::new()
+        } else {
+            match task.work {
+                Work::Start(fd, above) => {
+                    self.list(fd, Vec::new(), above, task.key, &mut new_tasks, local)
+                }
+                Work::List(parent, index) => {
+                    let flags =
+                        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                    let name = parent.listing.name(&parent.listing.entries[index]);
+                    match openat(parent.fd.as_fd(), name, flags, Mode::empty()) {
+                        Ok(fd) => {
+                            let rel = parent.child_path(index);
+                            let level = parent.level.clone();
+                            drop(parent);
+                            self.list(fd, rel, level, task.key, &mut new_tasks, local)
+                        }
+                        // Unreadable, or swapped for a symlink since it was listed.
+                        Err(_) => Vec::new(),
+                    }
+                }
+                Work::Files(dir, files) => self.visit_files(&dir, &files, local),
+            }
+        };
+        let mut state = self.lock();
+        state.queue.extend(new_tasks);
+        state.done.insert(task.id, parts);
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    fn new_task(&self, key: Vec<u32>, work: Work, new_tasks: &mut Vec<Task>) -> Part<V::Out> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        new_tasks.push(Task { key, id, work });
+        Part::Task(id)
+    }
+
+    /// Lists a directory and visits its entries in order; subdirectories
+    /// (and runs of files, for searching visitors) become tasks.
+    fn list(
+        &self,
+        fd: OwnedFd,
+        rel: Vec<u8>,
+        above: Arc<Level>,
+        key: Vec<u32>,
+        new_tasks: &mut Vec<Task>,
+        local: &mut V::Local,
+    ) -> Vec<Part<V::Out>> {
+        let mut listing = Listing::default();
+        // A directory that fails midway is used as far as it was read.
+        let _ = read_entries(fd.as_fd(), |name, kind| listing.push(name, kind));
+        for listed in &mut listing.entries {
+            if listed.kind.is_none() {
+                let name = &listing.names[listed.start..listed.start + listed.len];
+                listed.kind = Some(kind_at(fd.as_fd(), name).unwrap_or(Kind::Other));
+            }
+        }
+        listing.sort();
+        let level = if listing.markers.any() {
+            Arc::new(Level::of_dir(
+                fd.as_fd(),
+                &rel,
+                &listing.markers,
+                self.rules,
+                above,
+            ))
+        } else {
+            above
+        };
+        let dir = Arc::new(Dir {
+            fd,
+            rel,
+            level,
+            key,
+            listing,
+        });
+        let mut parts = Vec::new();
+        let mut files: Vec<usize> = Vec::new();
+        let mut path = Vec::new();
+        let mut scratch = Vec::new();
+        for (index, listed) in dir.listing.entries.iter().enumerate() {
+            let name = dir.listing.name(listed);
+            join(&mut path, &dir.rel, name);
+            let kind = listed.kind.unwrap_or(Kind::Other);
+            let entry = Entry {
+                dir: dir.fd.as_fd(),
+                name,
+                rel: &path,
+                kind,
+                halt: self.halt,
+            };
+            let is_dir = kind == Kind::Dir;
+            if self
+                .rules
+                .is_ignored(&dir.level, &path, is_dir, &mut scratch)
+                || self.visitor.skip(&entry)
+            {
+                continue;
+            }
+            if V::SEARCHES_FILES && !is_dir {
+                files.push(index);
+                if files.len() == FILES_PER_TASK {
+                    let run = std::mem::take(&mut files);
+                    parts.push(self.new_task(
+                        dir.child_key(run[0]),
+                        Work::Files(dir.clone(), run),
+                        new_tasks,
+                    ));
+                }
+                continue;
+            }
+            if !files.is_empty() {
+                let run = std::mem::take(&mut files);
+                parts.push(self.new_task(
+                    dir.child_key(run[0]),
+                    Work::Files(dir.clone(), run),
+                    new_tasks,
+                ));
+            }
+            if let Some(out) = self.visitor.visit(local, &entry) {
+                parts.push(Part::Out(out));
+            }
+            if is_dir {
+                parts.push(self.new_task(
+                    dir.child_key(index),
+                    Work::List(dir.clone(), index),
+                    new_tasks,
+                ));
+            }
+        }
+        if !files.is_empty() {
+            parts.push(self.new_task(
+                dir.child_key(files[0]),
+                Work::Files(dir.clone(), files),
+                new_tasks,
+            ));
+        }
+        parts
+    }
+
+    fn visit_files(&self, dir: &Dir, files: &[usize], local: &mut V::Local) -> Vec<Part<V::Out>> {
+        let mut parts = Vec::new();
+        let mut path = Vec::new();
+        for &index in files {
+            if self.halted() {
+                break;
+            }
+            let listed = &dir.listing.entries[index];
+            let name = dir.listing.name(listed);
+            join(&mut path, &dir.rel, name);
+            let entry = Entry {
+                dir: dir.fd.as_fd(),
+                name,
+                rel: &path,
+                kind: listed.kind.unwrap_or(Kind::Other),
+                halt: self.halt,
+            };
+            if let Some(out) = self.visitor.visit(local, &entry) {
+                parts.push(Part::Out(out));
+            }
+        }
+        parts
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
 
-    #[test]
-    fn honours_gitignore_outside_git_and_includes_hidden() {
+    /// Collects every entry's relative path (directories with a `/`).
+    struct Paths<const SEARCH: bool>;
+
+    impl<const SEARCH: bool> Visitor for Paths<SEARCH> {
+        type Out = String;
+        type Local = ();
+        const SEARCHES_FILES: bool = SEARCH;
+        fn local(&self) {}
+        fn skip(&self, entry: &Entry<'_>) -> bool {
+            entry.name() == ".git"
+        }
+        fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<String> {
+            let slash = if entry.kind == Kind::Dir { "/" } else { "" };
+            Some(format!("{}{slash}", entry.rel().display()))
+        }
+    }
+
+    fn walk_all(dir: &Path, limit: usize) -> Vec<String> {
+        let searching = walk_with(Paths::<true>, dir, limit);
+        assert_eq!(walk_with(Paths::<false>, dir, limit), searching);
+        searching
+    }
+
+    fn walk_with<V: Visitor<Out = String>>(v: V, dir: &Path, limit: usize) -> Vec<String> {
+        let fd =
+            nix::fcntl::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let rules = Rules::new(&fs::canonicalize(dir).unwrap(), None);
+        let cancel = AtomicBool::new(false);
+        let mut out = Vec::new();
+        walk(fd, &rules, &v, &cancel, |p| {
+            out.push(p);
+            out.len() < limit
+        });
+        out
+    }
+
+    fn tree(files: &[&str]) -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
-        fs::write(t.path().join(".gitignore"), "ignored.txt\n").unwrap();
-        fs::write(t.path().join("ignored.txt"), "").unwrap();
-        fs::write(t.path().join(".hidden"), "").unwrap();
-        fs::write(t.path().join("b.txt"), "").unwrap();
-        fs::write(t.path().join("a.txt"), "").unwrap();
-        let names: Vec<String> = builder(t.path())
-            .build()
-            .filter_map(Result::ok)
-            .filter(|e| e.depth() > 0)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, [".gitignore", ".hidden", "a.txt", "b.txt"]);
+        for f in files {
+            if let Some(d) = f.strip_suffix('/') {
+                fs::create_dir_all(t.path().join(d)).unwrap();
+            } else {
+                let p = t.path().join(f);
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(p, "").unwrap();
+            }
+        }
+        t
     }
 
     #[test]
-    fn siblings_come_in_byte_order_of_their_names() {
-        let t = tempfile::tempdir().unwrap();
-        for d in ["a", "a-b", "a.b", "B", "ab"] {
-            fs::create_dir_all(t.path().join(d)).unwrap();
-            fs::write(t.path().join(d).join("x"), "").unwrap();
-        }
-        let rel: Vec<String> = builder(t.path())
-            .build()
-            .filter_map(Result::ok)
-            .filter(|e| e.depth() > 0)
-            .map(|e| {
-                let p = e.path().strip_prefix(t.path()).unwrap();
-                p.display().to_string()
-            })
-            .collect();
+    fn honours_gitignore_outside_git_and_includes_hidden() {
+        let t = tree(&[
+            "ignored.txt",
+            ".hidden",
+            "b.txt",
+            "a.txt",
+            "d/ignored.txt",
+            "d/keep",
+        ]);
+        fs::write(t.path().join(".gitignore"), "ignored.txt\n").unwrap();
         assert_eq!(
-            rel,
-            ["B", "B/x", "a", "a/x", "a-b", "a-b/x", "a.b", "a.b/x", "ab", "ab/x"]
+            walk_all(t.path(), usize::MAX),
+            [".gitignore", ".hidden", "a.txt", "b.txt", "d/", "d/keep"]
         );
     }
 
     #[test]
-    fn parent_rules_stop_at_nested_repositories_inside_a_repository() {
-        let t = tempfile::tempdir().unwrap();
-        for d in [".git", "nested/.git", "plain"] {
-            fs::create_dir_all(t.path().join(d)).unwrap();
+    fn path_order_and_limits() {
+        let t = tree(&["a/x", "a-b/x", "a.b/x", "B/x", "ab/x", "a/y/z"]);
+        let all = walk_all(t.path(), usize::MAX);
+        assert_eq!(
+            all,
+            [
+                "B/", "B/x", "a/", "a/x", "a/y/", "a/y/z", "a-b/", "a-b/x", "a.b/", "a.b/x", "ab/",
+                "ab/x"
+            ]
+        );
+        for limit in 1..all.len() {
+            assert_eq!(walk_all(t.path(), limit), all[..limit]);
         }
-        fs::write(t.path().join(".gitignore"), "*.out\n").unwrap();
-        for f in ["a.out", "nested/n.out", "plain/p.out", "plain/p.txt"] {
-            fs::write(t.path().join(f), "").unwrap();
-        }
-        assert!(inside_git_repo(&t.path().join("plain")));
-        let names: Vec<String> = builder(t.path())
-            .filter_entry(|e| e.file_name() != ".git")
-            .build()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-            .map(|e| {
-                e.path()
-                    .strip_prefix(t.path())
-                    .unwrap()
-                    .display()
-                    .to_string()
-            })
+    }
+
+    #[test]
+    fn many_directories_keep_path_order() {
+        let files: Vec<String> = (0..900)
+            .map(|i| format!("d{}/e{}/g{}/f{i}", i % 7, i % 5, i % 3))
             .collect();
-        assert_eq!(names, [".gitignore", "nested/n.out", "plain/p.txt"]);
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        let t = tree(&refs);
+        let all = walk_all(t.path(), usize::MAX);
+        let mut sorted = all.clone();
+        sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+        assert_eq!(all, sorted);
+        assert_eq!(all.len(), 900 + 7 + 35 + 105);
+        assert_eq!(walk_all(t.path(), 500), all[..500]);
+    }
+
+    #[test]
+    fn ignore_files_nest_negate_and_stop_at_repositories() {
+        let t = tree(&[
+            ".git/",
+            "a.out",
+            "keep.out",
+            "sub/b.out",
+            "sub/c.log",
+            "sub/deep/d.log",
+            "nested/.git/",
+            "nested/n.out",
+            "plain/p.out",
+            "only/.ignore",
+        ]);
+        fs::write(t.path().join(".gitignore"), "*.out\n!keep.out\n/only\n").unwrap();
+        fs::write(t.path().join("sub/.gitignore"), "*.log\n!deep/\n").unwrap();
+        fs::write(t.path().join("sub/.ignore"), "!b.out\n").unwrap();
+        fs::write(t.path().join(".git/info"), "").ok();
+        assert_eq!(
+            walk_all(t.path(), usize::MAX),
+            [
+                ".gitignore",
+                "keep.out",
+                "nested/",
+                "nested/n.out",
+                "plain/",
+                "sub/",
+                "sub/.gitignore",
+                "sub/.ignore",
+                "sub/b.out",
+                "sub/deep/",
+            ]
+        );
+    }
+
+    #[test]
+    fn git_exclude_and_ancestors_rules() {
+        let t = tree(&[".git/info/", "w/x.tmp", "w/y.skip", "w/z"]);
+        fs::write(t.path().join(".git/info/exclude"), "*.tmp\n").unwrap();
+        fs::write(t.path().join(".gitignore"), "*.skip\n").unwrap();
+        // Walking `w`: the repository's rules above it still apply.
+        assert_eq!(walk_all(&t.path().join("w"), usize::MAX), ["z"]);
+    }
+
+    #[test]
+    fn symlinks_are_entries_never_followed() {
+        let t = tree(&["d/f", "outside/secret"]);
+        std::os::unix::fs::symlink(t.path().join("outside"), t.path().join("d/link")).unwrap();
+        std::os::unix::fs::symlink("..", t.path().join("d/loop")).unwrap();
+        assert_eq!(
+            walk_all(&t.path().join("d"), usize::MAX),
+            ["f", "link", "loop"]
+        );
     }
 }
