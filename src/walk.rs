@@ -119,8 +119,6 @@ pub trait Visitor: Sync {
 /// The rules of one walk: the ignore files above the start directory and how
 /// they combine.
 pub struct Rules {
-    /// The start directory's real host path (for ancestors' rules).
-    start: PathBuf,
     /// With it, `.gitignore` counts only inside a repository and parent
     /// rules stop at each repository's top (see `new`).
     require_git: bool,
@@ -144,11 +142,10 @@ impl Rules {
         let mut chain: Vec<&Path> = start.ancestors().skip(1).collect();
         chain.reverse();
         for dir in chain {
-            let level = Level::of_ancestor(dir, require_git, ancestors.clone());
+            let level = Level::of_ancestor(dir, start, require_git, ancestors.clone());
             ancestors = Some(Arc::new(level));
         }
         Rules {
-            start: start.to_path_buf(),
             require_git,
             overrides,
             ancestors,
@@ -169,21 +166,24 @@ impl Rules {
         let any_git = !self.require_git || level.git_in_chain;
         let mut found = Found::default();
         let mut levels = Some(level);
-        while let Some(l) = levels.filter(|l| !l.absolute) {
-            found.check(l, rel_path, is_dir, any_git);
-            levels = l.parent.as_deref();
-        }
-        if levels.is_some_and(|l| l.rules_in_chain) {
-            // Ancestors' rules see the entry's absolute path.
-            scratch.clear();
-            scratch.extend_from_slice(self.start.as_os_str().as_bytes());
-            scratch.push(b'/');
-            scratch.extend_from_slice(rel);
-            let abs = Path::new(OsStr::from_bytes(scratch));
-            while let Some(l) = levels {
-                found.check(l, abs, is_dir, any_git);
-                levels = l.parent.as_deref();
+        while let Some(l) = levels {
+            // Each matcher sees the path relative to its own directory.
+            match &l.place {
+                Place::Inside { strip } => {
+                    let candidate = rel.get(*strip..).unwrap_or(rel);
+                    found.check(l, Path::new(OsStr::from_bytes(candidate)), is_dir, any_git);
+                }
+                Place::Above { .. } if !l.rules_in_chain => break,
+                Place::Above { start } if l.has_rules => {
+                    scratch.clear();
+                    scratch.extend_from_slice(start);
+                    scratch.push(b'/');
+                    scratch.extend_from_slice(rel);
+                    found.check(l, Path::new(OsStr::from_bytes(scratch)), is_dir, any_git);
+                }
+                Place::Above { .. } => found.saw_git |= l.has_git,
             }
+            levels = l.parent.as_deref();
         }
         found.is_ignore()
     }
@@ -237,11 +237,23 @@ struct Level {
     has_git: bool,
     /// Whether this level or one above it is a repository's top.
     git_in_chain: bool,
-    /// An ancestor of the start directory (matched with absolute paths).
-    absolute: bool,
+    place: Place,
+    has_rules: bool,
     /// Whether this level or one above it has any rule.
     rules_in_chain: bool,
     parent: Option<Arc<Level>>,
+}
+
+/// Where a level's directory is. Its matchers are rooted at "" and given
+/// paths relative to that directory, which the walk cuts from what it has
+/// (cheaper than `Gitignore`'s own prefix stripping, run for every entry).
+enum Place {
+    /// Inside the walk: entries' relative paths start with `strip` bytes of
+    /// this directory's path and a `/`.
+    Inside { strip: usize },
+    /// An ancestor of the start directory, whose path relative to it is
+    /// `start`.
+    Above { start: Vec<u8> },
 }
 
 /// Which ignore files and repository markers a directory holds.
@@ -275,26 +287,32 @@ impl Level {
         gitignore: Gitignore,
         exclude: Gitignore,
         has_git: bool,
-        absolute: bool,
+        place: Place,
         parent: Option<Arc<Level>>,
     ) -> Level {
         let above = parent.as_deref();
-        let rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
+        let has_rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
         Level {
             git_in_chain: has_git || above.is_some_and(|p| p.git_in_chain),
-            rules_in_chain: rules || above.is_some_and(|p| p.rules_in_chain),
+            rules_in_chain: has_rules || above.is_some_and(|p| p.rules_in_chain),
             ignore,
             gitignore,
             exclude,
             has_git,
-            absolute,
+            place,
+            has_rules,
             parent,
         }
     }
 
     /// An ancestor of the start directory, read by path: only its rules are
     /// used, never its content.
-    fn of_ancestor(dir: &Path, require_git: bool, parent: Option<Arc<Level>>) -> Level {
+    fn of_ancestor(
+        dir: &Path,
+        start: &Path,
+        require_git: bool,
+        parent: Option<Arc<Level>>,
+    ) -> Level {
         let read = |name: &str| std::fs::read(dir.join(name)).ok();
         let git = std::fs::symlink_metadata(dir.join(".git")).ok();
         let has_git = require_git && (git.is_some() || dir.join(".jj").exists());
@@ -302,11 +320,18 @@ impl Level {
             .and_then(|md| git_common_dir(dir, md.is_file()))
             .and_then(|common| std::fs::read(common.join("info/exclude")).ok());
         Level::new(
-            matcher(dir, read(".ignore")),
-            matcher(dir, read(".gitignore")),
-            matcher(dir, exclude),
+            matcher(read(".ignore")),
+            matcher(read(".gitignore")),
+            matcher(exclude),
             has_git,
-            true,
+            Place::Above {
+                start: start
+                    .strip_prefix(dir)
+                    .unwrap_or(start)
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec(),
+            },
             parent,
         )
     }
@@ -320,7 +345,6 @@ impl Level {
         rules: &Rules,
         parent: Arc<Level>,
     ) -> Level {
-        let root = Path::new(OsStr::from_bytes(rel));
         let read = |present: bool, name: &str| present.then(|| read_at(dir, name)).flatten();
         let git_kind = markers.git.then(|| kind_at(dir, b".git")).flatten();
         let exclude = match git_kind {
@@ -335,11 +359,13 @@ impl Level {
         };
         let has_git = rules.require_git && (git_kind.is_some() || markers.jj);
         Level::new(
-            matcher(root, read(markers.ignore, ".ignore")),
-            matcher(root, read(markers.gitignore, ".gitignore")),
-            matcher(root, exclude),
+            matcher(read(markers.ignore, ".ignore")),
+            matcher(read(markers.gitignore, ".gitignore")),
+            matcher(exclude),
             has_git,
-            false,
+            Place::Inside {
+                strip: if rel.is_empty() { 0 } else { rel.len() + 1 },
+            },
             Some(parent),
         )
     }
@@ -374,13 +400,14 @@ fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
     })
 }
 
-/// A matcher for an ignore file's text, rooted at `root`: lines as `ignore`
-/// reads them (a leading BOM dropped, lines that are not UTF-8 skipped).
-fn matcher(root: &Path, text: Option<Vec<u8>>) -> Gitignore {
+/// A matcher for an ignore file's text (given paths relative to the file's
+/// directory): lines as `ignore` reads them (a leading BOM dropped, lines
+/// that are not UTF-8 skipped).
+fn matcher(text: Option<Vec<u8>>) -> Gitignore {
     let Some(text) = text else {
         return Gitignore::empty();
     };
-    let mut builder = GitignoreBuilder::new(root);
+    let mut builder = GitignoreBuilder::new("");
     for (i, line) in text.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Ok(line) = std::str::from_utf8(line) else {
@@ -647,6 +674,9 @@ struct State<T> {
     /// Outputs of finished tasks not yet handed to the sink.
     done: HashMap<usize, Vec<Part<T>>>,
     over: bool,
+    /// Threads waiting on `changed`: wake-ups (a system call each) are only
+    /// made when someone waits.
+    waiting: usize,
 }
 
 struct Shared<'a, V: Visitor> {
@@ -679,7 +709,8 @@ pub fn walk<V: Visitor>(
     let stop = AtomicBool::new(false);
     let above = rules.ancestors.clone().unwrap_or_else(|| {
         let none = Gitignore::empty;
-        Arc::new(Level::new(none(), none(), none(), false, true, None))
+        let place = Place::Above { start: Vec::new() };
+        Arc::new(Level::new(none(), none(), none(), false, place, None))
     });
     let shared = Shared {
         rules,
@@ -692,6 +723,7 @@ pub fn walk<V: Visitor>(
             }]),
             done: HashMap::new(),
             over: false,
+            waiting: 0,
         }),
         changed: Condvar::new(),
         next_id: AtomicUsize::new(1),
@@ -728,6 +760,24 @@ impl<V: Visitor> Shared<'_, V> {
         self.halt.halted()
     }
 
+    fn wait<'s>(
+        &'s self,
+        mut state: MutexGuard<'s, State<V::Out>>,
+    ) -> MutexGuard<'s, State<V::Out>> {
+        state.waiting += 1;
+        let mut state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        state.waiting -= 1;
+        state
+    }
+
+    fn wake(&self, state: MutexGuard<'_, State<V::Out>>) {
+        let anyone = state.waiting > 0;
+        drop(state);
+        if anyone {
+            self.changed.notify_all();
+        }
+    }
+
     /// A worker thread: runs the first pending task, while the sink is not
     /// too far behind, until the walk is over.
     fn work(&self) {
@@ -742,7 +792,7 @@ impl<V: Visitor> Shared<'_, V> {
                     continue;
                 }
             }
-            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.wait(state);
         }
     }
 
@@ -782,9 +832,8 @@ impl<V: Visitor> Shared<'_, V> {
         let mut state = self.lock();
         loop {
             if let Some(parts) = state.done.remove(&id) {
-                drop(state);
                 // Room ahead again for workers that wait for it.
-                self.changed.notify_all();
+                self.wake(state);
                 return Some(parts);
             }
             if self.halted() {
@@ -799,7 +848,7 @@ impl<V: Visitor> Shared<'_, V> {
                     continue;
                 }
             }
-            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.wait(state);
         }
     }
 
@@ -833,8 +882,7 @@ impl<V: Visitor> Shared<'_, V> {
         let mut state = self.lock();
         state.queue.extend(new_tasks);
         state.done.insert(task.id, parts);
-        drop(state);
-        self.changed.notify_all();
+        self.wake(state);
     }
 
     fn new_task(&self, key: Vec<u32>, work: Work, new_tasks: &mut Vec<Task>) -> Part<V::Out> {
