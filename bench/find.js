@@ -4,6 +4,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { findBinary } from "../scripts/node-tools.js";
+import { timeBoth } from "./lib.js";
 
 const PATTERNS = [
   { name: "name glob *.c", pattern: "*.c" },
@@ -12,26 +13,6 @@ const PATTERNS = [
   { name: "no match", pattern: "*.no-such-extension" },
 ];
 const TARGETS = { kernel: "≤ 0.9×", small: "≤ 0.3×" };
-
-function median(xs) {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-}
-
-/** Medians of `runs` timed calls of each side, alternated so that load from elsewhere hits both alike. */
-async function timeBoth(sides, runs) {
-  for (const fn of sides) if (fn) await fn(); // warm the page cache and the code paths
-  const ms = sides.map(() => []);
-  for (let i = 0; i < runs; i++) {
-    for (const [k, fn] of sides.entries()) {
-      if (!fn) continue;
-      const t = process.hrtime.bigint();
-      await fn();
-      ms[k].push(Number(process.hrtime.bigint() - t) / 1e6);
-    }
-  }
-  return ms.map((m) => (m.length ? median(m) : null));
-}
 
 export async function bench(ctx) {
   const { pi, native, log } = ctx;

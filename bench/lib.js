@@ -36,3 +36,23 @@ export function runChild(script, args, env = {}) {
     });
   });
 }
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** Medians of `runs` timed calls of each side, alternated so that load from elsewhere hits both alike. */
+export async function timeBoth(sides, runs) {
+  for (const fn of sides) if (fn) await fn(); // warm the page cache and the code paths
+  const ms = sides.map(() => []);
+  for (let i = 0; i < runs; i++) {
+    for (const [k, fn] of sides.entries()) {
+      if (!fn) continue;
+      const t = process.hrtime.bigint();
+      await fn();
+      ms[k].push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  }
+  return ms.map((m) => (m.length ? median(m) : null));
+}
