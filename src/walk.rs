@@ -533,6 +533,7 @@ impl Listing {
     }
 }
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn kind_of_d_type(d_type: u8) -> Option<Kind> {
     match d_type {
         libc::DT_DIR => Some(Kind::Dir),
