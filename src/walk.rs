@@ -137,12 +137,18 @@ impl Rules {
     /// (pi #5960), git is required exactly when the walk starts inside a
     /// repository (`.git` in the directory or an ancestor).
     pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
-        let require_git = inside_git_repo(start);
-        let mut ancestors: Option<Arc<Level>> = None;
-        let mut chain: Vec<&Path> = start.ancestors().skip(1).collect();
+        // Each ancestor's `.git`, looked at once: it decides `require_git`
+        // and is that ancestor's repository marker.
+        let mut chain: Vec<(&Path, Option<std::fs::Metadata>)> = start
+            .ancestors()
+            .skip(1)
+            .map(|dir| (dir, std::fs::metadata(dir.join(".git")).ok()))
+            .collect();
         chain.reverse();
-        for dir in chain {
-            let level = Level::of_ancestor(dir, start, require_git, ancestors.clone());
+        let require_git = start.join(".git").exists() || chain.iter().any(|(_, git)| git.is_some());
+        let mut ancestors: Option<Arc<Level>> = None;
+        for (dir, git) in chain {
+            let level = Level::of_ancestor(dir, git, start, require_git, ancestors.clone());
             ancestors = Some(Arc::new(level));
         }
         Rules {
@@ -307,14 +313,15 @@ impl Level {
 
     /// An ancestor of the start directory, read by path: only its rules are
     /// used, never its content.
+    /// `git` is what `dir/.git` is, if anything.
     fn of_ancestor(
         dir: &Path,
+        git: Option<std::fs::Metadata>,
         start: &Path,
         require_git: bool,
         parent: Option<Arc<Level>>,
     ) -> Level {
         let read = |name: &str| std::fs::read(dir.join(name)).ok();
-        let git = std::fs::symlink_metadata(dir.join(".git")).ok();
         let has_git = require_git && (git.is_some() || dir.join(".jj").exists());
         let exclude = git
             .and_then(|md| git_common_dir(dir, md.is_file()))
@@ -489,12 +496,6 @@ fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
     )
 }
 
-/// Whether `dir` or one of its ancestors holds a `.git` entry (a directory,
-/// or a file for worktrees and submodules), as pi checks before running fd.
-pub fn inside_git_repo(dir: &Path) -> bool {
-    dir.ancestors().any(|d| d.join(".git").exists())
-}
-
 /// A directory's entries: names in one buffer, sorted by their bytes.
 #[derive(Default)]
 struct Listing {
@@ -626,6 +627,20 @@ struct Dir {
 }
 
 impl Dir {
+    /// Entry `index`, its path written into `path`.
+    fn entry<'a>(&'a self, index: usize, path: &'a mut Vec<u8>, halt: Halt<'a>) -> Entry<'a> {
+        let listed = &self.listing.entries[index];
+        let name = self.listing.name(listed);
+        join(path, &self.rel, name);
+        Entry {
+            dir: self.fd.as_fd(),
+            name,
+            rel: path,
+            kind: listed.kind.unwrap_or(Kind::Other),
+            halt,
+        }
+    }
+
     /// The path of entry `index` (its name joined to this directory's path).
     fn child_path(&self, index: usize) -> Vec<u8> {
         let mut path = Vec::new();
@@ -914,10 +929,30 @@ impl<V: Visitor> Shared<'_, V> {
         self.wake(state);
     }
 
-    fn new_task(&self, key: Vec<u32>, work: Work, new_tasks: &mut Vec<Task>) -> Part<V::Out> {
+    /// Queues `work` (once the running task ends) and returns its place.
+    fn new_task(&self, work: Work, new_tasks: &mut Vec<Task>) -> Part<V::Out> {
+        let key = match &work {
+            Work::Start(..) => Vec::new(),
+            Work::List(dir, index) => dir.child_key(*index),
+            Work::Files(dir, files) => dir.child_key(files[0]),
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         new_tasks.push(Task { key, id, work });
         Part::Task(id)
+    }
+
+    /// Makes the run of files gathered so far (if any) a task in its place.
+    fn files_task(
+        &self,
+        dir: &Arc<Dir>,
+        files: &mut Vec<usize>,
+        parts: &mut Vec<Part<V::Out>>,
+        new_tasks: &mut Vec<Task>,
+    ) {
+        if !files.is_empty() {
+            let run = std::mem::take(files);
+            parts.push(self.new_task(Work::Files(dir.clone(), run), new_tasks));
+        }
     }
 
     /// Lists a directory and visits its entries in order; subdirectories
@@ -963,21 +998,12 @@ impl<V: Visitor> Shared<'_, V> {
         let mut files: Vec<usize> = Vec::new();
         let mut path = Vec::new();
         let mut scratch = Vec::new();
-        for (index, listed) in dir.listing.entries.iter().enumerate() {
-            let name = dir.listing.name(listed);
-            join(&mut path, &dir.rel, name);
-            let kind = listed.kind.unwrap_or(Kind::Other);
-            let entry = Entry {
-                dir: dir.fd.as_fd(),
-                name,
-                rel: &path,
-                kind,
-                halt: self.halt,
-            };
-            let is_dir = kind == Kind::Dir;
+        for index in 0..dir.listing.entries.len() {
+            let entry = dir.entry(index, &mut path, self.halt);
+            let is_dir = entry.kind == Kind::Dir;
             if self
                 .rules
-                .is_ignored(&dir.level, &path, is_dir, &mut scratch)
+                .is_ignored(&dir.level, entry.rel, is_dir, &mut scratch)
                 || self.visitor.skip(&entry)
             {
                 continue;
@@ -985,41 +1011,19 @@ impl<V: Visitor> Shared<'_, V> {
             if V::SEARCHES_FILES && !is_dir {
                 files.push(index);
                 if files.len() == FILES_PER_TASK {
-                    let run = std::mem::take(&mut files);
-                    parts.push(self.new_task(
-                        dir.child_key(run[0]),
-                        Work::Files(dir.clone(), run),
-                        new_tasks,
-                    ));
+                    self.files_task(&dir, &mut files, &mut parts, new_tasks);
                 }
                 continue;
             }
-            if !files.is_empty() {
-                let run = std::mem::take(&mut files);
-                parts.push(self.new_task(
-                    dir.child_key(run[0]),
-                    Work::Files(dir.clone(), run),
-                    new_tasks,
-                ));
-            }
+            self.files_task(&dir, &mut files, &mut parts, new_tasks);
             if let Some(out) = self.visitor.visit(local, &entry) {
                 parts.push(Part::Out(out));
             }
             if is_dir {
-                parts.push(self.new_task(
-                    dir.child_key(index),
-                    Work::List(dir.clone(), index),
-                    new_tasks,
-                ));
+                parts.push(self.new_task(Work::List(dir.clone(), index), new_tasks));
             }
         }
-        if !files.is_empty() {
-            parts.push(self.new_task(
-                dir.child_key(files[0]),
-                Work::Files(dir.clone(), files),
-                new_tasks,
-            ));
-        }
+        self.files_task(&dir, &mut files, &mut parts, new_tasks);
         parts
     }
 
@@ -1030,16 +1034,7 @@ impl<V: Visitor> Shared<'_, V> {
             if self.halted() {
                 break;
             }
-            let listed = &dir.listing.entries[index];
-            let name = dir.listing.name(listed);
-            join(&mut path, &dir.rel, name);
-            let entry = Entry {
-                dir: dir.fd.as_fd(),
-                name,
-                rel: &path,
-                kind: listed.kind.unwrap_or(Kind::Other),
-                halt: self.halt,
-            };
+            let entry = dir.entry(index, &mut path, self.halt);
             if let Some(out) = self.visitor.visit(local, &entry) {
                 parts.push(Part::Out(out));
             }
