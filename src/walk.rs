@@ -128,7 +128,7 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules for a walk of `start` (its real host path), with ripgrep's
+    /// The rules for a walk of `start`, with ripgrep's
     /// `--glob` overrides when given (rooted at `start`).
     ///
     /// Nested repository boundaries: ripgrep and fd only notice `.git` (and
@@ -137,6 +137,10 @@ impl Rules {
     /// (pi #5960), git is required exactly when the walk starts inside a
     /// repository (`.git` in the directory or an ancestor).
     pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
+        // Ancestors are those of the real directory (as `ignore` finds them),
+        // also when a caller outside a root passes a symlinked or `..` path.
+        let real = std::fs::canonicalize(start);
+        let start = real.as_deref().unwrap_or(start);
         // Each ancestor's `.git`, looked at once: it decides `require_git`
         // and is that ancestor's repository marker.
         let mut chain: Vec<(&Path, Option<std::fs::Metadata>)> = start
@@ -1260,5 +1264,22 @@ mod tests {
         let t = tree(&refs);
         let cancel = AtomicBool::new(true);
         assert!(walk_rules(Paths::<true>, t.path(), None, &cancel, usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn ancestors_are_those_of_the_real_directory() {
+        let t = tree(&["a/sub/x.tmp", "a/sub/y", "b/"]);
+        fs::write(t.path().join("a/.gitignore"), "*.tmp\n").unwrap();
+        let link = t.path().join("b/link");
+        std::os::unix::fs::symlink(t.path().join("a/sub"), &link).unwrap();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+        let fd = nix::fcntl::open(&link, flags, Mode::empty()).unwrap();
+        let rules = Rules::new(&link, None);
+        let mut out = Vec::new();
+        walk(fd, &rules, &Paths::<false>, &AtomicBool::new(false), |p| {
+            out.push(p);
+            true
+        });
+        assert_eq!(out, ["y"]);
     }
 }
