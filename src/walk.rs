@@ -1266,6 +1266,46 @@ mod tests {
         assert!(walk_rules(Paths::<true>, t.path(), None, &cancel, usize::MAX).is_empty());
     }
 
+    /// Concurrent walks past the `AHEAD` window, each stopped at a limit or
+    /// cancelled from another thread midway, all end (bounded by a timeout
+    /// rather than hanging the suite), and every limit cut is a prefix.
+    #[test]
+    fn stopped_and_cancelled_walks_always_end() {
+        let files: Vec<String> = (0..3000).map(|i| format!("d{}/e{i}/f", i % 3)).collect();
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        let t = tree(&refs);
+        let all = walk_with(Paths::<true>, t.path(), usize::MAX);
+        assert_eq!(all.len(), 3 + 3000 * 2);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for lane in 0..4usize {
+                let (done, all, dir) = (done.clone(), &all, t.path());
+                scope.spawn(move || {
+                    for round in 0..12usize {
+                        let limit = 1 + (lane * 12 + round) * 97 % all.len();
+                        assert_eq!(walk_with(Paths::<true>, dir, limit), all[..limit]);
+                        let cancel = AtomicBool::new(false);
+                        let out = std::thread::scope(|inner| {
+                            inner.spawn(|| {
+                                std::thread::sleep(std::time::Duration::from_micros(
+                                    round as u64 * 300,
+                                ));
+                                cancel.store(true, Ordering::Relaxed);
+                            });
+                            walk_rules(Paths::<false>, dir, None, &cancel, usize::MAX)
+                        });
+                        assert_eq!(out, all[..out.len()]);
+                    }
+                    done.send(()).unwrap();
+                });
+            }
+            for _ in 0..4 {
+                let ended = finished.recv_timeout(std::time::Duration::from_secs(60));
+                assert!(ended.is_ok(), "a walk did not end");
+            }
+        });
+    }
+
     #[test]
     fn ancestors_are_those_of_the_real_directory() {
         let t = tree(&["a/sub/x.tmp", "a/sub/y", "b/"]);
