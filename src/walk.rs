@@ -113,6 +113,10 @@ pub trait Visitor: Sync {
     fn skip(&self, _entry: &Entry<'_>) -> bool {
         false
     }
+    /// An entry's output, if any. Free of side effects: for the files of a
+    /// visitor that does not search them, the walker visits before it asks
+    /// the ignore rules (most files match nothing, and a visit is far
+    /// cheaper than the rules), so it may visit an entry it then leaves out.
     fn visit(&self, local: &mut Self::Local, entry: &Entry<'_>) -> Option<Self::Out>;
 }
 
@@ -1005,11 +1009,20 @@ impl<V: Visitor> Shared<'_, V> {
         for index in 0..dir.listing.entries.len() {
             let entry = dir.entry(index, &mut path, self.halt);
             let is_dir = entry.kind == Kind::Dir;
-            if self
-                .rules
-                .is_ignored(&dir.level, entry.rel, is_dir, &mut scratch)
-                || self.visitor.skip(&entry)
-            {
+            let left_out = |scratch: &mut Vec<u8>| {
+                self.rules
+                    .is_ignored(&dir.level, entry.rel, is_dir, scratch)
+                    || self.visitor.skip(&entry)
+            };
+            if !is_dir && !V::SEARCHES_FILES {
+                // Visit first: the rules only matter for a file that yields.
+                match self.visitor.visit(local, &entry) {
+                    Some(out) if !left_out(&mut scratch) => parts.push(Part::Out(out)),
+                    _ => {}
+                }
+                continue;
+            }
+            if left_out(&mut scratch) {
                 continue;
             }
             if V::SEARCHES_FILES && !is_dir {
