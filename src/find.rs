@@ -63,6 +63,43 @@ struct Pattern {
     target: Target,
     /// The runtime path of the search directory, for absolute patterns.
     base: PathBuf,
+    /// The literal every match of a relative pattern ends with, checked
+    /// before the glob's regex (most entries fail it).
+    tail: Option<Tail>,
+}
+
+/// The text after a glob's last metacharacter or `/`: a match's last
+/// component ends with it. globset folds case in ASCII only (`(?-u)(?i)`),
+/// so an ASCII-insensitive comparison answers exactly as its regex would.
+#[derive(Debug)]
+struct Tail {
+    bytes: Vec<u8>,
+    ignore_case: bool,
+}
+
+impl Tail {
+    fn of(glob: &str, ignore_case: bool) -> Option<Tail> {
+        let start = glob
+            .rfind(['*', '?', '[', ']', '{', '}', '\\', '/'])
+            .map_or(0, |i| i + 1);
+        let bytes = glob.as_bytes()[start..].to_vec();
+        (!bytes.is_empty()).then_some(Tail { bytes, ignore_case })
+    }
+
+    fn ends(&self, candidate: &[u8]) -> bool {
+        let Some(end) = candidate
+            .len()
+            .checked_sub(self.bytes.len())
+            .map(|at| &candidate[at..])
+        else {
+            return false;
+        };
+        if self.ignore_case {
+            end.eq_ignore_ascii_case(&self.bytes)
+        } else {
+            end == self.bytes.as_slice()
+        }
+    }
 }
 
 impl Pattern {
@@ -72,6 +109,7 @@ impl Pattern {
             return Ok(Pattern {
                 target: Target::All,
                 base,
+                tail: None,
             });
         }
         // fd's smart case; pi decides it from the pattern's letters.
@@ -89,10 +127,19 @@ impl Pattern {
         } else {
             Target::RelativePath(matcher)
         };
-        Ok(Pattern { target, base })
+        let tail = match target {
+            Target::FileName(_) | Target::RelativePath(_) => Tail::of(effective, ignore_case),
+            _ => None,
+        };
+        Ok(Pattern { target, base, tail })
     }
 
     fn is_match(&self, rel: &Path) -> bool {
+        if let Some(tail) = &self.tail {
+            if !tail.ends(rel.as_os_str().as_bytes()) {
+                return false;
+            }
+        }
         match &self.target {
             Target::All => true,
             Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
@@ -310,6 +357,93 @@ mod tests {
             ["/ws/pkg/src/b.ts", "/ws/src/a.ts"]
         );
         assert_eq!(run(&t, "/ws/src/*.ts", &[], 10), ["/ws/src/a.ts"]);
+    }
+
+    #[test]
+    fn literal_tails_answer_as_the_glob_does() {
+        let t = tree(&[
+            "foo", "a/foo", "a/b/xfoo", "FOO.C", "x.c", "é.c", "É.C", "src/k.Rs",
+        ]);
+        assert_eq!(run(&t, "**/foo", &[], 10), ["/ws/a/foo", "/ws/foo"]);
+        assert_eq!(
+            run(&t, "*foo", &[], 10),
+            ["/ws/a/b/xfoo", "/ws/a/foo", "/ws/foo"]
+        );
+        // Smart case folds ASCII only, as globset's regex does.
+        assert_eq!(
+            run(&t, "*.c", &[], 10),
+            ["/ws/FOO.C", "/ws/x.c", "/ws/É.C", "/ws/é.c"]
+        );
+        assert_eq!(run(&t, "é.c", &[], 10), ["/ws/é.c"]);
+        assert_eq!(run(&t, "*.C", &[], 10), ["/ws/FOO.C", "/ws/É.C"]);
+        assert_eq!(run(&t, "src/*.rs", &[], 10), ["/ws/src/k.Rs"]);
+        assert_eq!(run(&t, "src/*.[rR]s", &[], 10), ["/ws/src/k.Rs"]);
+        assert_eq!(run(&t, "a/", &[], 10), Vec::<String>::new());
+    }
+
+    #[test]
+    fn literal_tail_never_changes_an_answer() {
+        let patterns = [
+            "*.c",
+            "*.C",
+            "**/foo",
+            "foo",
+            "*foo",
+            "a/*.h",
+            "**/include/**/*.h",
+            "x?.c",
+            "*.[ch]",
+            "*.{c,h}",
+            "a\\*b",
+            "é*",
+            "src/",
+            "*.tar.gz",
+            "**",
+            "*",
+        ];
+        let candidates = [
+            "foo",
+            "a/foo",
+            "xfoo",
+            "a.c",
+            "A.C",
+            "a/b.h",
+            "include/x.h",
+            "a/include/b/c.H",
+            "xa.c",
+            "é",
+            "Éx",
+            "a*b",
+            "src",
+            "src/x",
+            "p.tar.gz",
+            "P.TAR.GZ",
+            "",
+            "c",
+            ".c",
+        ];
+        for pattern in patterns {
+            let p = Pattern::new(pattern, PathBuf::from("/ws")).unwrap();
+            let ignore_case = pattern == pattern.to_lowercase();
+            let plain = GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .case_insensitive(ignore_case)
+                .build()
+                .unwrap()
+                .compile_matcher();
+            for c in candidates {
+                let subject = if pattern.contains('/') {
+                    c
+                } else {
+                    c.rsplit('/').next().unwrap()
+                };
+                assert_eq!(
+                    p.is_match(Path::new(c)),
+                    plain.is_match(subject),
+                    "{pattern} on {c}"
+                );
+            }
+        }
     }
 
     #[test]

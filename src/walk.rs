@@ -216,7 +216,7 @@ struct Found {
 impl Found {
     fn check(&mut self, level: &Level, path: &Path, is_dir: bool, any_git: bool) {
         let first = |slot: &mut Option<bool>, matcher: &Gitignore| {
-            if slot.is_none() {
+            if slot.is_none() && !matcher.is_empty() {
                 *slot = decided(matcher.matched(path, is_dir));
             }
         };
@@ -447,9 +447,10 @@ fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
 }
 
 /// Lines as `ignore` reads them: a leading BOM dropped, lines that are not
-/// UTF-8 skipped.
+/// UTF-8 skipped. Candidates are already relative to the rules' directory;
+/// the root `.` tells the matcher so, and it then strips nothing.
 fn compile(text: &[u8]) -> Gitignore {
-    let mut builder = GitignoreBuilder::new("");
+    let mut builder = GitignoreBuilder::new(".");
     for (i, line) in text.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Ok(line) = std::str::from_utf8(line) else {
@@ -559,8 +560,10 @@ fn kind_of_d_type(d_type: u8) -> Option<Kind> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    // `linux_dirent64` records are 8-byte aligned.
-    let mut buf = [0u64; 4096];
+    // `linux_dirent64` records are 8-byte aligned. Left uninitialized: only
+    // what the kernel wrote is read, and zeroing 32 KiB per directory costs
+    // more than listing a small one.
+    let mut buf = std::mem::MaybeUninit::<[u64; 4096]>::uninit();
     loop {
         // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes into `buf`.
         let n = unsafe {
