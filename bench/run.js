@@ -12,7 +12,9 @@ import { renderMarkdown, renderSvg } from "./report.js";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.dirname(here);
 
-if (!rerunUnderNode22()) console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
+rerunUnderNode22(); // returns only when already on Node >= 22.19, or when none was found
+const [major, minor] = process.versions.node.split(".").map(Number);
+if (major < 22 || (major === 22 && minor < 19)) console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
 
 const { requirePi } = await import("../js/pi.js");
 const { name: piName, module: pi } = requirePi();
