@@ -5,7 +5,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { findBinary, preferOnPath, rerunUnderNode22 } from "../scripts/node-tools.js";
+import { findBinary, onNode22, preferOnPath, rerunUnderNode22 } from "../scripts/node-tools.js";
 import { prepareCorpora } from "./corpus.js";
 import { renderMarkdown, renderSvg } from "./report.js";
 
@@ -13,8 +13,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.dirname(here);
 
 rerunUnderNode22(); // returns only when already on Node >= 22.19, or when none was found
-const [major, minor] = process.versions.node.split(".").map(Number);
-if (major < 22 || (major === 22 && minor < 19)) console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
+if (!onNode22()) console.log("bench: no Node >= 22.19 found, benchmarking against the legacy pi on this Node");
 
 const { requirePi } = await import("../js/pi.js");
 const { name: piName, module: pi } = requirePi();

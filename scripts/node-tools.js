@@ -22,13 +22,18 @@ export function preferOnPath(...binaries) {
   for (const bin of binaries) if (bin) process.env.PATH = `${path.dirname(bin)}:${process.env.PATH}`;
 }
 
+/** Whether this Node runs pi 1.6.0 (which needs Node >= 22.19). */
+export function onNode22() {
+  const [major, minor] = process.versions.node.split(".").map(Number);
+  return major > 22 || (major === 22 && minor >= 19);
+}
+
 /**
  * When this Node is older than 22.19, re-runs the current script under the Node that
  * scripts/setup.sh installed (exiting with its status); returns when no re-run is needed or possible.
  */
 export function rerunUnderNode22(extraEnv = {}) {
-  const [major, minor] = process.versions.node.split(".").map(Number);
-  if (major > 22 || (major === 22 && minor >= 19) || process.env.PI_NATIVE_OPS_RERUN) return false;
+  if (onNode22() || process.env.PI_NATIVE_OPS_RERUN) return false;
   const node22 = spawnSync("bash", [path.join(repo, "scripts/node22.sh")], { encoding: "utf8" }).stdout.trim();
   if (!node22) return false;
   console.log(`(re-running under ${node22} for pi 1.6.0)`);
