@@ -3,8 +3,9 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { findBinary } from "../scripts/node-tools.js";
-import { spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import readline from "node:readline";
 import { runChild, timeBoth } from "./lib.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -29,6 +30,37 @@ async function peakMemory(dir, params, rg) {
   return { nativeGrowthMiB: native.maxRssMiB - native.baselineMiB, rgMiB };
 }
 
+/**
+ * The read floor (bench/read-floor.rs, compiled here with rustc): a child process that, per request,
+ * does only the file reads a search of `dir` does and answers with its own wall time, so its passes
+ * interleave with the measured calls. `null` (with `why`) when it cannot be built.
+ */
+function startReadFloor(dir, rg, repo) {
+  const rustc = findBinary("rustc");
+  if (!rustc || !rg) return { why: !rustc ? "no rustc on PATH or in ~/.cargo/bin" : "rg not found (lists the files)" };
+  const bin = path.join(repo, "target", "read-floor");
+  const src = path.join(here, "read-floor.rs");
+  if (!fs.existsSync(bin) || fs.statSync(bin).mtimeMs < fs.statSync(src).mtimeMs) {
+    fs.mkdirSync(path.dirname(bin), { recursive: true });
+    execFileSync(rustc, ["--edition", "2021", "-C", "opt-level=3", "-o", bin, src]);
+  }
+  // The files rg searches (so, those both sides read), in path order.
+  const list = path.join(repo, "target", `read-floor-${path.basename(dir)}.txt`);
+  fs.writeFileSync(list, execFileSync(rg, ["--files", "--hidden", "--sort", "path"], { cwd: dir, maxBuffer: 1 << 28 }));
+  const child = spawn(bin, [list], { cwd: dir, stdio: ["pipe", "pipe", "inherit"] });
+  const answers = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  return {
+    files: fs.readFileSync(list, "utf8").split("\n").filter(Boolean).length,
+    async pass() {
+      child.stdin.write("pass\n");
+      const { value, done } = await answers.next();
+      if (done) throw new Error("read-floor exited");
+      return Number(value);
+    },
+    stop: () => child.stdin.end(),
+  };
+}
+
 const QUERIES = [
   { label: "rare literal", params: { pattern: "Linus Torvalds", literal: true } },
   { label: "common regex (limit)", params: { pattern: "\\bint\\b" } },
@@ -50,11 +82,21 @@ export async function bench(ctx) {
     }
     const native = ctx.native.createGrepTool(dir);
     const stock = ctx.rg ? ctx.pi.createGrepTool(dir) : null;
+    const floor = startReadFloor(dir, ctx.rg, ctx.repo);
+    const ratios = [];
     for (const q of QUERIES) {
+      // The floor's passes run beside the query that reads every file, timed by the floor itself.
+      const floorMs = [];
+      const withFloor = q.label === "no match" && floor.pass;
       const [nativeMs, stockMs] = await timeBoth(
-        [() => native.execute("bench", q.params), stock && (() => stock.execute("bench", q.params))],
+        [
+          () => native.execute("bench", q.params),
+          stock && (() => stock.execute("bench", q.params)),
+          withFloor && (async () => floorMs.push(await floor.pass())),
+        ],
         runs,
       );
+      if (stockMs) ratios.push(nativeMs / stockMs);
       // rg runs to the end here (pi stops it at the limit), so its figure is an upper bound.
       const mem = corpus === "kernel" ? await peakMemory(dir, q.params, ctx.rg) : null;
       rows.push({
@@ -73,10 +115,32 @@ export async function bench(ctx) {
             : undefined,
       });
       ctx.log(`${corpus} ${q.label}: native ${nativeMs.toFixed(1)} ms, stock ${stockMs?.toFixed(1)} ms`);
+      if (withFloor) rows.push(floorRow(corpus, floorMs, nativeMs, stockMs, floor.files));
+    }
+    floor.stop?.();
+    if (!floor.pass) ctx.log(`${corpus} read floor skipped: ${floor.why}`);
+    if (ratios.length === QUERIES.length) {
+      const median = [...ratios].sort((a, b) => a - b)[Math.floor(ratios.length / 2)];
+      rows.push({ operation: "grep: median of the five queries", corpus, nativeMs: null, stockMs: null, ratio: median, target, note: "the target is on this median" });
     }
   }
   if (ctx.corpora.kernel) rows.push(await abortLatency(ctx));
   return rows;
+}
+
+/** The read floor beside stock's no-match search: the least time any search of the tree can take. */
+function floorRow(corpus, floorMs, nativeMs, stockMs, files) {
+  const ms = [...floorMs].slice(1).sort((a, b) => a - b); // the first pass warms the floor's own code
+  const floorMedian = ms[Math.floor(ms.length / 2)];
+  return {
+    operation: "grep: read floor (file reads only)",
+    corpus,
+    nativeMs: floorMedian,
+    stockMs,
+    ratio: stockMs ? floorMedian / stockMs : null,
+    target: "reference",
+    note: `bench/read-floor.rs: the reads a search of these ${files} files does, nothing else (no listing, rules or matching), on as many threads; native no match is ${(nativeMs / floorMedian).toFixed(2)}× of it`,
+  };
 }
 
 /** How long a whole-tree search takes to settle after its signal aborts (median of several). */
@@ -113,6 +177,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     rg: findBinary("rg"),
     fd: null,
     native: await import("pi-native-ops"),
+    repo: path.dirname(here),
     log: (m) => console.error(m),
   });
   console.table(rows.map(({ note, target, ...r }) => ({ ...r, ratio: r.ratio?.toFixed(2) })));

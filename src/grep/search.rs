@@ -214,7 +214,11 @@ impl Engine {
         let searched = if memchr::memchr(0, head).is_some() {
             searcher.search_reader(&self.matcher, head, &mut sink)
         } else {
-            searcher.search_slice(&self.matcher, head, &mut sink)
+            // Known to have no NUL: spare the searcher a second scan for one.
+            searcher.set_binary_detection(BinaryDetection::none());
+            let searched = searcher.search_slice(&self.matcher, head, &mut sink);
+            searcher.set_binary_detection(BinaryDetection::quit(b'\x00'));
+            searched
         };
         match searched {
             Ok(()) => sink.hits,
