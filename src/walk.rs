@@ -521,6 +521,16 @@ struct Listed {
 }
 
 impl Listing {
+    /// Room for a typical directory, so listing one does not grow its
+    /// buffers a few times over.
+    fn with_room() -> Self {
+        Listing {
+            names: Vec::with_capacity(1024),
+            entries: Vec::with_capacity(64),
+            markers: Markers::default(),
+        }
+    }
+
     fn push(&mut self, name: &[u8], kind: Option<Kind>) {
         self.markers.note(name);
         self.entries.push(Listed {
@@ -977,7 +987,7 @@ impl<V: Visitor> Shared<'_, V> {
         new_tasks: &mut Vec<Task>,
         local: &mut V::Local,
     ) -> Vec<Part<V::Out>> {
-        let mut listing = Listing::default();
+        let mut listing = Listing::with_room();
         // A directory that fails midway is used as far as it was read.
         let _ = read_entries(fd.as_fd(), |name, kind| listing.push(name, kind));
         for listed in &mut listing.entries {
