@@ -1267,7 +1267,7 @@ mod tests {
     fn overrides_come_first_and_whitelist_ignored_files() {
         let t = tree(&["a.c", "b.h", "gen/x.c", "gen/y.h"]);
         fs::write(t.path().join(".gitignore"), "gen/\n*.c\n").unwrap();
-        let mut b = ignore::overrides::OverrideBuilder::new("");
+        let mut b = ignore::overrides::OverrideBuilder::new(".");
         b.add("*.c").unwrap();
         let ov = b.build().unwrap();
         // `gen/` stays ignored (directories unmatched by a whitelist fall

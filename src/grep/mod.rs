@@ -151,10 +151,11 @@ pub fn run(
     Ok(collector.finish())
 }
 
-/// rg's `--glob`, matched against paths relative to the searched directory.
+/// rg's `--glob`, matched against paths relative to the searched directory
+/// (rooted at "." so that `ignore` has no prefix to strip from them).
 fn overrides(glob: Option<&str>) -> Result<Option<Override>, GrepError> {
     let Some(glob) = glob else { return Ok(None) };
-    let mut builder = OverrideBuilder::new("");
+    let mut builder = OverrideBuilder::new(".");
     builder
         .add(glob)
         .map_err(|e| GrepError::Glob(e.to_string()))?;
