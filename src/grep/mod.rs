@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use grep_searcher::Searcher;
 use ignore::overrides::{Override, OverrideBuilder};
 
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
@@ -24,7 +23,7 @@ use crate::walk::{self, Entry, Kind, Rules, Visitor};
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-use search::{Engine, Hit, WholeBuffer};
+use search::{Engine, Hit, Worker};
 use text::Collector;
 
 /// Why a search failed.
@@ -173,11 +172,11 @@ struct Searching<'a> {
 impl Visitor for Searching<'_> {
     /// A file's path relative to the searched directory, and its lines.
     type Out = (Arc<str>, Vec<Hit>);
-    type Local = (Searcher, WholeBuffer);
+    type Local = Worker;
     const SEARCHES_FILES: bool = true;
 
     fn local(&self) -> Self::Local {
-        (self.engine.searcher(true), WholeBuffer::default())
+        self.engine.worker()
     }
 
     /// Deliberate improvement over stock: git's internals are never searched.
@@ -185,14 +184,12 @@ impl Visitor for Searching<'_> {
         entry.name() == ".git"
     }
 
-    fn visit(&self, (searcher, buf): &mut Self::Local, entry: &Entry<'_>) -> Option<Self::Out> {
+    fn visit(&self, worker: &mut Self::Local, entry: &Entry<'_>) -> Option<Self::Out> {
         if entry.kind != Kind::File {
             return None;
         }
         let file = entry.open().ok()?;
-        let hits = self
-            .engine
-            .search_walked(searcher, &file, buf, &|| entry.halted());
+        let hits = self.engine.search_walked(worker, &file, &|| entry.halted());
         if hits.is_empty() {
             return None;
         }

@@ -23,13 +23,13 @@ pub const HEAP_LIMIT: usize = 8 << 20;
 /// Walked files up to this size are read whole.
 const WHOLE_FILE: usize = 256 << 10;
 
-/// A search thread's buffer for reading walked files whole.
-pub struct WholeBuffer(Vec<u8>);
-
-impl Default for WholeBuffer {
-    fn default() -> Self {
-        WholeBuffer(vec![0; WHOLE_FILE])
-    }
+/// A search thread's own tools for walked files: a searcher, a buffer to
+/// read files whole, and a copy of the matcher (a copy has its own scratch
+/// pool, owned by the one thread using it, so no file takes a lock for it).
+pub struct Worker {
+    searcher: Searcher,
+    buf: Vec<u8>,
+    matcher: RegexMatcher,
 }
 
 /// A line of a file worth sending to the collector.
@@ -162,6 +162,15 @@ impl Engine {
         self.matcher.is_match(line).unwrap_or(false)
     }
 
+    /// The tools of one thread searching walked files.
+    pub fn worker(&self) -> Worker {
+        Worker {
+            searcher: self.searcher(true),
+            buf: vec![0; WHOLE_FILE],
+            matcher: self.matcher.clone(),
+        }
+    }
+
     fn stream_matcher(&self) -> Result<&StreamMatcher, String> {
         self.stream
             .get_or_init(|| StreamMatcher::new(&self.pattern, self.ignore_case, self.literal))
@@ -169,7 +178,7 @@ impl Engine {
             .map_err(Clone::clone)
     }
 
-    /// The lines of a walked file pi may show, read through `buf`: a file
+    /// The lines of a walked file pi may show, read through the worker's buffer: a file
     /// that fits is read whole with one read (ripgrep's reader costs three
     /// per small file: its BOM peek, the data, the end) and, without a NUL
     /// byte, searched as a slice, which yields the same lines as the reader.
@@ -178,24 +187,28 @@ impl Engine {
     /// streams on from where the buffer ends.
     pub fn search_walked(
         &self,
-        searcher: &mut Searcher,
+        worker: &mut Worker,
         mut file: &File,
-        buf: &mut WholeBuffer,
         halted: &dyn Fn() -> bool,
     ) -> Vec<Hit> {
+        let Worker {
+            searcher,
+            buf,
+            matcher,
+        } = worker;
         let mut filled = 0;
         let whole = loop {
-            if filled == buf.0.len() {
+            if filled == buf.len() {
                 break false;
             }
-            match file.read(&mut buf.0[filled..]) {
+            match file.read(&mut buf[filled..]) {
                 Ok(0) => break true,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Vec::new(),
             }
         };
-        let head = &buf.0[..filled];
+        let head = &buf[..filled];
         let mut sink = Collect {
             hits: Vec::new(),
             limiter: Limiter::new(self.limit, self.context),
@@ -206,17 +219,17 @@ impl Engine {
                 inner: head.chain(file),
                 halted,
             };
-            return match searcher.search_reader(&self.matcher, reader, &mut sink) {
+            return match searcher.search_reader(&*matcher, reader, &mut sink) {
                 Ok(()) => sink.hits,
                 Err(_) => self.search_long_lines(file, true, halted),
             };
         }
         let searched = if memchr::memchr(0, head).is_some() {
-            searcher.search_reader(&self.matcher, head, &mut sink)
+            searcher.search_reader(&*matcher, head, &mut sink)
         } else {
             // Known to have no NUL: spare the searcher a second scan for one.
             searcher.set_binary_detection(BinaryDetection::none());
-            let searched = searcher.search_slice(&self.matcher, head, &mut sink);
+            let searched = searcher.search_slice(&*matcher, head, &mut sink);
             searcher.set_binary_detection(BinaryDetection::quit(b'\x00'));
             searched
         };
