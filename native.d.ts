@@ -15,7 +15,6 @@ export declare class BashExecution {
   kill(): void
 }
 
-/** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
   /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
   constructor(host: string, runtime: string)
@@ -32,6 +31,12 @@ export declare class BoundRoot {
   stat(path: string): StatInfo
   /** Entry names; names that are not UTF-8 are shown lossily, as Node does. */
   readdir(path: string): Promise<string[]>
+  /**
+   * Synchronous for a directory of at most `SMALL_DIR` entries (listing it
+   * costs less than the hop to the thread pool), else `null`: `readdir`
+   * lists it in the pool.
+   */
+  readdirSmall(path: string): Array<string> | null
   /** Synchronous too: usually one `openat2` finding the directory exists. */
   mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */

@@ -1,5 +1,5 @@
 // boundFs raw Operations: behaviour, Node-shaped errors, bad arguments.
-import { chmodSync, readFileSync, statSync, lstatSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, statSync, lstatSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
@@ -172,6 +172,17 @@ describe("ls", () => {
     expect(await fs.ls.readdir(path.join(dir, "empty"))).toEqual([]);
     await expect(fs.ls.readdir(path.join(dir, "a.txt"))).rejects.toMatchObject({ code: "ENOTDIR", syscall: "scandir" });
     await expect(fs.ls.stat(path.join(dir, "nope"))).rejects.toMatchObject({ code: "ENOENT", syscall: "stat" });
+  });
+
+  it("readdir lists every entry on both sides of the small-directory cut (256, listed right away; more, in the pool)", async () => {
+    for (const count of [255, 256, 257, 3000]) {
+      const big = path.join(dir, `many-${count}`);
+      mkdirSync(big);
+      const names = Array.from({ length: count }, (_, i) => `f${i}.txt`);
+      for (const n of names) writeFileSync(path.join(big, n), "");
+      expect((await fs.ls.readdir(big)).sort()).toEqual([...names].sort());
+    }
+    await expect(fs.ls.readdir(path.join(dir, "nope"))).rejects.toMatchObject({ code: "ENOENT", syscall: "scandir" });
   });
 });
 

@@ -31,11 +31,14 @@ export async function bench({ pi, native, log }) {
   const [writeN, writeS] = tools("createWriteTool", "write");
   rows.push(await compare("pi write tool, 4 KB file", "small files", exec(writeN, { path: "out/n.ts", content: text }), exec(writeS, { path: "out/s.ts", content: text }), { target: t }));
   const [editN, editS] = tools("createEditTool", "edit");
-  let flip = 0;
-  const edit = (tool, name) => () => {
-    flip++;
-    const [a, b] = flip % 2 ? ["line 50:", "LINE 50:"] : ["LINE 50:", "line 50:"];
-    return tool.execute("bench", { path: `src/${name}`, edits: [{ oldText: a, newText: b }] }, undefined, undefined);
+  // Each side toggles its own file's line back and forth.
+  const edit = (tool, name) => {
+    let flip = 0;
+    return () => {
+      flip++;
+      const [a, b] = flip % 2 ? ["line 50:", "LINE 50:"] : ["LINE 50:", "line 50:"];
+      return tool.execute("bench", { path: `src/${name}`, edits: [{ oldText: a, newText: b }] }, undefined, undefined);
+    };
   };
   rows.push(await compare("pi edit tool, 4 KB file", "small files", edit(editN, "file2.ts"), edit(editS, "file3.ts"), { target: t, runs: 200 }));
   const [lsN, lsS] = tools("createLsTool", "ls");

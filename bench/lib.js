@@ -1,23 +1,14 @@
 // Shared measuring helpers for the bench/ modules.
 import { spawn } from "node:child_process";
 
-/** Median wall time in ms of `fn` over `runs` calls, after `warmup` calls. */
-export async function medianMs(fn, { runs = 200, warmup = 20 } = {}) {
-  for (let i = 0; i < warmup; i++) await fn();
-  const times = [];
-  for (let i = 0; i < runs; i++) {
-    const t0 = process.hrtime.bigint();
-    await fn();
-    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)];
-}
-
-/** Native and stock measured alternately (so drift hits both alike), as one row. */
+/** Native and stock measured alternately, call by call (so drift hits both alike), as one row. */
 export async function compare(operation, corpus, native, stock, options = {}) {
-  const nativeMs = await medianMs(native, options);
-  const stockMs = stock ? await medianMs(stock, options) : null;
+  const { runs = 200, warmup = 20 } = options;
+  for (let i = 0; i < warmup; i++) {
+    await native();
+    if (stock) await stock();
+  }
+  const [nativeMs, stockMs] = await timeBoth([native, stock], runs);
   return { operation, corpus, nativeMs, stockMs, ratio: stockMs ? nativeMs / stockMs : null, target: options.target, note: options.note };
 }
 

@@ -121,7 +121,11 @@ export function createBoundFs(root, options = {}) {
     ls: {
       exists: async (p) => bound.exists(checkPath(p)),
       stat,
-      readdir: async (p) => bound.readdir(checkPath(p)).catch(nodeError),
+      // A small directory is listed right away; a larger one in the thread pool.
+      readdir: async (p) => {
+        const dir = checkPath(p);
+        return sync(() => bound.readdirSmall(dir)) ?? bound.readdir(dir).catch(nodeError);
+      },
     },
   };
   rootOf.set(fs, bound);

@@ -391,16 +391,27 @@ impl Root {
 
     /// Names in a directory, in the order the system lists them.
     pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
+        Ok(self.read_dir_upto(path, usize::MAX)?.unwrap_or_default())
+    }
+
+    /// The directory's entry names if it has at most `max` entries, else
+    /// `None` (having read no more than `max + 1` of them).
+    pub fn read_dir_upto(&self, path: &Path, max: usize) -> Result<Option<Vec<OsString>>> {
         let fd = self.open_dir(path)?;
         let mut dir = nix::dir::Dir::from_fd(fd)?;
         let mut names = Vec::new();
         for entry in dir.iter() {
-            let name = entry?.file_name().to_bytes().to_vec();
-            if name != b"." && name != b".." {
-                names.push(OsString::from(std::ffi::OsStr::from_bytes(&name)));
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
             }
+            if names.len() == max {
+                return Ok(None);
+            }
+            names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
         }
-        Ok(names)
+        Ok(Some(names))
     }
 
     /// Creates the directory and its missing parents, never outside the root.
@@ -708,6 +719,13 @@ mod tests {
         let mut names = r.read_dir(&f.root.join("sub/..")).unwrap();
         names.sort();
         assert_eq!(names, [OsString::from("a.txt"), OsString::from("sub")]);
+        // Up to a count: all names, or None when there are more.
+        let upto = |max| r.read_dir_upto(&f.root, max).unwrap().map(|n| n.len());
+        assert_eq!((upto(3), upto(2), upto(1)), (Some(2), Some(2), None));
+        assert_eq!(
+            r.read_dir_upto(&f.root.join("a.txt"), 5),
+            Err(FsError::Io(Errno::ENOTDIR))
+        );
         assert_eq!(
             r.resolve_dir(&f.root.join("sub/deep")).unwrap(),
             r.host().join("sub/deep")

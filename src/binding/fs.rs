@@ -49,6 +49,16 @@ pub struct OpenedFile {
 }
 
 /// A workspace root: every path is resolved beneath it, race-free.
+/// The most entries `readdir_small` lists on the JS thread.
+const SMALL_DIR: usize = 256;
+
+fn lossy_names(names: Vec<std::ffi::OsString>) -> Vec<String> {
+    names
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect()
+}
+
 #[napi]
 pub struct BoundRoot {
     pub(crate) root: Arc<Root>,
@@ -147,14 +157,18 @@ impl BoundRoot {
     /// Entry names; names that are not UTF-8 are shown lossily, as Node does.
     #[napi(ts_return_type = "Promise<string[]>")]
     pub fn readdir(&self, path: String) -> AsyncTask<Blocking<Vec<String>>> {
-        self.run("scandir", path, |r, p| {
-            r.read_dir(p).map(|names| {
-                names
-                    .into_iter()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .collect()
-            })
-        })
+        self.run("scandir", path, |r, p| r.read_dir(p).map(lossy_names))
+    }
+
+    /// Synchronous for a directory of at most `SMALL_DIR` entries (listing it
+    /// costs less than the hop to the thread pool), else `null`: `readdir`
+    /// lists it in the pool.
+    #[napi]
+    pub fn readdir_small(&self, path: String) -> Result<Option<Vec<String>>> {
+        self.root
+            .read_dir_upto(Path::new(&path), SMALL_DIR)
+            .map(|names| names.map(lossy_names))
+            .map_err(|e| fs_error(e, "scandir", &path))
     }
 
     /// Synchronous too: usually one `openat2` finding the directory exists.
