@@ -48,7 +48,6 @@ pub struct OpenedFile {
     pub is_file: bool,
 }
 
-/// A workspace root: every path is resolved beneath it, race-free.
 /// The most entries `readdir_small` lists on the JS thread.
 const SMALL_DIR: usize = 256;
 
@@ -59,6 +58,7 @@ fn lossy_names(names: Vec<std::ffi::OsString>) -> Vec<String> {
         .collect()
 }
 
+/// A workspace root: every path is resolved beneath it, race-free.
 #[napi]
 pub struct BoundRoot {
     pub(crate) root: Arc<Root>,
