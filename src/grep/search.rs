@@ -179,8 +179,8 @@ impl Engine {
     }
 
     /// The lines of a walked file pi may show, read through the worker's
-    /// buffer: a file that fits is read whole with one read (ripgrep's reader
-    /// costs three per small file: its BOM peek, the data, the end) and,
+    /// buffer: a file that fits is read whole with two reads, the data and
+    /// the end (ripgrep's reader adds a third, its BOM peek) and,
     /// without a NUL byte, searched as a slice, which yields the same lines
     /// as the reader. A file with a NUL is searched as a reader over the same
     /// bytes, so binary detection behaves exactly as on the file; a larger
