@@ -15,6 +15,7 @@ export declare class BashExecution {
   kill(): void
 }
 
+/** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
   /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
   constructor(host: string, runtime: string)
