@@ -28,10 +28,15 @@ use std::time::Duration;
 /// After the shell has exited, output that keeps arriving re-arms this grace; silence ends the exec.
 pub const OUTPUT_IDLE_GRACE: Duration = Duration::from_millis(100);
 
-/// Largest chunk handed to the consumer at once: the pipe's size, so a flood
-/// arrives in few large chunks (each costs a wake-up of the reader and of
-/// Node: 1 GiB took 1.0 s in 1 MiB chunks, 1.3 s in 256 KiB, 1.75 s in 64 KiB).
-pub const MAX_CHUNK: usize = 1024 * 1024;
+/// Largest chunk handed to the consumer at once. On Linux the pipe's size (set
+/// in `spawn`), so a flood arrives in few large chunks (each costs a wake-up
+/// of the reader and of Node: 1 GiB took 1.0 s in 1 MiB chunks, 1.3 s in
+/// 256 KiB, 1.75 s in 64 KiB); elsewhere pipes hold far less.
+pub const MAX_CHUNK: usize = if cfg!(target_os = "linux") {
+    1024 * 1024
+} else {
+    256 * 1024
+};
 
 /// What to run: `[shell, "-c", command]` in `cwd`.
 pub struct ExecRequest {
