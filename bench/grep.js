@@ -33,7 +33,7 @@ async function peakMemory(dir, params, rg) {
 /**
  * The read floor (bench/read-floor.rs, compiled here with rustc): a child process that, per request,
  * does only the file reads a search of `dir` does and answers with its own wall time, so its passes
- * interleave with the measured calls. `null` (with `why`) when it cannot be built.
+ * interleave with the measured calls. Only `{ why }` when it cannot be built.
  */
 function startReadFloor(dir, rg, repo) {
   const rustc = findBinary("rustc");
