@@ -136,7 +136,7 @@ export async function bench(ctx) {
 
 /** The read floor beside stock's no-match search: the least time any search of the tree can take. */
 function floorRow(corpus, floorMs, nativeMs, stockMs, files) {
-  const ms = [...floorMs].slice(1).sort((a, b) => a - b); // the first pass warms the floor's own code
+  const ms = [...floorMs].slice(1).sort((a, b) => a - b); // the first pass is timeBoth's warm-up call
   const floorMedian = ms[Math.floor(ms.length / 2)];
   return {
     operation: "grep: read floor (file reads only)",

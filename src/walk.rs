@@ -506,7 +506,6 @@ fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
 }
 
 /// A directory's entries: names in one buffer, sorted by their bytes.
-#[derive(Default)]
 struct Listing {
     names: Vec<u8>,
     entries: Vec<Listed>,

@@ -23,6 +23,11 @@ pub const HEAP_LIMIT: usize = 8 << 20;
 /// Walked files up to this size are read whole.
 const WHOLE_FILE: usize = 256 << 10;
 
+/// rg's for walked files: the search stops at the first NUL byte.
+fn walked_binary_detection() -> BinaryDetection {
+    BinaryDetection::quit(b'\x00')
+}
+
 /// A search thread's own tools for walked files: a searcher, a buffer to
 /// read files whole, and a copy of the matcher (a copy has its own scratch
 /// pool, owned by the one thread using it, so no file takes a lock for it).
@@ -151,7 +156,7 @@ impl Engine {
             .memory_map(MmapChoice::never())
             .heap_limit(Some(HEAP_LIMIT))
             .binary_detection(if walked {
-                BinaryDetection::quit(b'\x00')
+                walked_binary_detection()
             } else {
                 BinaryDetection::none()
             })
@@ -180,9 +185,9 @@ impl Engine {
 
     /// The lines of a walked file pi may show, read through the worker's
     /// buffer: a file that fits is read whole with two reads, the data and
-    /// the end (ripgrep's reader adds a third, its BOM peek) and,
-    /// without a NUL byte, searched as a slice, which yields the same lines
-    /// as the reader. A file with a NUL is searched as a reader over the same
+    /// the end (ripgrep's reader adds a third, its BOM peek) and, without a
+    /// NUL byte, searched as a slice, which yields the same lines as the
+    /// reader. A file with a NUL is searched as a reader over the same
     /// bytes, so binary detection behaves exactly as on the file; a larger
     /// file streams on from where the buffer ends.
     pub fn search_walked(
@@ -230,7 +235,7 @@ impl Engine {
             // Known to have no NUL: spare the searcher a second scan for one.
             searcher.set_binary_detection(BinaryDetection::none());
             let searched = searcher.search_slice(&*matcher, head, &mut sink);
-            searcher.set_binary_detection(BinaryDetection::quit(b'\x00'));
+            searcher.set_binary_detection(walked_binary_detection());
             searched
         };
         match searched {
