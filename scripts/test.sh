@@ -7,18 +7,20 @@ cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
 
 step "cargo fmt --check"
-cargo fmt --check
+cargo fmt --all --check
 step "cargo clippy"
-cargo clippy --all-targets -- -D warnings
-step "cargo test"
-cargo test
+# The core with its tests; the binding as a library (it has no test target: see Cargo.toml).
+cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
+cargo clippy -p pi-native-ops -- -D warnings
+step "cargo test (the core, without Node)"
+cargo test -p pi-native-ops-core
 
 # Every target must compile: clippy the platform-gated code for macOS and Windows too, where the
 # standard library for those targets is installed (scripts/setup.sh tries to add it).
 for target in x86_64-apple-darwin x86_64-pc-windows-msvc; do
   if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     step "cargo clippy --target $target"
-    CARGO_TARGET_DIR=target/cross cargo clippy --target "$target" -- -D warnings
+    CARGO_TARGET_DIR=target/cross cargo clippy --workspace --target "$target" -- -D warnings
   else
     step "skipped cargo clippy --target $target: rust-std for it is not installed"
   fi

@@ -1,25 +1,19 @@
-//! pi-native-ops: native Operations for pi-coding-agent's tools.
+//! pi-native-ops: the napi binding of `pi_native_ops_core`.
 //!
-//! The crate is split in two layers:
-//! - a pure-Rust core, one module per capability, with no napi types inside
-//!   (`root`, `exec`, `walk`, `find`, `grep`);
-//! - `binding`, a thin napi layer per capability that converts arguments,
-//!   errors and Buffers, and nothing else.
+//! One module per capability; each converts JS arguments into core types and
+//! core results and errors into JS values, and decides nothing itself.
 
 #![deny(clippy::all)]
 
-pub mod exec;
-// The bounded root and the walk are built on unix descriptors (openat2,
-// O_NOFOLLOW opens relative to a directory); find and grep depend on them.
-// On other targets the JS layer says these are unsupported.
+mod exec;
 #[cfg(unix)]
-pub mod find;
+mod find;
 #[cfg(unix)]
-pub mod grep;
-pub mod image;
+mod fs;
 #[cfg(unix)]
-pub mod root;
+mod grep;
 #[cfg(unix)]
-pub mod walk;
+mod task;
 
-mod binding;
+#[cfg(unix)]
+use task::{blocking, Blocking};

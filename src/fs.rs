@@ -1,4 +1,4 @@
-//! napi binding of the bounded root (`crate::root`).
+//! napi binding of the bounded root (`pi_native_ops_core::root`).
 
 use std::os::fd::IntoRawFd;
 use std::path::Path;
@@ -8,9 +8,9 @@ use napi::bindgen_prelude::{AsyncTask, Buffer, Either};
 use napi::{Error, Result};
 use napi_derive::napi;
 
-use super::{blocking, Blocking};
-use crate::image::{detect_image_mime, SNIFF_BYTES};
-use crate::root::{errno_text, Access, FsError, Root};
+use crate::{blocking, Blocking};
+use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
+use pi_native_ops_core::root::{errno_text, Access, FsError, Root};
 
 /// Turns a core error into the JS error message: the refusal, or Node's
 /// `CODE: text, syscall 'path'` wording (the JS layer adds `code` & co).
@@ -68,7 +68,7 @@ impl BoundRoot {
     /// Runs `op` on the root in the thread pool, mapping errors for `syscall`.
     fn run<T, F>(&self, syscall: &'static str, path: String, op: F) -> AsyncTask<Blocking<T>>
     where
-        F: FnOnce(&Root, &Path) -> crate::root::Result<T> + Send + 'static,
+        F: FnOnce(&Root, &Path) -> pi_native_ops_core::root::Result<T> + Send + 'static,
         T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
     {
         let root = self.root.clone();

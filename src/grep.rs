@@ -1,7 +1,4 @@
-//! napi binding of the in-process grep (`crate::grep`).
-
-// napi registers these for JS; a test build has no JS caller.
-#![cfg_attr(test, allow(dead_code))]
+//! napi binding of the in-process grep (`pi_native_ops_core::grep`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,10 +8,10 @@ use napi::bindgen_prelude::AsyncTask;
 use napi::{Error, Result};
 use napi_derive::napi;
 
-use super::fs::BoundRoot;
-use super::{blocking, Blocking};
-use crate::grep::{self, GrepError, Opener, PlainFs, Query, Target};
-use crate::root::Root;
+use crate::fs::BoundRoot;
+use crate::{blocking, Blocking};
+use pi_native_ops_core::grep::{self, GrepError, Opener, PlainFs, Query, Target};
+use pi_native_ops_core::root::Root;
 
 /// A cancel flag a running search polls; `abort()` stops it promptly.
 #[napi]

@@ -1,0 +1,520 @@
+//! In-process find: pi 1.6.0's `find` tool with fd 10.5 semantics, bounded
+//! to a workspace root (see docs/contracts.md, "find").
+//!
+//! Matching follows how pi drives fd (`--glob`, smart case, `--full-path`
+//! with the search path prefixed for patterns holding a `/`): a pattern
+//! without `/` is matched against each entry's file name, a relative pattern
+//! with `/` against the path relative to the search directory, an absolute
+//! one against the absolute (runtime) path. `*` never crosses `/`.
+//!
+//! Results come in **path order**: depth-first, siblings compared byte-wise
+//! by name (a directory before its contents), which is `Path`'s component
+//! ordering, kept while walking on all cores (see `walk`).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+
+use crate::root::{FsError, Root};
+use crate::walk::{self, Entry, Kind, Rules, Visitor};
+
+/// Why a search failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FindError {
+    /// The search pattern or an ignore glob does not parse; the text names
+    /// the glob and the problem.
+    Glob(String),
+    /// The search directory is outside the root, missing or not a directory.
+    Root(FsError),
+}
+
+impl From<FsError> for FindError {
+    fn from(e: FsError) -> Self {
+        FindError::Root(e)
+    }
+}
+
+/// One search: what to match, what to prune, how many results at most.
+#[derive(Debug, Clone)]
+pub struct Search<'a> {
+    pub pattern: &'a str,
+    /// Globs (relative to the search directory) whose matches are pruned
+    /// with everything below them; `dir/**` prunes `dir` itself too.
+    pub ignore: &'a [String],
+    pub limit: usize,
+}
+
+/// What a compiled pattern is matched against.
+#[derive(Debug)]
+enum Target {
+    /// Every entry (the empty pattern, as fd's empty regex).
+    All,
+    FileName(GlobMatcher),
+    RelativePath(GlobMatcher),
+    AbsolutePath(GlobMatcher),
+}
+
+/// A compiled search pattern.
+#[derive(Debug)]
+struct Pattern {
+    target: Target,
+    /// The runtime path of the search directory, for absolute patterns.
+    base: PathBuf,
+    /// The literal every match of a relative pattern ends with, checked
+    /// before the glob's regex (most entries fail it).
+    tail: Option<Tail>,
+}
+
+/// The text after a glob's last metacharacter or `/`: a match's last
+/// component ends with it. globset folds case in ASCII only (`(?-u)(?i)`),
+/// so an ASCII-insensitive comparison answers exactly as its regex would.
+#[derive(Debug)]
+struct Tail {
+    bytes: Vec<u8>,
+    ignore_case: bool,
+}
+
+impl Tail {
+    fn of(glob: &str, ignore_case: bool) -> Option<Tail> {
+        let start = glob
+            .rfind(['*', '?', '[', ']', '{', '}', '\\', '/'])
+            .map_or(0, |i| i + 1);
+        let bytes = glob.as_bytes()[start..].to_vec();
+        (!bytes.is_empty()).then_some(Tail { bytes, ignore_case })
+    }
+
+    fn ends(&self, candidate: &[u8]) -> bool {
+        let Some(at) = candidate.len().checked_sub(self.bytes.len()) else {
+            return false;
+        };
+        let end = &candidate[at..];
+        if self.ignore_case {
+            end.eq_ignore_ascii_case(&self.bytes)
+        } else {
+            end == self.bytes
+        }
+    }
+}
+
+impl Pattern {
+    fn new(pattern: &str, base: PathBuf) -> Result<Pattern, FindError> {
+        let effective = strip_dot_slash(pattern);
+        if effective.is_empty() {
+            return Ok(Pattern {
+                target: Target::All,
+                base,
+                tail: None,
+            });
+        }
+        // fd's smart case; pi decides it from the pattern's letters.
+        let ignore_case = effective == effective.to_lowercase();
+        let matcher = GlobBuilder::new(effective)
+            .literal_separator(true)
+            .case_insensitive(ignore_case)
+            .build()
+            .map_err(|e| glob_error(pattern, &e))?
+            .compile_matcher();
+        let target = if !effective.contains('/') {
+            Target::FileName(matcher)
+        } else if Path::new(effective).is_absolute() {
+            Target::AbsolutePath(matcher)
+        } else {
+            Target::RelativePath(matcher)
+        };
+        let tail = match target {
+            Target::FileName(_) | Target::RelativePath(_) => Tail::of(effective, ignore_case),
+            _ => None,
+        };
+        Ok(Pattern { target, base, tail })
+    }
+
+    fn is_match(&self, rel: &Path) -> bool {
+        if let Some(tail) = &self.tail {
+            if !tail.ends(rel.as_os_str().as_bytes()) {
+                return false;
+            }
+        }
+        match &self.target {
+            Target::All => true,
+            Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
+            Target::RelativePath(m) => {
+                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_bytes()))
+            }
+            Target::AbsolutePath(m) => m.is_match(self.base.join(rel)),
+        }
+    }
+}
+
+/// Drops leading `./` (fd's paths never contain `/./`, pi strips them).
+fn strip_dot_slash(mut pattern: &str) -> &str {
+    while let Some(rest) = pattern.strip_prefix("./") {
+        pattern = rest;
+    }
+    pattern
+}
+
+fn glob_error(pattern: &str, e: &globset::Error) -> FindError {
+    FindError::Glob(format!("invalid glob pattern \"{pattern}\": {}", e.kind()))
+}
+
+/// `options.ignore`: entries matching one of these globs (relative to the
+/// search directory, case-sensitive) are skipped with everything below them.
+struct Prune {
+    /// From `**/NAME/**` with a literal NAME (what pi passes): entries named
+    /// NAME, checked without running a regex on every path.
+    names: Vec<OsString>,
+    globs: GlobSet,
+}
+
+impl Prune {
+    fn new(globs: &[String]) -> Result<Prune, FindError> {
+        let mut names = Vec::new();
+        let mut set = GlobSetBuilder::new();
+        for raw in globs {
+            let g = strip_dot_slash(raw);
+            let build = |g: &str| -> Result<Glob, FindError> {
+                GlobBuilder::new(g)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| glob_error(raw, &e))
+            };
+            let glob = build(g)?;
+            let literal_name = g
+                .strip_prefix("**/")
+                .and_then(|rest| rest.strip_suffix("/**"))
+                .filter(|n| {
+                    !n.is_empty() && !n.contains(['*', '?', '[', ']', '{', '}', '\\', '/'])
+                });
+            if let Some(name) = literal_name {
+                names.push(OsString::from(name));
+                continue;
+            }
+            set.add(glob);
+            // `dir/**` means "nothing of dir": the directory itself goes too,
+            // as with the `glob` package pi used before fd.
+            if let Some(dir) = g.strip_suffix("/**").filter(|d| !d.is_empty()) {
+                set.add(build(dir)?);
+            }
+        }
+        let globs = set.build().map_err(|e| FindError::Glob(e.to_string()))?;
+        Ok(Prune { names, globs })
+    }
+
+    fn is_pruned(&self, entry: &Entry<'_>) -> bool {
+        self.names.iter().any(|n| n.as_os_str() == entry.name())
+            || (!self.globs.is_empty() && self.globs.is_match(entry.rel()))
+    }
+}
+
+/// A match: the path relative to the search directory, and whether it is a
+/// directory (symlinks are never directories here: they are not followed).
+type Found = (PathBuf, bool);
+
+/// Runs a search in `cwd` (an absolute runtime or host path inside `root`)
+/// and returns absolute runtime paths, directories with a trailing `/`, in
+/// path order.
+pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>, FindError> {
+    let dir = root.resolve_dir(cwd)?;
+    let base = runtime_base(root, cwd, &dir);
+    let pattern = Pattern::new(search.pattern, base.clone())?;
+    let prune = Prune::new(search.ignore)?;
+    if search.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let start = root.open_dir(&dir)?;
+    let rules = Rules::new(&dir, None);
+    let mut found = Vec::new();
+    let visitor = Matches {
+        pattern: &pattern,
+        prune: &prune,
+    };
+    walk::walk(start, &rules, &visitor, &AtomicBool::new(false), |m| {
+        found.push(m);
+        found.len() < search.limit
+    });
+    Ok(found
+        .into_iter()
+        .map(|(rel, is_dir)| {
+            let mut p = base.join(rel).into_os_string();
+            if is_dir {
+                p.push("/");
+            }
+            p
+        })
+        .collect())
+}
+
+/// The walk's visitor: prunes, and keeps what the pattern matches.
+struct Matches<'a> {
+    pattern: &'a Pattern,
+    prune: &'a Prune,
+}
+
+impl Visitor for Matches<'_> {
+    type Out = Found;
+    type Local = ();
+
+    fn local(&self) {}
+
+    fn skip(&self, entry: &Entry<'_>) -> bool {
+        self.prune.is_pruned(entry)
+    }
+
+    fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<Found> {
+        let rel = entry.rel();
+        self.pattern
+            .is_match(rel)
+            .then(|| (rel.to_path_buf(), entry.kind == Kind::Dir))
+    }
+}
+
+/// Whether `path` exists inside the root; a path leaving the root is an error
+/// (pi's find reports it instead of "not found").
+pub fn exists(root: &Root, path: &Path) -> Result<bool, FsError> {
+    match root.resolve_existing(path) {
+        Ok(_) => Ok(true),
+        Err(FsError::Outside) => Err(FsError::Outside),
+        Err(FsError::Io(_) | FsError::Read(_)) => Ok(false),
+    }
+}
+
+/// The runtime path results are built on: `cwd` as given when it is in
+/// runtime form (so pi's `path.relative(cwd, result)` works even through a
+/// symlinked `cwd`), mapped when it is under the host root, else the real
+/// directory's runtime form.
+fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
+    if cwd.starts_with(root.runtime()) {
+        cwd.to_path_buf()
+    } else if let Ok(rest) = cwd.strip_prefix(root.host()) {
+        root.runtime().join(rest)
+    } else {
+        root.to_runtime(real_dir)
+    }
+}
+
+/// The last component of a relative walk path, as bytes.
+fn file_name(rel: &Path) -> &[u8] {
+    let bytes = rel.as_os_str().as_bytes();
+    bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn tree(files: &[&str]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for f in files {
+            let p = t.path().join(f);
+            if let Some(d) = f.strip_suffix('/') {
+                fs::create_dir_all(t.path().join(d)).unwrap();
+            } else {
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(p, "").unwrap();
+            }
+        }
+        t
+    }
+
+    fn run(t: &tempfile::TempDir, pattern: &str, ignore: &[&str], limit: usize) -> Vec<String> {
+        let root = Root::open(t.path(), Some(Path::new("/ws"))).unwrap();
+        let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
+        let search = Search {
+            pattern,
+            ignore: &ignore,
+            limit,
+        };
+        glob(&root, Path::new("/ws"), &search)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn basename_and_anchored_path_patterns() {
+        let t = tree(&["src/a.ts", "pkg/src/b.ts", "c.ts", "src/d/e.ts"]);
+        assert_eq!(
+            run(&t, "*.ts", &[], 10),
+            [
+                "/ws/c.ts",
+                "/ws/pkg/src/b.ts",
+                "/ws/src/a.ts",
+                "/ws/src/d/e.ts"
+            ]
+        );
+        assert_eq!(run(&t, "src/*.ts", &[], 10), ["/ws/src/a.ts"]);
+        assert_eq!(run(&t, "./src/*.ts", &[], 10), ["/ws/src/a.ts"]);
+        assert_eq!(
+            run(&t, "**/src/*.ts", &[], 10),
+            ["/ws/pkg/src/b.ts", "/ws/src/a.ts"]
+        );
+        assert_eq!(run(&t, "/ws/src/*.ts", &[], 10), ["/ws/src/a.ts"]);
+    }
+
+    #[test]
+    fn literal_tails_answer_as_the_glob_does() {
+        let t = tree(&[
+            "foo", "a/foo", "a/b/xfoo", "FOO.C", "x.c", "é.c", "É.C", "src/k.Rs",
+        ]);
+        assert_eq!(run(&t, "**/foo", &[], 10), ["/ws/a/foo", "/ws/foo"]);
+        assert_eq!(
+            run(&t, "*foo", &[], 10),
+            ["/ws/a/b/xfoo", "/ws/a/foo", "/ws/foo"]
+        );
+        // Smart case folds ASCII only, as globset's regex does.
+        assert_eq!(
+            run(&t, "*.c", &[], 10),
+            ["/ws/FOO.C", "/ws/x.c", "/ws/É.C", "/ws/é.c"]
+        );
+        assert_eq!(run(&t, "é.c", &[], 10), ["/ws/é.c"]);
+        assert_eq!(run(&t, "*.C", &[], 10), ["/ws/FOO.C", "/ws/É.C"]);
+        assert_eq!(run(&t, "src/*.rs", &[], 10), ["/ws/src/k.Rs"]);
+        assert_eq!(run(&t, "src/*.[rR]s", &[], 10), ["/ws/src/k.Rs"]);
+        assert_eq!(run(&t, "a/", &[], 10), Vec::<String>::new());
+    }
+
+    #[test]
+    fn literal_tail_never_changes_an_answer() {
+        let patterns = [
+            "*.c",
+            "*.C",
+            "**/foo",
+            "foo",
+            "*foo",
+            "a/*.h",
+            "**/include/**/*.h",
+            "x?.c",
+            "*.[ch]",
+            "*.{c,h}",
+            "a\\*b",
+            "é*",
+            "é.c",
+            "src/",
+            "*.tar.gz",
+            "**",
+            "*",
+        ];
+        let candidates = [
+            "foo",
+            "a/foo",
+            "xfoo",
+            "a.c",
+            "A.C",
+            "a/b.h",
+            "include/x.h",
+            "a/include/b/c.H",
+            "xa.c",
+            "é",
+            "Éx",
+            "É.C",
+            "é.c",
+            "a*b",
+            "src",
+            "src/x",
+            "p.tar.gz",
+            "P.TAR.GZ",
+            "",
+            "c",
+            ".c",
+        ];
+        for pattern in patterns {
+            let p = Pattern::new(pattern, PathBuf::from("/ws")).unwrap();
+            let ignore_case = pattern == pattern.to_lowercase();
+            let plain = GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .case_insensitive(ignore_case)
+                .build()
+                .unwrap()
+                .compile_matcher();
+            for c in candidates {
+                let subject = if pattern.contains('/') {
+                    c.as_bytes()
+                } else {
+                    file_name(Path::new(c))
+                };
+                assert_eq!(
+                    p.is_match(Path::new(c)),
+                    plain.is_match_candidate(&Candidate::from_bytes(subject)),
+                    "{pattern} on {c}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn smart_case_dirs_and_order() {
+        let t = tree(&["A.txt", "b.TXT", "a-b/", "a/x"]);
+        assert_eq!(run(&t, "*.txt", &[], 10), ["/ws/A.txt", "/ws/b.TXT"]);
+        assert_eq!(run(&t, "*.TXT", &[], 10), ["/ws/b.TXT"]);
+        // Path order: `a` and its contents before `a-b` (component-wise).
+        assert_eq!(
+            run(&t, "*", &[], 10),
+            ["/ws/A.txt", "/ws/a/", "/ws/a/x", "/ws/a-b/", "/ws/b.TXT"]
+        );
+        assert_eq!(run(&t, "*", &[], 2), ["/ws/A.txt", "/ws/a/"]);
+    }
+
+    #[test]
+    fn ignore_globs_prune_subtrees() {
+        let t = tree(&["node_modules/p/x.js", "src/node_modules/q.js", "y.js"]);
+        assert_eq!(
+            run(&t, "*", &["**/node_modules/**"], 10),
+            ["/ws/src/", "/ws/y.js"]
+        );
+    }
+
+    #[test]
+    fn path_order_and_limit_cuts() {
+        let files: Vec<String> = (0..600)
+            .map(|i| format!("d{}/e{}/g{}/f{i}.rs", i % 7, i % 5, i % 3))
+            .chain(["top.rs".to_string(), "d3/x.rs".to_string()])
+            .collect();
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        let t = tree(&refs);
+        let all = run(&t, "*", &[], usize::MAX);
+        let mut sorted = all.clone();
+        sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+        assert_eq!(all, sorted);
+        // 602 files, 7 + 35 + 105 directories.
+        assert_eq!(all.len(), 602 + 7 + 35 + 105);
+        for limit in [1, 2, 3, 10, 50, 300, 700] {
+            assert_eq!(run(&t, "*", &[], limit), all[..limit.min(all.len())]);
+        }
+        let sparse = run(&t, "f1*.rs", &[], usize::MAX);
+        assert!(sparse
+            .windows(2)
+            .all(|w| Path::new(&w[0]) < Path::new(&w[1])));
+        assert_eq!(run(&t, "f1*.rs", &[], 5), sparse[..5]);
+    }
+
+    #[test]
+    fn errors_name_the_glob() {
+        let t = tree(&["a"]);
+        let root = Root::open(t.path(), None).unwrap();
+        let search = Search {
+            pattern: "[abc",
+            ignore: &[],
+            limit: 1,
+        };
+        let Err(FindError::Glob(msg)) = glob(&root, t.path(), &search) else {
+            panic!("expected a glob error");
+        };
+        assert!(msg.contains("\"[abc\""), "{msg}");
+        let outside = Search {
+            pattern: "*",
+            ignore: &[],
+            limit: 1,
+        };
+        assert_eq!(
+            glob(&root, Path::new("/"), &outside),
+            Err(FindError::Root(FsError::Outside))
+        );
+        assert_eq!(exists(&root, Path::new("/")), Err(FsError::Outside));
+        assert_eq!(exists(&root, &t.path().join("missing")), Ok(false));
+    }
+}

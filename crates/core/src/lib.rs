@@ -1,0 +1,22 @@
+//! pi-native-ops-core: the work behind pi-native-ops's Operations, in pure Rust.
+//!
+//! One module per capability, each usable without Node: `root` (the bounded
+//! filesystem), `walk` (the ordered parallel walker), `find` and `grep` (the two
+//! searches on it), `exec` (streaming shell execution with whole-tree kill) and
+//! `image` (MIME sniffing). The napi binding and any other face only convert.
+
+#![deny(clippy::all)]
+
+pub mod exec;
+// The bounded root and the walk are built on unix descriptors (openat2,
+// O_NOFOLLOW opens relative to a directory); find and grep depend on them.
+// On other targets the faces say these are unsupported.
+#[cfg(unix)]
+pub mod find;
+#[cfg(unix)]
+pub mod grep;
+pub mod image;
+#[cfg(unix)]
+pub mod root;
+#[cfg(unix)]
+pub mod walk;
