@@ -1,0 +1,231 @@
+//! Reading one directory through its descriptor: its entries sorted by
+//! name, with their kinds, and which ignore files it holds.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, SFlag};
+
+use super::rules::{Level, Markers};
+use super::{Entry, Halt, Kind};
+
+/// What `name` in `dir` is, without following a symlink.
+pub(super) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
+    let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    Some(
+        match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        },
+    )
+}
+
+/// A directory's entries: names in one buffer, sorted by their bytes.
+pub(super) struct Listing {
+    names: Vec<u8>,
+    pub(super) entries: Vec<Listed>,
+    pub(super) markers: Markers,
+}
+
+pub(super) struct Listed {
+    start: usize,
+    len: usize,
+    /// `None` until known when the directory did not say (`fstatat` tells).
+    kind: Option<Kind>,
+}
+
+impl Listing {
+    /// The entries of the directory open at `fd`, sorted, each with its kind.
+    /// A directory that fails midway is used as far as it was read.
+    pub(super) fn of(fd: BorrowedFd<'_>) -> Listing {
+        let mut listing = Listing::with_room();
+        let _ = read_entries(fd, |name, kind| listing.push(name, kind));
+        for listed in &mut listing.entries {
+            if listed.kind.is_none() {
+                let name = &listing.names[listed.start..listed.start + listed.len];
+                listed.kind = Some(kind_at(fd, name).unwrap_or(Kind::Other));
+            }
+        }
+        listing.sort();
+        listing
+    }
+
+    /// Room for a typical directory, so listing one does not grow its
+    /// buffers a few times over; each under 1 KiB, which malloc serves from
+    /// its per-thread cache.
+    fn with_room() -> Self {
+        Listing {
+            names: Vec::with_capacity(960),
+            entries: Vec::with_capacity(40),
+            markers: Markers::default(),
+        }
+    }
+
+    fn push(&mut self, name: &[u8], kind: Option<Kind>) {
+        self.markers.note(name);
+        self.entries.push(Listed {
+            start: self.names.len(),
+            len: name.len(),
+            kind,
+        });
+        self.names.extend_from_slice(name);
+    }
+
+    pub(super) fn name(&self, entry: &Listed) -> &[u8] {
+        &self.names[entry.start..entry.start + entry.len]
+    }
+
+    fn sort(&mut self) {
+        let names = &self.names;
+        self.entries.sort_unstable_by(|a, b| {
+            names[a.start..a.start + a.len].cmp(&names[b.start..b.start + b.len])
+        });
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn kind_of_d_type(d_type: u8) -> Option<Kind> {
+    match d_type {
+        libc::DT_DIR => Some(Kind::Dir),
+        libc::DT_REG => Some(Kind::File),
+        libc::DT_LNK => Some(Kind::Symlink),
+        libc::DT_UNKNOWN => None,
+        _ => Some(Kind::Other),
+    }
+}
+
+/// Calls `each` with every entry of the directory open at `fd` (but `.` and
+/// `..`): `getdents64` into one buffer, so the descriptor stays ours for
+/// opening the entries.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // `linux_dirent64` records are 8-byte aligned. Left uninitialized: only
+    // what the kernel wrote is read, and zeroing 32 KiB per directory costs
+    // more than listing a small one.
+    let mut buf = std::mem::MaybeUninit::<[u64; 4096]>::uninit();
+    loop {
+        // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes into `buf`.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                std::mem::size_of_val(&buf),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the first `n` bytes were written by the kernel.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        // Each record: d_ino (8), d_off (8), d_reclen (2), d_type (1), name\0.
+        let mut at = 0;
+        while let Some(record) = bytes.get(at..) {
+            let (Some(len), Some(&d_type)) = (record.get(16..18), record.get(18)) else {
+                break;
+            };
+            let len = u16::from_ne_bytes([len[0], len[1]]) as usize;
+            let Some(name) = record.get(19..len.max(19)) else {
+                break;
+            };
+            let name = &name[..memchr::memchr(0, name).unwrap_or(name.len())];
+            if name != b"." && name != b".." {
+                each(name, kind_of_d_type(d_type));
+            }
+            if len == 0 {
+                break;
+            }
+            at += len;
+        }
+    }
+}
+
+/// Elsewhere, `readdir` on a duplicate of the descriptor.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
+    let mut dir = nix::dir::Dir::from_fd(fd.try_clone_to_owned()?)?;
+    for entry in dir.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            let kind = entry.file_type().map(|t| match t {
+                nix::dir::Type::Directory => Kind::Dir,
+                nix::dir::Type::File => Kind::File,
+                nix::dir::Type::Symlink => Kind::Symlink,
+                _ => Kind::Other,
+            });
+            each(name, kind);
+        }
+    }
+    Ok(())
+}
+
+/// A directory being walked: its descriptor, path, rules and entries.
+pub(super) struct Dir {
+    pub(super) fd: OwnedFd,
+    pub(super) rel: Vec<u8>,
+    pub(super) level: Arc<Level>,
+    pub(super) key: Vec<u32>,
+    pub(super) listing: Listing,
+}
+
+impl Dir {
+    /// Entry `index`, its path written into `path`.
+    pub(super) fn entry<'a>(
+        &'a self,
+        index: usize,
+        path: &'a mut Vec<u8>,
+        halt: Halt<'a>,
+    ) -> Entry<'a> {
+        let listed = &self.listing.entries[index];
+        let name = self.listing.name(listed);
+        join(path, &self.rel, name);
+        Entry {
+            dir: self.fd.as_fd(),
+            name,
+            rel: path,
+            kind: listed.kind.unwrap_or(Kind::Other),
+            halt,
+        }
+    }
+
+    /// The path of entry `index` (its name joined to this directory's path).
+    pub(super) fn child_path(&self, index: usize) -> Vec<u8> {
+        let mut path = Vec::new();
+        join(
+            &mut path,
+            &self.rel,
+            self.listing.name(&self.listing.entries[index]),
+        );
+        path
+    }
+
+    pub(super) fn child_key(&self, index: usize) -> Vec<u32> {
+        let mut key = Vec::with_capacity(self.key.len() + 1);
+        key.extend_from_slice(&self.key);
+        key.push(u32::try_from(index).unwrap_or(u32::MAX));
+        key
+    }
+}
+
+/// `path` := `dir/name` (or `name` at the top).
+fn join(path: &mut Vec<u8>, dir: &[u8], name: &[u8]) {
+    path.clear();
+    path.extend_from_slice(dir);
+    if !dir.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+}

@@ -1,0 +1,411 @@
+//! Which entries a walk leaves out: the `.ignore`, `.gitignore` and
+//! `.git/info/exclude` rules of each directory and of the start directory's
+//! ancestors, combined the way `ignore`'s walker combines them (as ripgrep's
+//! `ignore` crate keeps them in `dir.rs`, apart from its walker).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::overrides::Override;
+use ignore::Match;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
+
+use super::listing::kind_at;
+use super::Kind;
+
+/// The rules of one walk: the ignore files above the start directory and how
+/// they combine.
+pub struct Rules {
+    /// With it, `.gitignore` counts only inside a repository and parent
+    /// rules stop at each repository's top (see `new`).
+    require_git: bool,
+    overrides: Option<Override>,
+    /// Rules of the start directory's ancestors, nearest first.
+    ancestors: Option<Arc<Level>>,
+}
+
+impl Rules {
+    /// The rules for a walk of `start`, with ripgrep's
+    /// `--glob` overrides when given (rooted at `start`).
+    ///
+    /// Nested repository boundaries: ripgrep and fd only notice `.git` (and
+    /// stop parent `.gitignore` rules there) when they require git, and then
+    /// ignore `.gitignore` outside repositories. So, as pi 1.6.0 does with fd
+    /// (pi #5960), git is required exactly when the walk starts inside a
+    /// repository (`.git` in the directory or an ancestor).
+    pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
+        // Ancestors are those of the real directory (as `ignore` finds them),
+        // also when a caller outside a root passes a symlinked or `..` path.
+        let real = std::fs::canonicalize(start);
+        let start = real.as_deref().unwrap_or(start);
+        // Each ancestor's `.git`, looked at once: it decides `require_git`
+        // and is that ancestor's repository marker.
+        let mut chain: Vec<(&Path, Option<std::fs::Metadata>)> = start
+            .ancestors()
+            .skip(1)
+            .map(|dir| (dir, std::fs::metadata(dir.join(".git")).ok()))
+            .collect();
+        chain.reverse();
+        let require_git = start.join(".git").exists() || chain.iter().any(|(_, git)| git.is_some());
+        let mut ancestors: Option<Arc<Level>> = None;
+        for (dir, git) in chain {
+            let level = Level::of_ancestor(dir, git, start, require_git, ancestors.clone());
+            ancestors = Some(Arc::new(level));
+        }
+        Rules {
+            require_git,
+            overrides,
+            ancestors,
+        }
+    }
+
+    /// Whether the entry at `rel` (in a directory whose rules are `level`) is
+    /// left out, the way `ignore`'s walker decides.
+    pub(super) fn is_ignored(
+        &self,
+        level: &Level,
+        rel: &[u8],
+        is_dir: bool,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
+        let rel_path = Path::new(OsStr::from_bytes(rel));
+        if let Some(overrides) = &self.overrides {
+            match overrides.matched(rel_path, is_dir) {
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => return false,
+                Match::None => {}
+            }
+        }
+        let any_git = !self.require_git || level.git_in_chain;
+        let mut found = Found::default();
+        let mut levels = Some(level);
+        while let Some(l) = levels {
+            // Each matcher sees the path relative to its own directory.
+            match &l.place {
+                Place::Inside { strip } => {
+                    let candidate = rel.get(*strip..).unwrap_or(rel);
+                    found.check(l, Path::new(OsStr::from_bytes(candidate)), is_dir, any_git);
+                }
+                Place::Above { .. } if !l.rules_in_chain => break,
+                Place::Above { start } if l.has_rules => {
+                    scratch.clear();
+                    scratch.extend_from_slice(start);
+                    scratch.push(b'/');
+                    scratch.extend_from_slice(rel);
+                    found.check(l, Path::new(OsStr::from_bytes(scratch)), is_dir, any_git);
+                }
+                Place::Above { .. } => found.saw_git |= l.has_git,
+            }
+            levels = l.parent.as_deref();
+        }
+        found.is_ignore()
+    }
+
+    /// The rules a listing of the start directory chains to: its ancestors',
+    /// or none.
+    pub(super) fn above_start(&self) -> Arc<Level> {
+        self.ancestors.clone().unwrap_or_else(|| {
+            let none = || Arc::new(Gitignore::empty());
+            let place = Place::Above { start: Vec::new() };
+            Arc::new(Level::new(none(), none(), none(), false, place, None))
+        })
+    }
+}
+
+/// The first match of each kind of rule, nearest directory first.
+#[derive(Default)]
+struct Found {
+    ignore: Option<bool>,
+    gitignore: Option<bool>,
+    exclude: Option<bool>,
+    /// A repository's top was passed: git rules above it do not apply.
+    saw_git: bool,
+}
+
+impl Found {
+    fn check(&mut self, level: &Level, path: &Path, is_dir: bool, any_git: bool) {
+        let first = |slot: &mut Option<bool>, matcher: &Gitignore| {
+            if slot.is_none() && !matcher.is_empty() {
+                *slot = decided(matcher.matched(path, is_dir));
+            }
+        };
+        first(&mut self.ignore, &level.ignore);
+        if any_git && !self.saw_git {
+            first(&mut self.gitignore, &level.gitignore);
+            first(&mut self.exclude, &level.exclude);
+        }
+        self.saw_git |= level.has_git;
+    }
+
+    fn is_ignore(&self) -> bool {
+        self.ignore.or(self.gitignore).or(self.exclude) == Some(true)
+    }
+}
+
+/// `Some(true)` for an ignore match, `Some(false)` for a whitelist match.
+fn decided<T>(m: Match<T>) -> Option<bool> {
+    match m {
+        Match::None => None,
+        Match::Ignore(_) => Some(true),
+        Match::Whitelist(_) => Some(false),
+    }
+}
+
+/// The rules of one directory's ignore files, chained to its parent's.
+pub(super) struct Level {
+    ignore: Arc<Gitignore>,
+    gitignore: Arc<Gitignore>,
+    exclude: Arc<Gitignore>,
+    /// A repository's top (`.git` or `.jj` here, when git is required).
+    has_git: bool,
+    /// Whether this level or one above it is a repository's top.
+    git_in_chain: bool,
+    place: Place,
+    has_rules: bool,
+    /// Whether this level or one above it has any rule.
+    rules_in_chain: bool,
+    parent: Option<Arc<Level>>,
+}
+
+/// Where a level's directory is. Its matchers are rooted at "" and given
+/// paths relative to that directory, which the walk cuts from what it has
+/// (cheaper than `Gitignore`'s own prefix stripping, run for every entry).
+enum Place {
+    /// Inside the walk: entries' relative paths start with `strip` bytes of
+    /// this directory's path and a `/`.
+    Inside { strip: usize },
+    /// An ancestor of the start directory, whose path relative to it is
+    /// `start`.
+    Above { start: Vec<u8> },
+}
+
+/// Which ignore files and repository markers a directory holds.
+#[derive(Default)]
+pub(super) struct Markers {
+    ignore: bool,
+    gitignore: bool,
+    git: bool,
+    jj: bool,
+}
+
+impl Markers {
+    pub(super) fn note(&mut self, name: &[u8]) {
+        match name {
+            b".ignore" => self.ignore = true,
+            b".gitignore" => self.gitignore = true,
+            b".git" => self.git = true,
+            b".jj" => self.jj = true,
+            _ => {}
+        }
+    }
+
+    pub(super) fn any(&self) -> bool {
+        self.ignore || self.gitignore || self.git || self.jj
+    }
+}
+
+impl Level {
+    fn new(
+        ignore: Arc<Gitignore>,
+        gitignore: Arc<Gitignore>,
+        exclude: Arc<Gitignore>,
+        has_git: bool,
+        place: Place,
+        parent: Option<Arc<Level>>,
+    ) -> Level {
+        let above = parent.as_deref();
+        let has_rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
+        Level {
+            git_in_chain: has_git || above.is_some_and(|p| p.git_in_chain),
+            rules_in_chain: has_rules || above.is_some_and(|p| p.rules_in_chain),
+            ignore,
+            gitignore,
+            exclude,
+            has_git,
+            place,
+            has_rules,
+            parent,
+        }
+    }
+
+    /// An ancestor of the start directory, read by path: only its rules are
+    /// used, never its content.
+    /// `git` is what `dir/.git` is, if anything.
+    fn of_ancestor(
+        dir: &Path,
+        git: Option<std::fs::Metadata>,
+        start: &Path,
+        require_git: bool,
+        parent: Option<Arc<Level>>,
+    ) -> Level {
+        let read = |name: &str| std::fs::read(dir.join(name)).ok();
+        let has_git = require_git && (git.is_some() || dir.join(".jj").exists());
+        let exclude = git
+            .and_then(|md| git_common_dir(dir, md.is_file()))
+            .and_then(|common| std::fs::read(common.join("info/exclude")).ok());
+        Level::new(
+            matcher(read(".ignore")),
+            matcher(read(".gitignore")),
+            matcher(exclude),
+            has_git,
+            Place::Above {
+                start: start
+                    .strip_prefix(dir)
+                    .unwrap_or(start)
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec(),
+            },
+            parent,
+        )
+    }
+
+    /// A directory inside the walk, read through its descriptor; `rel` is its
+    /// path relative to the start directory.
+    pub(super) fn of_dir(
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        markers: &Markers,
+        rules: &Rules,
+        parent: Arc<Level>,
+    ) -> Level {
+        let read = |present: bool, name: &str| present.then(|| read_at(dir, name)).flatten();
+        let git_kind = markers.git.then(|| kind_at(dir, b".git")).flatten();
+        let exclude = match git_kind {
+            Some(Kind::Dir) => read_at(dir, ".git/info/exclude"),
+            // A worktree's or submodule's `.git` file names the real git
+            // directory (outside the tree, like an ancestor: rules only).
+            Some(Kind::File) => read_at(dir, ".git")
+                .and_then(|text| gitdir_line(&text))
+                .and_then(|gitdir| common_dir_of(&gitdir))
+                .and_then(|common| std::fs::read(common.join("info/exclude")).ok()),
+            _ => None,
+        };
+        let has_git = rules.require_git && (git_kind.is_some() || markers.jj);
+        Level::new(
+            matcher(read(markers.ignore, ".ignore")),
+            matcher(read(markers.gitignore, ".gitignore")),
+            matcher(exclude),
+            has_git,
+            Place::Inside {
+                strip: if rel.is_empty() { 0 } else { rel.len() + 1 },
+            },
+            Some(parent),
+        )
+    }
+}
+
+/// The git directory whose `info/exclude` applies to the repository at `dir`
+/// (`.git` itself, or for a `.git` file, the common dir it leads to).
+fn git_common_dir(dir: &Path, dot_git_is_file: bool) -> Option<PathBuf> {
+    if !dot_git_is_file {
+        return Some(dir.join(".git"));
+    }
+    let text = std::fs::read(dir.join(".git")).ok()?;
+    common_dir_of(&gitdir_line(&text)?)
+}
+
+fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
+    let line = text.split(|&b| b == b'\n').next()?;
+    let path = line.strip_prefix(b"gitdir: ")?;
+    Some(PathBuf::from(OsStr::from_bytes(path)))
+}
+
+/// A worktree's git directory holds a `commondir` file; a submodule's does
+/// not, and then no exclude file applies (as in `ignore`).
+fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read(gitdir.join("commondir")).ok()?;
+    let line = text.split(|&b| b == b'\n').next()?;
+    let common = Path::new(OsStr::from_bytes(line));
+    Some(if line.starts_with(b".") {
+        gitdir.join(common)
+    } else {
+        common.to_path_buf()
+    })
+}
+
+/// A matcher for an ignore file's text (given paths relative to the file's
+/// directory). Compiled matchers are kept for the process, keyed by the
+/// text itself (so never stale): an agent searches the same tree again and
+/// again, and compiling is a good part of a walk (6 ms for the kernel's 306
+/// `.gitignore` files), as is warming each matcher's lazy DFA.
+fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
+    /// Text kept at most; past it the cache starts over.
+    const CACHED_BYTES: usize = 8 << 20;
+    /// The text held, and the matchers by text.
+    type Compiled = (usize, Option<HashMap<Vec<u8>, Arc<Gitignore>>>);
+    static COMPILED: Mutex<Compiled> = Mutex::new((0, None));
+    let Some(text) = text else {
+        return Arc::new(Gitignore::empty());
+    };
+    let lock = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = lock().1.as_ref().and_then(|c| c.get(&text)) {
+        return m.clone();
+    }
+    let m = Arc::new(compile(&text));
+    let mut cache = lock();
+    if cache.0 + text.len() > CACHED_BYTES {
+        *cache = (0, None);
+    }
+    cache.0 += text.len();
+    cache
+        .1
+        .get_or_insert_with(HashMap::new)
+        .insert(text, m.clone());
+    m
+}
+
+/// Lines as `ignore` reads them: a leading BOM dropped, lines that are not
+/// UTF-8 skipped. Candidates are already relative to the rules' directory;
+/// the root `.` tells the matcher so, and it then strips nothing.
+fn compile(text: &[u8]) -> Gitignore {
+    let mut builder = GitignoreBuilder::new(".");
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Ok(line) = std::str::from_utf8(line) else {
+            continue;
+        };
+        let line = if i == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        // A bad line is skipped, as ripgrep and fd do.
+        let _ = builder.add_line(None, line);
+    }
+    builder.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+/// Reads a (small) file below `dir` without following symlinks.
+fn read_at(dir: BorrowedFd<'_>, rel: &str) -> Option<Vec<u8>> {
+    let mut top: Option<OwnedFd> = None;
+    let mut parts = rel.split('/').peekable();
+    while let Some(part) = parts.next() {
+        let at = top.as_ref().map_or(dir, |fd| fd.as_fd());
+        let flags = if parts.peek().is_some() {
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY
+        } else {
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK
+        };
+        top = Some(
+            openat(
+                at,
+                part,
+                flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()?,
+        );
+    }
+    let mut text = Vec::new();
+    File::from(top?).read_to_end(&mut text).ok()?;
+    Some(text)
+}

@@ -1,0 +1,385 @@
+//! The ordered parallel walk: directories and runs of files are tasks keyed
+//! by their place in path order; worker threads take the first pending one,
+//! and the calling thread hands outputs to the sink in that order.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
+
+use super::listing::{Dir, Listing};
+use super::rules::{Level, Rules};
+use super::{Halt, Kind, Visitor};
+
+enum Work {
+    /// List the start directory.
+    Start(OwnedFd, Arc<Level>),
+    /// List entry `index` of a listed directory.
+    List(Arc<Dir>, usize),
+    /// Visit a run of files of a listed directory (searching visitors).
+    Files(Arc<Dir>, Vec<usize>),
+}
+
+/// A task, ordered by its place in path order: the indices of the sorted
+/// entries leading to it (a run of files by its first file).
+struct Task {
+    key: Vec<u32>,
+    id: usize,
+    work: Work,
+}
+
+impl PartialEq for Task {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Task {}
+impl PartialOrd for Task {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Task {
+    /// Reversed: `BinaryHeap` pops its greatest, and we want the first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other.key.cmp(&self.key)
+    }
+}
+
+/// A piece of a task's output: a visit's result, or the place where another
+/// task's output goes.
+enum Part<T> {
+    Out(T),
+    Task(usize),
+}
+
+struct State<T> {
+    queue: BinaryHeap<Task>,
+    /// Outputs of finished tasks not yet handed to the sink.
+    done: HashMap<usize, Vec<Part<T>>>,
+    over: bool,
+    /// Threads waiting on `changed`: wake-ups (a system call each) are only
+    /// made when someone waits.
+    waiting: usize,
+}
+
+struct Shared<'a, V: Visitor> {
+    rules: &'a Rules,
+    visitor: &'a V,
+    state: Mutex<State<V::Out>>,
+    changed: Condvar,
+    next_id: AtomicUsize,
+    halt: Halt<'a>,
+}
+
+/// Finished outputs the threads may hold ahead of the sink (bounds memory
+/// when the sink waits on one long task).
+const AHEAD: usize = 4096;
+/// Files per task for searching visitors: small, so a search that ends in
+/// its first files searches few past them.
+const FILES_PER_TASK: usize = 8;
+
+/// Walks the directory open at `start` (whose real host path `rules` was
+/// made for), handing each visit's output to `sink` in path order until it
+/// returns `false`, or until `cancel` is raised (from any thread). Entries
+/// that cannot be read are skipped, as fd and ripgrep do.
+pub fn walk<V: Visitor>(
+    start: OwnedFd,
+    rules: &Rules,
+    visitor: &V,
+    cancel: &AtomicBool,
+    mut sink: impl FnMut(V::Out) -> bool,
+) {
+    let stop = AtomicBool::new(false);
+    let above = rules.above_start();
+    let shared = Shared {
+        rules,
+        visitor,
+        state: Mutex::new(State {
+            queue: BinaryHeap::from([Task {
+                key: Vec::new(),
+                id: 0,
+                work: Work::Start(start, above),
+            }]),
+            done: HashMap::new(),
+            over: false,
+            waiting: 0,
+        }),
+        changed: Condvar::new(),
+        next_id: AtomicUsize::new(1),
+        halt: Halt {
+            stop: &stop,
+            cancel,
+        },
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads() {
+            scope.spawn(|| shared.work());
+        }
+        shared.consume(&mut sink);
+        shared.lock().over = true;
+        shared.changed.notify_all();
+    });
+}
+
+/// Threads per walk: one per core (at most 8) besides the calling thread,
+/// which waits whenever another thread holds the task it needs next; the
+/// extra thread keeps every core busy then (a fifth less time on the
+/// kernel tree with 2 cores).
+fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.clamp(1, 8) + 1
+}
+
+impl<V: Visitor> Shared<'_, V> {
+    fn lock(&self) -> MutexGuard<'_, State<V::Out>> {
+        // Nothing panics while holding the lock; recover regardless.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn halted(&self) -> bool {
+        self.halt.halted()
+    }
+
+    fn wait<'s>(
+        &'s self,
+        mut state: MutexGuard<'s, State<V::Out>>,
+    ) -> MutexGuard<'s, State<V::Out>> {
+        state.waiting += 1;
+        let mut state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        state.waiting -= 1;
+        state
+    }
+
+    fn wake(&self, state: MutexGuard<'_, State<V::Out>>) {
+        let anyone = state.waiting > 0;
+        drop(state);
+        if anyone {
+            self.changed.notify_all();
+        }
+    }
+
+    /// A worker thread: runs the first pending task, while the sink is not
+    /// too far behind, until the walk is over.
+    fn work(&self) {
+        let mut local = self.visitor.local();
+        let mut state = self.lock();
+        while !state.over && !self.halted() {
+            if state.done.len() < AHEAD {
+                if let Some(task) = state.queue.pop() {
+                    drop(state);
+                    self.run(task, &mut local);
+                    state = self.lock();
+                    continue;
+                }
+            }
+            state = self.wait(state);
+        }
+    }
+
+    /// The calling thread: hands outputs to the sink in path order, running
+    /// tasks itself while the one it needs is not done.
+    fn consume(&self, sink: &mut impl FnMut(V::Out) -> bool) {
+        let mut local = self.visitor.local();
+        let mut stack: Vec<std::vec::IntoIter<Part<V::Out>>> = Vec::new();
+        let mut needed = Some(0);
+        while !self.halted() {
+            if let Some(id) = needed.take() {
+                match self.wait_for(id, &mut local) {
+                    Some(parts) => stack.push(parts.into_iter()),
+                    None => return,
+                }
+            }
+            let Some(top) = stack.last_mut() else { return };
+            match top.next() {
+                None => {
+                    stack.pop();
+                }
+                Some(Part::Out(out)) => {
+                    if !sink(out) {
+                        self.halt.stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                }
+                Some(Part::Task(id)) => needed = Some(id),
+            }
+        }
+    }
+
+    /// The output of task `id`, running pending tasks meanwhile (`id` itself
+    /// first: nothing before it in path order is pending, so when it is
+    /// queued it is the queue's first). `None` when the walk was stopped.
+    fn wait_for(&self, id: usize, local: &mut V::Local) -> Option<Vec<Part<V::Out>>> {
+        let mut state = self.lock();
+        loop {
+            if let Some(parts) = state.done.remove(&id) {
+                // Room ahead again for workers that wait for it.
+                self.wake(state);
+                return Some(parts);
+            }
+            if self.halted() {
+                return None;
+            }
+            let first_is_needed = state.queue.peek().is_some_and(|t| t.id == id);
+            if first_is_needed || state.done.len() < AHEAD {
+                if let Some(task) = state.queue.pop() {
+                    drop(state);
+                    self.run(task, local);
+                    state = self.lock();
+                    continue;
+                }
+            }
+            state = self.wait(state);
+        }
+    }
+
+    fn run(&self, task: Task, local: &mut V::Local) {
+        let mut new_tasks = Vec::new();
+        let parts = if self.halted() {
+            Vec::new()
+        } else {
+            match task.work {
+                Work::Start(fd, above) => {
+                    self.list(fd, Vec::new(), above, task.key, &mut new_tasks, local)
+                }
+                Work::List(parent, index) => {
+                    let flags =
+                        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                    let name = parent.listing.name(&parent.listing.entries[index]);
+                    match openat(parent.fd.as_fd(), name, flags, Mode::empty()) {
+                        Ok(fd) => {
+                            let rel = parent.child_path(index);
+                            let level = parent.level.clone();
+                            drop(parent);
+                            self.list(fd, rel, level, task.key, &mut new_tasks, local)
+                        }
+                        // Unreadable, or swapped for a symlink since it was listed.
+                        Err(_) => Vec::new(),
+                    }
+                }
+                Work::Files(dir, files) => self.visit_files(&dir, &files, local),
+            }
+        };
+        let mut state = self.lock();
+        state.queue.extend(new_tasks);
+        state.done.insert(task.id, parts);
+        self.wake(state);
+    }
+
+    /// Queues `work` (once the running task ends) and returns its place.
+    fn new_task(&self, work: Work, new_tasks: &mut Vec<Task>) -> Part<V::Out> {
+        let key = match &work {
+            Work::Start(..) => Vec::new(),
+            Work::List(dir, index) => dir.child_key(*index),
+            Work::Files(dir, files) => dir.child_key(files[0]),
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        new_tasks.push(Task { key, id, work });
+        Part::Task(id)
+    }
+
+    /// Makes the run of files gathered so far (if any) a task in its place.
+    fn files_task(
+        &self,
+        dir: &Arc<Dir>,
+        files: &mut Vec<usize>,
+        parts: &mut Vec<Part<V::Out>>,
+        new_tasks: &mut Vec<Task>,
+    ) {
+        if !files.is_empty() {
+            let run = std::mem::take(files);
+            parts.push(self.new_task(Work::Files(dir.clone(), run), new_tasks));
+        }
+    }
+
+    /// Lists a directory and visits its entries in order; subdirectories
+    /// (and runs of files, for searching visitors) become tasks.
+    fn list(
+        &self,
+        fd: OwnedFd,
+        rel: Vec<u8>,
+        above: Arc<Level>,
+        key: Vec<u32>,
+        new_tasks: &mut Vec<Task>,
+        local: &mut V::Local,
+    ) -> Vec<Part<V::Out>> {
+        let listing = Listing::of(fd.as_fd());
+        let level = if listing.markers.any() {
+            Arc::new(Level::of_dir(
+                fd.as_fd(),
+                &rel,
+                &listing.markers,
+                self.rules,
+                above,
+            ))
+        } else {
+            above
+        };
+        let dir = Arc::new(Dir {
+            fd,
+            rel,
+            level,
+            key,
+            listing,
+        });
+        let mut parts = Vec::new();
+        let mut files: Vec<usize> = Vec::new();
+        let mut path = Vec::new();
+        let mut scratch = Vec::new();
+        for index in 0..dir.listing.entries.len() {
+            let entry = dir.entry(index, &mut path, self.halt);
+            let is_dir = entry.kind == Kind::Dir;
+            let left_out = |scratch: &mut Vec<u8>| {
+                self.rules
+                    .is_ignored(&dir.level, entry.rel, is_dir, scratch)
+                    || self.visitor.skip(&entry)
+            };
+            if !is_dir && !V::SEARCHES_FILES {
+                // Visit first: the rules only matter for a file that yields.
+                match self.visitor.visit(local, &entry) {
+                    Some(out) if !left_out(&mut scratch) => parts.push(Part::Out(out)),
+                    _ => {}
+                }
+                continue;
+            }
+            if left_out(&mut scratch) {
+                continue;
+            }
+            if V::SEARCHES_FILES && !is_dir {
+                files.push(index);
+                if files.len() == FILES_PER_TASK {
+                    self.files_task(&dir, &mut files, &mut parts, new_tasks);
+                }
+                continue;
+            }
+            self.files_task(&dir, &mut files, &mut parts, new_tasks);
+            if let Some(out) = self.visitor.visit(local, &entry) {
+                parts.push(Part::Out(out));
+            }
+            if is_dir {
+                parts.push(self.new_task(Work::List(dir.clone(), index), new_tasks));
+            }
+        }
+        self.files_task(&dir, &mut files, &mut parts, new_tasks);
+        parts
+    }
+
+    fn visit_files(&self, dir: &Dir, files: &[usize], local: &mut V::Local) -> Vec<Part<V::Out>> {
+        let mut parts = Vec::new();
+        let mut path = Vec::new();
+        for &index in files {
+            if self.halted() {
+                break;
+            }
+            let entry = dir.entry(index, &mut path, self.halt);
+            if let Some(out) = self.visitor.visit(local, &entry) {
+                parts.push(Part::Out(out));
+            }
+        }
+        parts
+    }
+}

@@ -1,0 +1,275 @@
+use super::*;
+use std::fs;
+
+use ignore::overrides::Override;
+
+/// Collects every entry's relative path (directories with a `/`).
+struct Paths<const SEARCH: bool>;
+
+impl<const SEARCH: bool> Visitor for Paths<SEARCH> {
+    type Out = String;
+    type Local = ();
+    const SEARCHES_FILES: bool = SEARCH;
+    fn local(&self) {}
+    fn skip(&self, entry: &Entry<'_>) -> bool {
+        entry.name() == ".git"
+    }
+    fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<String> {
+        let slash = if entry.kind == Kind::Dir { "/" } else { "" };
+        Some(format!("{}{slash}", entry.rel().display()))
+    }
+}
+
+fn walk_all(dir: &Path, limit: usize) -> Vec<String> {
+    let searching = walk_with(Paths::<true>, dir, limit);
+    assert_eq!(walk_with(Paths::<false>, dir, limit), searching);
+    searching
+}
+
+fn walk_with<V: Visitor<Out = String>>(v: V, dir: &Path, limit: usize) -> Vec<String> {
+    walk_rules(v, dir, None, &AtomicBool::new(false), limit)
+}
+
+fn walk_rules<V: Visitor<Out = String>>(
+    v: V,
+    dir: &Path,
+    overrides: Option<Override>,
+    cancel: &AtomicBool,
+    limit: usize,
+) -> Vec<String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    let fd = nix::fcntl::open(dir, flags, Mode::empty()).unwrap();
+    let rules = Rules::new(&fs::canonicalize(dir).unwrap(), overrides);
+    let mut out = Vec::new();
+    walk(fd, &rules, &v, cancel, |p| {
+        out.push(p);
+        out.len() < limit
+    });
+    out
+}
+
+fn tree(files: &[&str]) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    for f in files {
+        if let Some(d) = f.strip_suffix('/') {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+        } else {
+            let p = t.path().join(f);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, "").unwrap();
+        }
+    }
+    t
+}
+
+#[test]
+fn honours_gitignore_outside_git_and_includes_hidden() {
+    let t = tree(&[
+        "ignored.txt",
+        ".hidden",
+        "b.txt",
+        "a.txt",
+        "d/ignored.txt",
+        "d/keep",
+    ]);
+    fs::write(t.path().join(".gitignore"), "ignored.txt\n").unwrap();
+    assert_eq!(
+        walk_all(t.path(), usize::MAX),
+        [".gitignore", ".hidden", "a.txt", "b.txt", "d/", "d/keep"]
+    );
+}
+
+#[test]
+fn path_order_and_limits() {
+    let t = tree(&["a/x", "a-b/x", "a.b/x", "B/x", "ab/x", "a/y/z"]);
+    let all = walk_all(t.path(), usize::MAX);
+    assert_eq!(
+        all,
+        [
+            "B/", "B/x", "a/", "a/x", "a/y/", "a/y/z", "a-b/", "a-b/x", "a.b/", "a.b/x", "ab/",
+            "ab/x"
+        ]
+    );
+    for limit in 1..all.len() {
+        assert_eq!(walk_all(t.path(), limit), all[..limit]);
+    }
+}
+
+#[test]
+fn many_directories_keep_path_order() {
+    let files: Vec<String> = (0..900)
+        .map(|i| format!("d{}/e{}/g{}/f{i}", i % 7, i % 5, i % 3))
+        .collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    let t = tree(&refs);
+    let all = walk_all(t.path(), usize::MAX);
+    let mut sorted = all.clone();
+    sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+    assert_eq!(all, sorted);
+    assert_eq!(all.len(), 900 + 7 + 35 + 105);
+    assert_eq!(walk_all(t.path(), 500), all[..500]);
+}
+
+#[test]
+fn ignore_files_nest_negate_and_stop_at_repositories() {
+    let t = tree(&[
+        ".git/",
+        "a.out",
+        "keep.out",
+        "sub/b.out",
+        "sub/c.log",
+        "sub/deep/d.log",
+        "nested/.git/",
+        "nested/n.out",
+        "plain/p.out",
+        "only/.ignore",
+    ]);
+    fs::write(t.path().join(".gitignore"), "*.out\n!keep.out\n/only\n").unwrap();
+    fs::write(t.path().join("sub/.gitignore"), "*.log\n!deep/\n").unwrap();
+    fs::write(t.path().join("sub/.ignore"), "!b.out\n").unwrap();
+    fs::write(t.path().join(".git/info"), "").ok();
+    assert_eq!(
+        walk_all(t.path(), usize::MAX),
+        [
+            ".gitignore",
+            "keep.out",
+            "nested/",
+            "nested/n.out",
+            "plain/",
+            "sub/",
+            "sub/.gitignore",
+            "sub/.ignore",
+            "sub/b.out",
+            "sub/deep/",
+        ]
+    );
+}
+
+#[test]
+fn git_exclude_and_ancestors_rules() {
+    let t = tree(&[".git/info/", "w/x.tmp", "w/y.skip", "w/z"]);
+    fs::write(t.path().join(".git/info/exclude"), "*.tmp\n").unwrap();
+    fs::write(t.path().join(".gitignore"), "*.skip\n").unwrap();
+    // Walking `w`: the repository's rules above it still apply.
+    assert_eq!(walk_all(&t.path().join("w"), usize::MAX), ["z"]);
+}
+
+#[test]
+fn symlinks_are_entries_never_followed() {
+    let t = tree(&["d/f", "outside/secret"]);
+    std::os::unix::fs::symlink(t.path().join("outside"), t.path().join("d/link")).unwrap();
+    std::os::unix::fs::symlink("..", t.path().join("d/loop")).unwrap();
+    assert_eq!(
+        walk_all(&t.path().join("d"), usize::MAX),
+        ["f", "link", "loop"]
+    );
+}
+
+#[test]
+fn a_large_directory_interleaving_files_and_subdirectories_stays_in_order() {
+    let files: Vec<String> = (0..300)
+        .map(|i| {
+            if i % 10 == 0 {
+                format!("f{i:03}/inner")
+            } else {
+                format!("f{i:03}")
+            }
+        })
+        .collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    let t = tree(&refs);
+    let all = walk_all(t.path(), usize::MAX);
+    assert_eq!(all.len(), 300 + 30);
+    let mut sorted = all.clone();
+    sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+    assert_eq!(all, sorted);
+    for limit in [1, 9, 10, 11, 100, 329] {
+        assert_eq!(walk_all(t.path(), limit), all[..limit]);
+    }
+}
+
+#[test]
+fn overrides_come_first_and_whitelist_ignored_files() {
+    let t = tree(&["a.c", "b.h", "gen/x.c", "gen/y.h"]);
+    fs::write(t.path().join(".gitignore"), "gen/\n*.c\n").unwrap();
+    let mut b = ignore::overrides::OverrideBuilder::new(".");
+    b.add("*.c").unwrap();
+    let ov = b.build().unwrap();
+    // `gen/` stays ignored (directories unmatched by a whitelist fall
+    // through to the rules); `a.c` is searched although `.gitignore`
+    // ignores it, as with `rg --glob`.
+    let out = walk_rules(
+        Paths::<true>,
+        t.path(),
+        Some(ov),
+        &AtomicBool::new(false),
+        usize::MAX,
+    );
+    assert_eq!(out, ["a.c"]);
+}
+
+#[test]
+fn cancel_ends_the_walk() {
+    let files: Vec<String> = (0..200).map(|i| format!("d{}/f{i}", i % 20)).collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    let t = tree(&refs);
+    let cancel = AtomicBool::new(true);
+    assert!(walk_rules(Paths::<true>, t.path(), None, &cancel, usize::MAX).is_empty());
+}
+
+/// Concurrent walks past the `AHEAD` window, each stopped at a limit or
+/// cancelled from another thread midway, all end (bounded by a timeout
+/// rather than hanging the suite), and every limit cut is a prefix.
+#[test]
+fn stopped_and_cancelled_walks_always_end() {
+    let files: Vec<String> = (0..3000).map(|i| format!("d{}/e{i}/f", i % 3)).collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    let t = tree(&refs);
+    let all = walk_with(Paths::<true>, t.path(), usize::MAX);
+    assert_eq!(all.len(), 3 + 3000 * 2);
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for lane in 0..4usize {
+            let (done, all, dir) = (done.clone(), &all, t.path());
+            scope.spawn(move || {
+                for round in 0..12usize {
+                    let limit = 1 + (lane * 12 + round) * 97 % all.len();
+                    assert_eq!(walk_with(Paths::<true>, dir, limit), all[..limit]);
+                    let cancel = AtomicBool::new(false);
+                    let out = std::thread::scope(|inner| {
+                        inner.spawn(|| {
+                            std::thread::sleep(std::time::Duration::from_micros(
+                                round as u64 * 300,
+                            ));
+                            cancel.store(true, Ordering::Relaxed);
+                        });
+                        walk_rules(Paths::<false>, dir, None, &cancel, usize::MAX)
+                    });
+                    assert_eq!(out, all[..out.len()]);
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for _ in 0..4 {
+            let ended = finished.recv_timeout(std::time::Duration::from_secs(60));
+            assert!(ended.is_ok(), "a walk did not end");
+        }
+    });
+}
+
+#[test]
+fn ancestors_are_those_of_the_real_directory() {
+    let t = tree(&["a/sub/x.tmp", "a/sub/y", "b/"]);
+    fs::write(t.path().join("a/.gitignore"), "*.tmp\n").unwrap();
+    let link = t.path().join("b/link");
+    std::os::unix::fs::symlink(t.path().join("a/sub"), &link).unwrap();
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    let fd = nix::fcntl::open(&link, flags, Mode::empty()).unwrap();
+    let rules = Rules::new(&link, None);
+    let mut out = Vec::new();
+    walk(fd, &rules, &Paths::<false>, &AtomicBool::new(false), |p| {
+        out.push(p);
+        true
+    });
+    assert_eq!(out, ["y"]);
+}
