@@ -5,7 +5,7 @@
 //! `listing` (reading one directory through its descriptor) and
 //! `scheduler` (the ordered parallel walk over both).
 //!
-//! Rules (fd 10 / ripgrep 15 semantics, see docs "find"): hidden files
+//! Rules (fd 10 / ripgrep 15 semantics, see docs/contracts.md, "find"): hidden files
 //! included; `.ignore`, `.gitignore` and `.git/info/exclude` honoured
 //! hierarchically, whether or not the tree is a git repository; symlinks
 //! never followed; the walk never leaves the start directory.
