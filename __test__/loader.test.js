@@ -1,7 +1,7 @@
 // The loader as a user's install sees it: the package's JS files copied into a temporary package
 // directory (no repo, no node_modules of ours), loaded by a child node process.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -105,5 +105,85 @@ describe("native loader", () => {
     const broken = probe(bare, { NAPI_RS_NATIVE_LIBRARY_PATH: garbage });
     expect(broken.code).toBe("ERR_PI_NATIVE_OPS_NO_BINARY");
     expect(broken.message).toContain(garbage);
+  });
+});
+
+// pi is loaded only by the tool factories: importing the package for its Operations must not pay for
+// it. PI_NATIVE_OPS_PI points at a stand-in pi (on NODE_PATH) that records being loaded.
+const FAKE_PI = `
+globalThis.__fakePiLoads = (globalThis.__fakePiLoads ?? 0) + 1;
+const tool = (name) => () => ({ name, execute: async () => ({ content: [] }) });
+for (const kind of ["Tool", "ToolDefinition"]) {
+  for (const name of ["Read", "Bash", "Edit", "Write", "Grep", "Find", "Ls"]) exports["create" + name + kind] = tool(name);
+}
+`;
+
+describe("pi loading", () => {
+  let scratch;
+  beforeAll(() => {
+    scratch = realpathSync(mkdtempSync(join(tmpdir(), "pi-native-ops-lazy-")));
+    mkdirSync(join(scratch, "modules", "fake-pi"), { recursive: true });
+    writeFileSync(join(scratch, "modules", "fake-pi", "package.json"), '{ "name": "fake-pi", "main": "index.cjs" }');
+    writeFileSync(join(scratch, "modules", "fake-pi", "index.cjs"), FAKE_PI);
+    // As a dependent project sees the package: node_modules/pi-native-ops (a link to this checkout).
+    mkdirSync(join(scratch, "app", "node_modules"), { recursive: true });
+    symlinkSync(repo, join(scratch, "app", "node_modules", "pi-native-ops"));
+  });
+  afterAll(() => {
+    if (scratch) rmSync(scratch, { recursive: true, force: true });
+  });
+
+  const run = (args, env) =>
+    spawnSync(process.execPath, args, { cwd: join(scratch, "app"), env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
+
+  for (const [how, args] of [
+    ["import", ["--input-type=module", "-e", 'main(await import("pi-native-ops"))']],
+    ["require", ["-e", 'main(require("pi-native-ops"))']],
+  ]) {
+    it(`${how}: the package loads without pi; the first tool factory call loads it once`, () => {
+      const main = `function main(m) {
+        const before = globalThis.__fakePiLoads ?? 0;
+        m.createBoundFs(${JSON.stringify(scratch)}); m.createBashOperations();
+        const afterOps = globalThis.__fakePiLoads ?? 0;
+        const tools = m.createNativeTools(${JSON.stringify(scratch)});
+        m.createNativeToolDefinitions(${JSON.stringify(scratch)});
+        console.log(JSON.stringify({ before, afterOps, after: globalThis.__fakePiLoads ?? 0, names: Object.keys(tools) }));
+      }`;
+      const child = run([...args.slice(0, -1), `${main}\n${args.at(-1)}`], {
+        NODE_PATH: join(scratch, "modules"),
+        PI_NATIVE_OPS_PI: "fake-pi",
+      });
+      expect(child.status, child.stderr).toBe(0);
+      expect(JSON.parse(child.stdout.trim().split("\n").pop())).toEqual({
+        before: 0,
+        afterOps: 0,
+        after: 1,
+        names: ["read", "bash", "edit", "write", "grep", "find", "ls"],
+      });
+    });
+  }
+
+  // The CommonJS consumer with the real pi: vitest runs once on Node 20 with pi 0.73.1 and once on
+  // Node 22 with pi 1.6.0, so both get this; PI_NATIVE_OPS_PI is passed through.
+  it("a CommonJS project requires the package and gets pi's real tools", () => {
+    const script = `
+      const { createNativeTools, createBoundFs } = require("pi-native-ops");
+      const fs = createBoundFs(${JSON.stringify(scratch)});
+      const tools = createNativeTools(${JSON.stringify(scratch)});
+      tools.ls.execute("id", { path: "." }).then((r) => console.log(JSON.stringify({ text: r.content[0].text, ls: typeof fs.ls.stat })));
+    `;
+    const child = run(["-e", script], {});
+    expect(child.status, child.stderr).toBe(0);
+    expect(child.stderr).not.toMatch(/ExperimentalWarning/);
+    expect(JSON.parse(child.stdout.trim().split("\n").pop())).toEqual({ text: "app/\nmodules/", ls: "function" });
+  });
+
+  it("names every candidate and why it failed when no pi can be loaded", () => {
+    const child = run(["-e", 'try { require("pi-native-ops").createNativeTools("/tmp") } catch (e) { console.log(JSON.stringify(e.message)) }'], {
+      PI_NATIVE_OPS_PI: "no-such-pi",
+    });
+    expect(child.status, child.stderr).toBe(0);
+    const message = JSON.parse(child.stdout.trim().split("\n").pop());
+    expect(message).toMatch(/^pi-native-ops: this needs pi-coding-agent, and none could be loaded:\n {2}no-such-pi: Cannot find package 'no-such-pi'\n/);
   });
 });
