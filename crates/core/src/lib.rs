@@ -18,5 +18,9 @@ pub mod grep;
 pub mod image;
 #[cfg(unix)]
 pub mod root;
+// System-call helpers shared by the walk, grep and exec (also safe in a
+// forked child).
+#[cfg(unix)]
+mod sys;
 #[cfg(unix)]
 pub mod walk;

@@ -10,6 +10,8 @@ use nix::sys::stat::{fstatat, SFlag};
 
 use super::rules::{Level, Markers};
 use super::{Entry, Halt, Kind};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use crate::sys::{getdents, DirentBuf};
 
 /// What `name` in `dir` is, without following a symlink.
 pub(super) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
@@ -55,12 +57,15 @@ impl Listing {
     }
 
     /// Room for a typical directory, so listing one does not grow its
-    /// buffers a few times over; each under 1 KiB, which malloc serves from
-    /// its per-thread cache.
+    /// buffers a few times over.
     fn with_room() -> Self {
+        // 40 entries of 24 bytes and 960 bytes of names (24 a name): each
+        // buffer under 1 KiB, which malloc serves from its per-thread cache.
+        const ROOM_ENTRIES: usize = 40;
+        const ROOM_NAME_BYTES: usize = 960;
         Listing {
-            names: Vec::with_capacity(960),
-            entries: Vec::with_capacity(40),
+            names: Vec::with_capacity(ROOM_NAME_BYTES),
+            entries: Vec::with_capacity(ROOM_ENTRIES),
             markers: Markers::default(),
         }
     }
@@ -98,58 +103,26 @@ fn kind_of_d_type(d_type: u8) -> Option<Kind> {
     }
 }
 
+/// Bytes `getdents64` reads into at once: a typical directory (a few hundred
+/// entries with names of tens of bytes) in one call. On the stack of a walk
+/// thread, so no allocation per directory.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const LISTING_BYTES: usize = 32 << 10;
+
 /// Calls `each` with every entry of the directory open at `fd` (but `.` and
 /// `..`): `getdents64` into one buffer, so the descriptor stays ours for
 /// opening the entries.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // `linux_dirent64` records are 8-byte aligned. Left uninitialized: only
-    // what the kernel wrote is read, and zeroing 32 KiB per directory costs
-    // more than listing a small one.
-    let mut buf = std::mem::MaybeUninit::<[u64; 4096]>::uninit();
-    loop {
-        // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes into `buf`.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                fd.as_raw_fd(),
-                buf.as_mut_ptr(),
-                std::mem::size_of_val(&buf),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+    let mut buf = DirentBuf::<LISTING_BYTES>::new();
+    while let Some(batch) = getdents(fd, &mut buf)? {
+        for entry in batch {
+            if entry.name != b"." && entry.name != b".." {
+                each(entry.name, kind_of_d_type(entry.d_type));
             }
-            return Err(e);
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        // SAFETY: the first `n` bytes were written by the kernel.
-        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
-        // Each record: d_ino (8), d_off (8), d_reclen (2), d_type (1), name\0.
-        let mut at = 0;
-        while let Some(record) = bytes.get(at..) {
-            let (Some(len), Some(&d_type)) = (record.get(16..18), record.get(18)) else {
-                break;
-            };
-            let len = u16::from_ne_bytes([len[0], len[1]]) as usize;
-            let Some(name) = record.get(19..len.max(19)) else {
-                break;
-            };
-            let name = &name[..memchr::memchr(0, name).unwrap_or(name.len())];
-            if name != b"." && name != b".." {
-                each(name, kind_of_d_type(d_type));
-            }
-            if len == 0 {
-                break;
-            }
-            at += len;
         }
     }
+    Ok(())
 }
 
 /// Elsewhere, `readdir` on a duplicate of the descriptor.

@@ -1,0 +1,167 @@
+//! Streaming shell execution whose whole process tree can be killed.
+//!
+//! `spawn` forks a small **supervisor** process that starts the shell and stays its parent:
+//!
+//! ```text
+//! node ──fork──▶ supervisor (own session; Linux: child subreaper) ──fork+exec──▶ shell (own session)
+//! ```
+//!
+//! - stdout and stderr of the shell are the write end of one pipe, so chunks keep their arrival order.
+//! - Node talks to the supervisor over a control pipe: `K` kills the tree, `D` detaches (the command
+//!   finished; background children are left running, as pi does). End-of-file on that pipe means Node
+//!   is gone (exit, crash, SIGKILL), and the supervisor kills the tree before exiting.
+//! - On Linux the supervisor is a child subreaper, so every descendant whose parent dies is
+//!   re-parented to it, even one that left the process group with `setsid`. Killing the tree is:
+//!   SIGKILL the shell's group, then SIGKILL every child of the supervisor and reap, until it has no
+//!   children left. Elsewhere only the shell's process group is killed.
+//! - The supervisor reports the shell's wait status over a status pipe and exits once the tree is
+//!   reaped, so end-of-file there means "nothing of the tree is left" after a kill.
+//!
+//! Three parts: `spawn` (Node's side: pipes, fork, the output pump), `supervisor` (everything that
+//! runs in the forked children, between `fork` and `exec`/`_exit`: raw system calls on memory
+//! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
+//! supervisor's children to kill).
+
+use std::time::Duration;
+
+#[cfg(target_os = "linux")]
+mod procfs;
+#[cfg(unix)]
+mod spawn;
+#[cfg(unix)]
+mod supervisor;
+
+/// After the shell has exited, output that keeps arriving re-arms this grace; silence ends the exec.
+pub const OUTPUT_IDLE_GRACE: Duration = Duration::from_millis(100);
+
+/// Bytes the output pipe is made to hold on Linux (`F_SETPIPE_SZ`): a flood
+/// then arrives in few large chunks, each costing one wake-up of the reader
+/// and of Node. 1 MiB is the most an unprivileged process may ask for by
+/// default (`/proc/sys/fs/pipe-max-size`).
+const PIPE_BYTES: usize = 1 << 20;
+
+/// Largest chunk handed to the consumer at once: on Linux what the pipe
+/// holds; elsewhere pipes hold far less (64 KiB on macOS), and 256 KiB
+/// gathers a few of their reads into one delivery.
+pub const MAX_CHUNK: usize = if cfg!(target_os = "linux") {
+    PIPE_BYTES
+} else {
+    256 << 10
+};
+
+/// The exit code of a shell killed by a signal is this plus the signal's
+/// number (the POSIX shell convention: SIGKILL gives 137).
+#[cfg(unix)]
+const SIGNAL_EXIT_BASE: i32 = 128;
+
+// The status pipe carries fixed-size messages from the supervisor: a tag in
+// the first byte, an `i32` (native endian) in the last four.
+#[cfg(unix)]
+const MESSAGE_BYTES: usize = 8;
+/// The shell is running; the value is its pid.
+#[cfg(unix)]
+const MSG_STARTED: u8 = b'S';
+/// The shell could not be started; the value is the errno.
+#[cfg(unix)]
+const MSG_SPAWN_ERROR: u8 = b'E';
+/// The shell exited; the value is its raw wait status.
+#[cfg(unix)]
+const MSG_EXITED: u8 = b'X';
+/// After a kill: every process of the tree was reaped.
+#[cfg(unix)]
+const MSG_TREE_REAPED: u8 = b'R';
+// The control pipe carries one-byte commands from Node.
+/// Kill the whole tree.
+#[cfg(unix)]
+const CMD_KILL: u8 = b'K';
+/// Leave without killing (the command finished; background jobs stay).
+#[cfg(unix)]
+const CMD_DETACH: u8 = b'D';
+
+/// What to run: `[shell, "-c", command]` in `cwd`.
+pub struct ExecRequest {
+    pub shell: String,
+    pub command: String,
+    pub cwd: String,
+    /// `KEY=VALUE` entries forming the whole environment; `None` inherits this process's environment.
+    pub env: Option<Vec<String>>,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The shell's exit code, `128 + signal` when a signal killed it, `None` when it was never learnt.
+    pub exit_code: Option<i32>,
+    /// Whether the tree was killed (abort, timeout, consumer failure or drop).
+    pub killed: bool,
+}
+
+/// Exit code of a raw `waitpid` status, shell style.
+#[cfg(unix)]
+pub fn exit_code_of(wait_status: i32) -> Option<i32> {
+    if libc::WIFEXITED(wait_status) {
+        Some(libc::WEXITSTATUS(wait_status))
+    } else if libc::WIFSIGNALED(wait_status) {
+        Some(SIGNAL_EXIT_BASE + libc::WTERMSIG(wait_status))
+    } else {
+        None
+    }
+}
+
+/// The first executable named `name` on a `:`-separated search path, as `execvp` would pick it.
+#[cfg(unix)]
+pub fn find_on_path(name: &str, search_path: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    /// Any of the owner, group and other execute bits.
+    const EXECUTABLE: u32 = 0o111;
+    search_path
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .find_map(|dir| {
+            let candidate = std::path::Path::new(dir).join(name);
+            let meta = std::fs::metadata(&candidate).ok()?;
+            (meta.is_file() && meta.permissions().mode() & EXECUTABLE != 0)
+                .then(|| candidate.to_string_lossy().into_owned())
+        })
+}
+
+#[cfg(unix)]
+pub use spawn::{spawn, Control, Execution};
+
+#[cfg(not(unix))]
+pub use unsupported::{spawn, Control, Execution};
+
+#[cfg(not(unix))]
+mod unsupported {
+    use super::*;
+    use std::io;
+
+    /// Executions cannot exist on this platform.
+    pub enum Execution {}
+    pub enum Control {}
+
+    pub fn spawn(_request: &ExecRequest) -> io::Result<Execution> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "bash exec is not supported on this platform",
+        ))
+    }
+
+    impl Execution {
+        pub fn control(&self) -> std::sync::Arc<Control> {
+            match *self {}
+        }
+        pub fn pump(&mut self, _sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
+            match *self {}
+        }
+    }
+
+    impl Control {
+        pub fn kill(&self) {
+            match *self {}
+        }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests;

@@ -1,0 +1,389 @@
+//! Node's side of an exec: the pipes, the fork of the supervisor, and the
+//! pump that streams output until the command is over.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::supervisor::{raw_cloexec_pipe, supervise, SupervisorFds};
+use super::{
+    exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
+    MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
+};
+use crate::sys::read_full;
+
+/// Stack the shell's process runs on from `clone` to `execve` (Linux): a
+/// few frames of raw system calls need far less.
+const SHELL_STACK_BYTES: usize = 64 << 10;
+/// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more
+/// output to join it. A pipe's default capacity: a read that size means
+/// output is flowing faster than it is read, and waiting gains nothing.
+const BATCH_TARGET: usize = 64 << 10;
+/// How long a short read waits for more, in milliseconds: unnoticeable for
+/// an interactive command, and enough for a producer writing line by line
+/// to fill a larger chunk.
+const BATCH_LINGER_MS: i32 = 1;
+/// Longest single `poll` wait while the idle grace runs, in milliseconds:
+/// keeps the wait in `poll`'s `int`; the loop polls again until the deadline.
+const POLL_MAX_MS: u128 = 10_000;
+/// `PATH` for finding the shell when neither the request's environment nor
+/// this process has one (the default `execvp` uses).
+const DEFAULT_PATH: &str = "/usr/bin:/bin";
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{what} must not contain NUL bytes"),
+    )
+}
+
+fn c_string(value: &str, what: &str) -> io::Result<CString> {
+    CString::new(value).map_err(|_| invalid(what))
+}
+
+/// Everything the forked processes need, built before forking.
+pub(super) struct Prepared {
+    pub(super) shell: CString,
+    pub(super) cwd: CString,
+    _argv_storage: Vec<CString>,
+    pub(super) argv: Vec<*const libc::c_char>,
+    _envp_storage: Vec<CString>,
+    pub(super) envp: Vec<*const libc::c_char>,
+    /// Stack the shell's process runs on until `execve` (Linux `clone`).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) shell_stack: Vec<u8>,
+}
+
+impl Prepared {
+    fn new(request: &ExecRequest) -> io::Result<Self> {
+        let env_storage: Vec<CString> = match &request.env {
+            Some(entries) => entries
+                .iter()
+                .map(|entry| c_string(entry, "environment entries"))
+                .collect::<io::Result<_>>()?,
+            None => std::env::vars_os()
+                .filter_map(|(key, value)| {
+                    let mut entry = key.as_bytes().to_vec();
+                    entry.push(b'=');
+                    entry.extend_from_slice(value.as_bytes());
+                    CString::new(entry).ok()
+                })
+                .collect(),
+        };
+        let shell = if request.shell.contains('/') {
+            request.shell.clone()
+        } else {
+            let search_path = env_value(&env_storage, "PATH")
+                .or_else(|| std::env::var("PATH").ok())
+                .unwrap_or_else(|| DEFAULT_PATH.to_string());
+            find_on_path(&request.shell, &search_path)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?
+        };
+        let argv_storage = vec![
+            c_string(&request.shell, "the shell path")?,
+            CString::new("-c").expect("static"),
+            c_string(&request.command, "command")?,
+        ];
+        let argv = null_terminated(&argv_storage);
+        let envp = null_terminated(&env_storage);
+        Ok(Prepared {
+            shell: c_string(&shell, "the shell path")?,
+            cwd: c_string(&request.cwd, "cwd")?,
+            _argv_storage: argv_storage,
+            argv,
+            _envp_storage: env_storage,
+            envp,
+            shell_stack: vec![0; SHELL_STACK_BYTES],
+        })
+    }
+}
+
+fn env_value(entries: &[CString], key: &str) -> Option<String> {
+    entries.iter().find_map(|entry| {
+        let bytes = entry.as_bytes();
+        let rest = bytes.strip_prefix(key.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(rest).into_owned())
+    })
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(ptr::null()))
+        .collect()
+}
+
+fn last_error() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// A pipe whose ends close on exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid two-element buffer.
+    if unsafe { raw_cloexec_pipe(&mut fds) } != 0 {
+        return Err(last_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Reads one supervisor message: (tag, value). `None` on end-of-file.
+fn read_message(fd: &OwnedFd) -> Option<(u8, i32)> {
+    let mut message = [0u8; MESSAGE_BYTES];
+    if read_full(fd.as_fd(), &mut message).ok()? < message.len() {
+        return None;
+    }
+    let value = i32::from_ne_bytes([message[4], message[5], message[6], message[7]]);
+    Some((message[0], value))
+}
+
+/// Node's side of the control pipe. Dropping it without `detach` kills the tree.
+pub struct Control {
+    fd: Mutex<Option<OwnedFd>>,
+    killed: AtomicBool,
+}
+
+impl Control {
+    /// Kill the whole tree (idempotent; a no-op once the exec has finished).
+    pub fn kill(&self) {
+        if self.killed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(guard) = self.fd.lock() {
+            if let Some(fd) = guard.as_ref() {
+                send_command(fd.as_raw_fd(), CMD_KILL);
+            }
+        }
+    }
+
+    fn killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// Let the supervisor go without killing anything.
+    fn detach(&self) {
+        if let Ok(mut guard) = self.fd.lock() {
+            if let Some(fd) = guard.take() {
+                if !self.killed() {
+                    send_command(fd.as_raw_fd(), CMD_DETACH);
+                }
+            }
+        }
+    }
+}
+
+fn send_command(fd: RawFd, command: u8) {
+    // A failed write means the supervisor is gone already; nothing is left to kill.
+    // SAFETY: writes one byte from a valid buffer.
+    unsafe { libc::write(fd, [command].as_ptr().cast(), 1) };
+}
+
+/// A running command.
+pub struct Execution {
+    output: OwnedFd,
+    status: OwnedFd,
+    control: Arc<Control>,
+    supervisor: libc::pid_t,
+}
+
+/// Starts `[shell, "-c", command]` under a supervisor. Fails like `spawn` does (ENOENT, EACCES, a
+/// missing cwd as ENOENT) before anything runs.
+pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
+    let prepared = Prepared::new(request)?;
+    let (output_read, output_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    let (control_read, control_write) = pipe()?;
+    #[cfg(target_os = "linux")]
+    // A larger pipe means fewer, larger reads; a failure only costs throughput.
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe {
+        libc::fcntl(
+            output_write.as_raw_fd(),
+            libc::F_SETPIPE_SZ,
+            super::PIPE_BYTES as libc::c_int,
+        );
+    }
+
+    // SAFETY: the child only runs `supervise`, which never returns and sticks to raw system
+    // calls on memory prepared above.
+    let supervisor = unsafe { libc::fork() };
+    if supervisor < 0 {
+        return Err(last_error());
+    }
+    if supervisor == 0 {
+        let fds = SupervisorFds {
+            control: control_read.as_raw_fd(),
+            status: status_write.as_raw_fd(),
+            output: output_write.as_raw_fd(),
+        };
+        // SAFETY: see above.
+        unsafe { supervise(&prepared, fds) }
+    }
+    drop((output_write, status_write, control_read));
+    let execution = Execution {
+        output: output_read,
+        status: status_read,
+        control: Arc::new(Control {
+            fd: Mutex::new(Some(control_write)),
+            killed: AtomicBool::new(false),
+        }),
+        supervisor,
+    };
+    match read_message(&execution.status) {
+        Some((MSG_STARTED, _)) => Ok(execution),
+        Some((MSG_SPAWN_ERROR, errno)) => Err(io::Error::from_raw_os_error(errno)),
+        _ => Err(io::Error::other(
+            "the exec supervisor failed to start the shell",
+        )),
+    }
+}
+
+impl Execution {
+    /// The handle that kills this execution from any thread.
+    pub fn control(&self) -> Arc<Control> {
+        Arc::clone(&self.control)
+    }
+
+    /// Streams output to `sink` until the exec is over, then returns how it ended. `sink` may
+    /// block (that is the backpressure); returning `false` kills the tree and stops delivery.
+    pub fn pump(&mut self, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
+        let mut exit_code = None;
+        let mut shell_exited = false;
+        let mut tree_reaped = false;
+        let mut supervisor_gone = false;
+        let mut output_open = true;
+        // Once the shell has exited: settle when output has been idle until this instant.
+        let mut idle_deadline = Instant::now();
+        loop {
+            let killed = self.control.killed();
+            let done = if killed {
+                tree_reaped || supervisor_gone
+            } else {
+                (shell_exited && (!output_open || Instant::now() >= idle_deadline))
+                    || (supervisor_gone && !shell_exited) // died without reporting
+            };
+            if done {
+                break;
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.output.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.status.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            if !output_open || killed {
+                fds[0].fd = -1; // a killed tree's leftovers are not delivered
+            }
+            if supervisor_gone {
+                fds[1].fd = -1;
+            }
+            let timeout_ms = if shell_exited && !killed {
+                let left = idle_deadline.saturating_duration_since(Instant::now());
+                // Rounded up: waking a fraction of a millisecond early would spin.
+                left.as_millis().min(POLL_MAX_MS) as i32 + 1
+            } else {
+                -1
+            };
+            // SAFETY: `fds` is a valid array of two pollfd.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+            if ready < 0 {
+                if last_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.control.kill();
+                break;
+            }
+            if fds[1].revents != 0 {
+                match read_message(&self.status) {
+                    Some((MSG_EXITED, wait_status)) => {
+                        exit_code = exit_code_of(wait_status);
+                        shell_exited = true;
+                        idle_deadline = Instant::now() + OUTPUT_IDLE_GRACE;
+                    }
+                    Some((MSG_TREE_REAPED, _)) => tree_reaped = true,
+                    Some(_) => {}
+                    None => supervisor_gone = true,
+                }
+            }
+            if fds[0].revents != 0 {
+                match read_chunk(self.output.as_raw_fd()) {
+                    Some(chunk) => {
+                        if shell_exited {
+                            idle_deadline = Instant::now() + OUTPUT_IDLE_GRACE;
+                        }
+                        if !self.control.killed() && !sink(chunk) {
+                            self.control.kill();
+                        }
+                    }
+                    None => output_open = false,
+                }
+            }
+        }
+        let killed = self.control.killed();
+        self.control.detach();
+        Outcome { exit_code, killed }
+    }
+}
+
+impl Drop for Execution {
+    /// Reaps the supervisor. Unless `pump` finished (and detached), closing our control end
+    /// first makes it kill the tree.
+    fn drop(&mut self) {
+        if let Ok(mut guard) = self.control.fd.lock() {
+            guard.take();
+        }
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child.
+            let r = unsafe { libc::waitpid(self.supervisor, &mut status, 0) };
+            if r >= 0 || last_error().kind() != io::ErrorKind::Interrupted {
+                break;
+            }
+        }
+    }
+}
+
+/// Reads what the pipe holds, up to `MAX_CHUNK`; `None` at end-of-file. A short read lingers up
+/// to `BATCH_LINGER_MS` for more, so a producer writing small pieces costs few, larger deliveries.
+fn read_chunk(fd: RawFd) -> Option<Vec<u8>> {
+    let mut chunk: Vec<u8> = Vec::with_capacity(MAX_CHUNK);
+    loop {
+        let spare = MAX_CHUNK - chunk.len();
+        // SAFETY: reads at most `spare` bytes into the vector's spare capacity.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().add(chunk.len()).cast(), spare) };
+        if n < 0 && last_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return (!chunk.is_empty()).then_some(chunk);
+        }
+        // SAFETY: the kernel initialised `n` more bytes.
+        unsafe { chunk.set_len(chunk.len() + n as usize) };
+        if chunk.len() >= BATCH_TARGET {
+            return Some(chunk);
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, BATCH_LINGER_MS) };
+        if ready <= 0 || pfd.revents & libc::POLLIN == 0 {
+            return Some(chunk);
+        }
+    }
+}
