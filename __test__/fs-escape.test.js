@@ -59,7 +59,7 @@ describe("raw operations refuse escapes", () => {
   for (const [name, make] of escapes) {
     it(name, async () => {
       const p = make();
-      for (const op of [fs.read.readFile, fs.read.access, fs.read.detectImageMimeType, fs.edit.readFile, fs.edit.access, fs.ls.stat, fs.ls.readdir, fs.grep.isDirectory, fs.find.exists]) {
+      for (const op of [fs.read.readFile, fs.read.access, fs.read.detectImageMimeType, fs.edit.readFile, fs.edit.access, fs.ls.exists, fs.ls.stat, fs.ls.readdir, fs.grep.isDirectory, fs.find.exists]) {
         await expect(op(p)).rejects.toThrow(message(p));
       }
       await expect(
@@ -69,7 +69,6 @@ describe("raw operations refuse escapes", () => {
       ).rejects.toThrow(message(p));
       await expect(fs.write.writeFile(p, "PWNED")).rejects.toThrow(message(p));
       await expect(fs.edit.writeFile(p, "PWNED")).rejects.toThrow(message(p));
-      expect(await fs.ls.exists(p)).toBe(false);
       expect(snapshot(outside)).toEqual(outsideBefore);
     });
   }
@@ -177,9 +176,14 @@ describe("pi's tools with boundFs refuse escapes", () => {
     expect(snapshot(outside)).toEqual(outsideBefore);
   });
 
-  it("ls of a directory symlink pointing out lists nothing", async () => {
+  it("ls of a directory symlink pointing out lists nothing and says it is outside", async () => {
     const r = await runTool(tools().ls, { path: "link-dir-out" });
     expect(r.text ?? "").not.toContain("secret.txt");
-    expect(r.error ?? r.text).toMatch(/not found|outside/i);
+    expect(r.error).toBe(message(path.join(root, "link-dir-out")));
+  });
+
+  it("ls of a path outside says it is outside, not that it is missing", async () => {
+    expect((await runTool(tools().ls, { path: "/etc" })).error).toBe(message("/etc"));
+    expect((await runTool(tools().ls, { path: "missing-dir" })).error).toBe(`Path not found: ${path.join(root, "missing-dir")}`);
   });
 });

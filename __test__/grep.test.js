@@ -96,9 +96,12 @@ describe("deliberate improvements and safety", () => {
     rmSync(outside, { recursive: true, force: true });
   });
 
-  it("refuses paths outside the bound root as not found", async () => {
+  it("refuses paths outside the bound root as outside; a missing one inside is not found", async () => {
     const tool = createGrepTool(repo, { fs: createBoundFs(path.join(repo, "plain")) });
-    await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(`Path not found: ${repo}`);
+    await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(`path "${repo}" is outside workspace`);
+    await expect(tool.execute("t", { pattern: "x", path: "/etc" })).rejects.toThrow('path "/etc" is outside workspace');
+    const missing = path.join(repo, "plain", "missing");
+    await expect(tool.execute("t", { pattern: "x", path: missing })).rejects.toThrow(`Path not found: ${missing}`);
     const fs = createBoundFs(path.join(repo, "plain"));
     expect(await fs.grep.isDirectory(path.join(repo, "plain"))).toBe(true);
     await expect(fs.grep.isDirectory(repo)).rejects.toThrow("outside workspace");

@@ -119,7 +119,9 @@ export function createBoundFs(root, options = {}) {
       access: async (p) => sync(() => bound.access(checkPath(p), "rw")),
     },
     ls: {
-      exists: async (p) => bound.exists(checkPath(p)),
+      // false for a missing path; an outside one rejects with the refusal, so the model reads
+      // `path "…" is outside workspace` (as from read/write/edit/find), not `Path not found`.
+      exists: async (p) => bound.exists(checkPath(p)) || native.findExists(bound, p).catch(nodeError),
       stat,
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: async (p) => {

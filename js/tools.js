@@ -5,6 +5,31 @@ import { createBoundFs } from "./fs.js";
 import { createGrepTool, createGrepToolDefinition } from "./grep.js";
 import { requirePi } from "./pi.js";
 
+/**
+ * pi words the find limit notice shorter when it runs custom operations (`[4 results limit reached]`)
+ * than over fd (`[4 results limit reached. Use limit=8 for more, or refine pattern]`); the model gets
+ * stock pi's text, which tells it how to ask for more.
+ */
+function withStockLimitNotice(tool) {
+  const execute = tool.execute;
+  return {
+    ...tool,
+    async execute(...args) {
+      const result = await execute.apply(tool, args);
+      const limit = result?.details?.resultLimitReached;
+      const part = result?.content?.[0];
+      if (typeof limit !== "number" || part?.type !== "text") return result;
+      const short = `\n\n[${limit} results limit reached`;
+      const at = part.text.lastIndexOf(short);
+      const end = at + short.length;
+      // A pi that already gives the longer text is left alone.
+      if (at < 0 || part.text.startsWith(". Use limit=", end)) return result;
+      const text = `${part.text.slice(0, end)}. Use limit=${limit * 2} for more, or refine pattern${part.text.slice(end)}`;
+      return { ...result, content: [{ ...part, text }, ...result.content.slice(1)] };
+    },
+  };
+}
+
 function wire(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
@@ -20,7 +45,7 @@ function wire(cwd, options, kind) {
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
     grep: (kind === "Tool" ? createGrepTool : createGrepToolDefinition)(cwd, { fs }),
-    find: make("Find")(cwd, { operations: fs.find }),
+    find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };
 }
