@@ -1,7 +1,7 @@
 // The loader as a user's install sees it: the package's JS files copied into a temporary package
 // directory (no repo, no node_modules of ours), loaded by a child node process.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -185,5 +185,27 @@ describe("pi loading", () => {
     expect(child.status, child.stderr).toBe(0);
     const message = JSON.parse(child.stdout.trim().split("\n").pop());
     expect(message).toMatch(/^pi-native-ops: this needs pi-coding-agent, and none could be loaded:\n {2}no-such-pi: Cannot find package 'no-such-pi'\n/);
+  });
+});
+
+describe("module structure", () => {
+  it("the JS modules import each other without cycles, argument checks from js/args.js", () => {
+    const dir = join(repo, "js");
+    const imports = {};
+    for (const file of readdirSync(dir).filter((name) => name.endsWith(".js"))) {
+      const source = readFileSync(join(dir, file), "utf8");
+      imports[file] = [...source.matchAll(/^import .* from "\.\/([\w-]+\.js)";$/gm)].map((m) => m[1]);
+    }
+    const cycle = (file, path = []) => {
+      if (path.includes(file)) return [...path, file];
+      for (const next of imports[file] ?? []) {
+        const found = cycle(next, [...path, file]);
+        if (found) return found;
+      }
+      return null;
+    };
+    for (const file of Object.keys(imports)) expect(cycle(file), file).toBeNull();
+    expect(imports["args.js"]).toEqual([]);
+    for (const file of ["fs.js", "find.js", "grep.js", "bash.js", "tools.js"]) expect(imports[file], file).toContain("args.js");
   });
 });

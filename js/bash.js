@@ -5,6 +5,7 @@
 import { accessSync, constants } from "node:fs";
 import { access } from "node:fs/promises";
 import { spawnSync } from "node:child_process";
+import { checkObject } from "./args.js";
 import { native } from "./native.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -81,9 +82,7 @@ function spawnError(err, shell) {
  * @param {{ shellPath?: string }} [options]
  */
 export function createBashOperations(options = {}) {
-  if (options === null || typeof options !== "object") {
-    throw new TypeError("createBashOperations: options must be an object");
-  }
+  checkObject(options, "createBashOperations: options");
   const { shellPath } = options;
   if (shellPath !== undefined && typeof shellPath !== "string") {
     throw new TypeError("createBashOperations: shellPath must be a string");

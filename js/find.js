@@ -2,8 +2,8 @@
 // with fd 10.5 semantics as pi 1.6.0 drives fd, so pi's find tool never spawns or downloads fd.
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
-// A cycle (fs.js imports this module), safe because these are only called at run time.
-import { checkPath, checkString, nodeError } from "./fs.js";
+import { checkPath, checkString } from "./args.js";
+import { nodeError } from "./fs.js";
 
 /** An absolute path argument, normalized. */
 const checkAbsolute = (p, what) => path.resolve(checkPath(p, what));

@@ -4,31 +4,10 @@
 import { createReadStream as streamFromFd } from "node:fs";
 import { constants as osConstants } from "node:os";
 import path from "node:path";
+import { checkObject, checkPath, registerBoundFs } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
-
-/** The native root behind a boundFs object (for find, grep and tool wiring; not public API). */
-const rootOf = new WeakMap();
-export function boundRootOf(fs) {
-  const root = fs && rootOf.get(fs);
-  if (!root) throw new TypeError("expected an object made by createBoundFs()");
-  return root;
-}
-
-/** Validates a string argument without NUL bytes (which no system call can take). */
-export function checkString(value, what) {
-  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
-  if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(value)}`);
-  return value;
-}
-
-/** Validates a path argument: an absolute string without NUL bytes. */
-export function checkPath(p, what = "path") {
-  checkString(p, what);
-  if (!path.isAbsolute(p)) throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(p)}`);
-  return p;
-}
 
 const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+)(?: '(.*)')?$/s;
 
@@ -55,7 +34,7 @@ export function createBoundFs(root, options = {}) {
   assertBoundedFsSupported("createBoundFs");
   if (typeof root !== "string" || root.length === 0) throw new TypeError("root must be a non-empty string");
   if (root.includes("\0")) throw new TypeError("root must not contain NUL bytes");
-  if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+  checkObject(options);
   const hostRoot = path.resolve(root);
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
@@ -130,7 +109,7 @@ export function createBoundFs(root, options = {}) {
       },
     },
   };
-  rootOf.set(fs, bound);
+  registerBoundFs(fs, bound);
   fs.find = createFindOperations(bound, fs);
   fs.grep = createGrepOperations(bound, fs);
   return fs;

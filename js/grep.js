@@ -5,8 +5,7 @@ import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { requirePi } from "./pi.js";
-// Circular import (js/fs.js imports this module): these are used only inside functions.
-import { boundRootOf } from "./fs.js";
+import { boundRootOf, checkObject, checkOptional } from "./args.js";
 
 const DEFAULT_LIMIT = 100;
 const MAX_BYTES = 50 * 1024;
@@ -28,12 +27,6 @@ function resolveToCwd(p, cwd) {
   if (s === "~") s = homedir();
   else if (s.startsWith("~/")) s = path.join(homedir(), s.slice(2));
   return path.isAbsolute(s) ? path.normalize(s) : path.resolve(cwd, s);
-}
-
-function checkOptional(value, type, name) {
-  if (value !== undefined && value !== null && typeof value !== type) {
-    throw new TypeError(`${name} must be a ${type}, got ${typeof value}`);
-  }
 }
 
 /** Runs the native search; rejects with `Operation aborted` as soon as `signal` fires. */
@@ -87,7 +80,7 @@ function request(params, searchPath, storeCap) {
  */
 export async function grep(options) {
   assertBoundedFsSupported("grep");
-  if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+  checkObject(options);
   const bound = options.fs ? boundRootOf(options.fs) : null;
   checkOptional(options.path, "string", "path");
   const cwd = options.cwd ?? options.fs?.runtimeRoot ?? process.cwd();

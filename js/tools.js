@@ -3,6 +3,7 @@
 import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepTool, createGrepToolDefinition } from "./grep.js";
+import { checkObject } from "./args.js";
 import { requirePi } from "./pi.js";
 
 /**
@@ -32,7 +33,7 @@ function withStockLimitNotice(tool) {
 
 function wire(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
-  if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+  checkObject(options);
   const { module: pi } = requirePi();
   const { root = cwd, runtimeRoot, bash = {} } = options;
   const fs = createBoundFs(root, runtimeRoot === undefined ? {} : { runtimeRoot });
