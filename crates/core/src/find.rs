@@ -68,6 +68,11 @@ struct Pattern {
     tail: Option<Tail>,
 }
 
+/// Characters with a meaning in globset's glob syntax (wildcards, classes,
+/// alternations, escapes), and the separator: text free of them matches only
+/// itself.
+const GLOB_SPECIAL: [char; 8] = ['*', '?', '[', ']', '{', '}', '\\', '/'];
+
 /// The text after a glob's last metacharacter or `/`: a match's last
 /// component ends with it. globset folds case in ASCII only (`(?-u)(?i)`),
 /// so an ASCII-insensitive comparison answers exactly as its regex would.
@@ -79,9 +84,7 @@ struct Tail {
 
 impl Tail {
     fn of(glob: &str, ignore_case: bool) -> Option<Tail> {
-        let start = glob
-            .rfind(['*', '?', '[', ']', '{', '}', '\\', '/'])
-            .map_or(0, |i| i + 1);
+        let start = glob.rfind(GLOB_SPECIAL).map_or(0, |i| i + 1);
         let bytes = glob.as_bytes()[start..].to_vec();
         (!bytes.is_empty()).then_some(Tail { bytes, ignore_case })
     }
@@ -185,9 +188,7 @@ impl Prune {
             let literal_name = g
                 .strip_prefix("**/")
                 .and_then(|rest| rest.strip_suffix("/**"))
-                .filter(|n| {
-                    !n.is_empty() && !n.contains(['*', '?', '[', ']', '{', '}', '\\', '/'])
-                });
+                .filter(|n| !n.is_empty() && !n.contains(GLOB_SPECIAL));
             if let Some(name) = literal_name {
                 names.push(OsString::from(name));
                 continue;

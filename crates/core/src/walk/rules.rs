@@ -335,10 +335,12 @@ fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
 /// A matcher for an ignore file's text (given paths relative to the file's
 /// directory). Compiled matchers are kept for the process, keyed by the
 /// text itself (so never stale): an agent searches the same tree again and
-/// again, and compiling is a good part of a walk (6 ms for the kernel's 306
-/// `.gitignore` files), as is warming each matcher's lazy DFA.
+/// again, and compiling the matchers is a good part of a walk, as is warming
+/// each matcher's lazy DFA.
 fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
-    /// Text kept at most; past it the cache starts over.
+    /// Text kept at most; past it the cache starts over. Far more than a
+    /// large tree's ignore files hold, so only a process walking many
+    /// different trees starts over.
     const CACHED_BYTES: usize = 8 << 20;
     /// The text held, and the matchers by text.
     type Compiled = (usize, Option<HashMap<Vec<u8>, Arc<Gitignore>>>);

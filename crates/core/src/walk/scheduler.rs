@@ -76,8 +76,9 @@ struct Shared<'a, V: Visitor> {
     halt: Halt<'a>,
 }
 
-/// Finished outputs the threads may hold ahead of the sink (bounds memory
-/// when the sink waits on one long task).
+/// Finished tasks whose outputs the threads may hold ahead of the sink:
+/// bounds memory when the sink waits on one long task, while leaving the
+/// threads thousands of directories or runs of files to work ahead on.
 const AHEAD: usize = 4096;
 /// Files per task for searching visitors: small, so a search that ends in
 /// its first files searches few past them.
@@ -126,13 +127,16 @@ pub fn walk<V: Visitor>(
     });
 }
 
-/// Threads per walk: one per core (at most 8) besides the calling thread,
-/// which waits whenever another thread holds the task it needs next; the
-/// extra thread keeps every core busy then (a fifth less time on the
-/// kernel tree with 2 cores).
+/// Cores a walk uses at most, so one walk does not take every core of a
+/// large machine (each thread also holds its own buffers and searcher).
+const MAX_CORES: usize = 8;
+
+/// Threads per walk: one per core (at most `MAX_CORES`) besides the calling
+/// thread, which waits whenever another thread holds the task it needs next;
+/// the extra thread keeps every core busy then.
 fn threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.clamp(1, 8) + 1
+    cores.clamp(1, MAX_CORES) + 1
 }
 
 impl<V: Visitor> Shared<'_, V> {
