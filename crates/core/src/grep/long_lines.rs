@@ -255,7 +255,12 @@ mod tests {
     use super::*;
 
     fn run(pattern: &str, data: &[u8], context: u64) -> Vec<(u64, String, bool)> {
-        let engine = Engine::new(pattern, false, false, context, 100).unwrap();
+        let options = super::super::search::EngineOptions {
+            context,
+            limit: 100,
+            ..Default::default()
+        };
+        let engine = Engine::new(pattern, options).unwrap();
         let stream = StreamMatcher::new(pattern, false, false).unwrap();
         search(&engine, &stream, data, true, &|| false)
             .unwrap()

@@ -23,7 +23,7 @@ use crate::walk::{self, Entry, Kind, Rules, Visitor};
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-use search::{Engine, Hit, Worker};
+use search::{Engine, EngineOptions, Hit, Worker};
 use text::Collector;
 
 /// Why a search failed.
@@ -110,10 +110,12 @@ pub fn run(
 ) -> Result<Outcome, GrepError> {
     let engine = Engine::new(
         &query.pattern,
-        query.ignore_case,
-        query.literal,
-        query.context,
-        query.limit,
+        EngineOptions {
+            ignore_case: query.ignore_case,
+            literal: query.literal,
+            context: query.context,
+            limit: query.limit,
+        },
     )?;
     let mut collector = Collector::new(query.limit, query.context, query.store_cap);
     match target {

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::AsFd;
 use std::sync::OnceLock;
 
 use grep_matcher::{LineTerminator, Matcher};
@@ -14,13 +15,18 @@ use grep_searcher::{
 use super::long_lines::{self, StreamMatcher};
 use super::text::{show_line, Shown};
 use super::GrepError;
+use crate::sys::read_full;
 
 /// Largest line the searcher buffers. A longer line (or a context window that
 /// does not fit) makes the searcher fail, and the file is searched again by
-/// `long_lines`, which never holds a whole line.
+/// `long_lines`, which never holds a whole line. Bounds what one search
+/// thread's buffer grows to, while lines of a few MiB (minified bundles) stay
+/// on the searcher's path.
 pub const HEAP_LIMIT: usize = 8 << 20;
 
-/// Walked files up to this size are read whole.
+/// Walked files up to this size are read whole, in two reads (the data, then
+/// the end) instead of the searcher's three: most source files fit, and the
+/// buffer, one per search thread, stays small.
 const WHOLE_FILE: usize = 256 << 10;
 
 /// rg's for walked files: the search stops at the first NUL byte.
@@ -84,6 +90,19 @@ impl Limiter {
     }
 }
 
+/// How a pattern is matched, and how much of each file is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Case-insensitive matching (rg `-i`).
+    pub ignore_case: bool,
+    /// The pattern is a literal string, not a regex (rg `-F`).
+    pub literal: bool,
+    /// Lines kept before and after each match.
+    pub context: u64,
+    /// Matches kept per file (at least one).
+    pub limit: u64,
+}
+
 /// The compiled query, shared by all search threads.
 pub struct Engine {
     pattern: String,
@@ -112,13 +131,13 @@ fn rg_error_text(msg: String) -> String {
 }
 
 impl Engine {
-    pub fn new(
-        pattern: &str,
-        ignore_case: bool,
-        literal: bool,
-        context: u64,
-        limit: u64,
-    ) -> Result<Engine, GrepError> {
+    pub fn new(pattern: &str, options: EngineOptions) -> Result<Engine, GrepError> {
+        let EngineOptions {
+            ignore_case,
+            literal,
+            context,
+            limit,
+        } = options;
         // rg's `matcher_rust` for `--json -n [-i] [-F]` without multiline.
         let matcher = RegexMatcherBuilder::new()
             .multi_line(true)
@@ -193,7 +212,7 @@ impl Engine {
     pub fn search_walked(
         &self,
         worker: &mut Worker,
-        mut file: &File,
+        file: &File,
         halted: &dyn Fn() -> bool,
     ) -> Vec<Hit> {
         let Worker {
@@ -201,18 +220,10 @@ impl Engine {
             buf,
             matcher,
         } = worker;
-        let mut filled = 0;
-        let whole = loop {
-            if filled == buf.len() {
-                break false;
-            }
-            match file.read(&mut buf[filled..]) {
-                Ok(0) => break true,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Vec::new(),
-            }
+        let Ok(filled) = read_full(file.as_fd(), buf) else {
+            return Vec::new();
         };
+        let whole = filled < buf.len();
         let head = &buf[..filled];
         let mut sink = Collect {
             hits: Vec::new(),
@@ -355,13 +366,27 @@ mod tests {
 
     #[test]
     fn regex_errors_read_like_rg() {
-        let Err(GrepError::Pattern(msg)) = Engine::new("foo(", false, false, 0, 1) else {
+        let Err(GrepError::Pattern(msg)) = Engine::new(
+            "foo(",
+            EngineOptions {
+                limit: 1,
+                ..EngineOptions::default()
+            },
+        ) else {
             panic!("expected an error");
         };
         assert_eq!(
             msg,
             "regex parse error:\n    (?:foo()\n    ^\nerror: unclosed group"
         );
-        assert!(Engine::new("foo(", false, true, 0, 1).is_ok());
+        assert!(Engine::new(
+            "foo(",
+            EngineOptions {
+                literal: true,
+                limit: 1,
+                ..EngineOptions::default()
+            }
+        )
+        .is_ok());
     }
 }
