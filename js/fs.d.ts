@@ -38,7 +38,7 @@ export interface BoundEditOperations {
   access(absolutePath: string): Promise<void>;
 }
 
-/** pi's `LsOperations`, bounded; `exists` is false for missing and for outside paths. */
+/** pi's `LsOperations`, bounded; `exists` is false for a missing path and rejects with the refusal for an outside one. */
 export interface BoundLsOperations {
   exists(absolutePath: string): Promise<boolean>;
   stat(absolutePath: string): Promise<BoundStats>;

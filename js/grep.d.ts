@@ -1,4 +1,5 @@
 import type { BoundFs } from "./fs.js";
+import type { Pi } from "./pi.js";
 
 /** pi's GrepOperations, bounded: `isDirectory` throws for missing or outside paths. */
 export interface BoundGrepOperations {
@@ -49,6 +50,9 @@ export interface GrepToolFactoryOptions {
 }
 
 /** pi's grep ToolDefinition from the installed pi, with a native execute. */
-export declare function createGrepToolDefinition(cwd: string, options?: GrepToolFactoryOptions): any;
+export declare function createGrepToolDefinition(
+  cwd: string,
+  options?: GrepToolFactoryOptions,
+): ReturnType<Pi["createGrepToolDefinition"]>;
 /** pi's grep AgentTool from the installed pi, with a native execute. */
-export declare function createGrepTool(cwd: string, options?: GrepToolFactoryOptions): any;
+export declare function createGrepTool(cwd: string, options?: GrepToolFactoryOptions): ReturnType<Pi["createGrepTool"]>;

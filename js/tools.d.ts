@@ -1,4 +1,5 @@
 import type { NativeBashOptions } from "./bash.js";
+import type { BashSpawnHook, Pi } from "./pi.js";
 
 export interface NativeToolsOptions {
   /** Host directory the file tools are bounded to. Default: `cwd`. */
@@ -6,21 +7,32 @@ export interface NativeToolsOptions {
   /** Absolute path the agent sees for `root` (e.g. `/workspace`). Default: `root`. */
   runtimeRoot?: string;
   /** `shellPath` for the native exec, plus pi's bash tool options (`spawnHook`, `commandPrefix`). */
-  bash?: NativeBashOptions & { spawnHook?: (context: any) => any; commandPrefix?: string };
+  bash?: NativeBashOptions & { spawnHook?: BashSpawnHook; commandPrefix?: string };
 }
 
-/** pi's tool objects (AgentTool), typed loosely so both supported pi versions fit. */
-export interface NativeTools<T = any> {
-  read: T;
-  bash: T;
-  edit: T;
-  write: T;
-  grep: T;
-  find: T;
-  ls: T;
+/** pi's tool objects (AgentTool), each as the installed pi's own factory types it. */
+export interface NativeTools {
+  read: ReturnType<Pi["createReadTool"]>;
+  bash: ReturnType<Pi["createBashTool"]>;
+  edit: ReturnType<Pi["createEditTool"]>;
+  write: ReturnType<Pi["createWriteTool"]>;
+  grep: ReturnType<Pi["createGrepTool"]>;
+  find: ReturnType<Pi["createFindTool"]>;
+  ls: ReturnType<Pi["createLsTool"]>;
+}
+
+/** pi's tool definitions (ToolDefinition), for `registerTool` or `createAgentSession({ customTools })`. */
+export interface NativeToolDefinitions {
+  read: ReturnType<Pi["createReadToolDefinition"]>;
+  bash: ReturnType<Pi["createBashToolDefinition"]>;
+  edit: ReturnType<Pi["createEditToolDefinition"]>;
+  write: ReturnType<Pi["createWriteToolDefinition"]>;
+  grep: ReturnType<Pi["createGrepToolDefinition"]>;
+  find: ReturnType<Pi["createFindToolDefinition"]>;
+  ls: ReturnType<Pi["createLsToolDefinition"]>;
 }
 
 /** Like pi's `createAllTools(cwd)`, each tool on native operations. */
 export declare function createNativeTools(cwd: string, options?: NativeToolsOptions): NativeTools;
 /** Like pi's `createAllToolDefinitions(cwd)`, for extensions that call `registerTool`. */
-export declare function createNativeToolDefinitions(cwd: string, options?: NativeToolsOptions): NativeTools;
+export declare function createNativeToolDefinitions(cwd: string, options?: NativeToolsOptions): NativeToolDefinitions;
