@@ -44,10 +44,15 @@ export declare class BoundRoot {
   writeFile(path: string, content: string | Buffer): Promise<void>
 }
 
-/** A cancel flag a running search polls; `abort()` stops it promptly. */
+/**
+ * A cancel flag a running search polls; `abort()` stops it promptly.
+ * `filesSearched` tells how far the search got (final once it has settled).
+ */
 export declare class GrepAbort {
   constructor()
   abort(): void
+  /** How many files the search has begun to read. */
+  get filesSearched(): number
 }
 
 /**

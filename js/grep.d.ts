@@ -41,7 +41,11 @@ export interface GrepResult {
   linesTruncated: boolean;
 }
 
-/** Searches file contents in-process with ripgrep semantics; stable order, no rg binary. */
+/**
+ * Searches file contents in-process with ripgrep semantics; stable order, no rg binary.
+ * When `signal` aborts, rejects with `Operation aborted` once the native search has stopped; the error's
+ * `filesSearched` is how many files it had begun to read.
+ */
 export declare function grep(options: GrepOptions): Promise<GrepResult>;
 
 export interface GrepToolFactoryOptions {

@@ -29,21 +29,33 @@ function resolveToCwd(p, cwd) {
   return path.isAbsolute(s) ? path.normalize(s) : path.resolve(cwd, s);
 }
 
-/** Runs the native search; rejects with `Operation aborted` as soon as `signal` fires. */
+/** `Operation aborted`, with how many files the native search had begun to read when it stopped. */
+function abortedError(filesSearched) {
+  return Object.assign(new Error("Operation aborted"), { filesSearched });
+}
+
+/**
+ * Runs the native search. When `signal` fires the search is told to stop, and the promise rejects with
+ * `Operation aborted` only once the native task has ended, so no search outlives its settled promise.
+ */
 function runSearch(bound, request, signal) {
-  if (signal?.aborted) return Promise.reject(new Error("Operation aborted"));
+  if (signal?.aborted) return Promise.reject(abortedError(0));
   const abort = new native.GrepAbort();
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      abort.abort();
-      reject(new Error("Operation aborted"));
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-    native
-      .grepSearch(bound, request, abort)
-      .then(resolve, (err) => reject(new Error(err.message)))
-      .finally(() => signal?.removeEventListener("abort", onAbort));
-  });
+  const onAbort = () => abort.abort();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  return native
+    .grepSearch(bound, request, abort)
+    .then(
+      (out) => {
+        if (signal?.aborted) throw abortedError(abort.filesSearched);
+        return out;
+      },
+      (err) => {
+        if (signal?.aborted) throw abortedError(abort.filesSearched);
+        throw new Error(err.message);
+      },
+    )
+    .finally(() => signal?.removeEventListener("abort", onAbort));
 }
 
 /** Validates tool-style parameters and builds the native request for an absolute search path. */

@@ -1,7 +1,7 @@
 //! napi binding of the in-process grep (`pi_native_ops_core::grep`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::AsyncTask;
@@ -14,9 +14,11 @@ use pi_native_ops_core::grep::{self, GrepError, Opener, PlainFs, Query, Target};
 use pi_native_ops_core::root::Root;
 
 /// A cancel flag a running search polls; `abort()` stops it promptly.
+/// `filesSearched` tells how far the search got (final once it has settled).
 #[napi]
 pub struct GrepAbort {
     flag: Arc<AtomicBool>,
+    searched: Arc<AtomicU64>,
 }
 
 #[napi]
@@ -26,12 +28,19 @@ impl GrepAbort {
     pub fn new() -> Self {
         GrepAbort {
             flag: Arc::new(AtomicBool::new(false)),
+            searched: Arc::new(AtomicU64::new(0)),
         }
     }
 
     #[napi]
     pub fn abort(&self) {
         self.flag.store(true, Ordering::Relaxed);
+    }
+
+    /// How many files the search has begun to read.
+    #[napi(getter)]
+    pub fn files_searched(&self) -> f64 {
+        self.searched.load(Ordering::Relaxed) as f64
     }
 }
 
@@ -105,6 +114,7 @@ pub fn grep_search(
 ) -> AsyncTask<Blocking<GrepResult>> {
     let root = root.map(|r| r.root.clone());
     let cancel = abort.flag.clone();
+    let searched = abort.searched.clone();
     blocking(move || {
         let target = target(root.as_deref(), &options.path, options.display_name)?;
         let query = Query {
@@ -120,7 +130,7 @@ pub fn grep_search(
             Some(root) => root.as_ref(),
             None => &PlainFs,
         };
-        let out = grep::run(&target, &query, opener, &cancel).map_err(|e| match e {
+        let out = grep::run(&target, &query, opener, &cancel, &searched).map_err(|e| match e {
             GrepError::Pattern(msg) | GrepError::Glob(msg) => {
                 Error::from_reason(format!("rg: {msg}"))
             }

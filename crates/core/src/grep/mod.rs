@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ignore::overrides::{Override, OverrideBuilder};
@@ -101,12 +101,15 @@ fn root_io(e: crate::root::FsError) -> io::Error {
     }
 }
 
-/// Runs the search. `cancel` may be raised from any thread.
+/// Runs the search. `cancel` may be raised from any thread. `searched`
+/// counts the files whose contents the search began to read, so a caller can
+/// see how far a cancelled search got.
 pub fn run(
     target: &Target,
     query: &Query,
     opener: &dyn Opener,
     cancel: &AtomicBool,
+    searched: &AtomicU64,
 ) -> Result<Outcome, GrepError> {
     let engine = Engine::new(
         &query.pattern,
@@ -123,6 +126,7 @@ pub fn run(
             let name: Arc<str> = Arc::from(name.as_str());
             let halted = || cancel.load(Ordering::Relaxed);
             if let Ok(file) = opener.open_named(path) {
+                searched.fetch_add(1, Ordering::Relaxed);
                 let mut searcher = engine.searcher(false);
                 for hit in engine.search_file(&mut searcher, &file, false, &halted) {
                     collector.line(0, &name, hit.number, &hit.shown, hit.is_match);
@@ -134,7 +138,10 @@ pub fn run(
             // A directory that cannot be opened has nothing to search, as with rg.
             if let Ok(start) = opener.open_dir(dir) {
                 let rules = Rules::new(dir, overrides);
-                let visitor = Searching { engine: &engine };
+                let visitor = Searching {
+                    engine: &engine,
+                    searched,
+                };
                 let mut file = 0;
                 walk::walk(start, &rules, &visitor, cancel, |(rel, hits)| {
                     for hit in &hits {
@@ -169,6 +176,7 @@ fn overrides(glob: Option<&str>) -> Result<Option<Override>, GrepError> {
 /// The walk's visitor: searches each file, keeping those with lines to show.
 struct Searching<'a> {
     engine: &'a Engine,
+    searched: &'a AtomicU64,
 }
 
 impl Visitor for Searching<'_> {
@@ -191,6 +199,7 @@ impl Visitor for Searching<'_> {
             return None;
         }
         let file = entry.open().ok()?;
+        self.searched.fetch_add(1, Ordering::Relaxed);
         let hits = self.engine.search_walked(worker, &file, &|| entry.halted());
         if hits.is_empty() {
             return None;

@@ -9,6 +9,16 @@ fn query(pattern: &str) -> Query {
     }
 }
 
+/// `super::run` for tests that do not look at the files-searched count.
+fn run(
+    target: &Target,
+    query: &Query,
+    opener: &dyn Opener,
+    cancel: &AtomicBool,
+) -> Result<Outcome, GrepError> {
+    super::run(target, query, opener, cancel, &AtomicU64::new(0))
+}
+
 fn lines(out: &Outcome) -> Vec<String> {
     out.lines
         .iter()
@@ -107,6 +117,30 @@ fn limit_stops_early_and_abort_is_reported() {
         run(&target, &q, &PlainFs, &cancel).unwrap_err(),
         GrepError::Aborted
     );
+}
+
+#[test]
+fn counts_the_files_it_searched() {
+    let t = tempfile::tempdir().unwrap();
+    for i in 0..50 {
+        fs::write(t.path().join(format!("f{i:02}.txt")), "no match here\n").unwrap();
+    }
+    fs::write(t.path().join(".gitignore"), "f4*\n").unwrap();
+    let target = Target::Dir(t.path().to_path_buf());
+    let cancel = AtomicBool::new(false);
+    let searched = AtomicU64::new(0);
+    super::run(&target, &query("needle"), &PlainFs, &cancel, &searched).unwrap();
+    // The 40 files not ignored, and .gitignore (hidden files are searched, as pi's rg --hidden does).
+    assert_eq!(searched.load(Ordering::Relaxed), 41);
+    let named = Target::File(t.path().join("f00.txt"), "f00.txt".into());
+    let searched = AtomicU64::new(0);
+    super::run(&named, &query("needle"), &PlainFs, &cancel, &searched).unwrap();
+    assert_eq!(searched.load(Ordering::Relaxed), 1);
+    cancel.store(true, Ordering::Relaxed);
+    let searched = AtomicU64::new(0);
+    let err = super::run(&target, &query("needle"), &PlainFs, &cancel, &searched).unwrap_err();
+    assert_eq!(err, GrepError::Aborted);
+    assert_eq!(searched.load(Ordering::Relaxed), 0);
 }
 
 #[test]
