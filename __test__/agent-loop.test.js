@@ -71,7 +71,7 @@ function tree(dir, base = dir, out = {}) {
   return out;
 }
 
-// The model's turns: each is one tool call; escapes are marked so their results are judged apart.
+// The model's turns: each is one tool call; escapes are marked "escape" so their results are judged apart.
 const SCRIPT = [
   ["read", { path: "README.md" }],
   ["ls", { path: "." }],
@@ -202,8 +202,8 @@ describe(`pi's agent loop (${piName}): native tools against stock tools`, () => 
 
   it("gives the model the same tool results as stock pi", () => {
     const searches = new Set(["find", "grep"]);
-    SCRIPT.forEach(([name, args, escape], i) => {
-      if (escape) return;
+    SCRIPT.forEach(([name, args, outside], i) => {
+      if (outside) return;
       // Without fd and rg on this machine stock find and grep cannot run; their texts are checked below.
       if (!searchBin && searches.has(name)) return;
       const label = `call ${i + 1}: ${name} ${JSON.stringify(args)}`;
@@ -246,8 +246,8 @@ describe(`pi's agent loop (${piName}): native tools against stock tools`, () => 
   });
 
   it("refuses escapes through every tool with the workspace refusal", () => {
-    SCRIPT.forEach(([name, args, escape], i) => {
-      if (!escape) return;
+    SCRIPT.forEach(([name, args, outside], i) => {
+      if (!outside) return;
       const target = args.path;
       expect(native.results[i], `call ${i + 1}: ${name} ${JSON.stringify(args)}`).toEqual({
         tool: name,

@@ -1,6 +1,7 @@
 // Runs inside a fresh temporary project that installed pi-native-ops and its linux-x64-gnu package
 // from their npm tarballs (scripts/pack-test.sh). It checks what a user gets: the addon loads from the
-// platform package, and the Operations plug into pi's own tools.
+// platform package, the Operations plug into pi's own tools, and a CommonJS project can require() it.
+import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -68,6 +69,17 @@ describe(`pi-native-ops installed from tarballs, with ${piName}`, () => {
       expect(textOf(await tools.find.execute("call-7", { pattern: "*.txt" }))).toContain("hello.txt");
       const found = textOf(await tools.grep.execute("call-8", { pattern: "from the" }));
       expect(found).toContain("hello.txt:1: hello from the workspace");
+    });
+  });
+
+  it("a CommonJS project require()s the package and uses it with pi", () => {
+    const child = spawnSync(process.execPath, ["cjs-consumer.cjs"], { encoding: "utf8", timeout: 60_000 });
+    expect(child.status, child.stderr).toBe(0);
+    expect(JSON.parse(child.stdout.trim().split("\n").pop())).toEqual({
+      read: "hello from CommonJS\n",
+      found: ["/hello.txt"],
+      grep: "hello.txt:1: hello from CommonJS",
+      ls: 'path "/etc" is outside workspace',
     });
   });
 

@@ -11,7 +11,17 @@ const problems = [];
 const paths = (pack) => pack.files.map((file) => file.path);
 
 // Main package: the JS loader and wrappers, typings, nothing from the build or the test suite.
-const MAIN_REQUIRED = ["package.json", "index.js", "index.d.ts", "native.cjs", "native.d.ts", "js/native.js", "js/pi.js"];
+const MAIN_REQUIRED = [
+  "package.json",
+  "index.js",
+  "index.d.ts",
+  "native.cjs",
+  "native.d.ts",
+  "js/native.js",
+  "js/pi.js",
+  "js/pi.d.ts",
+  "js/args.js",
+];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],
   [/^target\//, "cargo's target/ directory"],

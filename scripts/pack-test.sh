@@ -6,8 +6,9 @@
 #      then `npm pack` the main package and npm/linux-x64-gnu;
 #   3. check the tarballs' contents (scripts/pack-check.js) and report their sizes;
 #   4. install both tarballs into a fresh temporary project (pack-test/) together with pi, vitest and
-#      typescript from the registry, type-check it against both pi versions and run its vitest suite:
-#      Node 20 + @mariozechner/pi-coding-agent, and Node 22 + @earendil-works/pi-coding-agent.
+#      typescript from the registry, type-check it against both pi versions and run its vitest suite
+#      (ESM, plus a CommonJS consumer it runs as a child): Node 20 + @mariozechner/pi-coding-agent, and
+#      Node 22 + @earendil-works/pi-coding-agent.
 # Usage: bash scripts/pack-test.sh   (PACK_TEST_KEEP=1 keeps the scratch directory; PACK_TEST_NODE22=<node>)
 # Ends with one summary line, "pack-test: PASS ..." or "pack-test: FAIL ...", and exits non-zero on failure.
 set -euo pipefail
@@ -89,7 +90,7 @@ node "$repo/scripts/pack-check.js" "$work/main-pack.json" "$work/platform-pack.j
 
 step="npm install into a fresh project"
 echo "pack-test: $step ($work/app)"
-cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js} "$work/app/"
+cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js,cjs-consumer.cjs} "$work/app/"
 # Only the registry and the two tarballs: nothing of the repo's node_modules is visible from $work/app.
 (cd "$work/app" && run install npm install --no-audit --no-fund --prefer-offline "$main_tgz" "$platform_tgz")
 

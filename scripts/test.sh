@@ -26,6 +26,9 @@ for target in x86_64-apple-darwin x86_64-pc-windows-msvc; do
   fi
 done
 
+step "biome ci: JS/TS lint and format check (npm run format rewrites)"
+npx biome ci .
+
 step "TypeScript type tests (both pi versions)"
 npx tsc -p __test__/types/tsconfig.json
 

@@ -1,7 +1,7 @@
 // Each member of pi-native-ops is assignable to the Operations interfaces of both supported pi
 // versions, and both versions' tool factories take them (checked by `tsc --noEmit`, never run).
-import * as legacy from "@mariozechner/pi-coding-agent";
-import * as current from "@earendil-works/pi-coding-agent";
+import type * as legacy from "@mariozechner/pi-coding-agent";
+import type * as current from "@earendil-works/pi-coding-agent";
 import { createBashOperations, createBoundFs } from "pi-native-ops";
 
 const fs = createBoundFs("/tmp/workspace", { runtimeRoot: "/workspace" });

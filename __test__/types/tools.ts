@@ -1,6 +1,6 @@
 // The tool factories are typed with the installed pi's own types (not `any`): each result is what pi's
 // own factory for that tool returns.
-import * as current from "@earendil-works/pi-coding-agent";
+import type * as current from "@earendil-works/pi-coding-agent";
 import { createGrepTool, createGrepToolDefinition, createNativeToolDefinitions, createNativeTools } from "pi-native-ops";
 
 const definitions = createNativeToolDefinitions("/workspace", { bash: { spawnHook: (context) => ({ ...context, command: `set -e; ${context.command}` }) } });
