@@ -47,7 +47,7 @@ if (searchBin) process.env.PATH = `${searchBin}${path.delimiter}${process.env.PA
 
 const { pi, piName, isPi1 } = await import("./helpers/pi.js");
 const ai = await import(isPi1 ? "@earendil-works/pi-ai" : "@mariozechner/pi-ai");
-const { createNativeToolDefinitions } = await import("../index.js");
+const { createNativeToolDefinitions, createNativeTools } = await import("../index.js");
 
 const TOOLS = ["read", "bash", "edit", "write", "grep", "find", "ls"];
 
@@ -254,6 +254,16 @@ describe(`pi's agent loop (${piName}): native tools against stock tools`, () => 
     expect(native.results[i].text).toBe(
       "src/a.ts\nsrc/b.ts\nsrc/c.ts\nsrc/lib/d.ts\n\n[4 results limit reached. Use limit=8 for more, or refine pattern]",
     );
+  });
+
+  it("gives the same find notice from createNativeTools' AgentTool, and none below the limit", async () => {
+    const cwd = path.join(scratch, "native");
+    const find = createNativeTools(cwd).find;
+    const text = async (params) => (await find.execute("t", params)).content[0].text;
+    expect(await text({ pattern: "*.ts", limit: 1 })).toBe(
+      "src/a.ts\n\n[1 results limit reached. Use limit=2 for more, or refine pattern]",
+    );
+    expect(await text({ pattern: "*.ts", path: "src/lib", limit: 3 })).toBe("d.ts\ne.ts");
   });
 
   it("gives pi 1.6.0's grep text on both pi versions, files in path order", () => {
