@@ -65,18 +65,6 @@ function envEntries(env) {
   return entries;
 }
 
-/** Node-style spawn error from the native "<CODE>: <description>" message. */
-function spawnError(err, shell) {
-  const code = /^([A-Z0-9]+):/.exec(err?.message ?? "")?.[1];
-  if (!code) return err;
-  const error = new Error(`spawn ${shell} ${code}`);
-  error.code = code;
-  error.syscall = `spawn ${shell}`;
-  error.path = shell;
-  error.cause = err;
-  return error;
-}
-
 /**
  * Native BashOperations for pi's `createBashTool(cwd, { operations })`.
  * @param {{ shellPath?: string }} [options]
@@ -146,9 +134,10 @@ export function createBashOperations(options = {}) {
           else resolve({ exitCode: exitCode ?? null });
         };
         try {
+          // A failure to start is Node's `spawn <shell> <CODE>` error, shaped natively.
           execution = native.bashSpawn(request, onEvent);
         } catch (err) {
-          reject(spawnError(err, shell));
+          reject(err);
           return;
         }
         signal?.addEventListener("abort", onAbort, { once: true });

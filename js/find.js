@@ -3,7 +3,6 @@
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { checkPath, checkString } from "./args.js";
-import { nodeError } from "./fs.js";
 
 /** An absolute path argument, normalized. */
 const checkAbsolute = (p, what) => path.resolve(checkPath(p, what));
@@ -26,7 +25,7 @@ function search(bound, pattern, cwd, options) {
     checkString(pattern, "pattern");
     cwd = checkAbsolute(cwd, "cwd");
     const { ignore, limit } = checkOptions(options);
-    return native.findGlob(bound, pattern, cwd, ignore, limit).catch(nodeError);
+    return native.findGlob(bound, pattern, cwd, ignore, limit);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -37,7 +36,7 @@ export function createFindOperations(bound, _fs) {
   return {
     exists: (p) => {
       try {
-        return native.findExists(bound, checkAbsolute(p, "path")).catch(nodeError);
+        return native.findExists(bound, checkAbsolute(p, "path"));
       } catch (err) {
         return Promise.reject(err);
       }

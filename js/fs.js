@@ -1,30 +1,14 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
 // one workspace root (see src/root.rs for how that stays race-free). This layer only validates
-// arguments, maps runtime paths and shapes errors like Node's; all file work is native.
+// arguments and maps runtime paths; all file work is native, and errors come Node-shaped from the
+// binding (src/error.rs). access/stat/mkdir/readdirSmall are synchronous natively (a few syscalls):
+// called inside async functions, their throws become rejections, as pi's async contract wants.
 import { createReadStream as streamFromFd } from "node:fs";
-import { constants as osConstants } from "node:os";
 import path from "node:path";
 import { checkObject, checkPath, registerBoundFs } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
-
-const NODE_ERROR = /^(E[A-Z0-9]+): .*, (\w+)(?: '(.*)')?$/s;
-
-/** Gives a native error Node's shape (`code`, `errno`, `syscall`, `path`) and a JS stack. */
-export function nodeError(err) {
-  if (err instanceof TypeError) throw err; // our own argument checks
-  const e = new Error(err.message);
-  const m = NODE_ERROR.exec(err.message);
-  if (m) {
-    e.code = m[1];
-    e.errno = -(osConstants.errno[m[1]] ?? 0);
-    e.syscall = m[2];
-    if (m[3] !== undefined) e.path = m[3];
-  }
-  // Refusals carry no `code` on purpose: pi's edit tool then shows the model the message itself.
-  throw e;
-}
 
 /**
  * Path-bounded Operations for pi's tools. `root` is the host directory; `runtimeRoot` (default: `root`)
@@ -39,17 +23,9 @@ export function createBoundFs(root, options = {}) {
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
 
-  const readFile = async (p) => bound.readFile(checkPath(p)).catch(nodeError);
-  // access/exists/stat are synchronous natively (a few syscalls); wrapping keeps pi's async contract.
-  const sync = (call) => {
-    try {
-      return call();
-    } catch (err) {
-      return nodeError(err);
-    }
-  };
+  const readFile = async (p) => bound.readFile(checkPath(p));
   const stat = async (p) => {
-    const s = sync(() => bound.stat(checkPath(p)));
+    const s = bound.stat(checkPath(p));
     return {
       size: s.size,
       mtimeMs: s.mtimeMs,
@@ -64,12 +40,12 @@ export function createBoundFs(root, options = {}) {
     if (typeof content !== "string" && !Buffer.isBuffer(content)) {
       throw new TypeError(`content must be a string or Buffer, got ${typeof content}`);
     }
-    return bound.writeFile(p, content).catch(nodeError);
+    return bound.writeFile(p, content);
   };
 
   /** Streams the file as pi's own reader does: a regular file up to its size at open time. */
   async function* createReadStream(p, _options) {
-    const { fd, size, isFile } = await bound.openRead(checkPath(p)).catch(nodeError);
+    const { fd, size, isFile } = await bound.openRead(checkPath(p));
     const end = isFile && size > 0 ? size - 1 : undefined;
     const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: 64 * 1024, start: 0, end });
     try {
@@ -84,28 +60,28 @@ export function createBoundFs(root, options = {}) {
     runtimeRoot: path.resolve(runtimeRoot),
     read: {
       readFile,
-      access: async (p) => sync(() => bound.access(checkPath(p), "r")),
-      detectImageMimeType: async (p) => bound.detectImageMimeType(checkPath(p)).catch(nodeError),
+      access: async (p) => bound.access(checkPath(p), "r"),
+      detectImageMimeType: async (p) => bound.detectImageMimeType(checkPath(p)),
       createReadStream,
     },
     write: {
       writeFile,
-      mkdir: async (dir) => sync(() => bound.mkdir(checkPath(dir, "dir"))),
+      mkdir: async (dir) => bound.mkdir(checkPath(dir, "dir")),
     },
     edit: {
       readFile,
       writeFile,
-      access: async (p) => sync(() => bound.access(checkPath(p), "rw")),
+      access: async (p) => bound.access(checkPath(p), "rw"),
     },
     ls: {
       // false for a missing path; an outside one rejects with the refusal, so the model reads
       // `path "…" is outside workspace` (as from read/write/edit/find), not `Path not found`.
-      exists: async (p) => bound.exists(checkPath(p)) || native.findExists(bound, p).catch(nodeError),
+      exists: async (p) => bound.exists(checkPath(p)) || native.findExists(bound, p),
       stat,
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: async (p) => {
         const dir = checkPath(p);
-        return sync(() => bound.readdirSmall(dir)) ?? bound.readdir(dir).catch(nodeError);
+        return bound.readdirSmall(dir) ?? bound.readdir(dir);
       },
     },
   };

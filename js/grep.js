@@ -52,7 +52,7 @@ function runSearch(bound, request, signal) {
       },
       (err) => {
         if (signal?.aborted) throw abortedError(abort.filesSearched);
-        throw new Error(err.message);
+        throw err; // Node-shaped natively (src/error.rs)
       },
     )
     .finally(() => signal?.removeEventListener("abort", onAbort));

@@ -10,9 +10,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use napi::bindgen_prelude::{FnArgs, Function, ToNapiValue};
 use napi::sys;
 use napi::threadsafe_function::{ThreadsafeFunctionCallMode, UnknownReturnValue};
-use napi::{Error, Result, Status};
+use napi::{Env, Error, Result, Status};
 use napi_derive::napi;
 
+use crate::error::to_js;
+use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec;
 
 const CHUNKS_IN_FLIGHT: usize = 1;
@@ -74,30 +76,13 @@ impl BashExecution {
     }
 }
 
-/// Error codes Node would report for a failed spawn, as the message prefix.
-fn spawn_error(err: std::io::Error) -> Error {
-    let code = match err.raw_os_error() {
-        Some(libc::ENOENT) => "ENOENT",
-        Some(libc::EACCES) => "EACCES",
-        Some(libc::ENOEXEC) => "ENOEXEC",
-        Some(libc::ENOTDIR) => "ENOTDIR",
-        Some(libc::E2BIG) => "E2BIG",
-        Some(libc::ENOMEM) => "ENOMEM",
-        Some(libc::EAGAIN) => "EAGAIN",
-        Some(libc::EMFILE) => "EMFILE",
-        _ if err.kind() == std::io::ErrorKind::InvalidInput => "EINVAL",
-        _ if err.kind() == std::io::ErrorKind::Unsupported => "ENOTSUP",
-        _ => "EIO",
-    };
-    Error::new(Status::GenericFailure, format!("{code}: {err}"))
-}
-
 /// Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
 /// `onEvent(null, exitCode, killed)` comes last, exactly once.
 #[napi(
     ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void"
 )]
 pub fn bash_spawn(
+    env: &Env,
     request: BashSpawnRequest,
     on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
 ) -> Result<BashExecution> {
@@ -110,6 +95,14 @@ pub fn bash_spawn(
                 ExecEvent::Done(outcome) => (None, outcome.exit_code, outcome.killed).into(),
             })
         })?;
+    // Node's `spawn <shell> <CODE>` error, for a failure to start or to follow the command.
+    let shell = request.shell.clone();
+    let spawn_error = |err: std::io::Error| {
+        to_js(
+            env,
+            &pi_native_ops_core::Error::spawn(&shell, errno_of(&err)),
+        )
+    };
     let mut execution = exec::spawn(&exec::ExecRequest {
         shell: request.shell,
         command: request.command,
@@ -163,10 +156,6 @@ pub fn bash_spawn(
             drop(execution);
             drop(events);
         })
-        .map_err(|err| {
-            Error::from_reason(format!(
-                "EAGAIN: cannot start the exec reader thread: {err}"
-            ))
-        })?;
+        .map_err(spawn_error)?;
     Ok(BashExecution { control })
 }

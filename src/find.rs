@@ -3,12 +3,11 @@
 use std::path::Path;
 
 use napi::bindgen_prelude::AsyncTask;
-use napi::Error;
 use napi_derive::napi;
 
-use crate::fs::{fs_error, BoundRoot};
+use crate::fs::BoundRoot;
 use crate::{blocking, Blocking};
-use pi_native_ops_core::find::{self, FindError, Search};
+use pi_native_ops_core::find::{self, Search};
 
 /// Absolute runtime paths of the entries matching `pattern` below `cwd`, in
 /// path order, directories with a trailing `/`, at most `limit` of them.
@@ -31,14 +30,11 @@ pub fn find_glob(
             ignore: &ignore,
             limit,
         };
-        match find::glob(&root, Path::new(&cwd), &search) {
-            Ok(paths) => Ok(paths
-                .into_iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect()),
-            Err(FindError::Glob(msg)) => Err(Error::from_reason(msg)),
-            Err(FindError::Root(e)) => Err(fs_error(e, "scandir", &cwd)),
-        }
+        let paths = find::glob(&root, Path::new(&cwd), &search)?;
+        Ok(paths
+            .into_iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect())
     })
 }
 
@@ -46,5 +42,5 @@ pub fn find_glob(
 #[napi(ts_return_type = "Promise<boolean>")]
 pub fn find_exists(root: &BoundRoot, path: String) -> AsyncTask<Blocking<bool>> {
     let root = root.root.clone();
-    blocking(move || find::exists(&root, Path::new(&path)).map_err(|e| fs_error(e, "stat", &path)))
+    blocking(move || find::exists(&root, Path::new(&path)))
 }

@@ -5,29 +5,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::{AsyncTask, Buffer, Either};
-use napi::{Error, Result};
+use napi::{Env, Result};
 use napi_derive::napi;
 
+use crate::error::to_js;
 use crate::{blocking, Blocking};
 use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
-use pi_native_ops_core::root::{errno_text, Access, FsError, Root};
-
-/// Turns a core error into the JS error message: the refusal, or Node's
-/// `CODE: text, syscall 'path'` wording (the JS layer adds `code` & co).
-/// Only the path as given appears, never the host root.
-pub fn fs_error(err: FsError, syscall: &str, path: &str) -> Error {
-    match err {
-        FsError::Outside => Error::from_reason(format!("path \"{path}\" is outside workspace")),
-        FsError::Io(errno) => {
-            let (code, text) = errno_text(errno);
-            Error::from_reason(format!("{code}: {text}, {syscall} '{path}'"))
-        }
-        FsError::Read(errno) => {
-            let (code, text) = errno_text(errno);
-            Error::from_reason(format!("{code}: {text}, read"))
-        }
-    }
-}
+use pi_native_ops_core::root::{Access, Root};
+use pi_native_ops_core::Error as CoreError;
 
 /// What `stat` returns to JS; the JS layer adds the `isDirectory()` methods.
 #[napi(object)]
@@ -65,14 +50,14 @@ pub struct BoundRoot {
 }
 
 impl BoundRoot {
-    /// Runs `op` on the root in the thread pool, mapping errors for `syscall`.
-    fn run<T, F>(&self, syscall: &'static str, path: String, op: F) -> AsyncTask<Blocking<T>>
+    /// Runs `op` on the root in the thread pool.
+    fn run<T, F>(&self, path: String, op: F) -> AsyncTask<Blocking<T>>
     where
-        F: FnOnce(&Root, &Path) -> pi_native_ops_core::root::Result<T> + Send + 'static,
+        F: FnOnce(&Root, &Path) -> pi_native_ops_core::Result<T> + Send + 'static,
         T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
     {
         let root = self.root.clone();
-        blocking(move || op(&root, Path::new(&path)).map_err(|e| fs_error(e, syscall, &path)))
+        blocking(move || op(&root, Path::new(&path)))
     }
 }
 
@@ -80,10 +65,9 @@ impl BoundRoot {
 impl BoundRoot {
     /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
     #[napi(constructor)]
-    pub fn new(host: String, runtime: String) -> Result<Self> {
-        let root = Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| {
-            Error::from_reason(format!("cannot open workspace root \"{host}\": {e}"))
-        })?;
+    pub fn new(env: &Env, host: String, runtime: String) -> Result<Self> {
+        let root =
+            Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| to_js(env, &e))?;
         Ok(BoundRoot {
             root: Arc::new(root),
         })
@@ -91,16 +75,18 @@ impl BoundRoot {
 
     #[napi(ts_return_type = "Promise<Buffer>")]
     pub fn read_file(&self, path: String) -> AsyncTask<Blocking<Buffer>> {
-        self.run("open", path, |r, p| r.read_file(p).map(Buffer::from))
+        self.run(path, |r, p| r.read_file(p).map(Buffer::from))
     }
 
     /// An open read-only descriptor of the file and its size at open time, for a
     /// stream the JS layer owns (and closes).
     #[napi(ts_return_type = "Promise<OpenedFile>")]
     pub fn open_read(&self, path: String) -> AsyncTask<Blocking<OpenedFile>> {
-        self.run("open", path, |r, p| {
+        self.run(path, |r, p| {
             let file = r.open_read(p)?;
-            let meta = file.metadata()?;
+            let meta = file
+                .metadata()
+                .map_err(|e| CoreError::from(e).at("open", p))?;
             Ok(OpenedFile {
                 fd: file.into_raw_fd(),
                 size: meta.len() as f64,
@@ -111,7 +97,7 @@ impl BoundRoot {
 
     #[napi(ts_return_type = "Promise<string | null>")]
     pub fn detect_image_mime_type(&self, path: String) -> AsyncTask<Blocking<Option<String>>> {
-        self.run("open", path, |r, p| {
+        self.run(path, |r, p| {
             r.read_head(p, SNIFF_BYTES)
                 .map(|head| detect_image_mime(&head).map(str::to_string))
         })
@@ -122,7 +108,7 @@ impl BoundRoot {
 
     /// `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK).
     #[napi]
-    pub fn access(&self, path: String, mode: String) -> Result<()> {
+    pub fn access(&self, env: &Env, path: String, mode: String) -> Result<()> {
         let access = if mode == "rw" {
             Access::ReadWrite
         } else {
@@ -130,7 +116,7 @@ impl BoundRoot {
         };
         self.root
             .access(Path::new(&path), access)
-            .map_err(|e| fs_error(e, "access", &path))
+            .map_err(|e| to_js(env, &e))
     }
 
     #[napi]
@@ -139,11 +125,11 @@ impl BoundRoot {
     }
 
     #[napi]
-    pub fn stat(&self, path: String) -> Result<StatInfo> {
+    pub fn stat(&self, env: &Env, path: String) -> Result<StatInfo> {
         let s = self
             .root
             .stat(Path::new(&path))
-            .map_err(|e| fs_error(e, "stat", &path))?;
+            .map_err(|e| to_js(env, &e))?;
         Ok(StatInfo {
             is_directory: s.is_dir,
             is_file: s.is_file,
@@ -157,26 +143,26 @@ impl BoundRoot {
     /// Entry names; names that are not UTF-8 are shown lossily, as Node does.
     #[napi(ts_return_type = "Promise<string[]>")]
     pub fn readdir(&self, path: String) -> AsyncTask<Blocking<Vec<String>>> {
-        self.run("scandir", path, |r, p| r.read_dir(p).map(lossy_names))
+        self.run(path, |r, p| r.read_dir(p).map(lossy_names))
     }
 
     /// Synchronous for a directory of at most `SMALL_DIR` entries (listing it
     /// costs less than the hop to the thread pool), else `null`: `readdir`
     /// lists it in the pool.
     #[napi]
-    pub fn readdir_small(&self, path: String) -> Result<Option<Vec<String>>> {
+    pub fn readdir_small(&self, env: &Env, path: String) -> Result<Option<Vec<String>>> {
         self.root
             .read_dir_upto(Path::new(&path), SMALL_DIR)
             .map(|names| names.map(lossy_names))
-            .map_err(|e| fs_error(e, "scandir", &path))
+            .map_err(|e| to_js(env, &e))
     }
 
     /// Synchronous too: usually one `openat2` finding the directory exists.
     #[napi]
-    pub fn mkdir(&self, path: String) -> Result<()> {
+    pub fn mkdir(&self, env: &Env, path: String) -> Result<()> {
         self.root
             .mkdir_all(Path::new(&path))
-            .map_err(|e| fs_error(e, "mkdir", &path))
+            .map_err(|e| to_js(env, &e))
     }
 
     /// Atomic replace; the parent directory must exist.
@@ -190,6 +176,6 @@ impl BoundRoot {
             Either::A(s) => s.into_bytes(),
             Either::B(b) => b.to_vec(),
         };
-        self.run("open", path, move |r, p| r.write_file(p, &data))
+        self.run(path, move |r, p| r.write_file(p, &data))
     }
 }

@@ -1,17 +1,15 @@
 //! napi binding of the in-process grep (`pi_native_ops_core::grep`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::AsyncTask;
-use napi::{Error, Result};
 use napi_derive::napi;
 
 use crate::fs::BoundRoot;
 use crate::{blocking, Blocking};
-use pi_native_ops_core::grep::{self, GrepError, Opener, PlainFs, Query, Target};
-use pi_native_ops_core::root::Root;
+use pi_native_ops_core::grep::{self, Opener, PlainFs, Query};
 
 /// A cancel flag a running search polls; `abort()` stops it promptly.
 /// `filesSearched` tells how far the search got (final once it has settled).
@@ -86,25 +84,6 @@ fn count(v: f64) -> u64 {
     }
 }
 
-/// Resolves the search path to a target, or pi's `Path not found: <abs>`.
-fn target(root: Option<&Root>, path: &str, display_name: String) -> Result<Target> {
-    let not_found = || Error::from_reason(format!("Path not found: {path}"));
-    let (host, is_dir) = match root {
-        Some(root) => root
-            .resolve_existing(Path::new(path))
-            .map_err(|_| not_found())?,
-        None => {
-            let meta = std::fs::metadata(path).map_err(|_| not_found())?;
-            (PathBuf::from(path), meta.is_dir())
-        }
-    };
-    Ok(if is_dir {
-        Target::Dir(host)
-    } else {
-        Target::File(host, display_name)
-    })
-}
-
 /// Searches like pi's grep tool; bounded by `root` when given.
 #[napi(ts_return_type = "Promise<GrepResult>")]
 pub fn grep_search(
@@ -116,7 +95,11 @@ pub fn grep_search(
     let cancel = abort.flag.clone();
     let searched = abort.searched.clone();
     blocking(move || {
-        let target = target(root.as_deref(), &options.path, options.display_name)?;
+        let target = grep::target(
+            root.as_deref(),
+            Path::new(&options.path),
+            options.display_name,
+        )?;
         let query = Query {
             pattern: options.pattern,
             ignore_case: options.ignore_case,
@@ -130,12 +113,7 @@ pub fn grep_search(
             Some(root) => root.as_ref(),
             None => &PlainFs,
         };
-        let out = grep::run(&target, &query, opener, &cancel, &searched).map_err(|e| match e {
-            GrepError::Pattern(msg) | GrepError::Glob(msg) => {
-                Error::from_reason(format!("rg: {msg}"))
-            }
-            GrepError::Aborted => Error::from_reason("Operation aborted"),
-        })?;
+        let out = grep::run(&target, &query, opener, &cancel, &searched)?;
         Ok(GrepResult {
             lines: out
                 .lines

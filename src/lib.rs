@@ -5,6 +5,7 @@
 
 #![deny(clippy::all)]
 
+mod error;
 mod exec;
 #[cfg(unix)]
 mod find;

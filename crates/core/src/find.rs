@@ -18,24 +18,9 @@ use std::sync::atomic::AtomicBool;
 
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
-use crate::root::{FsError, Root};
+use crate::error::{Error, ErrorKind, Result};
+use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
-
-/// Why a search failed.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FindError {
-    /// The search pattern or an ignore glob does not parse; the text names
-    /// the glob and the problem.
-    Glob(String),
-    /// The search directory is outside the root, missing or not a directory.
-    Root(FsError),
-}
-
-impl From<FsError> for FindError {
-    fn from(e: FsError) -> Self {
-        FindError::Root(e)
-    }
-}
 
 /// One search: what to match, what to prune, how many results at most.
 #[derive(Debug, Clone)]
@@ -103,7 +88,7 @@ impl Tail {
 }
 
 impl Pattern {
-    fn new(pattern: &str, base: PathBuf) -> Result<Pattern, FindError> {
+    fn new(pattern: &str, base: PathBuf) -> Result<Pattern> {
         let effective = strip_dot_slash(pattern);
         if effective.is_empty() {
             return Ok(Pattern {
@@ -159,8 +144,8 @@ fn strip_dot_slash(mut pattern: &str) -> &str {
     pattern
 }
 
-fn glob_error(pattern: &str, e: &globset::Error) -> FindError {
-    FindError::Glob(format!("invalid glob pattern \"{pattern}\": {}", e.kind()))
+fn glob_error(pattern: &str, e: &globset::Error) -> Error {
+    Error::invalid_glob(format!("invalid glob pattern \"{pattern}\": {}", e.kind()))
 }
 
 /// `options.ignore`: entries matching one of these globs (relative to the
@@ -173,12 +158,12 @@ struct Prune {
 }
 
 impl Prune {
-    fn new(globs: &[String]) -> Result<Prune, FindError> {
+    fn new(globs: &[String]) -> Result<Prune> {
         let mut names = Vec::new();
         let mut set = GlobSetBuilder::new();
         for raw in globs {
             let g = strip_dot_slash(raw);
-            let build = |g: &str| -> Result<Glob, FindError> {
+            let build = |g: &str| -> Result<Glob> {
                 GlobBuilder::new(g)
                     .literal_separator(true)
                     .build()
@@ -200,7 +185,9 @@ impl Prune {
                 set.add(build(dir)?);
             }
         }
-        let globs = set.build().map_err(|e| FindError::Glob(e.to_string()))?;
+        let globs = set
+            .build()
+            .map_err(|e| Error::invalid_glob(e.to_string()))?;
         Ok(Prune { names, globs })
     }
 
@@ -216,8 +203,9 @@ type Found = (PathBuf, bool);
 
 /// Runs a search in `cwd` (an absolute runtime or host path inside `root`)
 /// and returns absolute runtime paths, directories with a trailing `/`, in
-/// path order.
-pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>, FindError> {
+/// path order. Fails on a pattern or ignore glob that does not parse, or on
+/// `cwd` outside the root, missing or not a directory (as `scandir` of `cwd`).
+pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>> {
     let dir = root.resolve_dir(cwd)?;
     let base = runtime_base(root, cwd, &dir);
     let pattern = Pattern::new(search.pattern, base.clone())?;
@@ -225,7 +213,7 @@ pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString
     if search.limit == 0 {
         return Ok(Vec::new());
     }
-    let start = root.open_dir(&dir)?;
+    let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
     let rules = Rules::new(&dir, None);
     let mut found = Vec::new();
     let visitor = Matches {
@@ -274,11 +262,11 @@ impl Visitor for Matches<'_> {
 
 /// Whether `path` exists inside the root; a path leaving the root is an error
 /// (pi's find reports it instead of "not found").
-pub fn exists(root: &Root, path: &Path) -> Result<bool, FsError> {
+pub fn exists(root: &Root, path: &Path) -> Result<bool> {
     match root.resolve_existing(path) {
         Ok(_) => Ok(true),
-        Err(FsError::Outside) => Err(FsError::Outside),
-        Err(FsError::Io(_) | FsError::Read(_)) => Ok(false),
+        Err(e) if e.kind() == ErrorKind::Outside => Err(e),
+        Err(_) => Ok(false),
     }
 }
 
@@ -502,20 +490,24 @@ mod tests {
             ignore: &[],
             limit: 1,
         };
-        let Err(FindError::Glob(msg)) = glob(&root, t.path(), &search) else {
-            panic!("expected a glob error");
-        };
-        assert!(msg.contains("\"[abc\""), "{msg}");
+        let err = glob(&root, t.path(), &search).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidGlob);
+        assert!(err.to_string().contains("\"[abc\""), "{err}");
         let outside = Search {
             pattern: "*",
             ignore: &[],
             limit: 1,
         };
-        assert_eq!(
-            glob(&root, Path::new("/"), &outside),
-            Err(FindError::Root(FsError::Outside))
+        let err = glob(&root, Path::new("/"), &outside).unwrap_err();
+        assert_eq!(err.to_string(), "path \"/\" is outside workspace");
+        let err = glob(&root, &t.path().join("a"), &outside).unwrap_err();
+        let want = format!(
+            "ENOTDIR: not a directory, scandir '{}'",
+            t.path().join("a").display()
         );
-        assert_eq!(exists(&root, Path::new("/")), Err(FsError::Outside));
+        assert_eq!(err.to_string(), want);
+        let err = exists(&root, Path::new("/")).unwrap_err();
+        assert_eq!(err.to_string(), "path \"/\" is outside workspace");
         assert_eq!(exists(&root, &t.path().join("missing")), Ok(false));
     }
 }

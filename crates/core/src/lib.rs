@@ -3,10 +3,12 @@
 //! One module per capability, each usable without Node: `root` (the bounded
 //! filesystem), `walk` (the ordered parallel walker), `find` and `grep` (the two
 //! searches on it), `exec` (streaming shell execution with whole-tree kill) and
-//! `image` (MIME sniffing). The napi binding and any other face only convert.
+//! `image` (MIME sniffing), with one error type for all of them (`error`). The
+//! napi binding and any other face only convert.
 
 #![deny(clippy::all)]
 
+pub mod error;
 pub mod exec;
 // The bounded root and the walk are built on unix descriptors (openat2,
 // O_NOFOLLOW opens relative to a directory); find and grep depend on them.
@@ -24,3 +26,5 @@ pub mod root;
 mod sys;
 #[cfg(unix)]
 pub mod walk;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,4 +1,4 @@
-//! In-process grep with pi 1.6.0 / ripgrep 15 semantics (docs "grep").
+//! In-process grep with pi 1.6.0 / ripgrep 15 semantics (docs/contracts.md, "grep").
 //!
 //! The shared ordered walk (`walk`) searches files on every core and hands
 //! each file's lines, in path order, to pi's output logic
@@ -10,7 +10,6 @@ mod search;
 mod text;
 
 use std::fs::File;
-use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +17,8 @@ use std::sync::Arc;
 
 use ignore::overrides::{Override, OverrideBuilder};
 
+use crate::error::{Error, ErrorKind, Result};
+use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
 pub use search::HEAP_LIMIT;
@@ -25,17 +26,6 @@ pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
 use search::{Engine, EngineOptions, Hit, Worker};
 use text::Collector;
-
-/// Why a search failed.
-#[derive(Debug, PartialEq, Eq)]
-pub enum GrepError {
-    /// The regex does not compile; ripgrep's message.
-    Pattern(String),
-    /// The glob does not parse; ripgrep's message.
-    Glob(String),
-    /// The cancel flag was raised.
-    Aborted,
-}
 
 /// What to search for.
 #[derive(Debug, Clone, Default)]
@@ -64,41 +54,55 @@ pub enum Target {
 /// files are opened relative to their directory by the walk itself.
 pub trait Opener: Sync {
     /// The directory to walk.
-    fn open_dir(&self, path: &Path) -> io::Result<OwnedFd>;
+    fn open_dir(&self, path: &Path) -> Result<OwnedFd>;
     /// The file named as the search target.
-    fn open_named(&self, path: &Path) -> io::Result<File>;
+    fn open_named(&self, path: &Path) -> Result<File>;
 }
 
 /// The host filesystem, unbounded.
 pub struct PlainFs;
 
 impl Opener for PlainFs {
-    fn open_dir(&self, path: &Path) -> io::Result<OwnedFd> {
+    fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
         use nix::fcntl::{open, OFlag};
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         Ok(open(path, flags, nix::sys::stat::Mode::empty())?)
     }
-    fn open_named(&self, path: &Path) -> io::Result<File> {
-        File::open(path)
+    fn open_named(&self, path: &Path) -> Result<File> {
+        Ok(File::open(path)?)
     }
 }
 
-impl Opener for crate::root::Root {
-    fn open_dir(&self, path: &Path) -> io::Result<OwnedFd> {
-        crate::root::Root::open_dir(self, path).map_err(root_io)
+impl Opener for Root {
+    fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
+        Root::open_dir(self, path)
     }
-    fn open_named(&self, path: &Path) -> io::Result<File> {
-        self.open_read(path).map_err(root_io)
+    fn open_named(&self, path: &Path) -> Result<File> {
+        self.open_read(path)
     }
 }
 
-fn root_io(e: crate::root::FsError) -> io::Error {
-    match e {
-        crate::root::FsError::Outside => io::Error::from(io::ErrorKind::PermissionDenied),
-        crate::root::FsError::Io(errno) | crate::root::FsError::Read(errno) => {
-            io::Error::from_raw_os_error(errno as i32)
+/// Resolves the search path (absolute) to a target, within `root` when
+/// given. A missing path is pi's `Path not found: <path>`; a path leaving the
+/// root is the workspace refusal, as from the other tools, so the model is
+/// not sent looking for a file. `display_name` is what a searched file's
+/// lines are shown under.
+pub fn target(root: Option<&Root>, path: &Path, display_name: String) -> Result<Target> {
+    let (host, is_dir) = match root {
+        Some(root) => root.resolve_existing(path).map_err(|e| match e.kind() {
+            ErrorKind::Outside => e,
+            _ => Error::path_not_found(path),
+        })?,
+        None => {
+            let meta = std::fs::metadata(path).map_err(|_| Error::path_not_found(path))?;
+            (path.to_path_buf(), meta.is_dir())
         }
-    }
+    };
+    Ok(if is_dir {
+        Target::Dir(host)
+    } else {
+        Target::File(host, display_name)
+    })
 }
 
 /// Runs the search. `cancel` may be raised from any thread. `searched`
@@ -110,7 +114,7 @@ pub fn run(
     opener: &dyn Opener,
     cancel: &AtomicBool,
     searched: &AtomicU64,
-) -> Result<Outcome, GrepError> {
+) -> Result<Outcome> {
     let engine = Engine::new(
         &query.pattern,
         EngineOptions {
@@ -154,23 +158,19 @@ pub fn run(
         }
     }
     if cancel.load(Ordering::Relaxed) {
-        return Err(GrepError::Aborted);
+        return Err(Error::aborted());
     }
     Ok(collector.finish())
 }
 
 /// rg's `--glob`, matched against paths relative to the searched directory
 /// (rooted at "." so that `ignore` has no prefix to strip from them).
-fn overrides(glob: Option<&str>) -> Result<Option<Override>, GrepError> {
+fn overrides(glob: Option<&str>) -> Result<Option<Override>> {
     let Some(glob) = glob else { return Ok(None) };
+    let rg_error = |e: ignore::Error| Error::invalid_glob(format!("rg: {e}"));
     let mut builder = OverrideBuilder::new(".");
-    builder
-        .add(glob)
-        .map_err(|e| GrepError::Glob(e.to_string()))?;
-    let built = builder
-        .build()
-        .map_err(|e| GrepError::Glob(e.to_string()))?;
-    Ok(Some(built))
+    builder.add(glob).map_err(rg_error)?;
+    Ok(Some(builder.build().map_err(rg_error)?))
 }
 
 /// The walk's visitor: searches each file, keeping those with lines to show.

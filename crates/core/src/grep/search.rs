@@ -14,7 +14,7 @@ use grep_searcher::{
 
 use super::long_lines::{self, StreamMatcher};
 use super::text::{show_line, Shown};
-use super::GrepError;
+use crate::error::{Error, Result};
 use crate::sys::read_full;
 
 /// Largest line the searcher buffers. A longer line (or a context window that
@@ -131,7 +131,7 @@ fn rg_error_text(msg: String) -> String {
 }
 
 impl Engine {
-    pub fn new(pattern: &str, options: EngineOptions) -> Result<Engine, GrepError> {
+    pub fn new(pattern: &str, options: EngineOptions) -> Result<Engine> {
         let EngineOptions {
             ignore_case,
             literal,
@@ -149,7 +149,7 @@ impl Engine {
             .dot_matches_new_line(false)
             .ban_byte(Some(b'\x00'))
             .build_many(&[pattern])
-            .map_err(|e| GrepError::Pattern(rg_error_text(e.to_string())))?;
+            .map_err(|e| Error::invalid_regex(format!("rg: {}", rg_error_text(e.to_string()))))?;
         Ok(Engine {
             pattern: pattern.to_string(),
             ignore_case,
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn regex_errors_read_like_rg() {
-        let Err(GrepError::Pattern(msg)) = Engine::new(
+        let Err(err) = Engine::new(
             "foo(",
             EngineOptions {
                 limit: 1,
@@ -375,9 +375,10 @@ mod tests {
         ) else {
             panic!("expected an error");
         };
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidRegex);
         assert_eq!(
-            msg,
-            "regex parse error:\n    (?:foo()\n    ^\nerror: unclosed group"
+            err.to_string(),
+            "rg: regex parse error:\n    (?:foo()\n    ^\nerror: unclosed group"
         );
         assert!(Engine::new(
             "foo(",

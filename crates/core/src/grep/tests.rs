@@ -15,7 +15,7 @@ fn run(
     query: &Query,
     opener: &dyn Opener,
     cancel: &AtomicBool,
-) -> Result<Outcome, GrepError> {
+) -> crate::Result<Outcome> {
     super::run(target, query, opener, cancel, &AtomicU64::new(0))
 }
 
@@ -76,7 +76,7 @@ fn glob_filters_and_negates() {
     q.glob = Some("[".into());
     assert!(matches!(
         run(&target, &q, &PlainFs, &cancel),
-        Err(GrepError::Glob(_))
+        Err(e) if e.kind() == crate::ErrorKind::InvalidGlob
     ));
 }
 
@@ -115,7 +115,7 @@ fn limit_stops_early_and_abort_is_reported() {
     cancel.store(true, Ordering::Relaxed);
     assert_eq!(
         run(&target, &q, &PlainFs, &cancel).unwrap_err(),
-        GrepError::Aborted
+        crate::Error::aborted()
     );
 }
 
@@ -139,7 +139,7 @@ fn counts_the_files_it_searched() {
     cancel.store(true, Ordering::Relaxed);
     let searched = AtomicU64::new(0);
     let err = super::run(&target, &query("needle"), &PlainFs, &cancel, &searched).unwrap_err();
-    assert_eq!(err, GrepError::Aborted);
+    assert_eq!(err, crate::Error::aborted());
     assert_eq!(searched.load(Ordering::Relaxed), 0);
 }
 

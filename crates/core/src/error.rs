@@ -1,0 +1,396 @@
+//! The core's one error type: what failed, as data (a kind, and the errno,
+//! system call and path when there are ones), with `Display` giving the exact
+//! message a user or the model reads.
+//!
+//! Messages follow the tools being emulated, byte for byte: Node's
+//! `ENOENT: no such file or directory, open '/x'`, pi's
+//! `path "/x" is outside workspace` and `Path not found: /x`, ripgrep's
+//! `rg: regex parse error: …`, Node's `spawn /bin/sh ENOENT`. A face turns the
+//! data into its own shape (the napi binding: a Node-style `Error` with `code`,
+//! `errno`, `syscall`, `path`) without reading the message back.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The path, symlinks resolved, leaves the workspace root. A refusal, not
+    /// a system error: it has no errno, so faces give it no error code.
+    Outside,
+    /// A system call failed: errno, and the call and path when known.
+    Os,
+    /// The workspace root itself cannot be opened (errno and path).
+    RootUnavailable,
+    /// A glob does not parse (find's pattern or ignore globs, grep's `glob`).
+    InvalidGlob,
+    /// grep's regex does not compile.
+    InvalidRegex,
+    /// grep's search path does not exist (pi's wording).
+    PathNotFound,
+    /// The shell could not be started (errno; the shell is the path).
+    Spawn,
+    /// The caller cancelled the operation.
+    Aborted,
+}
+
+/// A failure of a core operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    errno: Option<i32>,
+    syscall: Option<Cow<'static, str>>,
+    path: Option<PathBuf>,
+    /// The whole message of a pattern error, worded as the emulated tool
+    /// words it (fd's glob text for find, ripgrep's `rg: …` for grep).
+    text: Option<String>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    fn new(kind: ErrorKind) -> Error {
+        Error {
+            kind,
+            errno: None,
+            syscall: None,
+            path: None,
+            text: None,
+        }
+    }
+
+    /// The refusal of a path leaving the root; [`Error::at`] names the path.
+    pub fn outside() -> Error {
+        Error::new(ErrorKind::Outside)
+    }
+
+    /// A failed system call (`errno` as the OS reports it, positive);
+    /// [`Error::at`] names the call and path.
+    pub fn os(errno: i32) -> Error {
+        Error {
+            errno: Some(errno),
+            ..Error::new(ErrorKind::Os)
+        }
+    }
+
+    /// A failed read of an opened file: Node names no path for these
+    /// (`EIO: i/o error, read`).
+    pub fn read(errno: i32) -> Error {
+        Error {
+            syscall: Some(Cow::Borrowed("read")),
+            ..Error::os(errno)
+        }
+    }
+
+    /// The workspace root `path` cannot be opened.
+    pub fn root_unavailable(path: &Path, errno: i32) -> Error {
+        Error {
+            errno: Some(errno),
+            path: Some(path.to_path_buf()),
+            ..Error::new(ErrorKind::RootUnavailable)
+        }
+    }
+
+    /// A glob that does not parse; `text` is the whole message.
+    pub fn invalid_glob(text: impl Into<String>) -> Error {
+        Error {
+            text: Some(text.into()),
+            ..Error::new(ErrorKind::InvalidGlob)
+        }
+    }
+
+    /// A regex that does not compile; `text` is the whole message.
+    pub fn invalid_regex(text: impl Into<String>) -> Error {
+        Error {
+            text: Some(text.into()),
+            ..Error::new(ErrorKind::InvalidRegex)
+        }
+    }
+
+    /// grep's search path `path` does not exist.
+    pub fn path_not_found(path: &Path) -> Error {
+        Error {
+            path: Some(path.to_path_buf()),
+            ..Error::new(ErrorKind::PathNotFound)
+        }
+    }
+
+    /// Starting `shell` failed with `errno`. Node names the call `spawn <shell>`.
+    pub fn spawn(shell: &str, errno: i32) -> Error {
+        Error {
+            errno: Some(errno),
+            syscall: Some(Cow::Owned(format!("spawn {shell}"))),
+            path: Some(PathBuf::from(shell)),
+            ..Error::new(ErrorKind::Spawn)
+        }
+    }
+
+    pub fn aborted() -> Error {
+        Error::new(ErrorKind::Aborted)
+    }
+
+    /// Names the call and the path (as the caller gave it) an OS error or a
+    /// refusal came from, unless it already names its own: an error keeps the
+    /// innermost context, so `read` on an opened file stays path-less.
+    pub fn at(mut self, syscall: &'static str, path: &Path) -> Error {
+        match self.kind {
+            ErrorKind::Os if self.syscall.is_none() => {
+                self.syscall = Some(Cow::Borrowed(syscall));
+                self.path = Some(path.to_path_buf());
+            }
+            ErrorKind::Outside if self.path.is_none() => self.path = Some(path.to_path_buf()),
+            _ => {}
+        }
+        self
+    }
+
+    /// The same failure reported under `path`: for an operation on a path the
+    /// caller derived from the one it was given (a resolved directory), which
+    /// must be reported as given.
+    pub fn with_path(mut self, path: &Path) -> Error {
+        if self.path.is_some() && matches!(self.kind, ErrorKind::Os | ErrorKind::Outside) {
+            self.path = Some(path.to_path_buf());
+        }
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The OS error number (positive, as `errno`), if the failure has one.
+    pub fn errno(&self) -> Option<i32> {
+        self.errno
+    }
+
+    /// The errno's symbolic name (`ENOENT`), as Node's `code`. Refusals and
+    /// pattern errors have none.
+    pub fn code(&self) -> Option<Cow<'static, str>> {
+        self.errno.map(|e| errno_name(e).0)
+    }
+
+    /// The system call, as Node names it (`open`, `scandir`, `spawn /bin/sh`).
+    pub fn syscall(&self) -> Option<&str> {
+        self.syscall.as_deref()
+    }
+
+    /// The path as the caller gave it (for a spawn failure, the shell).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.as_deref().map(Path::display);
+        match self.kind {
+            ErrorKind::Outside => match path {
+                Some(path) => write!(f, "path \"{path}\" is outside workspace"),
+                None => f.write_str("path is outside workspace"),
+            },
+            ErrorKind::Os => {
+                let (code, text) = errno_name(self.errno.unwrap_or(0));
+                write!(f, "{code}: {text}")?;
+                if let Some(syscall) = &self.syscall {
+                    write!(f, ", {syscall}")?;
+                }
+                match path {
+                    Some(path) => write!(f, " '{path}'"),
+                    None => Ok(()),
+                }
+            }
+            ErrorKind::RootUnavailable => {
+                // Rust's wording of the OS error, `No such file or directory (os error 2)`.
+                let os = io::Error::from_raw_os_error(self.errno.unwrap_or(0));
+                let path = path.expect("a root error names its path");
+                write!(f, "cannot open workspace root \"{path}\": {os}")
+            }
+            ErrorKind::InvalidGlob | ErrorKind::InvalidRegex => {
+                f.write_str(self.text.as_deref().unwrap_or_default())
+            }
+            ErrorKind::PathNotFound => {
+                let path = path.expect("a not-found error names its path");
+                write!(f, "Path not found: {path}")
+            }
+            ErrorKind::Spawn => {
+                let shell = path.expect("a spawn error names its shell");
+                let (code, _) = errno_name(self.errno.unwrap_or(0));
+                write!(f, "spawn {shell} {code}")
+            }
+            ErrorKind::Aborted => f.write_str("Operation aborted"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(unix)]
+impl From<nix::errno::Errno> for Error {
+    fn from(e: nix::errno::Errno) -> Error {
+        Error::os(e as i32)
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        Error::os(errno_of(&e))
+    }
+}
+
+/// The errno an I/O error stands for. Errors the standard library makes
+/// itself carry none: those are mapped by kind, as Node would report them.
+pub fn errno_of(e: &io::Error) -> i32 {
+    match e.raw_os_error() {
+        Some(errno) => errno,
+        None => match e.kind() {
+            // A NUL byte in an argument.
+            io::ErrorKind::InvalidInput => libc::EINVAL,
+            io::ErrorKind::Unsupported => libc::ENOTSUP,
+            _ => libc::EIO,
+        },
+    }
+}
+
+/// Node's (libuv's) wording of the errnos file operations meet; others get
+/// the C library's description, lowercased.
+const NODE_WORDING: &[(i32, &str, &str)] = &[
+    (libc::ENOENT, "ENOENT", "no such file or directory"),
+    (libc::EACCES, "EACCES", "permission denied"),
+    (libc::EISDIR, "EISDIR", "illegal operation on a directory"),
+    (libc::ENOTDIR, "ENOTDIR", "not a directory"),
+    (libc::ELOOP, "ELOOP", "too many symbolic links encountered"),
+    (libc::EEXIST, "EEXIST", "file already exists"),
+    (libc::ENAMETOOLONG, "ENAMETOOLONG", "name too long"),
+    (libc::EPERM, "EPERM", "operation not permitted"),
+    (libc::ENOSPC, "ENOSPC", "no space left on device"),
+    (libc::EROFS, "EROFS", "read-only file system"),
+    (libc::EBUSY, "EBUSY", "resource busy or locked"),
+    (libc::EINVAL, "EINVAL", "invalid argument"),
+    (libc::EMFILE, "EMFILE", "too many open files"),
+    (libc::ENOTEMPTY, "ENOTEMPTY", "directory not empty"),
+    (libc::EXDEV, "EXDEV", "cross-device link not permitted"),
+];
+
+/// An errno's symbolic name (`ENOENT`) and its description as Node words it.
+fn errno_name(errno: i32) -> (Cow<'static, str>, Cow<'static, str>) {
+    if let Some(&(_, code, text)) = NODE_WORDING.iter().find(|(e, _, _)| *e == errno) {
+        return (Cow::Borrowed(code), Cow::Borrowed(text));
+    }
+    #[cfg(unix)]
+    {
+        let e = nix::errno::Errno::from_raw(errno);
+        (
+            Cow::Owned(format!("{e:?}")),
+            Cow::Owned(e.desc().to_lowercase()),
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        // No errno table off unix; libuv's name for what it cannot name.
+        (Cow::Borrowed("UNKNOWN"), Cow::Borrowed("unknown error"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_errors_read_like_node() {
+        let p = Path::new("/w/a.txt");
+        let e = Error::os(libc::ENOENT).at("open", p);
+        assert_eq!(
+            e.to_string(),
+            "ENOENT: no such file or directory, open '/w/a.txt'"
+        );
+        assert_eq!(e.kind(), ErrorKind::Os);
+        assert_eq!(e.code().as_deref(), Some("ENOENT"));
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert_eq!(e.syscall(), Some("open"));
+        assert_eq!(e.path(), Some(p));
+        assert_eq!(
+            Error::os(libc::ENOTDIR).at("scandir", p).to_string(),
+            "ENOTDIR: not a directory, scandir '/w/a.txt'"
+        );
+        // The innermost context stays: a read error names no path.
+        let read = Error::read(libc::EIO).at("open", p);
+        assert_eq!(read.to_string(), "EIO: i/o error, read");
+        assert_eq!((read.syscall(), read.path()), (Some("read"), None));
+        // Outside Node's table: the C library's text, lowercased, and the C name.
+        let other = Error::os(libc::ENOTCONN).at("open", p);
+        assert_eq!(other.code().as_deref(), Some("ENOTCONN"));
+        assert!(other
+            .to_string()
+            .starts_with("ENOTCONN: transport endpoint is not connected, open"));
+        assert_eq!(
+            Error::os(libc::EACCES).to_string(),
+            "EACCES: permission denied"
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_path_and_carry_no_code() {
+        let e = Error::outside().at("open", Path::new("/etc/passwd"));
+        assert_eq!(e.to_string(), "path \"/etc/passwd\" is outside workspace");
+        assert_eq!((e.code(), e.errno(), e.syscall()), (None, None, None));
+        // Reported under the path the caller was given.
+        let e = Error::outside()
+            .at("scandir", Path::new("/host/x"))
+            .with_path(Path::new("/workspace/x"));
+        assert_eq!(e.to_string(), "path \"/workspace/x\" is outside workspace");
+    }
+
+    #[test]
+    fn tool_messages_stay_as_the_tools_word_them() {
+        let spawn = Error::spawn("/bin/sh", libc::ENOENT);
+        assert_eq!(spawn.to_string(), "spawn /bin/sh ENOENT");
+        assert_eq!(spawn.syscall(), Some("spawn /bin/sh"));
+        assert_eq!(spawn.path(), Some(Path::new("/bin/sh")));
+        assert_eq!(spawn.code().as_deref(), Some("ENOENT"));
+        assert_eq!(
+            Error::path_not_found(Path::new("/w/x")).to_string(),
+            "Path not found: /w/x"
+        );
+        assert_eq!(Error::aborted().to_string(), "Operation aborted");
+        let glob = Error::invalid_glob("invalid glob pattern \"[a\": unclosed character class");
+        assert_eq!(
+            glob.to_string(),
+            "invalid glob pattern \"[a\": unclosed character class"
+        );
+        assert_eq!(glob.code(), None);
+        assert_eq!(
+            Error::invalid_regex("rg: regex parse error").to_string(),
+            "rg: regex parse error"
+        );
+        let root = Error::root_unavailable(Path::new("/nope"), libc::ENOENT);
+        assert_eq!(
+            root.to_string(),
+            "cannot open workspace root \"/nope\": No such file or directory (os error 2)"
+        );
+        assert_eq!(root.code().as_deref(), Some("ENOENT"));
+    }
+
+    #[test]
+    fn io_errors_map_to_errnos() {
+        assert_eq!(
+            errno_of(&io::Error::from_raw_os_error(libc::EACCES)),
+            libc::EACCES
+        );
+        assert_eq!(
+            errno_of(&io::Error::from(io::ErrorKind::InvalidInput)),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno_of(&io::Error::from(io::ErrorKind::Unsupported)),
+            libc::ENOTSUP
+        );
+        assert_eq!(errno_of(&io::Error::other("x")), libc::EIO);
+        assert_eq!(
+            Error::from(io::Error::from_raw_os_error(libc::ELOOP)).errno(),
+            Some(libc::ELOOP)
+        );
+    }
+}
