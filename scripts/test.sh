@@ -14,6 +14,10 @@ cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
 cargo clippy -p pi-native-ops -- -D warnings
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
+step "cargo machete (every declared dependency is used)"
+# Installed once per machine (about a minute from crates.io); the check itself reads sources only.
+command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.2
+cargo machete
 
 # Every target must compile: clippy the platform-gated code for macOS and Windows too, where the
 # standard library for those targets is installed (scripts/setup.sh tries to add it).
