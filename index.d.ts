@@ -4,3 +4,4 @@ export * from "./js/bash.js";
 export * from "./js/find.js";
 export * from "./js/grep.js";
 export * from "./js/tools.js";
+export * from "./js/remote.js";

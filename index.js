@@ -5,3 +5,4 @@ export { createBashOperations } from "./js/bash.js";
 export { glob } from "./js/find.js";
 export { grep, createGrepTool, createGrepToolDefinition } from "./js/grep.js";
 export { createNativeTools, createNativeToolDefinitions } from "./js/tools.js";
+export { connect, createRemoteTools, createRemoteToolDefinitions, serverBinaryPath } from "./js/remote.js";

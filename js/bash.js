@@ -52,8 +52,28 @@ function resolveShell(shellPath) {
   return bashOnPath() ?? "sh";
 }
 
+/** Validates exec's arguments (as pi's local exec would fail on them); also used by the remote exec. */
+export function checkExecArguments(command, cwd, execOptions) {
+  if (typeof command !== "string") throw new TypeError("exec: command must be a string");
+  if (command.includes("\0")) throw new TypeError("exec: command must not contain NUL bytes");
+  if (typeof cwd !== "string") throw new TypeError("exec: cwd must be a string");
+  if (execOptions === null || typeof execOptions !== "object") {
+    throw new TypeError("exec: options must be an object with an onData function");
+  }
+  const { onData, signal, timeout, env } = execOptions;
+  if (typeof onData !== "function") throw new TypeError("exec: options.onData must be a function");
+  if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
+    throw new TypeError("exec: options.signal must be an AbortSignal");
+  }
+  if (env !== undefined && (env === null || typeof env !== "object")) {
+    throw new TypeError("exec: options.env must be an object");
+  }
+  const timeoutMs = resolveTimeoutMs(timeout);
+  return { onData, signal, timeout, env, timeoutMs };
+}
+
 /** Environment object → KEY=VALUE list, the way child_process builds it (undefined values dropped). */
-function envEntries(env) {
+export function envEntries(env) {
   const entries = [];
   for (const key of Object.keys(env)) {
     const value = env[key];
@@ -82,21 +102,7 @@ export function createBashOperations(options = {}) {
           "pi-native-ops: createBashOperations is not supported on Windows; use pi's createLocalBashOperations()",
         );
       }
-      if (typeof command !== "string") throw new TypeError("exec: command must be a string");
-      if (command.includes("\0")) throw new TypeError("exec: command must not contain NUL bytes");
-      if (typeof cwd !== "string") throw new TypeError("exec: cwd must be a string");
-      if (execOptions === null || typeof execOptions !== "object") {
-        throw new TypeError("exec: options must be an object with an onData function");
-      }
-      const { onData, signal, timeout, env } = execOptions;
-      if (typeof onData !== "function") throw new TypeError("exec: options.onData must be a function");
-      if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
-        throw new TypeError("exec: options.signal must be an AbortSignal");
-      }
-      if (env !== undefined && (env === null || typeof env !== "object")) {
-        throw new TypeError("exec: options.env must be an object");
-      }
-      const timeoutMs = resolveTimeoutMs(timeout);
+      const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
       if (signal?.aborted) throw new Error("aborted");
       const shell = resolveShell(shellPath);
       try {

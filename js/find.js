@@ -8,7 +8,7 @@ import { checkPath, checkString } from "./args.js";
 const checkAbsolute = (p, what) => path.resolve(checkPath(p, what));
 
 /** Validates `{ ignore, limit }`; a missing limit means no limit, a fractional one is floored. */
-function checkOptions(options) {
+export function checkOptions(options) {
   if (options === undefined || options === null) return { ignore: [], limit: Infinity };
   if (typeof options !== "object") throw new TypeError(`options must be an object, got ${typeof options}`);
   const { ignore = [], limit = Infinity } = options;

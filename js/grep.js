@@ -30,7 +30,7 @@ function resolveToCwd(p, cwd) {
 }
 
 /** `Operation aborted`, with how many files the native search had begun to read when it stopped. */
-function abortedError(filesSearched) {
+export function abortedError(filesSearched) {
   return Object.assign(new Error("Operation aborted"), { filesSearched });
 }
 
@@ -94,11 +94,21 @@ export async function grep(options) {
   assertBoundedFsSupported("grep");
   checkObject(options);
   const bound = options.fs ? boundRootOf(options.fs) : null;
+  const search = (req, signal) => runSearch(bound, req, signal);
+  return grepWith(search, options, options.fs?.runtimeRoot ?? process.cwd());
+}
+
+/**
+ * grep()'s validation, path resolution and result around a search: `search(request, signal)` runs it
+ * (natively here, over a connection in remote.js); `defaultCwd` resolves a relative path without `cwd`.
+ */
+export async function grepWith(search, options, defaultCwd) {
+  checkObject(options);
   checkOptional(options.path, "string", "path");
-  const cwd = options.cwd ?? options.fs?.runtimeRoot ?? process.cwd();
+  const cwd = options.cwd ?? defaultCwd;
   const searchPath = resolveToCwd(options.path || ".", cwd);
   const req = request(options, searchPath, undefined);
-  const out = await runSearch(bound, req.native, options.signal);
+  const out = await search(req.native, options.signal);
   return {
     matches: out.lines.map((l) => ({ path: l.path, lineNumber: l.lineNumber, text: l.text, isContext: !l.isMatch })),
     matchCount: out.matchCount,
@@ -111,8 +121,16 @@ export async function grep(options) {
 export function createGrepToolDefinition(cwd, options = {}) {
   assertBoundedFsSupported("createGrepToolDefinition");
   if (typeof cwd !== "string") throw new TypeError("cwd must be a string");
-  const { module: pi } = requirePi();
   const bound = options?.fs ? boundRootOf(options.fs) : null;
+  return grepToolDefinitionWith(cwd, (req, signal) => runSearch(bound, req, signal));
+}
+
+/**
+ * The grep ToolDefinition around a search: `search(request, signal)` runs it (natively here, over a
+ * connection in remote.js); the output the model reads is formatted here for both.
+ */
+export function grepToolDefinitionWith(cwd, search) {
+  const { module: pi } = requirePi();
   const stock = pi.createGrepToolDefinition(cwd);
   return {
     ...stock,
@@ -120,7 +138,7 @@ export function createGrepToolDefinition(cwd, options = {}) {
       if (signal?.aborted) throw new Error("Operation aborted");
       const searchPath = resolveToCwd(params?.path || ".", ctx?.cwd || cwd);
       const req = request(params ?? {}, searchPath, MAX_BYTES);
-      const out = await runSearch(bound, req.native, signal);
+      const out = await search(req.native, signal);
       if (out.matchCount === 0) return { content: [{ type: "text", text: "No matches found" }], details: undefined };
       const rawOutput = out.lines
         .map((l) => (l.isMatch ? `${l.path}:${l.lineNumber}: ${l.text}` : `${l.path}-${l.lineNumber}- ${l.text}`))
@@ -151,7 +169,11 @@ export function createGrepToolDefinition(cwd, options = {}) {
 
 /** pi's grep AgentTool (as the installed pi's `createGrepTool` builds it) with a native `execute`. */
 export function createGrepTool(cwd, options = {}) {
-  const definition = createGrepToolDefinition(cwd, options);
+  return grepToolOf(cwd, createGrepToolDefinition(cwd, options));
+}
+
+/** pi's grep AgentTool whose `execute` is `definition`'s. */
+export function grepToolOf(cwd, definition) {
   const { module: pi } = requirePi();
   return {
     ...pi.createGrepTool(cwd),

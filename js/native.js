@@ -17,7 +17,7 @@ const PREBUILT = [
 ];
 
 /** The napi-rs platform suffix for this process, e.g. `linux-x64-gnu`, `darwin-arm64`. */
-function platformSuffix() {
+export function platformSuffix() {
   const base = `${process.platform}-${process.arch}`;
   if (process.platform === "win32") return `${base}-msvc`;
   if (process.platform !== "linux") return base;

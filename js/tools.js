@@ -2,7 +2,7 @@
 // package's operations (and our grep tool, since pi's grep cannot be redirected).
 import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
-import { createGrepTool, createGrepToolDefinition } from "./grep.js";
+import { createGrepToolDefinition, grepToolOf } from "./grep.js";
 import { checkObject } from "./args.js";
 import { requirePi } from "./pi.js";
 
@@ -34,18 +34,27 @@ function withStockLimitNotice(tool) {
 function wire(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   checkObject(options);
-  const { module: pi } = requirePi();
   const { root = cwd, runtimeRoot, bash = {} } = options;
   const fs = createBoundFs(root, runtimeRoot === undefined ? {} : { runtimeRoot });
   const { shellPath, ...bashToolOptions } = bash;
   const operations = createBashOperations(shellPath === undefined ? {} : { shellPath });
+  return assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep: createGrepToolDefinition(cwd, { fs }) });
+}
+
+/**
+ * The seven tools of `kind` ("Tool" or "ToolDefinition") from the installed pi's factories over `fs`'s
+ * operations and bash's `operations`, with `grep` (our grep tool's definition) in pi's grep's place.
+ * Shared by the local tools here and the remote ones (remote.js).
+ */
+export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep }) {
+  const { module: pi } = requirePi();
   const make = (name) => pi[`create${name}${kind}`];
   return {
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
-    grep: (kind === "Tool" ? createGrepTool : createGrepToolDefinition)(cwd, { fs }),
+    grep: kind === "Tool" ? grepToolOf(cwd, grep) : grep,
     find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };

@@ -1,0 +1,542 @@
+// The remote client's own behaviour (js/remote.js): handshake, framing, coalescing, flow control,
+// errors rebuilt from their fields, lifecycle. Against an in-process fake server (helpers/fake-server.js)
+// where the test must script or observe the server's side; the parity suites run the real server.
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { Duplex, PassThrough } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  connect,
+  createBoundFs,
+  createNativeToolDefinitions,
+  createRemoteToolDefinitions,
+  createRemoteTools,
+  serverBinaryPath,
+} from "pi-native-ops";
+import { fakeServer, frame, frameReader, WINDOW } from "./helpers/fake-server.js";
+import { runTool } from "./helpers/pi.js";
+
+const MiB = 1024 * 1024;
+const version = JSON.parse(
+  await import("node:fs").then((m) => m.readFileSync(new URL("../package.json", import.meta.url))),
+).version;
+
+let dir;
+beforeAll(() => {
+  dir = realpathSync(mkdtempSync(path.join(tmpdir(), "remote-client-")));
+  mkdirSync(path.join(dir, "src"));
+  for (let i = 0; i < 50; i++) writeFileSync(path.join(dir, "src", `f${i}.txt`), `file ${i}\nneedle ${i}\n`);
+  writeFileSync(path.join(dir, "big.bin"), Buffer.alloc(16 * MiB, 7));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Waits until `predicate()` holds, polling once per event-loop turn (no wall-clock assertion). */
+async function until(predicate) {
+  while (!predicate()) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** The rejection of `promise` (fails the test if it resolves). */
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  throw new Error("expected a rejection");
+}
+
+const errorFields = (e) => ({
+  message: e.message,
+  code: e.code,
+  errno: e.errno,
+  syscall: e.syscall,
+  path: e.path,
+  keys: Object.keys(e),
+});
+
+describe("handshake", () => {
+  it("sends its hello without waiting for the server's and answers the server's facts", async () => {
+    const server = fakeServer(dir, { hello: false });
+    const pending = connect(server.transport);
+    await until(() => server.frames.length > 0);
+    expect(server.frames[0]).toEqual({ t: "hello", protocol: 1, client: version });
+    server.send({ t: "hello", protocol: 1, server: "9.9.9", root: "/workspace", platform: "linux-arm64" });
+    const conn = await pending;
+    expect(conn.server).toEqual({ protocol: 1, version: "9.9.9", root: "/workspace", platform: "linux-arm64" });
+    expect(conn.fs.root).toBe("/workspace");
+    expect(conn.fs.runtimeRoot).toBe("/workspace");
+    await conn.close();
+  });
+
+  it("rejects a server of another protocol, naming both versions, and closes the stream", async () => {
+    const server = fakeServer(dir, { hello: { protocol: 2, server: "0.2.0" } });
+    const err = await rejection(connect(server.transport));
+    expect(err.message).toBe(
+      `remote protocol mismatch: client pi-native-ops ${version} speaks protocol 1, server pi-native-ops-server 0.2.0 speaks protocol 2`,
+    );
+    await until(() => server.ended);
+  });
+
+  it("rejects when the stream ends before the hello, and when the connect signal aborts", async () => {
+    const server = fakeServer(dir, { hello: false });
+    const pending = connect(server.transport);
+    server.die();
+    expect((await rejection(pending)).message).toBe("remote connection closed: the stream ended");
+
+    const silent = fakeServer(dir, { hello: false });
+    const controller = new AbortController();
+    const waiting = connect(silent.transport, { signal: controller.signal });
+    controller.abort();
+    expect((await rejection(waiting)).message).toBe("remote connection closed: connect was aborted");
+    await until(() => silent.ended);
+  });
+
+  it("takes a Duplex and { readable, writable } web streams as transports", async () => {
+    const server = fakeServer(dir);
+    const duplex = Duplex.from({ readable: server.transport.readable, writable: server.transport.writable });
+    const viaDuplex = await connect(duplex);
+    expect((await viaDuplex.fs.read.readFile("/workspace/src/f1.txt")).toString()).toBe("file 1\nneedle 1\n");
+    await viaDuplex.close();
+
+    const web = fakeServer(dir);
+    const viaWeb = await connect({
+      readable: Duplex.toWeb(web.transport.readable).readable,
+      writable: Duplex.toWeb(web.transport.writable).writable,
+    });
+    expect(await viaWeb.fs.ls.exists("/workspace/src/f2.txt")).toBe(true);
+    await viaWeb.close();
+    await until(() => web.ended);
+  });
+
+  it("refuses what is no transport", async () => {
+    await expect(connect({})).rejects.toThrow(TypeError);
+    await expect(connect({ readable: true, writable: true })).rejects.toThrow(/Duplex stream/);
+    await expect(connect(fakeServer(dir).transport, { forwardEnv: "yes" })).rejects.toThrow(/forwardEnv/);
+  });
+});
+
+describe("calls", () => {
+  it("many calls in flight complete correctly when answered in reverse order", async () => {
+    const server = fakeServer(dir, { reverse: 100 });
+    const conn = await connect(server.transport);
+    const calls = [];
+    for (let i = 0; i < 50; i++) {
+      calls.push(conn.fs.read.readFile(`/workspace/src/f${i}.txt`).then((b) => b.toString()));
+      calls.push(conn.fs.ls.stat(`/workspace/src/f${i}.txt`).then((s) => [s.isFile(), s.size]));
+    }
+    const results = await Promise.all(calls);
+    for (let i = 0; i < 50; i++) {
+      expect(results[2 * i]).toBe(`file ${i}\nneedle ${i}\n`);
+      expect(results[2 * i + 1]).toEqual([true, `file ${i}\nneedle ${i}\n`.length]);
+    }
+    const ids = server.frames.filter((f) => f.t === "call").map((f) => f.id);
+    expect(new Set(ids).size).toBe(100);
+    await conn.close();
+  });
+
+  it("frames queued in one turn of the event loop go out as one write", async () => {
+    const server = fakeServer(dir);
+    const conn = await connect(server.transport);
+    const before = server.writes.length;
+    // Some calls are made after an await: still the same turn of the event loop.
+    const calls = [];
+    for (let i = 0; i < 20; i++) calls.push(conn.fs.ls.exists(`/workspace/src/f${i}.txt`));
+    await Promise.resolve();
+    for (let i = 20; i < 40; i++)
+      calls.push(
+        (async () => {
+          await null;
+          return conn.fs.ls.exists(`/workspace/src/f${i}.txt`);
+        })(),
+      );
+    expect(await Promise.all(calls)).toEqual(Array(40).fill(true));
+    expect(server.writes.length - before).toBe(1);
+    await conn.close();
+  });
+
+  it("reads frames cut anywhere: one byte at a time", async () => {
+    const toClient = new PassThrough();
+    const toServer = new PassThrough();
+    const bytes = Buffer.concat([
+      frame({ t: "hello", protocol: 1, server: "x", root: "/w", platform: "p" }),
+      frame({ t: "ok", id: 1 }, Buffer.from("payload \0\xff bytes", "latin1")),
+    ]);
+    const pending = connect({ readable: toClient, writable: toServer });
+    const feed = (async () => {
+      for (const byte of bytes) {
+        toClient.write(Buffer.from([byte]));
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    })();
+    const conn = await pending;
+    const content = await conn.fs.read.readFile("/w/a");
+    await feed;
+    expect(content).toEqual(Buffer.from("payload \0\xff bytes", "latin1"));
+    await conn.close();
+  });
+
+  it("waits for 'drain' when the writable is full, then writes what queued meanwhile as one", async () => {
+    const server = fakeServer(dir);
+    const writable = server.transport.writable;
+    const conn = await connect(server.transport);
+    // A writable that reports itself full once: the client must hold further frames until 'drain'.
+    const write = writable.write;
+    let full = true;
+    writable.write = (data, ...rest) => {
+      write(data, ...rest);
+      if (!full) return true;
+      full = false;
+      return false;
+    };
+    const first = conn.fs.read.readFile("/workspace/src/f1.txt");
+    await until(() => !full);
+    const before = server.writes.length;
+    const rest = [conn.fs.ls.exists("/workspace/src/f2.txt"), conn.fs.ls.exists("/workspace/src/f3.txt")];
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    expect(server.writes.length).toBe(before);
+    writable.emit("drain");
+    await Promise.all([first, ...rest]);
+    expect(server.writes.length).toBe(before + 1);
+    await conn.close();
+  });
+});
+
+describe("errors", () => {
+  it("keep the local error's message, code, errno, syscall and path", async () => {
+    const local = createBoundFs(dir, { runtimeRoot: "/workspace" });
+    const conn = await connect(fakeServer(dir).transport);
+    for (const [op, p] of [
+      ["readFile", "/workspace/missing.txt"],
+      ["readFile", "/workspace/src"],
+      ["readFile", "/etc/passwd"],
+      ["stat", "/workspace/nope"],
+      ["readdir", "/workspace/big.bin"],
+    ]) {
+      const ops = op === "readFile" ? "read" : "ls";
+      const localError = await rejection(local[ops][op](p));
+      const remoteError = await rejection(conn.fs[ops][op](p));
+      expect(remoteError).toBeInstanceOf(Error);
+      expect(errorFields(remoteError), `${op} ${p}`).toEqual(errorFields(localError));
+    }
+    // The refusal has no code, so pi's edit tool shows the model the message.
+    const refusal = await rejection(conn.fs.edit.access("/etc/passwd"));
+    expect(refusal.message).toBe('path "/etc/passwd" is outside workspace');
+    expect("code" in refusal).toBe(false);
+    await conn.close();
+  });
+
+  it("argument errors are the local TypeErrors, thrown before anything is sent", async () => {
+    const server = fakeServer(dir);
+    const conn = await connect(server.transport);
+    await until(() => server.frames.length === 1); // the client's hello
+    const calls = server.frames.length;
+    await expect(conn.fs.read.readFile("relative")).rejects.toThrow(TypeError);
+    await expect(conn.fs.write.writeFile("/workspace/x", 42)).rejects.toThrow(
+      "content must be a string or Buffer, got number",
+    );
+    await expect(conn.fs.find.glob("*", "/workspace", { limit: -1 })).rejects.toThrow(
+      "options.limit must be a number >= 0, got -1",
+    );
+    await expect(conn.bash.exec(1, "/workspace", { onData() {} })).rejects.toThrow("exec: command must be a string");
+    await expect(conn.bash.exec("true", "/workspace", { onData() {}, timeout: -1 })).rejects.toThrow(
+      "Invalid timeout: must be a finite number of seconds",
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(server.frames.length).toBe(calls);
+    await conn.close();
+  });
+});
+
+describe("lifecycle", () => {
+  it("when the server dies, every pending call rejects at once and every later call the same way", async () => {
+    const server = fakeServer(dir, { reverse: 1000 }); // holds every answer
+    const conn = await connect(server.transport);
+    const pending = [
+      conn.fs.read.readFile("/workspace/src/f1.txt"),
+      conn.fs.ls.readdir("/workspace/src"),
+      conn.bash.exec("sleep 100", "/workspace", { onData() {} }),
+      conn.grep({ pattern: "needle" }),
+    ];
+    const reader = conn.fs.read.createReadStream("/workspace/big.bin")[Symbol.asyncIterator]();
+    pending.push(reader.next());
+    await until(() => server.frames.filter((f) => f.t === "call").length === 5);
+    server.die();
+    for (const p of pending) expect((await rejection(p)).message).toBe("remote connection closed: the stream ended");
+    expect((await rejection(conn.fs.ls.exists("/workspace"))).message).toBe(
+      "remote connection closed: the stream ended",
+    );
+    expect((await rejection(conn.fs.find.glob("*", "/workspace"))).message).toBe(
+      "remote connection closed: the stream ended",
+    );
+  });
+
+  it("close() ends the stream, rejects pending calls and later ones", async () => {
+    const server = fakeServer(dir, { reverse: 1000 });
+    const conn = await connect(server.transport);
+    const pending = conn.fs.read.readFile("/workspace/src/f1.txt");
+    await until(() => server.frames.some((f) => f.t === "call"));
+    await conn.close();
+    expect(server.ended).toBe(true);
+    expect((await rejection(pending)).message).toBe("remote connection closed: closed by the client");
+    expect((await rejection(conn.fs.ls.stat("/workspace"))).message).toBe(
+      "remote connection closed: closed by the client",
+    );
+    await conn.close(); // twice is harmless
+  });
+
+  it("a frame with impossible lengths or a header that is no JSON object closes the connection", async () => {
+    for (const [bytes, reason] of [
+      [Buffer.from([0, 0, 0, 0, 0, 0, 0, 0]), "protocol violation: frame lengths out of range (header 0, payload 0)"],
+      [
+        Buffer.from([0, 0x20, 0, 0, 0, 0, 0, 0]),
+        "protocol violation: frame lengths out of range (header 2097152, payload 0)",
+      ],
+      [
+        Buffer.from([0, 0, 0, 1, 0x40, 0, 0, 1]),
+        "protocol violation: frame lengths out of range (header 1, payload 1073741825)",
+      ],
+      [frame("[1,2]"), "protocol violation: a frame header is not a JSON object"],
+      [frame("{nope"), "protocol violation: a frame header is not a JSON object"],
+    ]) {
+      const server = fakeServer(dir, { reverse: 1000 });
+      const conn = await connect(server.transport);
+      const pending = conn.fs.read.readFile("/workspace/src/f1.txt");
+      server.transport.readable.write(bytes);
+      expect((await rejection(pending)).message).toBe(`remote connection closed: ${reason}`);
+      await until(() => server.ended);
+    }
+  });
+
+  it("an error frame without an id ends the connection with the server's message", async () => {
+    const server = fakeServer(dir, { reverse: 1000 });
+    const conn = await connect(server.transport);
+    const pending = conn.fs.ls.exists("/workspace");
+    server.send({ t: "error", error: { kind: "Protocol", message: "frame header is not JSON" } });
+    expect((await rejection(pending)).message).toBe("remote connection closed: server error: frame header is not JSON");
+  });
+});
+
+describe("streams", () => {
+  it("createReadStream credits chunks as they are taken, so at most the window waits unread", async () => {
+    const server = fakeServer(dir);
+    const conn = await connect(server.transport);
+    const iterator = conn.fs.read.createReadStream("/workspace/big.bin")[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    expect(first.value.length).toBe(MiB);
+    const id = server.frames.find((f) => f.op === "readStream").id;
+    const stream = server.streams.get(id);
+    // The consumer holds: the server stops once the window is full.
+    await until(() => stream.sent === stream.credited + WINDOW);
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    expect(stream.sent).toBe(stream.credited + WINDOW);
+    expect(stream.sent).toBeLessThan(16 * MiB);
+    let total = first.value.length;
+    for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+      expect(next.value.every((b) => b === 7)).toBe(true);
+      total += next.value.length;
+    }
+    expect(total).toBe(16 * MiB);
+    await conn.close();
+  });
+
+  it("leaving a read stream early cancels it; a missing file throws the local error", async () => {
+    const server = fakeServer(dir);
+    const conn = await connect(server.transport);
+    for await (const chunk of conn.fs.read.createReadStream("/workspace/big.bin")) {
+      expect(chunk.length).toBe(MiB);
+      break;
+    }
+    const id = server.frames.find((f) => f.op === "readStream").id;
+    await until(() => server.frames.some((f) => f.t === "cancel" && f.id === id));
+    const missing = conn.fs.read.createReadStream("/workspace/none");
+    const err = await rejection(missing[Symbol.asyncIterator]().next());
+    expect([err.code, err.syscall, err.path]).toEqual(["ENOENT", "open", "/workspace/none"]);
+    await conn.close();
+  });
+});
+
+describe("exec", () => {
+  /** An exec that sends `chunks` data frames (respecting credits) and, once cancelled, ends killed. */
+  const scripted =
+    (chunks, size = 0) =>
+    (call, server) => {
+      const stream = server.streams.get(call.id);
+      let sentChunks = 0;
+      let done = false;
+      const finish = (fields) => {
+        if (done) return;
+        done = true;
+        server.ok(call.id, fields);
+      };
+      const pump = () => {
+        while (!done && sentChunks < chunks && stream.sent - stream.credited < WINDOW) {
+          const bytes = Buffer.from(`chunk ${sentChunks++}\n`.padEnd(size));
+          stream.sent += bytes.length;
+          server.send({ t: "data", id: call.id }, bytes);
+        }
+        if (sentChunks === chunks) finish({ exitCode: 0, killed: false });
+      };
+      server.onCredit = pump;
+      server.onCancel = (h) => h.id === call.id && finish({ exitCode: null, killed: true });
+      pump();
+    };
+
+  it("streams output to onData, credits each chunk, resolves the exit code", async () => {
+    const server = fakeServer(dir, { exec: scripted(3) });
+    const conn = await connect(server.transport);
+    const seen = [];
+    const result = await conn.bash.exec("anything", "/workspace", { onData: (b) => seen.push(b.toString()) });
+    expect(result).toEqual({ exitCode: 0 });
+    expect(seen.join("")).toBe("chunk 0\nchunk 1\nchunk 2\n");
+    const id = server.frames.find((f) => f.op === "exec").id;
+    await until(() => server.streams.get(id).credited === server.streams.get(id).sent);
+    await conn.close();
+  });
+
+  it("abort sends cancel and rejects with `aborted` once the server reports the tree gone", async () => {
+    const server = fakeServer(dir, { exec: scripted(Infinity, 64 * 1024) });
+    const conn = await connect(server.transport);
+    const controller = new AbortController();
+    let chunks = 0;
+    const run = conn.bash.exec("yes", "/workspace", {
+      onData: () => {
+        if (++chunks === 10) controller.abort();
+      },
+      signal: controller.signal,
+    });
+    expect((await rejection(run)).message).toBe("aborted");
+    const id = server.frames.find((f) => f.op === "exec").id;
+    expect(server.frames.some((f) => f.t === "cancel" && f.id === id)).toBe(true);
+    // Already aborted: nothing is sent.
+    const calls = server.frames.filter((f) => f.t === "call").length;
+    await expect(conn.bash.exec("true", "/workspace", { onData() {}, signal: controller.signal })).rejects.toThrow(
+      "aborted",
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(server.frames.filter((f) => f.t === "call").length).toBe(calls);
+    await conn.close();
+  });
+
+  it("timeout sends cancel and rejects with timeout:<seconds>", async () => {
+    const server = fakeServer(dir, { exec: () => {} });
+    server.onCancel = (h) => server.ok(h.id, { exitCode: null, killed: true });
+    const conn = await connect(server.transport);
+    expect((await rejection(conn.bash.exec("sleep 100", "/workspace", { onData() {}, timeout: 0.05 }))).message).toBe(
+      "timeout:0.05",
+    );
+    expect(server.frames.some((f) => f.t === "cancel")).toBe(true);
+    await conn.close();
+  });
+
+  it("a throwing onData cancels the command and is what exec rejects with", async () => {
+    const server = fakeServer(dir, { exec: scripted(Infinity, 64 * 1024) });
+    const conn = await connect(server.transport);
+    const boom = new Error("consumer failed");
+    const err = await rejection(
+      conn.bash.exec("yes", "/workspace", {
+        onData: () => {
+          throw boom;
+        },
+      }),
+    );
+    expect(err).toBe(boom);
+    expect(server.frames.some((f) => f.t === "cancel")).toBe(true);
+    await conn.close();
+  });
+
+  it("does not send this machine's environment unless asked to", async () => {
+    const calls = [];
+    const exec = (call, server) => {
+      calls.push(call);
+      server.ok(call.id, { exitCode: 0, killed: false });
+    };
+    const env = { SECRET_API_KEY: "sk-123", PATH: "/usr/bin" };
+    const run = async (options) => {
+      const conn = await connect(fakeServer(dir, { exec }).transport, options);
+      await conn.bash.exec("env", "/workspace", { onData() {}, env });
+      await conn.close();
+      return calls.at(-1);
+    };
+    expect((await run()).env).toBeNull();
+    expect((await run({ forwardEnv: true })).env).toEqual(["SECRET_API_KEY=sk-123", "PATH=/usr/bin"]);
+    expect((await run({ forwardEnv: (e) => ({ PATH: e.PATH }) })).env).toEqual(["PATH=/usr/bin"]);
+    expect((await run({ forwardEnv: () => undefined })).env).toBeNull();
+    const conn = await connect(fakeServer(dir, { exec }).transport);
+    await conn.createBashOperations({ shellPath: "/bin/sh" }).exec("true", "/w", { onData() {} });
+    expect(calls.at(-1)).toMatchObject({ command: "true", cwd: "/w", shell: "/bin/sh", env: null });
+    await conn.close();
+  });
+});
+
+describe("tools", () => {
+  it("the seven tools run remotely; grep's output is the local tool's, byte for byte", async () => {
+    const conn = await connect(fakeServer(dir).transport);
+    const remote = createRemoteToolDefinitions("/workspace", { connection: conn });
+    const local = createNativeToolDefinitions("/workspace", { root: dir, runtimeRoot: "/workspace" });
+    expect(Object.keys(remote)).toEqual(Object.keys(local));
+    for (const params of [
+      { pattern: "needle" },
+      { pattern: "needle 4", limit: 3, context: 1 },
+      { pattern: "NEEDLE", ignoreCase: true, glob: "f1*" },
+      { pattern: "zzz" },
+    ]) {
+      expect(await runTool(remote.grep, params)).toEqual(await runTool(local.grep, params));
+    }
+    expect(await runTool(remote.ls, { path: "src", limit: 5 })).toEqual(
+      await runTool(local.ls, { path: "src", limit: 5 }),
+    );
+    expect(await runTool(remote.find, { pattern: "*.txt", limit: 4 })).toEqual(
+      await runTool(local.find, { pattern: "*.txt", limit: 4 }),
+    );
+    expect(await runTool(remote.read, { path: "src/f3.txt" })).toEqual(
+      await runTool(local.read, { path: "src/f3.txt" }),
+    );
+    expect(await runTool(remote.read, { path: "/etc/passwd" })).toEqual(
+      await runTool(local.read, { path: "/etc/passwd" }),
+    );
+    const agentTools = createRemoteTools("/workspace", { connection: conn });
+    expect(agentTools.grep.name).toBe("grep");
+    expect(await runTool(agentTools.grep, { pattern: "needle 7" })).toEqual(
+      await runTool(local.grep, { pattern: "needle 7" }),
+    );
+    const grepped = await conn.grep({ pattern: "needle 1", path: "src", limit: 2 });
+    expect(grepped.matchLimitReached).toBe(2);
+    expect(grepped.matches.map((m) => m.path)).toEqual(["f1.txt", "f10.txt"]);
+    await conn.close();
+  });
+
+  it("refuses options without a connection made by connect()", () => {
+    expect(() => createRemoteTools("/workspace", {})).toThrow(
+      "options.connection must be a connection made by connect()",
+    );
+    expect(() => createRemoteToolDefinitions("/workspace", { connection: { fs: {} } })).toThrow(TypeError);
+  });
+});
+
+describe("serverBinaryPath", () => {
+  it("throws naming the platform, what was tried and the fix when no binary is there", () => {
+    let err;
+    try {
+      serverBinaryPath({ platform: "freebsd", arch: "riscv64" });
+    } catch (e) {
+      err = e;
+    }
+    expect(err.code).toBe("ERR_PI_NATIVE_OPS_NO_SERVER");
+    expect(err.message).toContain("no pi-native-ops-server binary for freebsd-riscv64");
+    expect(err.message).toContain("pi-native-ops-server.freebsd-riscv64");
+    expect(err.message).toContain('install the platform package "pi-native-ops-freebsd-riscv64"');
+    expect(err.message).toContain("scripts/build-server.sh");
+  });
+});
+
+// Frame reader sanity for the helper itself.
+it("the fake's frame reader splits what frame() joins", () => {
+  const got = [];
+  const read = frameReader((h, p) => got.push([h, p.toString()]));
+  read(Buffer.concat([frame({ a: 1 }, Buffer.from("x")), frame({ b: 2 })]));
+  expect(got).toEqual([
+    [{ a: 1 }, "x"],
+    [{ b: 2 }, ""],
+  ]);
+});

@@ -1,0 +1,81 @@
+/// <reference types="node" />
+import type { Readable, Writable } from "node:stream";
+import type { NativeBashOperations } from "./bash.js";
+import type { BoundFs } from "./fs.js";
+import type { GrepOptions, GrepResult } from "./grep.js";
+import type { BashSpawnHook } from "./pi.js";
+import type { NativeToolDefinitions, NativeTools } from "./tools.js";
+
+/**
+ * The byte streams to a pi-native-ops-server: a child process with piped stdin/stdout (`spawn(...)`), a
+ * Node Duplex (a socket), or `{ readable, writable }` as Node or web streams (a sandbox SDK's command).
+ */
+export type RemoteTransport =
+  | { stdin: Writable | null; stdout: Readable | null }
+  | { readable: Readable | ReadableStream<Uint8Array>; writable: Writable | WritableStream<Uint8Array> }
+  | (Readable & Writable);
+
+export interface ConnectOptions {
+  /**
+   * Whether exec sends the `env` pi passes (this machine's whole environment, API keys included).
+   * Default `false`: commands run in the server's environment. `true` sends it; a function returns the
+   * environment to send (or `undefined` for the server's).
+   */
+  forwardEnv?: boolean | ((env: NodeJS.ProcessEnv) => Record<string, string | undefined> | undefined | null);
+  /** Aborts the handshake (e.g. a server that never answers). */
+  signal?: AbortSignal;
+}
+
+/** What the server said in its hello. */
+export interface RemoteServerInfo {
+  /** The protocol version (docs/protocol.md). */
+  protocol: number;
+  /** The server's version. */
+  version: string;
+  /** The workspace root as the agent sees it: every path is under it. */
+  root: string;
+  /** The server's `platform-arch`, e.g. `linux-x64`. */
+  platform: string;
+}
+
+/** A connection made by {@link connect}. */
+export interface RemoteConnection {
+  readonly server: RemoteServerInfo;
+  /** Shaped as createBoundFs()'s object; `root` and `runtimeRoot` are both the server's root. */
+  readonly fs: BoundFs;
+  /** pi's BashOperations on the server (shell found there as pi finds it). */
+  readonly bash: NativeBashOperations;
+  /** BashOperations running `shellPath`, a path on the server. */
+  createBashOperations(options?: { shellPath?: string }): NativeBashOperations;
+  /** grep() on the server; a relative `path` resolves against `cwd` (default: the server's root). */
+  grep(options: Omit<GrepOptions, "fs">): Promise<GrepResult>;
+  /**
+   * Ends the stream (the server kills its running commands and exits); pending and later calls reject
+   * with `remote connection closed: closed by the client`. Resolves once the end is written.
+   */
+  close(): Promise<void>;
+}
+
+/**
+ * Connects to a pi-native-ops-server over `transport` and completes the handshake. Rejects with
+ * `remote protocol mismatch: …` naming both versions when the server speaks another protocol. When the
+ * stream ends or breaks, every pending and later call rejects with `remote connection closed: <reason>`.
+ */
+export declare function connect(transport: RemoteTransport, options?: ConnectOptions): Promise<RemoteConnection>;
+
+export interface RemoteToolsOptions {
+  connection: RemoteConnection;
+  /** `shellPath` (on the server), plus pi's bash tool options (`spawnHook`, `commandPrefix`). */
+  bash?: { shellPath?: string; spawnHook?: BashSpawnHook; commandPrefix?: string };
+}
+
+/** Like createNativeTools(cwd): the seven tools, each running on the connection's server; `cwd` is a server path. */
+export declare function createRemoteTools(cwd: string, options: RemoteToolsOptions): NativeTools;
+/** The same as tool definitions, for `registerTool` or `createAgentSession({ customTools })`. */
+export declare function createRemoteToolDefinitions(cwd: string, options: RemoteToolsOptions): NativeToolDefinitions;
+
+/**
+ * The local path of the pi-native-ops-server binary for a platform (default: this machine's), to
+ * upload into a sandbox. Throws (code `ERR_PI_NATIVE_OPS_NO_SERVER`) naming what was tried when absent.
+ */
+export declare function serverBinaryPath(target?: { platform?: NodeJS.Platform; arch?: NodeJS.Architecture }): string;

@@ -1,0 +1,758 @@
+// Remote mode, the client side of docs/protocol.md: one byte stream to a pi-native-ops-server turned back
+// into the Operations createBoundFs() and createBashOperations() return, and into pi's seven tools. The
+// server decides everything the core decides (bound, ignore rules, error texts); this side validates
+// arguments as the local functions do, frames calls, and converts answers.
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { checkExecArguments, envEntries } from "./bash.js";
+import { checkObject, checkPath, checkString } from "./args.js";
+import { checkOptions } from "./find.js";
+import { abortedError, createGrepOperations, grepToolDefinitionWith, grepWith } from "./grep.js";
+import { platformSuffix } from "./native.js";
+import { assembleTools } from "./tools.js";
+
+const require = createRequire(import.meta.url);
+const CLIENT_VERSION = require("../package.json").version;
+
+/** The protocol this client speaks (docs/protocol.md, "version 1"). */
+const PROTOCOL_VERSION = 1;
+/** Bytes of a frame's length prefix: two u32 (header length, payload length). */
+const PREFIX_BYTES = 8;
+/** The largest header the protocol allows (1 MiB): a bigger length means a broken stream. */
+const MAX_HEADER_BYTES = 1024 * 1024;
+/** The largest payload the protocol allows (1 GiB). */
+const MAX_PAYLOAD_BYTES = 1024 * 1024 * 1024;
+
+/** Where a connection keeps the search behind its grep tool (for createRemoteTools, not public API). */
+const searchKey = Symbol("pi-native-ops remote search");
+/** Errors this module made for a closed connection (so an abort does not mask them). */
+const closedErrors = new WeakSet();
+/** The error frame's fields behind each error built from one (grep's abort reads `filesSearched`). */
+const frameFields = new WeakMap();
+
+function closedError(reason) {
+  const error = new Error(`remote connection closed: ${reason}`);
+  closedErrors.add(error);
+  return error;
+}
+
+/**
+ * The Error a local call throws, from an error frame's fields: the exact message, and Node's errno,
+ * code, syscall and path (in Node's order) for a system error, as the napi binding builds it
+ * (src/error.rs). The message is never parsed.
+ */
+function remoteError(fields) {
+  const f = fields !== null && typeof fields === "object" ? fields : {};
+  const error = new Error(typeof f.message === "string" ? f.message : "remote error without a message");
+  if (typeof f.errno === "number" && typeof f.code === "string") {
+    error.errno = f.errno;
+    error.code = f.code;
+    if (typeof f.syscall === "string") error.syscall = f.syscall;
+    if (typeof f.path === "string") error.path = f.path;
+  }
+  frameFields.set(error, f);
+  return error;
+}
+
+function isWebReadable(value) {
+  return value !== null && typeof value === "object" && typeof value.getReader === "function";
+}
+function isWebWritable(value) {
+  return value !== null && typeof value === "object" && typeof value.getWriter === "function";
+}
+function isNodeReadable(value) {
+  return (
+    value !== null && typeof value === "object" && typeof value.on === "function" && typeof value.read === "function"
+  );
+}
+function isNodeWritable(value) {
+  return (
+    value !== null && typeof value === "object" && typeof value.on === "function" && typeof value.write === "function"
+  );
+}
+
+/**
+ * The two byte streams of a transport: a child process's stdout/stdin, `{ readable, writable }` (Node
+ * or web streams), or a Node Duplex. A Duplex has boolean `readable`/`writable` properties, so stream
+ * objects are told apart from those by shape.
+ */
+function streamsOf(transport) {
+  if (transport === null || typeof transport !== "object") {
+    throw new TypeError("transport must be a child process, a Duplex stream or { readable, writable }");
+  }
+  if (isNodeReadable(transport.stdout) && isNodeWritable(transport.stdin)) {
+    return { input: transport.stdout, output: transport.stdin, child: transport };
+  }
+  const { readable, writable } = transport;
+  if ((isNodeReadable(readable) || isWebReadable(readable)) && (isNodeWritable(writable) || isWebWritable(writable))) {
+    return { input: readable, output: writable, child: null };
+  }
+  if (isNodeReadable(transport) && isNodeWritable(transport))
+    return { input: transport, output: transport, child: null };
+  throw new TypeError(
+    "transport must be a child process (stdio pipes), a Duplex stream or { readable, writable } streams",
+  );
+}
+
+/** One connection: framing, calls in flight by id, flow-control credits, lifecycle. */
+class Connection {
+  constructor(transport) {
+    const { input, output, child } = streamsOf(transport);
+    this.pending = new Map();
+    this.nextId = 1;
+    this.closedReason = null;
+    this.server = null;
+    // Outgoing frames queued in this tick of the event loop, written as one write.
+    this.queue = [];
+    this.queuedBytes = 0;
+    this.credits = new Map();
+    this.flushScheduled = false;
+    this.waitingForDrain = false;
+    // Incoming bytes not yet framed.
+    this.chunks = [];
+    this.buffered = 0;
+    this.frame = null; // { headerBytes, payloadBytes } once a prefix is read
+    this.handshake = null;
+    this.attachInput(input, child);
+    this.attachOutput(output, input);
+  }
+
+  attachInput(input, child) {
+    // The end of the output, not the child's exit, ends the connection: answers written just before an
+    // exit may still be in the pipe when 'exit' fires. The exit only names the reason when known by then.
+    const ended = (what) => {
+      if (child?.signalCode) return `server killed by ${child.signalCode}`;
+      if (typeof child?.exitCode === "number") return `server exited with code ${child.exitCode}`;
+      return what;
+    };
+    // A child that cannot start emits 'error' on itself; unheard, it would crash the process.
+    child?.on("error", (err) => this.fail(`server process error: ${err.message}`));
+    if (isWebReadable(input)) {
+      const reader = input.getReader();
+      this.cancelInput = () => reader.cancel().catch(() => {});
+      (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return this.fail("the stream ended");
+          this.receive(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
+        }
+      })().catch((err) => this.fail(`stream error: ${err?.message ?? err}`));
+      return;
+    }
+    input.on("data", (chunk) => this.receive(typeof chunk === "string" ? Buffer.from(chunk) : chunk));
+    input.on("end", () => this.fail(ended("the stream ended")));
+    input.on("close", () => this.fail(ended("the stream closed")));
+    input.on("error", (err) => this.fail(`stream error: ${err.message}`));
+  }
+
+  attachOutput(output, input) {
+    if (isWebWritable(output)) {
+      const writer = output.getWriter();
+      this.write = (buffer) => {
+        writer.write(buffer).catch((err) => this.fail(`stream error: ${err?.message ?? err}`));
+        if (writer.desiredSize !== null && writer.desiredSize <= 0) {
+          this.waitingForDrain = true;
+          writer.ready.then(
+            () => this.drained(),
+            () => {},
+          );
+        }
+      };
+      this.endOutput = () => writer.close().catch(() => {});
+      return;
+    }
+    if (output !== input) output.on("error", (err) => this.fail(`stream error: ${err.message}`));
+    this.write = (buffer) => {
+      if (!output.write(buffer)) {
+        this.waitingForDrain = true;
+        output.once("drain", () => this.drained());
+      }
+    };
+    this.endOutput = () =>
+      new Promise((resolve) => {
+        if (output.writableFinished || output.destroyed) return resolve();
+        output.once("finish", resolve);
+        output.once("close", resolve);
+        output.once("error", resolve);
+        output.end();
+      });
+  }
+
+  drained() {
+    this.waitingForDrain = false;
+    this.flush();
+  }
+
+  /** Queues a frame for this tick's write. */
+  send(header, payload) {
+    if (this.closedReason !== null) return;
+    const json = Buffer.from(JSON.stringify(header));
+    const prefix = Buffer.allocUnsafe(PREFIX_BYTES);
+    prefix.writeUInt32BE(json.length, 0);
+    prefix.writeUInt32BE(payload ? payload.length : 0, 4);
+    this.queue.push(prefix, json);
+    this.queuedBytes += PREFIX_BYTES + json.length;
+    if (payload && payload.length > 0) {
+      this.queue.push(payload);
+      this.queuedBytes += payload.length;
+    }
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.flushScheduled || this.waitingForDrain) return;
+    this.flushScheduled = true;
+    // setImmediate, not a microtask: everything queued in this turn of the event loop, across awaits, is
+    // one write (sandbox APIs charge per stdin write).
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  flush() {
+    if (this.closedReason !== null || this.waitingForDrain) return;
+    for (const [id, bytes] of this.credits) {
+      const json = Buffer.from(JSON.stringify({ t: "credit", id, bytes }));
+      const prefix = Buffer.alloc(PREFIX_BYTES);
+      prefix.writeUInt32BE(json.length, 0);
+      this.queue.push(prefix, json);
+      this.queuedBytes += PREFIX_BYTES + json.length;
+    }
+    this.credits.clear();
+    if (this.queue.length === 0) return;
+    const buffer = this.queue.length === 1 ? this.queue[0] : Buffer.concat(this.queue, this.queuedBytes);
+    this.queue = [];
+    this.queuedBytes = 0;
+    this.write(buffer);
+  }
+
+  credit(id, bytes) {
+    if (this.closedReason !== null || bytes === 0) return;
+    this.credits.set(id, (this.credits.get(id) ?? 0) + bytes);
+    this.schedule();
+  }
+
+  cancel(id) {
+    this.send({ t: "cancel", id });
+  }
+
+  /**
+   * Sends a call; `onData(payload)` receives a streaming call's data frames. Returns its id and a
+   * promise of the `ok` frame's `{ header, payload }` (rejected with the error frame's Error).
+   */
+  start(op, args, payload, onData) {
+    if (this.closedReason !== null) return { id: 0, promise: Promise.reject(closedError(this.closedReason)) };
+    const id = this.nextId++;
+    const header = { t: "call", id, op, ...args };
+    const promise = new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, onData });
+    });
+    if (payload && payload.length > MAX_PAYLOAD_BYTES) {
+      this.settle(id, null, new Error(`remote ${op}: payload of ${payload.length} bytes exceeds the protocol's 1 GiB`));
+      return { id, promise };
+    }
+    const json = JSON.stringify(header);
+    if (Buffer.byteLength(json) > MAX_HEADER_BYTES) {
+      this.settle(id, null, new Error(`remote ${op}: arguments exceed the protocol's 1 MiB header`));
+      return { id, promise };
+    }
+    this.send(header, payload);
+    return { id, promise };
+  }
+
+  /** A call answered with `ok`: the header's fields. */
+  async call(op, args, payload) {
+    return (await this.start(op, args, payload).promise).header;
+  }
+
+  settle(id, ok, error) {
+    const call = this.pending.get(id);
+    if (!call) return;
+    this.pending.delete(id);
+    if (error) call.reject(error);
+    else call.resolve(ok);
+  }
+
+  /** Frames arriving bytes; never allocates what a length merely claims. */
+  receive(chunk) {
+    if (this.closedReason !== null || chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    for (;;) {
+      if (this.frame === null) {
+        if (this.buffered < PREFIX_BYTES) return;
+        const prefix = this.take(PREFIX_BYTES, false);
+        const headerBytes = prefix.readUInt32BE(0);
+        const payloadBytes = prefix.readUInt32BE(4);
+        if (headerBytes < 1 || headerBytes > MAX_HEADER_BYTES || payloadBytes > MAX_PAYLOAD_BYTES) {
+          return this.fail(
+            `protocol violation: frame lengths out of range (header ${headerBytes}, payload ${payloadBytes})`,
+          );
+        }
+        this.frame = { headerBytes, payloadBytes };
+      }
+      const { headerBytes, payloadBytes } = this.frame;
+      if (this.buffered < headerBytes + payloadBytes) return;
+      this.frame = null;
+      const headerText = this.take(headerBytes, false).toString("utf8");
+      const payload = this.take(payloadBytes, true);
+      let header;
+      try {
+        header = JSON.parse(headerText);
+      } catch {
+        header = null;
+      }
+      if (header === null || typeof header !== "object" || Array.isArray(header)) {
+        return this.fail("protocol violation: a frame header is not a JSON object");
+      }
+      this.dispatch(header, payload);
+      if (this.closedReason !== null) return;
+    }
+  }
+
+  /** The next `n` buffered bytes; `copy` gives the payload its own memory, not a view of a bigger chunk. */
+  take(n, copy) {
+    this.buffered -= n;
+    if (n === 0) return Buffer.alloc(0);
+    const first = this.chunks[0];
+    if (first.length === n) {
+      this.chunks.shift();
+      return first;
+    }
+    if (first.length > n) {
+      this.chunks[0] = first.subarray(n);
+      const part = first.subarray(0, n);
+      return copy ? Buffer.from(part) : part;
+    }
+    const parts = [];
+    let left = n;
+    while (left > 0) {
+      const chunk = this.chunks[0];
+      if (chunk.length <= left) {
+        parts.push(this.chunks.shift());
+        left -= chunk.length;
+      } else {
+        parts.push(chunk.subarray(0, left));
+        this.chunks[0] = chunk.subarray(left);
+        left = 0;
+      }
+    }
+    return Buffer.concat(parts, n);
+  }
+
+  dispatch(header, payload) {
+    // The server could not tell which call a frame of ours was: a call may never be answered, so the
+    // connection ends rather than leave it hanging (the server closes after a protocol mismatch, too).
+    if (header.t === "error" && (header.id === undefined || header.id === null)) {
+      const message = header.error?.message;
+      return this.fail(`server error: ${typeof message === "string" ? message : "(no message)"}`);
+    }
+    if (this.server === null) return this.greet(header);
+    const call = this.pending.get(header.id);
+    if (!call) return; // a call already settled (cancelled, or failed client-side): nothing waits
+    switch (header.t) {
+      case "data":
+        if (call.onData) call.onData(payload);
+        else this.credit(header.id, payload.length);
+        return;
+      case "ok":
+        return this.settle(header.id, { header, payload });
+      case "error":
+        return this.settle(header.id, null, remoteError(header.error));
+      default:
+        return this.fail(`protocol violation: unexpected frame type ${JSON.stringify(header.t)}`);
+    }
+  }
+
+  greet(hello) {
+    if (hello.t !== "hello") return this.fail(`protocol violation: expected hello, got ${JSON.stringify(hello.t)}`);
+    if (hello.protocol !== PROTOCOL_VERSION) {
+      const message =
+        `remote protocol mismatch: client pi-native-ops ${CLIENT_VERSION} speaks protocol ${PROTOCOL_VERSION}, ` +
+        `server pi-native-ops-server ${hello.server} speaks protocol ${hello.protocol}`;
+      const error = new Error(message);
+      this.handshake?.reject(error);
+      return this.fail(message);
+    }
+    if (typeof hello.root !== "string" || !path.isAbsolute(hello.root)) {
+      return this.fail("protocol violation: hello without an absolute root");
+    }
+    this.server = {
+      protocol: hello.protocol,
+      version: String(hello.server),
+      root: hello.root,
+      platform: String(hello.platform),
+    };
+    this.handshake?.resolve();
+  }
+
+  /** Ends the connection: every pending and later call rejects with `remote connection closed: <reason>`. */
+  fail(reason) {
+    if (this.closedReason !== null) return this.ended;
+    this.closedReason = reason;
+    this.handshake?.reject(closedError(reason));
+    const calls = [...this.pending.values()];
+    this.pending.clear();
+    for (const call of calls) call.reject(closedError(reason));
+    this.queue = [];
+    this.credits.clear();
+    this.chunks = [];
+    this.buffered = 0;
+    this.cancelInput?.();
+    // Ending our side tells a live server to kill its commands and exit.
+    this.ended = this.endOutput();
+    return this.ended;
+  }
+}
+
+/** `exec` over the connection; env policy as {@link connect} documents. */
+function remoteBashOperations(conn, { shellPath, forwardEnv }) {
+  return {
+    exec: async (command, cwd, execOptions) => {
+      const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
+      if (signal?.aborted) throw new Error("aborted");
+      // What the local exec answers for a cwd no system call can take.
+      if (cwd.includes("\0"))
+        throw new Error(`Working directory does not exist: ${cwd}\nCannot execute bash commands.`);
+      let sent = null;
+      if (forwardEnv === true) sent = env === undefined ? null : envEntries(env);
+      else if (typeof forwardEnv === "function") {
+        const chosen = forwardEnv(env ?? process.env);
+        if (chosen !== undefined && chosen !== null) sent = envEntries(checkObject(chosen, "forwardEnv's result"));
+      }
+
+      let consumerError;
+      let timedOut = false;
+      let timer;
+      let onAbort;
+      const { id, promise } = conn.start(
+        "exec",
+        { command, cwd, env: sent, shell: shellPath ?? null },
+        null,
+        (chunk) => {
+          if (consumerError === undefined) {
+            try {
+              onData(chunk);
+            } catch (err) {
+              consumerError = err;
+              conn.cancel(id);
+            }
+          }
+          conn.credit(id, chunk.length);
+        },
+      );
+      onAbort = () => conn.cancel(id);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          timedOut = true;
+          conn.cancel(id);
+        }, timeoutMs);
+        timer.unref?.();
+      }
+      try {
+        const { header } = await promise;
+        if (consumerError !== undefined) throw consumerError;
+        if (signal?.aborted) throw new Error("aborted");
+        if (timedOut) throw new Error(`timeout:${timeout}`);
+        return { exitCode: typeof header.exitCode === "number" ? header.exitCode : null };
+      } finally {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      }
+    },
+  };
+}
+
+/** grep's search over the connection, with the local search's abort semantics. */
+function remoteSearch(conn) {
+  return (request, signal) => {
+    if (signal?.aborted) return Promise.reject(abortedError(0));
+    const { id, promise } = conn.start("grep", {
+      pattern: request.pattern,
+      path: request.path,
+      displayName: request.displayName,
+      ignoreCase: request.ignoreCase,
+      literal: request.literal,
+      glob: request.glob ?? null,
+      context: request.context,
+      limit: request.limit,
+      storeCap: request.storeCap ?? null,
+    });
+    const onAbort = () => conn.cancel(id);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    return promise
+      .then(
+        ({ header }) => {
+          if (signal?.aborted) throw abortedError(header.filesSearched ?? 0);
+          return header;
+        },
+        (err) => {
+          if (signal?.aborted && !closedErrors.has(err)) throw abortedError(frameFields.get(err)?.filesSearched ?? 0);
+          throw err;
+        },
+      )
+      .finally(() => signal?.removeEventListener("abort", onAbort));
+  };
+}
+
+/** The same object createBoundFs() returns, every operation a call to the server. */
+function remoteFs(conn) {
+  const root = conn.server.root;
+  const readFile = async (p) => (await conn.start("readFile", { path: checkPath(p) }).promise).payload;
+  const writeFile = async (p, content) => {
+    checkPath(p);
+    if (typeof content !== "string" && !Buffer.isBuffer(content)) {
+      throw new TypeError(`content must be a string or Buffer, got ${typeof content}`);
+    }
+    await conn.call("writeFile", { path: p }, typeof content === "string" ? Buffer.from(content, "utf8") : content);
+  };
+  const stat = async (p) => {
+    const s = await conn.call("stat", { path: checkPath(p) });
+    return {
+      size: s.size,
+      mtimeMs: s.mtimeMs,
+      mode: s.mode,
+      isDirectory: () => s.isDirectory,
+      isFile: () => s.isFile,
+      isSymbolicLink: () => s.isSymbolicLink,
+    };
+  };
+
+  /**
+   * Streams the file as the local reader does (a regular file up to its size at open). Each chunk is
+   * credited when the consumer takes it, so at most the protocol's window waits here; leaving the loop
+   * early cancels the server's read.
+   */
+  async function* createReadStream(p, _options) {
+    checkPath(p);
+    const ready = [];
+    let wake = null;
+    let abandoned = false;
+    const { id, promise } = conn.start("readStream", { path: p }, null, (chunk) => {
+      // After the consumer left, chunks still in flight are credited and dropped.
+      if (abandoned) return conn.credit(id, chunk.length);
+      ready.push(chunk);
+      wake?.();
+    });
+    let settled = false;
+    let failure = null;
+    promise.then(
+      () => {
+        settled = true;
+        wake?.();
+      },
+      (err) => {
+        settled = true;
+        failure = err;
+        wake?.();
+      },
+    );
+    try {
+      for (;;) {
+        if (ready.length > 0) {
+          const chunk = ready.shift();
+          conn.credit(id, chunk.length);
+          yield chunk;
+        } else if (settled) {
+          if (failure) throw failure;
+          return;
+        } else {
+          await new Promise((resolve) => {
+            wake = resolve;
+          });
+          wake = null;
+        }
+      }
+    } finally {
+      if (!settled) {
+        abandoned = true;
+        for (const chunk of ready.splice(0)) conn.credit(id, chunk.length);
+        conn.cancel(id);
+      }
+    }
+  }
+
+  const fs = {
+    root,
+    runtimeRoot: root,
+    read: {
+      readFile,
+      access: async (p) => {
+        await conn.call("access", { path: checkPath(p), mode: "r" });
+      },
+      detectImageMimeType: async (p) => (await conn.call("detectImageMimeType", { path: checkPath(p) })).mime ?? null,
+      createReadStream,
+    },
+    write: {
+      writeFile,
+      mkdir: async (dir) => {
+        await conn.call("mkdir", { path: checkPath(dir, "dir") });
+      },
+    },
+    edit: {
+      readFile,
+      writeFile,
+      access: async (p) => {
+        await conn.call("access", { path: checkPath(p), mode: "rw" });
+      },
+    },
+    ls: {
+      exists: async (p) => (await conn.call("exists", { path: checkPath(p) })).exists,
+      stat,
+      readdir: async (p) => (await conn.call("readdir", { path: checkPath(p) })).names,
+    },
+    find: {
+      exists: async (p) => (await conn.call("findExists", { path: path.resolve(checkPath(p, "path")) })).exists,
+      glob: async (pattern, cwd, options) => {
+        checkString(pattern, "pattern");
+        const dir = path.resolve(checkPath(cwd, "cwd"));
+        const { ignore, limit } = checkOptions(options);
+        const answer = await conn.call("glob", {
+          pattern,
+          cwd: dir,
+          ignore,
+          limit: Number.isFinite(limit) ? limit : null,
+        });
+        return answer.paths;
+      },
+    },
+  };
+  fs.grep = createGrepOperations(null, fs);
+  return fs;
+}
+
+/** Validates connect()'s `forwardEnv`: false (default), true, or a function choosing the environment. */
+function checkForwardEnv(value) {
+  if (value === undefined || value === false) return false;
+  if (value === true || typeof value === "function") return value;
+  throw new TypeError("forwardEnv must be a boolean or a function");
+}
+
+/**
+ * Connects to a pi-native-ops-server over `transport` and completes the handshake.
+ * Environment: by default a command runs in the server's environment, and the `env` pi passes to exec
+ * (this machine's whole environment, API keys included) is not sent; `forwardEnv: true` sends it, and a
+ * function `(env) => env | undefined` chooses what is sent.
+ */
+export async function connect(transport, options = {}) {
+  checkObject(options);
+  const forwardEnv = checkForwardEnv(options.forwardEnv);
+  const { signal } = options;
+  if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
+    throw new TypeError("options.signal must be an AbortSignal");
+  }
+  const conn = new Connection(transport);
+  const onAbort = () => conn.fail("connect was aborted");
+  try {
+    await new Promise((resolve, reject) => {
+      conn.handshake = { resolve, reject };
+      if (conn.closedReason !== null) reject(closedError(conn.closedReason));
+      conn.send({ t: "hello", protocol: PROTOCOL_VERSION, client: CLIENT_VERSION });
+      if (signal?.aborted) onAbort();
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  } finally {
+    conn.handshake = null;
+    signal?.removeEventListener("abort", onAbort);
+  }
+  const fs = remoteFs(conn);
+  const bash = remoteBashOperations(conn, { forwardEnv });
+  const search = remoteSearch(conn);
+  return {
+    server: { ...conn.server },
+    fs,
+    bash,
+    /** BashOperations running `shellPath` (a path on the server) instead of the shell pi would find. */
+    createBashOperations(bashOptions = {}) {
+      checkObject(bashOptions, "createBashOperations: options");
+      const { shellPath } = bashOptions;
+      if (shellPath !== undefined && typeof shellPath !== "string") {
+        throw new TypeError("createBashOperations: shellPath must be a string");
+      }
+      return remoteBashOperations(conn, { shellPath, forwardEnv });
+    },
+    /** grep() on the server; a relative `path` resolves against `cwd`, default the server's root. */
+    grep: (grepOptions) => grepWith(search, grepOptions, conn.server.root),
+    /** @internal the search behind the grep tool */
+    [searchKey]: search,
+    /** Ends the stream: the server kills its running commands and exits; pending calls reject. */
+    close: () => conn.fail("closed by the client"),
+  };
+}
+
+function wireRemote(cwd, options, kind) {
+  if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
+  checkObject(options);
+  const { connection, bash = {} } = options;
+  if (!connection || typeof connection[searchKey] !== "function") {
+    throw new TypeError("options.connection must be a connection made by connect()");
+  }
+  checkObject(bash, "options.bash");
+  const { shellPath, ...bashToolOptions } = bash;
+  const operations = shellPath === undefined ? connection.bash : connection.createBashOperations({ shellPath });
+  const grep = grepToolDefinitionWith(cwd, connection[searchKey]);
+  return assembleTools(cwd, kind, { fs: connection.fs, operations, bashToolOptions, grep });
+}
+
+/** Like createNativeTools(cwd), each tool running on the connection's server; `cwd` is a server path. */
+export function createRemoteTools(cwd, options) {
+  return wireRemote(cwd, options ?? {}, "Tool");
+}
+
+/** The same as tool definitions, for pi extensions that call `registerTool`. */
+export function createRemoteToolDefinitions(cwd, options) {
+  return wireRemote(cwd, options ?? {}, "ToolDefinition");
+}
+
+const SERVER_FILE = "pi-native-ops-server";
+
+/** The platform suffixes a server binary for `platform`/`arch` may be published under. */
+function suffixesFor(platform, arch) {
+  if (platform === process.platform && arch === process.arch) return [platformSuffix()];
+  const base = `${platform}-${arch}`;
+  if (platform === "win32") return [`${base}-msvc`];
+  // Linux servers are static, so either libc's package serves any Linux machine.
+  if (platform === "linux") return [`${base}-musl`, `${base}-gnu`];
+  return [base];
+}
+
+/**
+ * The local path of the pi-native-ops-server binary for a platform (default: this one), to upload into
+ * a sandbox: `pi-native-ops-server.<suffix>` beside package.json in a checkout (scripts/build-server.sh),
+ * else `pi-native-ops-server` in the installed platform package `pi-native-ops-<suffix>`.
+ */
+export function serverBinaryPath(target = {}) {
+  checkObject(target, "serverBinaryPath: target");
+  const { platform = process.platform, arch = process.arch } = target;
+  checkString(platform, "platform");
+  checkString(arch, "arch");
+  const exe = platform === "win32" ? ".exe" : "";
+  const packageRoot = path.dirname(require.resolve("../package.json"));
+  const tried = [];
+  for (const suffix of suffixesFor(platform, arch)) {
+    const local = path.join(packageRoot, `${SERVER_FILE}.${suffix}${exe}`);
+    tried.push(local);
+    if (existsSync(local)) return local;
+    let packageDir = null;
+    try {
+      packageDir = path.dirname(require.resolve(`pi-native-ops-${suffix}/package.json`));
+    } catch {
+      tried.push(`package pi-native-ops-${suffix} (not installed)`);
+      continue;
+    }
+    const installed = path.join(packageDir, `${SERVER_FILE}${exe}`);
+    tried.push(installed);
+    if (existsSync(installed)) return installed;
+  }
+  const suffixes = suffixesFor(platform, arch);
+  const error = new Error(
+    `pi-native-ops: no ${SERVER_FILE} binary for ${platform}-${arch}.\nTried:\n${tried.map((t) => `  - ${t}`).join("\n")}\n` +
+      `Fix: install the platform package "pi-native-ops-${suffixes[0]}" (for another machine than this one: ` +
+      `npm install --force pi-native-ops-${suffixes[0]}), or build it from a checkout with scripts/build-server.sh.`,
+  );
+  error.code = "ERR_PI_NATIVE_OPS_NO_SERVER";
+  throw error;
+}
