@@ -1,6 +1,7 @@
 // The remote client's own behaviour (js/remote.js): handshake, framing, coalescing, flow control,
 // errors rebuilt from their fields, lifecycle. Against an in-process fake server (helpers/fake-server.js)
 // where the test must script or observe the server's side; the parity suites run the real server.
+import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -527,6 +528,114 @@ describe("serverBinaryPath", () => {
     expect(err.message).toContain("pi-native-ops-server.freebsd-riscv64");
     expect(err.message).toContain('install the platform package "pi-native-ops-freebsd-riscv64"');
     expect(err.message).toContain("scripts/build-server.sh");
+  });
+});
+
+/** The server binary serverBinaryPath() finds (scripts/build-server.sh puts it at the repo root), or null. */
+function serverPath() {
+  try {
+    return serverBinaryPath();
+  } catch {
+    return null;
+  }
+}
+
+/** The real server over `root` as a child process, connected through `{ stdin, stdout }`. */
+async function realServer(root, options) {
+  const child = spawn(serverPath(), ["--root", root], { stdio: ["pipe", "pipe", "inherit"] });
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const writes = [];
+  const write = child.stdin.write.bind(child.stdin);
+  child.stdin.write = (data, ...rest) => {
+    writes.push(data.length);
+    return write(data, ...rest);
+  };
+  const conn = await connect(child, options);
+  return { child, conn, exited, writes };
+}
+
+describe.skipIf(!serverPath())("against the real server", () => {
+  it("handshakes over a child process and answers many concurrent calls in one write", async () => {
+    const { conn, exited, writes } = await realServer(dir);
+    expect(conn.server).toEqual({ protocol: 1, version, root: dir, platform: `${process.platform}-${process.arch}` });
+    const before = writes.length;
+    const calls = [];
+    for (let i = 0; i < 50; i++) {
+      calls.push(conn.fs.read.readFile(path.join(dir, "src", `f${i}.txt`)).then((b) => b.toString()));
+      calls.push(conn.fs.find.exists(path.join(dir, "src", `f${i}.txt`)));
+    }
+    const results = await Promise.all(calls);
+    expect(writes.length - before).toBe(1);
+    for (let i = 0; i < 50; i++) expect(results.slice(2 * i, 2 * i + 2)).toEqual([`file ${i}\nneedle ${i}\n`, true]);
+    await conn.close();
+    expect(await exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("errors keep the local error's fields", async () => {
+    const local = createBoundFs(dir);
+    const { conn } = await realServer(dir);
+    const cases = [
+      (fs) => fs.read.readFile(path.join(dir, "missing.txt")),
+      (fs) => fs.read.readFile(path.join(dir, "src")),
+      (fs) => fs.edit.access("/etc/passwd"),
+      (fs) => fs.ls.stat(path.join(dir, "nope")),
+      (fs) => fs.ls.readdir(path.join(dir, "big.bin")),
+      (fs) => fs.ls.exists("/etc"),
+      (fs) => fs.find.glob("a{", dir),
+      (fs) => fs.write.writeFile(path.join(dir, "big.bin", "x"), "x"),
+    ];
+    for (const run of cases)
+      expect(errorFields(await rejection(run(conn.fs))), String(run)).toEqual(errorFields(await rejection(run(local))));
+    await conn.close();
+  });
+
+  it("createReadStream streams a file whole; leaving early cancels and the connection goes on", async () => {
+    const { conn } = await realServer(dir);
+    let total = 0;
+    for await (const chunk of conn.fs.read.createReadStream(path.join(dir, "big.bin"))) {
+      expect(chunk.every((b) => b === 7)).toBe(true);
+      total += chunk.length;
+    }
+    expect(total).toBe(16 * MiB);
+    for await (const _chunk of conn.fs.read.createReadStream(path.join(dir, "big.bin"))) break;
+    expect((await conn.fs.read.readFile(path.join(dir, "src", "f1.txt"))).toString()).toBe("file 1\nneedle 1\n");
+    await conn.close();
+  });
+
+  it("exec streams output and exit codes; abort and timeout kill the command", async () => {
+    const { conn } = await realServer(dir);
+    const out = [];
+    expect(await conn.bash.exec("printf 'a\\nb'; exit 3", dir, { onData: (b) => out.push(b) })).toEqual({
+      exitCode: 3,
+    });
+    expect(Buffer.concat(out).toString()).toBe("a\nb");
+    const controller = new AbortController();
+    const aborted = conn.bash.exec("echo started; sleep 100", dir, {
+      onData: () => controller.abort(),
+      signal: controller.signal,
+    });
+    expect((await rejection(aborted)).message).toBe("aborted");
+    expect((await rejection(conn.bash.exec("sleep 100", dir, { onData() {}, timeout: 0.2 }))).message).toBe(
+      "timeout:0.2",
+    );
+    const missingCwd = await rejection(conn.bash.exec("true", path.join(dir, "none"), { onData() {} }));
+    expect(missingCwd.message).toBe(
+      `Working directory does not exist: ${path.join(dir, "none")}\nCannot execute bash commands.`,
+    );
+    const env = await conn.bash.exec("echo ${PI_REMOTE_SECRET:-unset}", dir, {
+      onData: (b) => out.push(b),
+      env: { ...process.env, PI_REMOTE_SECRET: "sk-1" },
+    });
+    expect(env.exitCode).toBe(0);
+    expect(out.at(-1).toString()).toBe("unset\n");
+    await conn.close();
+  });
+
+  it("closing mid-exec rejects the exec and the server exits", async () => {
+    const { conn, exited } = await realServer(dir);
+    const run = conn.bash.exec("echo go; sleep 100", dir, { onData: () => conn.close() });
+    expect((await rejection(run)).message).toBe("remote connection closed: closed by the client");
+    expect(await exited).toEqual({ code: 0, signal: null });
   });
 });
 
