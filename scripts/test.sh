@@ -12,8 +12,11 @@ step "cargo clippy"
 # The core with its tests; the binding as a library (it has no test target: see Cargo.toml).
 cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
 cargo clippy -p pi-native-ops -- -D warnings
+cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
+step "cargo test (the remote server: codec, dispatch, the built binary over pipes)"
+cargo test -p pi-native-ops-server
 step "cargo machete (every declared dependency is used)"
 # Installed once per machine (about a minute from crates.io); the check itself reads sources only.
 command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.2

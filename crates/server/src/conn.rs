@@ -1,0 +1,474 @@
+//! One connection: frames in, calls dispatched to the blocking pool, answers out in any order.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
+
+use pi_native_ops_core::root::Root;
+
+use crate::frame::{read_frame, Frame, ReadError};
+use crate::ops::{self, ExecSite, GrepCancel, Registry, Running, Stream};
+use crate::outbox::{write_frames, Outbox};
+use crate::wire::{self, Failure, Incoming, Op, WireError};
+
+/// At exit, how long the answers already queued may take to reach a client that still reads.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
+/// What the server serves.
+pub struct Workspace {
+    pub root: Arc<Root>,
+    /// The root as given on the command line, made absolute.
+    pub host_root: PathBuf,
+}
+
+/// Whether the connection goes on after a frame.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// A protocol violation: the connection closes.
+    Close,
+}
+
+pub struct Connection {
+    workspace: Arc<Workspace>,
+    out: Outbox,
+    running: Registry,
+    /// Running commands, waited for at exit.
+    execs: JoinSet<()>,
+}
+
+impl Connection {
+    pub fn new(workspace: Arc<Workspace>, out: Outbox) -> Connection {
+        Connection {
+            workspace,
+            out,
+            running: Registry::default(),
+            execs: JoinSet::new(),
+        }
+    }
+
+    /// Acts on one frame. Must run inside the tokio runtime (it spawns on the blocking pool).
+    pub fn handle(&mut self, frame: Frame) -> Flow {
+        // Finished commands leave the set, so a long session does not accumulate them.
+        while self.execs.try_join_next().is_some() {}
+        let message = match wire::parse(&frame.header) {
+            Ok(message) => message,
+            Err(bad) => {
+                self.out
+                    .error(bad.id, &WireError::protocol(bad.message.clone()));
+                return Flow::Continue;
+            }
+        };
+        match message {
+            Incoming::Hello { protocol, client } => {
+                if protocol == Some(wire::PROTOCOL) {
+                    return Flow::Continue;
+                }
+                let message = format!(
+                    "remote protocol mismatch: client pi-native-ops {} speaks protocol {}, server pi-native-ops-server {} speaks protocol {}",
+                    client.as_deref().unwrap_or("(unknown version)"),
+                    protocol.map_or_else(|| "(none)".to_string(), |p| p.to_string()),
+                    wire::SERVER_VERSION,
+                    wire::PROTOCOL,
+                );
+                eprintln!("pi-native-ops-server: {message}");
+                self.out.error(None, &WireError::protocol(message));
+                Flow::Close
+            }
+            Incoming::Call { id, op } => {
+                match op {
+                    Ok(op) => self.call(id, op, frame.payload),
+                    Err(message) => self.out.error(Some(id), &WireError::protocol(message)),
+                }
+                Flow::Continue
+            }
+            Incoming::Credit { id, bytes } => {
+                if let Some(Running::Stream(stream)) = ops::lock(&self.running).get(&id) {
+                    stream.credit(bytes);
+                }
+                Flow::Continue
+            }
+            Incoming::Cancel { id } => {
+                if let Some(running) = ops::lock(&self.running).get(&id) {
+                    running.cancel();
+                }
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Registers a cancellable call; false (answered) when its id is already in flight.
+    fn register(&self, id: u64, running: Running) -> bool {
+        let mut registry = ops::lock(&self.running);
+        if registry.contains_key(&id) {
+            drop(registry);
+            let message = format!("call id {id} is already in flight");
+            self.out.error(Some(id), &WireError::protocol(message));
+            return false;
+        }
+        registry.insert(id, running);
+        true
+    }
+
+    fn call(&mut self, id: u64, op: Op, payload: Vec<u8>) {
+        let workspace = Arc::clone(&self.workspace);
+        let out = self.out.clone();
+        let running = Arc::clone(&self.running);
+        // The call leaves the registry before its answer goes out, so the client may reuse its
+        // id as soon as it has the answer.
+        let answer = move |result: Result<ops::Answer, Failure>| {
+            ops::lock(&running).remove(&id);
+            match result {
+                Ok((fields, payload)) => out.ok(id, fields, payload),
+                Err(error) => out.error(Some(id), &error),
+            }
+        };
+        match op {
+            Op::Exec(req) => {
+                let stream = Arc::new(Stream::default());
+                if !self.register(id, Running::Stream(Arc::clone(&stream))) {
+                    return;
+                }
+                let out = self.out.clone();
+                self.execs.spawn_blocking(move || {
+                    let site = ExecSite {
+                        host_root: &workspace.host_root,
+                        runtime_root: workspace.root.runtime(),
+                    };
+                    answer(ops::exec(&site, req, &out, id, &stream));
+                });
+            }
+            Op::ReadStream { path } => {
+                let stream = Arc::new(Stream::default());
+                if !self.register(id, Running::Stream(Arc::clone(&stream))) {
+                    return;
+                }
+                let out = self.out.clone();
+                tokio::task::spawn_blocking(move || {
+                    answer(ops::read_stream(&workspace.root, &path, &out, id, &stream));
+                });
+            }
+            Op::Grep(req) => {
+                let cancel = Arc::new(GrepCancel::default());
+                if !self.register(id, Running::Grep(Arc::clone(&cancel))) {
+                    return;
+                }
+                tokio::task::spawn_blocking(move || {
+                    answer(ops::grep(&workspace.root, req, &cancel));
+                });
+            }
+            op => {
+                tokio::task::spawn_blocking(move || {
+                    answer(ops::simple(&workspace.root, op, payload));
+                });
+            }
+        }
+    }
+
+    /// The input has ended: stops every cancellable call, kills every command tree, and waits
+    /// until each tree is gone.
+    pub async fn shutdown(&mut self) {
+        let running: Vec<Running> = ops::lock(&self.running).values().cloned().collect();
+        for call in running {
+            call.cancel();
+        }
+        while self.execs.join_next().await.is_some() {}
+    }
+}
+
+/// Serves one connection until its input ends; returns the process's exit code (0 when the
+/// input ended, 1 after a protocol violation).
+pub async fn serve<R, W>(workspace: Arc<Workspace>, mut input: R, output: W) -> i32
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, queue) = Outbox::new();
+    let mut writer = tokio::spawn(write_frames(queue, output));
+    out.hello(
+        &workspace.root.runtime().to_string_lossy(),
+        &wire::platform(),
+    );
+    let mut conn = Connection::new(workspace, out.clone());
+    let code = loop {
+        tokio::select! {
+            frame = read_frame(&mut input) => match frame {
+                Ok(frame) => {
+                    if conn.handle(frame) == Flow::Close {
+                        break 1;
+                    }
+                }
+                Err(ReadError::Closed) => break 0,
+                Err(ReadError::BadLength(why)) => {
+                    eprintln!("pi-native-ops-server: {why}; closing the connection");
+                    out.error(None, &WireError::protocol(why));
+                    break 1;
+                }
+                Err(e) => {
+                    eprintln!("pi-native-ops-server: {e}");
+                    break 0;
+                }
+            },
+            result = &mut writer => {
+                // The client no longer reads: the connection is gone.
+                if let Ok(Err(e)) = result {
+                    eprintln!("pi-native-ops-server: output error: {e}");
+                }
+                conn.shutdown().await;
+                return 0;
+            }
+        }
+    };
+    conn.shutdown().await;
+    let _ = tokio::time::timeout(FINAL_FLUSH, out.flushed()).await;
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::encode_head;
+    use serde_json::{json, Value};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    use crate::outbox::Out;
+
+    fn frame(header: Value, payload: &[u8]) -> Frame {
+        Frame {
+            header: serde_json::to_vec(&header).unwrap(),
+            payload: payload.to_vec(),
+        }
+    }
+
+    /// The next frame the connection sends: its header and payload.
+    async fn next(queue: &mut UnboundedReceiver<Out>) -> (Value, Vec<u8>) {
+        loop {
+            match queue.recv().await.expect("a frame") {
+                Out::Frame { head, payload } => {
+                    let header: Value = serde_json::from_slice(&head[8..]).unwrap();
+                    let lengths = encode_head(&head[8..], payload.len());
+                    assert_eq!(lengths[..8], head[..8]);
+                    return (header, payload);
+                }
+                Out::Flushed(_) => {}
+            }
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        conn: Connection,
+        queue: UnboundedReceiver<Out>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "hello\nworld\n").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
+        let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
+        let workspace = Arc::new(Workspace {
+            root: Arc::new(root),
+            host_root: dir.path().to_path_buf(),
+        });
+        let (out, queue) = Outbox::new();
+        Fixture {
+            _dir: dir,
+            conn: Connection::new(workspace, out),
+            queue,
+        }
+    }
+
+    async fn call(f: &mut Fixture, header: Value, payload: &[u8]) -> (Value, Vec<u8>) {
+        assert_eq!(f.conn.handle(frame(header, payload)), Flow::Continue);
+        next(&mut f.queue).await
+    }
+
+    #[tokio::test]
+    async fn ops_answer_in_runtime_form_and_refuse_outside_paths() {
+        let mut f = fixture();
+        let (ok, bytes) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"readFile","path":"/workspace/a.txt"}),
+            b"",
+        )
+        .await;
+        assert_eq!(ok, json!({"t":"ok","id":1}));
+        assert_eq!(bytes, b"hello\nworld\n");
+
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":2,"op":"readFile","path":"/workspace/../etc/passwd"}),
+            b"",
+        )
+        .await;
+        assert_eq!(err["error"]["kind"], "Outside");
+        assert_eq!(err["id"], 2);
+
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":3,"op":"stat","path":"/workspace/nope"}),
+            b"",
+        )
+        .await;
+        assert_eq!(
+            err["error"],
+            json!({"kind":"Os","message":"ENOENT: no such file or directory, stat '/workspace/nope'","code":"ENOENT","errno":-2,"syscall":"stat","path":"/workspace/nope"})
+        );
+
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":4,"op":"writeFile","path":"/workspace/sub/c.txt"}),
+            b"\0bytes\xff",
+        )
+        .await;
+        assert_eq!(ok, json!({"t":"ok","id":4}));
+        let (_, bytes) = call(
+            &mut f,
+            json!({"t":"call","id":5,"op":"readFile","path":"/workspace/sub/c.txt"}),
+            b"",
+        )
+        .await;
+        assert_eq!(bytes, b"\0bytes\xff");
+
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":6,"op":"glob","pattern":"*.rs","cwd":"/workspace","ignore":[],"limit":null}),
+            b"",
+        )
+        .await;
+        assert_eq!(ok["paths"], json!(["/workspace/sub/b.rs"]));
+
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":7,"op":"exists","path":"/workspace/missing"}),
+            b"",
+        )
+        .await;
+        assert_eq!(ok["exists"], false);
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":8,"op":"exists","path":"/etc"}),
+            b"",
+        )
+        .await;
+        assert_eq!(
+            err["error"]["message"],
+            "path \"/etc\" is outside workspace"
+        );
+
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":9,"op":"grep","pattern":"wor","path":"/workspace","displayName":"workspace","limit":100,"context":0,"ignoreCase":false,"literal":false,"glob":null,"storeCap":null}),
+            b"",
+        )
+        .await;
+        assert_eq!(
+            ok["lines"],
+            json!([{"path":"a.txt","lineNumber":2,"text":"world","isMatch":true}])
+        );
+        assert_eq!(ok["matchCount"], 1);
+    }
+
+    #[tokio::test]
+    async fn bad_messages_get_error_replies_and_the_connection_goes_on() {
+        let mut f = fixture();
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":11,"op":"chmod","path":"/"}),
+            b"",
+        )
+        .await;
+        assert_eq!(err["id"], 11);
+        assert_eq!(err["error"]["kind"], "Protocol");
+        let (err, _) = call(&mut f, json!({"t":"call","id":12,"op":"readFile"}), b"").await;
+        assert_eq!(err["id"], 12);
+        assert!(err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `path`"));
+        let raw = Frame {
+            header: b"not json".to_vec(),
+            payload: Vec::new(),
+        };
+        assert_eq!(f.conn.handle(raw), Flow::Continue);
+        let (err, _) = next(&mut f.queue).await;
+        assert!(err.get("id").is_none());
+        assert_eq!(err["error"]["kind"], "Protocol");
+        // Still serving.
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":13,"op":"stat","path":"/workspace/sub"}),
+            b"",
+        )
+        .await;
+        assert_eq!(ok["isDirectory"], true);
+        // A hello of another protocol closes the connection, naming both versions.
+        assert_eq!(
+            f.conn.handle(frame(
+                json!({"t":"hello","protocol":2,"client":"0.2.0"}),
+                b""
+            )),
+            Flow::Close
+        );
+        let (err, _) = next(&mut f.queue).await;
+        assert_eq!(
+            err["error"]["message"],
+            format!("remote protocol mismatch: client pi-native-ops 0.2.0 speaks protocol 2, server pi-native-ops-server {} speaks protocol 1", wire::SERVER_VERSION)
+        );
+    }
+
+    #[tokio::test]
+    async fn streams_wait_for_credit_and_stop_on_cancel() {
+        let mut f = fixture();
+        let big = vec![b'x'; (ops::WINDOW as usize) + 3 * ops::MAX_DATA];
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"writeFile","path":"/workspace/big"}),
+            &big,
+        )
+        .await;
+        assert_eq!(ok["t"], "ok");
+        f.conn.handle(frame(
+            json!({"t":"call","id":2,"op":"readStream","path":"/workspace/big"}),
+            b"",
+        ));
+        let mut got = 0;
+        while got < ops::WINDOW as usize {
+            let (data, chunk) = next(&mut f.queue).await;
+            assert_eq!(data, json!({"t":"data","id":2}));
+            assert!(chunk.len() <= ops::MAX_DATA);
+            got += chunk.len();
+        }
+        assert_eq!(got, ops::WINDOW as usize);
+        // The window is full: the reader waits for credit, and nothing more has come.
+        let stream = match ops::lock(&f.conn.running).get(&2) {
+            Some(Running::Stream(stream)) => Arc::clone(stream),
+            _ => panic!("the stream ended without credit"),
+        };
+        while !stream.is_waiting() {
+            assert!(
+                ops::lock(&f.conn.running).contains_key(&2),
+                "the stream ran past its window"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert!(f.queue.try_recv().is_err());
+        f.conn.handle(frame(
+            json!({"t":"credit","id":2,"bytes":ops::MAX_DATA}),
+            b"",
+        ));
+        let (data, chunk) = next(&mut f.queue).await;
+        assert_eq!(
+            (data["t"].as_str(), chunk.len()),
+            (Some("data"), ops::MAX_DATA)
+        );
+        f.conn.handle(frame(json!({"t":"cancel","id":2}), b""));
+        let (err, _) = next(&mut f.queue).await;
+        assert_eq!(err["error"]["kind"], "Aborted");
+        assert_eq!(err["id"], 2);
+    }
+}

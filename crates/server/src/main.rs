@@ -1,0 +1,189 @@
+//! pi-native-ops-server: serves one workspace's native Operations over stdin/stdout, with the
+//! protocol of docs/protocol.md. A second face on `pi_native_ops_core`, beside the napi binding:
+//! it converts and dispatches, and the core decides (bounds, rules, errors, messages).
+
+#![deny(clippy::all)]
+
+#[cfg(unix)]
+mod conn;
+#[cfg(unix)]
+mod frame;
+#[cfg(unix)]
+mod ops;
+#[cfg(unix)]
+mod outbox;
+#[cfg(unix)]
+mod wire;
+
+use std::path::PathBuf;
+
+const NAME: &str = "pi-native-ops-server";
+
+const USAGE: &str = "\
+usage: pi-native-ops-server --root DIR [--runtime-root PATH]
+
+Serves the workspace DIR to one pi-native-ops client over stdin and stdout
+(the protocol of docs/protocol.md); logs go to stderr.
+
+  --root DIR            the workspace directory on this machine
+  --runtime-root PATH   the absolute path the agent sees the workspace as
+                        (default: DIR)
+  --version             print the version
+  --help                print this help";
+
+#[derive(Debug, PartialEq, Eq)]
+enum Command {
+    Serve {
+        root: PathBuf,
+        runtime_root: Option<PathBuf>,
+    },
+    Version,
+    Help,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut root = None;
+    let mut runtime_root = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name.to_string(), Some(value)),
+            _ => (arg.clone(), None),
+        };
+        let slot = match name.as_str() {
+            "--help" | "-h" => return Ok(Command::Help),
+            "--version" | "-V" => return Ok(Command::Version),
+            "--root" => &mut root,
+            "--runtime-root" => &mut runtime_root,
+            _ => return Err(format!("unknown argument \"{arg}\"")),
+        };
+        let value = match inline {
+            Some(value) => value.to_string(),
+            None => args.next().ok_or_else(|| format!("{name} needs a value"))?,
+        };
+        if value.is_empty() || value.contains('\0') {
+            return Err(format!("{name} needs a non-empty path"));
+        }
+        if slot.replace(PathBuf::from(value)).is_some() {
+            return Err(format!("{name} is given twice"));
+        }
+    }
+    let root = root.ok_or("--root DIR is required")?;
+    if let Some(runtime) = &runtime_root {
+        if !runtime.is_absolute() {
+            return Err(format!(
+                "--runtime-root must be an absolute path, got \"{}\"",
+                runtime.display()
+            ));
+        }
+    }
+    Ok(Command::Serve { root, runtime_root })
+}
+
+fn usage_error(message: &str) -> ! {
+    eprintln!("{NAME}: {message}\n\n{USAGE}");
+    std::process::exit(2);
+}
+
+fn main() {
+    let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
+    let (root, runtime_root) = match command {
+        Command::Help => {
+            println!("{USAGE}");
+            return;
+        }
+        Command::Version => {
+            println!("{NAME} {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Command::Serve { root, runtime_root } => (root, runtime_root),
+    };
+    std::process::exit(serve(root, runtime_root));
+}
+
+#[cfg(unix)]
+fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
+    use std::sync::Arc;
+
+    use pi_native_ops_core::root::Root;
+
+    // Relative to where the server starts, made absolute lexically (as js/fs.js's path.resolve),
+    // so no relative alias of the root exists.
+    let host_root = std::path::absolute(&root).unwrap_or(root);
+    let runtime_root = runtime_root.map(|r| std::path::absolute(&r).unwrap_or(r));
+    let root = match Root::open(&host_root, runtime_root.as_deref()) {
+        Ok(root) => root,
+        Err(e) => usage_error(&e.to_string()),
+    };
+    let workspace = Arc::new(conn::Workspace {
+        root: Arc::new(root),
+        host_root,
+    });
+    // One thread for the event loop: it only moves frames; every core call runs on the
+    // blocking pool.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{NAME}: cannot start: {e}");
+            return 1;
+        }
+    };
+    let input = tokio::io::BufReader::new(tokio::io::stdin());
+    let code = runtime.block_on(conn::serve(workspace, input, tokio::io::stdout()));
+    // Leave without waiting for the blocking pool: a call stuck in the kernel (a read of a FIFO)
+    // must not keep the process alive once the connection is gone; command trees are already
+    // reaped by `serve`.
+    std::process::exit(code);
+}
+
+#[cfg(not(unix))]
+fn serve(_root: PathBuf, _runtime_root: Option<PathBuf>) -> i32 {
+    eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
+    2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, String> {
+        parse_args(args.iter().map(|a| a.to_string()))
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(
+            parse(&["--root", "/w"]),
+            Ok(Command::Serve {
+                root: "/w".into(),
+                runtime_root: None
+            })
+        );
+        assert_eq!(
+            parse(&["--runtime-root=/workspace", "--root=w"]),
+            Ok(Command::Serve {
+                root: "w".into(),
+                runtime_root: Some("/workspace".into())
+            })
+        );
+        assert_eq!(parse(&["--version"]), Ok(Command::Version));
+        assert_eq!(parse(&["--root", "/w", "--help"]), Ok(Command::Help));
+        assert_eq!(parse(&[]), Err("--root DIR is required".into()));
+        assert_eq!(parse(&["--root"]), Err("--root needs a value".into()));
+        assert_eq!(
+            parse(&["--root", ""]),
+            Err("--root needs a non-empty path".into())
+        );
+        assert_eq!(
+            parse(&["--root", "/a", "--root", "/b"]),
+            Err("--root is given twice".into())
+        );
+        assert_eq!(parse(&["/w"]), Err("unknown argument \"/w\"".into()));
+        assert!(parse(&["--root", "/w", "--runtime-root", "rel"])
+            .unwrap_err()
+            .contains("absolute"));
+    }
+}

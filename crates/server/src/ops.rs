@@ -1,0 +1,512 @@
+//! The operations, each a blocking call into the core that converts its arguments and its result
+//! and decides nothing itself. They run on the blocking pool (`conn.rs`).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use serde_json::{json, Map, Value};
+
+use pi_native_ops_core::error::errno_of;
+use pi_native_ops_core::exec::{self, Control};
+use pi_native_ops_core::grep::{self, Query};
+use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
+use pi_native_ops_core::root::{Access, Root};
+use pi_native_ops_core::{find, Error as CoreError};
+
+use crate::outbox::Outbox;
+use crate::wire::{kind, ExecRequest, Failure, GrepRequest, Op, WireError};
+
+/// `data` payload a stream may have sent and not yet had credited (docs/protocol.md, "Streams
+/// and flow control"): four of the largest chunks, so a consumer that keeps up never stalls the
+/// command, and one that does not holds at most this much.
+pub const WINDOW: u64 = 4 << 20;
+/// Largest `data` payload: the exec pipe's largest chunk on Linux, and what the protocol allows.
+pub const MAX_DATA: usize = 1 << 20;
+
+/// What a call answers: its fields and its payload.
+pub type Answer = (Map<String, Value>, Vec<u8>);
+
+fn fields(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn empty() -> Answer {
+    (Map::new(), Vec::new())
+}
+
+/// Names the way Node shows a name that is not UTF-8 (U+FFFD replacements), as the binding does.
+fn lossy(path: impl AsRef<std::ffi::OsStr>) -> String {
+    path.as_ref().to_string_lossy().into_owned()
+}
+
+/// The one-shot operations (every op but readStream, grep and exec).
+pub fn simple(root: &Root, op: Op, payload: Vec<u8>) -> Result<Answer, Failure> {
+    let answer = match op {
+        Op::ReadFile { path } => (Map::new(), root.read_file(Path::new(&path))?),
+        Op::Access { path, mode } => {
+            // As the binding: "rw" is R_OK | W_OK, anything else R_OK.
+            let access = if mode == "rw" {
+                Access::ReadWrite
+            } else {
+                Access::Read
+            };
+            root.access(Path::new(&path), access)?;
+            empty()
+        }
+        Op::DetectImageMimeType { path } => {
+            let head = root.read_head(Path::new(&path), SNIFF_BYTES)?;
+            let mime = detect_image_mime(&head);
+            (fields(json!({ "mime": mime })), Vec::new())
+        }
+        Op::WriteFile { path } => {
+            root.write_file(Path::new(&path), &payload)?;
+            empty()
+        }
+        Op::Mkdir { path } => {
+            root.mkdir_all(Path::new(&path))?;
+            empty()
+        }
+        Op::Exists { path } => {
+            // pi's `ls.exists` as js/fs.js answers it: false for a missing path, the refusal for
+            // an outside one.
+            let p = Path::new(&path);
+            let exists = root.exists(p) || find::exists(root, p)?;
+            (fields(json!({ "exists": exists })), Vec::new())
+        }
+        Op::Stat { path } => {
+            let s = root.stat(Path::new(&path))?;
+            let stat = json!({
+                "isDirectory": s.is_dir,
+                "isFile": s.is_file,
+                "isSymbolicLink": s.is_symlink,
+                "size": s.size,
+                "mtimeMs": s.mtime_ms,
+                "mode": s.mode,
+            });
+            (fields(stat), Vec::new())
+        }
+        Op::Readdir { path } => {
+            let names: Vec<String> = root
+                .read_dir(Path::new(&path))?
+                .into_iter()
+                .map(lossy)
+                .collect();
+            (fields(json!({ "names": names })), Vec::new())
+        }
+        Op::FindExists { path } => {
+            let exists = find::exists(root, Path::new(&path))?;
+            (fields(json!({ "exists": exists })), Vec::new())
+        }
+        Op::Glob {
+            pattern,
+            cwd,
+            ignore,
+            limit,
+        } => {
+            // As the binding: a number >= 0 (the client validates it); `as` saturates, so a huge
+            // one (or none) is no limit.
+            let limit = limit.map_or(usize::MAX, |l| l as usize);
+            let search = find::Search {
+                pattern: &pattern,
+                ignore: &ignore,
+                limit,
+            };
+            let paths: Vec<String> = find::glob(root, Path::new(&cwd), &search)?
+                .into_iter()
+                .map(lossy)
+                .collect();
+            (fields(json!({ "paths": paths })), Vec::new())
+        }
+        Op::ReadStream { .. } | Op::Grep(_) | Op::Exec(_) => {
+            return Err(WireError::protocol("not a one-shot operation").into());
+        }
+    };
+    Ok(answer)
+}
+
+/// A non-negative count from a JS number, as the binding converts grep's.
+fn count(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        v.floor().min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// grep's cancel flag and progress.
+#[derive(Default)]
+pub struct GrepCancel {
+    pub flag: AtomicBool,
+    pub searched: AtomicU64,
+}
+
+/// pi's grep, bounded by the root. A cancelled search fails with `Aborted`, carrying how many
+/// files it had begun to read.
+pub fn grep(root: &Root, req: GrepRequest, cancel: &GrepCancel) -> Result<Answer, Failure> {
+    let aborted = || {
+        let mut e = WireError::from(CoreError::aborted());
+        e.files_searched = Some(cancel.searched.load(Ordering::Relaxed));
+        Failure::from(e)
+    };
+    let run = || -> Result<grep::Outcome, CoreError> {
+        let target = grep::target(Some(root), Path::new(&req.path), req.display_name)?;
+        let query = Query {
+            pattern: req.pattern,
+            ignore_case: req.ignore_case,
+            literal: req.literal,
+            glob: req.glob,
+            context: count(req.context),
+            limit: count(req.limit).max(1),
+            store_cap: req.store_cap.map(count),
+        };
+        grep::run(&target, &query, root, &cancel.flag, &cancel.searched)
+    };
+    let result = run();
+    if cancel.flag.load(Ordering::Relaxed) {
+        return Err(aborted());
+    }
+    let out = result?;
+    let lines: Vec<Value> = out
+        .lines
+        .into_iter()
+        .map(|l| {
+            json!({
+                "path": l.path.to_string(),
+                "lineNumber": l.line_number,
+                "text": l.text,
+                "isMatch": l.is_match,
+            })
+        })
+        .collect();
+    let answer = json!({
+        "lines": lines,
+        "matchCount": out.match_count,
+        "matchLimitReached": out.match_limit_reached,
+        "linesTruncated": out.lines_truncated,
+        "outputBytes": out.output_bytes,
+        "outputLines": out.output_lines,
+    });
+    Ok((fields(answer), Vec::new()))
+}
+
+/// A streaming call's flow control and cancellation, shared by the thread producing its data
+/// and the reader of the connection (credits, cancel).
+#[derive(Default)]
+pub struct Stream {
+    state: Mutex<StreamState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct StreamState {
+    /// Payload bytes sent and not yet credited.
+    unacked: u64,
+    cancelled: bool,
+    /// The running command, once started.
+    control: Option<Arc<Control>>,
+    /// Whether the producer waits for credit (observed by tests).
+    waiting: bool,
+}
+
+impl Stream {
+    fn lock(&self) -> MutexGuard<'_, StreamState> {
+        // The state stays consistent whatever panicked while holding it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until `bytes` more fit in the window and counts them; false once cancelled.
+    pub fn acquire(&self, bytes: u64) -> bool {
+        let mut state = self.lock();
+        while !state.cancelled && state.unacked + bytes > WINDOW {
+            state.waiting = true;
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.waiting = false;
+        }
+        if state.cancelled {
+            return false;
+        }
+        state.unacked += bytes;
+        true
+    }
+
+    pub fn credit(&self, bytes: u64) {
+        let mut state = self.lock();
+        state.unacked = state.unacked.saturating_sub(bytes);
+        self.changed.notify_all();
+    }
+
+    /// Stops the stream: kills its command (now, or as soon as it starts) and wakes its producer.
+    pub fn cancel(&self) {
+        let mut state = self.lock();
+        state.cancelled = true;
+        if let Some(control) = &state.control {
+            control.kill();
+        }
+        self.changed.notify_all();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
+    #[cfg(test)]
+    pub fn is_waiting(&self) -> bool {
+        self.lock().waiting
+    }
+
+    fn attach(&self, control: Arc<Control>) {
+        let mut state = self.lock();
+        if state.cancelled {
+            control.kill();
+        }
+        state.control = Some(control);
+    }
+}
+
+/// Sends `bytes` as `data` frames of at most `MAX_DATA`, each once the window has room; false
+/// once the stream is cancelled.
+fn send_data(out: &Outbox, id: u64, stream: &Stream, bytes: Vec<u8>) -> bool {
+    if bytes.len() <= MAX_DATA {
+        if !stream.acquire(bytes.len() as u64) {
+            return false;
+        }
+        out.data(id, bytes);
+        return true;
+    }
+    for piece in bytes.chunks(MAX_DATA) {
+        if !stream.acquire(piece.len() as u64) {
+            return false;
+        }
+        out.data(id, piece.to_vec());
+    }
+    true
+}
+
+/// Bytes read from a file per `data` frame.
+const READ_CHUNK: usize = MAX_DATA;
+/// Buffer for a file whose size is not known up front (not a regular file, or reported empty):
+/// the size of Node's stream chunks, so a pipe-like file costs no large allocation per read.
+const UNSIZED_CHUNK: usize = 64 << 10;
+
+/// Streams a file as pi's reader reads it (js/fs.js's `createReadStream`): a regular file up to
+/// its size at open time, anything else to its end.
+pub fn read_stream(
+    root: &Root,
+    path: &str,
+    out: &Outbox,
+    id: u64,
+    stream: &Stream,
+) -> Result<Answer, Failure> {
+    let p = Path::new(path);
+    let mut file: File = root.open_read(p)?;
+    let meta = file
+        .metadata()
+        .map_err(|e| CoreError::from(e).at("open", p))?;
+    let mut left = (meta.is_file() && meta.len() > 0).then_some(meta.len());
+    loop {
+        if stream.is_cancelled() {
+            return Err(CoreError::aborted().into());
+        }
+        let want = match left {
+            Some(0) => break,
+            Some(n) => n.min(READ_CHUNK as u64) as usize,
+            None => UNSIZED_CHUNK,
+        };
+        let mut buf = vec![0u8; want];
+        let n = loop {
+            match file.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CoreError::read(errno_of(&e)).into()),
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        left = left.map(|l| l.saturating_sub(n as u64));
+        if !send_data(out, id, stream, buf) {
+            return Err(CoreError::aborted().into());
+        }
+    }
+    Ok(empty())
+}
+
+/// Where an exec runs and how it reaches the host.
+pub struct ExecSite<'a> {
+    /// The workspace root as given on the command line (absolute).
+    pub host_root: &'a Path,
+    /// The root the agent sees.
+    pub runtime_root: &'a Path,
+}
+
+impl ExecSite<'_> {
+    /// `cwd` as the host sees it: a path under the runtime root is moved under the host root
+    /// (lexically, as the shell would be given it locally); any other path is the host's own.
+    fn host_cwd(&self, cwd: &str) -> PathBuf {
+        let cwd = Path::new(cwd);
+        if self.host_root == self.runtime_root {
+            return cwd.to_path_buf();
+        }
+        match cwd.strip_prefix(self.runtime_root) {
+            Ok(rel) if rel.as_os_str().is_empty() => self.host_root.to_path_buf(),
+            Ok(rel) => self.host_root.join(rel),
+            Err(_) => cwd.to_path_buf(),
+        }
+    }
+}
+
+/// pi's Unix shell resolution (js/bash.js's `resolveShell`): a custom shell if it exists, else
+/// /bin/bash, else bash on PATH, else sh.
+fn resolve_shell(custom: Option<&str>) -> Result<String, Failure> {
+    if let Some(shell) = custom.filter(|s| !s.is_empty()) {
+        if Path::new(shell).exists() {
+            return Ok(shell.to_string());
+        }
+        return Err(WireError::plain(
+            kind::SHELL_NOT_FOUND,
+            format!("Custom shell path not found: {shell}"),
+        )
+        .into());
+    }
+    if Path::new("/bin/bash").exists() {
+        return Ok("/bin/bash".to_string());
+    }
+    let search_path = std::env::var("PATH").unwrap_or_default();
+    Ok(exec::find_on_path("bash", &search_path).unwrap_or_else(|| "sh".to_string()))
+}
+
+/// Runs a command, streaming its output, until it ends or is killed; answers `exitCode` and
+/// `killed` once its whole tree is gone.
+pub fn exec(
+    site: &ExecSite<'_>,
+    req: ExecRequest,
+    out: &Outbox,
+    id: u64,
+    stream: &Stream,
+) -> Result<Answer, Failure> {
+    let shell = resolve_shell(req.shell.as_deref())?;
+    let cwd = site.host_cwd(&req.cwd);
+    if std::fs::metadata(&cwd).is_err() {
+        return Err(WireError::plain(
+            kind::WORKING_DIRECTORY,
+            format!(
+                "Working directory does not exist: {}\nCannot execute bash commands.",
+                req.cwd
+            ),
+        )
+        .into());
+    }
+    let mut execution = exec::spawn(&exec::ExecRequest {
+        shell: shell.clone(),
+        command: req.command,
+        cwd: lossy(&cwd),
+        env: req.env,
+    })
+    .map_err(|e| CoreError::spawn(&shell, errno_of(&e)))?;
+    stream.attach(execution.control());
+    let outcome = execution.pump(&mut |chunk| send_data(out, id, stream, chunk));
+    // Reaps the supervisor, so the answer means the command is over.
+    drop(execution);
+    let answer = json!({ "exitCode": outcome.exit_code, "killed": outcome.killed });
+    Ok((fields(answer), Vec::new()))
+}
+
+/// What a running call can be stopped through.
+#[derive(Clone)]
+pub enum Running {
+    Stream(Arc<Stream>),
+    Grep(Arc<GrepCancel>),
+}
+
+impl Running {
+    pub fn cancel(&self) {
+        match self {
+            Running::Stream(stream) => stream.cancel(),
+            Running::Grep(grep) => grep.flag.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+/// The calls that can be cancelled, by id.
+pub type Registry = Arc<Mutex<HashMap<u64, Running>>>;
+
+pub fn lock(registry: &Registry) -> MutexGuard<'_, HashMap<u64, Running>> {
+    registry.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starts `acquire(bytes)` on a thread and returns once it waits for credit.
+    fn blocked_acquire(stream: &Arc<Stream>, bytes: u64) -> std::thread::JoinHandle<bool> {
+        let waiter = {
+            let stream = Arc::clone(stream);
+            std::thread::spawn(move || stream.acquire(bytes))
+        };
+        while !stream.is_waiting() {
+            assert!(!waiter.is_finished(), "acquire did not wait for credit");
+            std::thread::yield_now();
+        }
+        waiter
+    }
+
+    #[test]
+    fn the_window_blocks_until_credited_and_cancel_releases_it() {
+        let stream = Arc::new(Stream::default());
+        assert!(stream.acquire(WINDOW - 1));
+        let waiter = blocked_acquire(&stream, 2);
+        stream.credit(1);
+        assert!(waiter.join().unwrap());
+        let waiter = blocked_acquire(&stream, 1);
+        stream.cancel();
+        assert!(!waiter.join().unwrap());
+        assert!(!stream.acquire(0));
+    }
+
+    #[test]
+    fn cwd_under_the_runtime_root_moves_to_the_host() {
+        let site = ExecSite {
+            host_root: Path::new("/home/u/proj"),
+            runtime_root: Path::new("/workspace"),
+        };
+        assert_eq!(site.host_cwd("/workspace"), Path::new("/home/u/proj"));
+        assert_eq!(
+            site.host_cwd("/workspace/src"),
+            Path::new("/home/u/proj/src")
+        );
+        assert_eq!(site.host_cwd("/workspaces"), Path::new("/workspaces"));
+        assert_eq!(site.host_cwd("/tmp"), Path::new("/tmp"));
+        let same = ExecSite {
+            host_root: Path::new("/w"),
+            runtime_root: Path::new("/w"),
+        };
+        assert_eq!(same.host_cwd("/w/x/../y"), Path::new("/w/x/../y"));
+    }
+
+    #[test]
+    fn shells_resolve_as_pi_resolves_them() {
+        let missing = resolve_shell(Some("/no/such/shell")).unwrap_err();
+        assert_eq!(missing.kind, "ShellNotFound");
+        assert_eq!(
+            missing.message,
+            "Custom shell path not found: /no/such/shell"
+        );
+        assert_eq!(resolve_shell(Some("/bin/sh")).unwrap(), "/bin/sh");
+        let default = resolve_shell(None).unwrap();
+        if Path::new("/bin/bash").exists() {
+            assert_eq!(default, "/bin/bash");
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The messages of docs/protocol.md as serde types, and the one place a core error becomes a wire
+//! error (mirroring what the napi binding's `src/error.rs` puts on a JS error).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use pi_native_ops_core::Error as CoreError;
+
+/// The protocol this server speaks.
+pub const PROTOCOL: u64 = 1;
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A message the client sends, once its header is known to be a JSON object.
+pub enum Incoming {
+    Hello {
+        protocol: Option<u64>,
+        client: Option<String>,
+    },
+    Call {
+        id: u64,
+        op: Result<Op, String>,
+    },
+    Credit {
+        id: u64,
+        bytes: u64,
+    },
+    Cancel {
+        id: u64,
+    },
+}
+
+/// A header that is no message: the error to answer, with the call's id when it could be read.
+#[derive(Debug)]
+pub struct BadHeader {
+    pub id: Option<u64>,
+    pub message: String,
+}
+
+/// An operation and its arguments (the `op` field and its siblings in a `call`).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Op {
+    ReadFile {
+        path: String,
+    },
+    ReadStream {
+        path: String,
+    },
+    Access {
+        path: String,
+        mode: String,
+    },
+    DetectImageMimeType {
+        path: String,
+    },
+    WriteFile {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+    },
+    Exists {
+        path: String,
+    },
+    Stat {
+        path: String,
+    },
+    Readdir {
+        path: String,
+    },
+    FindExists {
+        path: String,
+    },
+    Glob {
+        pattern: String,
+        cwd: String,
+        #[serde(default)]
+        ignore: Vec<String>,
+        /// `None` is no limit.
+        #[serde(default)]
+        limit: Option<f64>,
+    },
+    Grep(GrepRequest),
+    Exec(ExecRequest),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrepRequest {
+    pub pattern: String,
+    pub path: String,
+    pub display_name: String,
+    #[serde(default)]
+    pub ignore_case: bool,
+    #[serde(default)]
+    pub literal: bool,
+    #[serde(default)]
+    pub glob: Option<String>,
+    #[serde(default)]
+    pub context: f64,
+    pub limit: f64,
+    #[serde(default)]
+    pub store_cap: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecRequest {
+    pub command: String,
+    pub cwd: String,
+    /// `KEY=VALUE` entries; `None` is the server's own environment.
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    /// `None`: found as pi finds it.
+    #[serde(default)]
+    pub shell: Option<String>,
+}
+
+/// Parses a header.
+pub fn parse(header: &[u8]) -> Result<Incoming, BadHeader> {
+    let bad = |id, message: String| BadHeader { id, message };
+    let value: Value = serde_json::from_slice(header)
+        .map_err(|e| bad(None, format!("frame header is not JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(bad(None, "frame header is not a JSON object".into()));
+    };
+    let id = fields.get("id").and_then(Value::as_u64);
+    let need_id = || id.ok_or_else(|| bad(None, "message has no valid id".into()));
+    match fields.get("t").and_then(Value::as_str) {
+        Some("hello") => Ok(Incoming::Hello {
+            protocol: fields.get("protocol").and_then(Value::as_u64),
+            client: fields
+                .get("client")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }),
+        Some("call") => {
+            let id = need_id()?;
+            let op =
+                serde_json::from_value(Value::Object(fields)).map_err(|e| format!("bad call: {e}"));
+            Ok(Incoming::Call { id, op })
+        }
+        Some("credit") => {
+            let id = need_id()?;
+            let bytes = fields
+                .get("bytes")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad(Some(id), "credit has no valid bytes".into()))?;
+            Ok(Incoming::Credit { id, bytes })
+        }
+        Some("cancel") => Ok(Incoming::Cancel { id: need_id()? }),
+        Some(other) => Err(bad(id, format!("unknown message type \"{other}\""))),
+        None => Err(bad(id, "message has no type (\"t\")".into())),
+    }
+}
+
+/// A message the server sends.
+#[derive(Serialize)]
+#[serde(tag = "t", rename_all = "camelCase")]
+pub enum Outgoing<'a> {
+    Hello {
+        protocol: u64,
+        server: &'static str,
+        root: &'a str,
+        platform: &'a str,
+    },
+    Ok {
+        id: u64,
+        #[serde(flatten)]
+        answer: Map<String, Value>,
+    },
+    Data {
+        id: u64,
+    },
+    Error {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        error: &'a WireError,
+    },
+}
+
+/// An error as the client rebuilds it (docs/protocol.md, "Errors").
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WireError {
+    pub kind: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// grep's `Aborted`: how many files the search had begun to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files_searched: Option<u64>,
+}
+
+/// Kinds of failure the server itself decides (the core's are its `ErrorKind` names).
+pub mod kind {
+    /// A malformed message, or one the protocol does not allow.
+    pub const PROTOCOL: &str = "Protocol";
+    /// exec's working directory does not exist (pi's bash wording).
+    pub const WORKING_DIRECTORY: &str = "WorkingDirectory";
+    /// exec's custom shell does not exist (pi's bash wording).
+    pub const SHELL_NOT_FOUND: &str = "ShellNotFound";
+}
+
+impl WireError {
+    /// A failure with a kind and message only.
+    pub fn plain(kind: &str, message: impl Into<String>) -> WireError {
+        WireError {
+            kind: kind.to_string(),
+            message: message.into(),
+            code: None,
+            errno: None,
+            syscall: None,
+            path: None,
+            files_searched: None,
+        }
+    }
+
+    pub fn protocol(message: impl Into<String>) -> WireError {
+        WireError::plain(kind::PROTOCOL, message)
+    }
+}
+
+impl From<&CoreError> for WireError {
+    /// As the napi binding shapes its JS error: the message is the core's text; a system error
+    /// (one with an errno) adds errno (negative, as Node's), code, and syscall and path when known.
+    fn from(err: &CoreError) -> WireError {
+        let mut wire = WireError::plain(&format!("{:?}", err.kind()), err.to_string());
+        if let (Some(errno), Some(code)) = (err.errno(), err.code()) {
+            wire.errno = Some(-errno);
+            wire.code = Some(code.into_owned());
+            wire.syscall = err.syscall().map(str::to_string);
+            wire.path = err.path().map(|p| p.to_string_lossy().into_owned());
+        }
+        wire
+    }
+}
+
+impl From<CoreError> for WireError {
+    fn from(err: CoreError) -> WireError {
+        WireError::from(&err)
+    }
+}
+
+/// A failed call. Boxed: failures are the rare path, and a small `Result` keeps answers cheap to
+/// move.
+#[derive(Debug)]
+pub struct Failure(pub Box<WireError>);
+
+impl std::ops::Deref for Failure {
+    type Target = WireError;
+    fn deref(&self) -> &WireError {
+        &self.0
+    }
+}
+
+impl From<WireError> for Failure {
+    fn from(err: WireError) -> Failure {
+        Failure(Box::new(err))
+    }
+}
+
+impl From<CoreError> for Failure {
+    fn from(err: CoreError) -> Failure {
+        Failure(Box::new(WireError::from(&err)))
+    }
+}
+
+/// The platform as Node names it (`process.platform`-`process.arch`), e.g. `linux-x64`.
+pub fn platform() -> String {
+    let os = match std::env::consts::OS {
+        "macos" => "darwin",
+        "windows" => "win32",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        "x86" => "ia32",
+        other => other,
+    };
+    format!("{os}-{arch}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn bad(header: &str) -> BadHeader {
+        match parse(header.as_bytes()) {
+            Err(bad) => bad,
+            Ok(_) => panic!("{header} parsed"),
+        }
+    }
+
+    fn call(header: &str) -> (u64, Result<Op, String>) {
+        match parse(header.as_bytes()) {
+            Ok(Incoming::Call { id, op }) => (id, op),
+            _ => panic!("{header} is not a call"),
+        }
+    }
+
+    #[test]
+    fn headers_that_are_not_messages_are_refused_with_the_id_when_readable() {
+        let not_json = bad("{\"t\":");
+        assert_eq!(not_json.id, None);
+        assert!(not_json.message.starts_with("frame header is not JSON"));
+        let array = bad("[1,2]");
+        assert_eq!(
+            (array.id, array.message.as_str()),
+            (None, "frame header is not a JSON object")
+        );
+        assert_eq!(bad("\"call\"").message, "frame header is not a JSON object");
+        let unknown = bad(r#"{"t":"bogus","id":4}"#);
+        assert_eq!(unknown.id, Some(4));
+        assert_eq!(unknown.message, "unknown message type \"bogus\"");
+        assert_eq!(bad(r#"{"id":5}"#).id, Some(5));
+        assert_eq!(
+            bad(r#"{"t":"call","id":-1}"#).message,
+            "message has no valid id"
+        );
+        assert_eq!(bad(r#"{"t":"credit","id":3}"#).id, Some(3));
+        // Invalid UTF-8 is not JSON.
+        assert!(parse(b"{\"t\":\"call\",\"id\":1,\"op\":\"stat\",\"path\":\"\xff\"}").is_err());
+    }
+
+    #[test]
+    fn calls_parse_and_a_bad_op_keeps_its_id() {
+        let (id, op) = call(r#"{"t":"call","id":7,"op":"readFile","path":"/w/a"}"#);
+        assert_eq!(id, 7);
+        assert!(matches!(op, Ok(Op::ReadFile { path }) if path == "/w/a"));
+        let (id, op) = call(r#"{"t":"call","id":8,"op":"rmrf","path":"/"}"#);
+        assert_eq!(id, 8);
+        assert!(op.unwrap_err().contains("unknown variant `rmrf`"));
+        let (id, op) = call(r#"{"t":"call","id":9,"op":"stat"}"#);
+        assert_eq!(id, 9);
+        assert!(op.unwrap_err().contains("missing field `path`"));
+        let (_, op) = call(r#"{"t":"call","id":10,"op":"stat","path":3}"#);
+        assert!(op.unwrap_err().contains("invalid type"));
+        let (_, op) = call(r#"{"t":"call","id":11}"#);
+        assert!(op.unwrap_err().contains("missing field `op`"));
+        let (_, op) = call(
+            r#"{"t":"call","id":12,"op":"grep","pattern":"x","path":"/w","displayName":"w","limit":5,"storeCap":null}"#,
+        );
+        let Ok(Op::Grep(grep)) = op else {
+            panic!("grep")
+        };
+        assert_eq!((grep.limit, grep.context, grep.glob), (5.0, 0.0, None));
+        let (_, op) = call(r#"{"t":"call","id":13,"op":"exec","command":"ls","cwd":"/w"}"#);
+        assert!(matches!(
+            op,
+            Ok(Op::Exec(ExecRequest {
+                env: None,
+                shell: None,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn core_errors_travel_as_the_binding_shapes_them() {
+        let p = Path::new("/w/x");
+        let os = WireError::from(CoreError::os(2).at("open", p));
+        let json = serde_json::to_string(&os).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"Os","message":"ENOENT: no such file or directory, open '/w/x'","code":"ENOENT","errno":-2,"syscall":"open","path":"/w/x"}"#
+        );
+        // A refusal has no code, errno, syscall or path: only its message names the path.
+        let outside = WireError::from(CoreError::outside().at("open", Path::new("/etc/passwd")));
+        assert_eq!(
+            serde_json::to_string(&outside).unwrap(),
+            r#"{"kind":"Outside","message":"path \"/etc/passwd\" is outside workspace"}"#
+        );
+        let spawn = WireError::from(CoreError::spawn("/bin/sh", 2));
+        assert_eq!(spawn.syscall.as_deref(), Some("spawn /bin/sh"));
+        assert_eq!(spawn.path.as_deref(), Some("/bin/sh"));
+    }
+
+    #[test]
+    fn answers_are_flat_objects() {
+        let mut answer = Map::new();
+        answer.insert("exists".into(), Value::Bool(true));
+        let ok = serde_json::to_string(&Outgoing::Ok { id: 3, answer }).unwrap();
+        assert_eq!(ok, r#"{"t":"ok","id":3,"exists":true}"#);
+        let err = WireError::protocol("x");
+        let frame = serde_json::to_string(&Outgoing::Error {
+            id: None,
+            error: &err,
+        })
+        .unwrap();
+        assert_eq!(
+            frame,
+            r#"{"t":"error","error":{"kind":"Protocol","message":"x"}}"#
+        );
+    }
+}

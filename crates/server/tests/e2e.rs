@@ -1,0 +1,282 @@
+//! The built server over pipes, as a client drives it (docs/protocol.md).
+#![cfg(unix)]
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pi-native-ops-server");
+/// A server that stops answering fails its test after this long instead of hanging the run.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+struct Server {
+    child: Arc<Mutex<Child>>,
+    stdin: Option<ChildStdin>,
+    stdout: ChildStdout,
+}
+
+impl Server {
+    fn start(root: &Path, runtime_root: Option<&str>) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--root").arg(root);
+        if let Some(runtime) = runtime_root {
+            cmd.args(["--runtime-root", runtime]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the server starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let child = Arc::new(Mutex::new(child));
+        let watched = Arc::downgrade(&child);
+        std::thread::spawn(move || {
+            std::thread::sleep(WATCHDOG);
+            if let Some(child) = watched.upgrade() {
+                let _ = child.lock().unwrap().kill();
+            }
+        });
+        let mut server = Server {
+            child,
+            stdin,
+            stdout,
+        };
+        let (hello, _) = server.recv();
+        assert_eq!(hello["t"], "hello");
+        assert_eq!(hello["protocol"], 1);
+        assert_eq!(hello["server"], env!("CARGO_PKG_VERSION"));
+        server.send_raw(&frame(
+            &json!({"t":"hello","protocol":1,"client":"0.1.0"}),
+            b"",
+        ));
+        server
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, header: Value, payload: &[u8]) {
+        self.send_raw(&frame(&header, payload));
+    }
+
+    fn recv(&mut self) -> (Value, Vec<u8>) {
+        let mut prefix = [0u8; 8];
+        self.stdout.read_exact(&mut prefix).expect("a frame");
+        let h = u32::from_be_bytes(prefix[..4].try_into().unwrap()) as usize;
+        let p = u32::from_be_bytes(prefix[4..].try_into().unwrap()) as usize;
+        let mut header = vec![0; h];
+        self.stdout.read_exact(&mut header).unwrap();
+        let mut payload = vec![0; p];
+        self.stdout.read_exact(&mut payload).unwrap();
+        (serde_json::from_slice(&header).unwrap(), payload)
+    }
+
+    /// Runs an exec to its end, crediting each chunk: the output and the `ok` answer.
+    fn exec(&mut self, id: u64, command: &str, cwd: &str) -> (Vec<u8>, Value) {
+        self.send(
+            json!({"t":"call","id":id,"op":"exec","command":command,"cwd":cwd,"env":null,"shell":null}),
+            b"",
+        );
+        let mut output = Vec::new();
+        loop {
+            let (msg, payload) = self.recv();
+            assert_eq!(msg["id"], id);
+            if msg["t"] != "data" {
+                return (output, msg);
+            }
+            assert!(payload.len() <= 1 << 20);
+            self.send(json!({"t":"credit","id":id,"bytes":payload.len()}), b"");
+            output.extend_from_slice(&payload);
+        }
+    }
+
+    /// Closes stdin and returns the exit code.
+    fn close(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let mut rest = Vec::new();
+        let _ = self.stdout.read_to_end(&mut rest);
+        let status = self.child.lock().unwrap().wait().unwrap();
+        status.code()
+    }
+}
+
+fn frame(header: &Value, payload: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(header).unwrap();
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    dir
+}
+
+#[test]
+fn serves_files_in_runtime_form_and_refuses_outside_paths() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), Some("/workspace"));
+    server.send(
+        json!({"t":"call","id":1,"op":"readFile","path":"/workspace/a.txt"}),
+        b"",
+    );
+    let (ok, bytes) = server.recv();
+    assert_eq!(ok, json!({"t":"ok","id":1}));
+    assert_eq!(bytes, b"alpha\n");
+
+    server.send(
+        json!({"t":"call","id":2,"op":"readFile","path":"/etc/passwd"}),
+        b"",
+    );
+    let (err, _) = server.recv();
+    assert_eq!(
+        err,
+        json!({"t":"error","id":2,"error":{"kind":"Outside","message":"path \"/etc/passwd\" is outside workspace"}})
+    );
+
+    // Nothing of the host path leaks into an error.
+    server.send(
+        json!({"t":"call","id":3,"op":"readdir","path":"/workspace/none"}),
+        b"",
+    );
+    let (err, _) = server.recv();
+    assert_eq!(err["error"]["code"], "ENOENT");
+    assert_eq!(err["error"]["path"], "/workspace/none");
+    assert!(!err.to_string().contains(&*dir.path().to_string_lossy()));
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
+fn exec_streams_output_and_answers_the_exit_code() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), Some("/workspace"));
+    // A runtime cwd runs in the host directory it stands for.
+    let (output, ok) = server.exec(1, "pwd; echo err >&2; exit 3", "/workspace/sub");
+    let host_sub = dir.path().join("sub");
+    assert_eq!(
+        String::from_utf8(output).unwrap(),
+        format!("{}\nerr\n", host_sub.display())
+    );
+    assert_eq!(ok, json!({"t":"ok","id":1,"exitCode":3,"killed":false}));
+
+    // A flood larger than the window arrives whole as the client credits it.
+    let (output, ok) = server.exec(2, "head -c 10000000 /dev/zero", "/workspace");
+    assert_eq!(output.len(), 10_000_000);
+    assert_eq!(ok["exitCode"], 0);
+
+    let (_, err) = server.exec(3, "true", "/workspace/missing");
+    assert_eq!(
+        err["error"],
+        json!({"kind":"WorkingDirectory","message":"Working directory does not exist: /workspace/missing\nCannot execute bash commands."})
+    );
+
+    // Cancel kills the tree; the answer says so.
+    server.send(
+        json!({"t":"call","id":4,"op":"exec","command":"echo started; sleep 1000","cwd":"/workspace"}),
+        b"",
+    );
+    let (data, payload) = server.recv();
+    assert_eq!(
+        (data["t"].as_str(), payload.as_slice()),
+        (Some("data"), &b"started\n"[..])
+    );
+    server.send(json!({"t":"cancel","id":4}), b"");
+    let (ok, _) = server.recv();
+    assert_eq!(ok["killed"], true);
+    assert_eq!(ok["t"], "ok");
+    assert_eq!(server.close(), Some(0));
+}
+
+fn alive(pid: &str) -> bool {
+    Path::new("/proc").join(pid).exists()
+}
+
+#[test]
+fn closing_stdin_kills_every_running_tree_before_exit() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for id in [1, 2] {
+        server.send(
+            json!({"t":"call","id":id,"op":"exec","command":"sleep 1000 & echo $!; wait","cwd":cwd}),
+            b"",
+        );
+        let (data, payload) = server.recv();
+        assert_eq!(data["t"], "data");
+        let pid = String::from_utf8(payload).unwrap().trim().to_string();
+        assert!(alive(&pid), "sleep {pid} runs");
+        pids.push(pid);
+    }
+    assert_eq!(server.close(), Some(0));
+    for pid in pids {
+        assert!(!alive(&pid), "sleep {pid} outlived the connection");
+    }
+}
+
+#[test]
+fn bad_frames_get_an_error_or_close_the_connection() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    // A header that is not JSON: an error without id, and the connection goes on.
+    let mut garbage = Vec::new();
+    garbage.extend_from_slice(&3u32.to_be_bytes());
+    garbage.extend_from_slice(&0u32.to_be_bytes());
+    garbage.extend_from_slice(b"\xff{[");
+    server.send_raw(&garbage);
+    let (err, _) = server.recv();
+    assert_eq!(err["t"], "error");
+    assert_eq!(err.get("id"), None);
+    server.send(json!({"t":"call","id":5,"op":"unlink","path":"/"}), b"");
+    let (err, _) = server.recv();
+    assert_eq!(
+        (err["id"].as_u64(), err["error"]["kind"].as_str()),
+        (Some(5), Some("Protocol"))
+    );
+    // A length out of range: the next frame cannot be found, so the server says why and leaves.
+    server.send_raw(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+    let (err, _) = server.recv();
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("header length 4294967295 is out of range"));
+    assert_eq!(server.close(), Some(1));
+}
+
+#[test]
+fn command_line() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("pi-native-ops-server {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let out = Command::new(BIN).arg("--bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("pi-native-ops-server: unknown argument \"--bogus\""));
+    assert!(stderr.contains("usage: pi-native-ops-server --root DIR"));
+    let out = Command::new(BIN)
+        .args(["--root", "/no/such/dir"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with(
+        "pi-native-ops-server: cannot open workspace root \"/no/such/dir\": No such file or directory"
+    ));
+}
