@@ -27,3 +27,13 @@ export function collect() {
     text: () => Buffer.concat(chunks).toString(),
   };
 }
+
+/** Polls `condition` every 20 ms until it holds or `deadlineMs` passes; returns whether it held. */
+export async function waitFor(condition, deadlineMs = 30_000) {
+  const deadline = Date.now() + deadlineMs;
+  while (!condition()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return true;
+}

@@ -1,21 +1,16 @@
 // pi's own bash tool gives the same results with our operations as with pi's local ones.
 import { describe, expect, it } from "vitest";
 import { createBashOperations } from "pi-native-ops";
-import { isPi1, pi, piName } from "./helpers/pi.js";
+import { isPi1, pi, piName, runTool } from "./helpers/pi.js";
 
 const cwd = "/tmp";
 const native = createBashOperations();
 const stock = pi.createLocalBashOperations();
 
-async function run(operations, params, { signal, ...options } = {}) {
-  const tool = pi.createBashTool(cwd, { operations, ...options });
-  try {
-    const result = await tool.execute("call", params, signal);
-    // pi 1.x returns non-zero exits as isError results, pi 0.x throws them: both are "failed".
-    return { failed: result.isError ?? false, text: result.content.map((c) => c.text).join("") };
-  } catch (err) {
-    return { failed: true, text: err.message };
-  }
+async function run(operations, params, { signal, onUpdate, ...options } = {}) {
+  const r = await runTool(pi.createBashTool(cwd, { operations, ...options }), params, { signal, onUpdate });
+  // pi 1.x returns non-zero exits as isError results, pi 0.x throws them: both are "failed".
+  return r.error === undefined ? { failed: r.isError ?? false, text: r.text } : { failed: true, text: r.error };
 }
 
 const cases = [
@@ -52,10 +47,12 @@ describe(`pi's createBashTool (${piName}) with native operations`, () => {
     const results = [];
     for (const operations of [native, stock]) {
       const controller = new AbortController();
-      setTimeout(() => controller.abort(), 300);
-      results.push(await run(operations, { command: "echo started; sleep 5" }, { signal: controller.signal }));
+      // Abort once the output has reached pi, so both runs are cut at the same point.
+      const onUpdate = (partial) => partial.content.some((c) => c.text?.includes("started")) && controller.abort();
+      results.push(await run(operations, { command: "echo started; sleep 5" }, { signal: controller.signal, onUpdate }));
     }
     expect(results[0]).toEqual(results[1]);
+    expect(results[0].text).toContain("started");
     expect(results[0].text).toContain("Command aborted");
   });
 

@@ -6,7 +6,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs, glob } from "pi-native-ops";
-import { pi, isPi1 } from "./helpers/pi.js";
+import { pi, isPi1, runTool } from "./helpers/pi.js";
 import { buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
 
 // The find tool must never reach for fd with fs.find; if it did, it must not download it.
@@ -35,8 +35,9 @@ function pathOrder(a, b) {
 async function nativeFind(root, pattern, opts = {}, runtimeRoot) {
   const bfs = createBoundFs(root, runtimeRoot ? { runtimeRoot } : {});
   const tool = pi.createFindTool(runtimeRoot ?? root, { operations: bfs.find });
-  const res = await tool.execute("t", { pattern, path: opts.path, limit: opts.limit });
-  return splitOutput(res.content[0].text);
+  const res = await runTool(tool, { pattern, path: opts.path, limit: opts.limit });
+  if (res.error !== undefined) throw new Error(res.error);
+  return splitOutput(res.text);
 }
 
 describe("find against pi's stock find tool (fd goldens)", () => {

@@ -4,7 +4,7 @@ import { homedir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
-import { pi } from "./helpers/pi.js";
+import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
 
 // Built at collection time: the test names below are made from these paths.
@@ -118,16 +118,6 @@ describe("raw operations refuse escapes", () => {
     expect(missing.message).toBe("ENOENT: no such file or directory, open '/workspace/missing'");
   });
 });
-
-/** Runs a pi tool, returning its error message or its text. */
-async function runTool(tool, params) {
-  try {
-    const r = await tool.execute("id", params, undefined, undefined);
-    return { text: r.content.map((c) => c.text ?? "").join("") };
-  } catch (e) {
-    return { error: e.message };
-  }
-}
 
 describe("pi's tools with boundFs refuse escapes", () => {
   const tools = () => ({

@@ -3,7 +3,7 @@ import { cpSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
-import { pi } from "./helpers/pi.js";
+import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
 
 const PNG = Buffer.from(
@@ -37,13 +37,8 @@ const FIXTURE = {
 
 /** Runs a tool and returns its result (or error message) with the fixture directory replaced. */
 async function run(tool, dir, params) {
-  let out;
-  try {
-    const r = await tool.execute("call-1", params, undefined, undefined);
-    out = { content: r.content, details: r.details };
-  } catch (e) {
-    out = { error: e.message };
-  }
+  const r = await runTool(tool, params);
+  const out = r.error === undefined ? { content: r.content, details: r.details } : { error: r.error };
   return JSON.parse(JSON.stringify(out).replaceAll(dir, "<ROOT>"));
 }
 

@@ -4,7 +4,7 @@ import { closeSync, openSync, writeSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
-import { isPi1, pi } from "./helpers/pi.js";
+import { isPi1, pi, runTool } from "./helpers/pi.js";
 import { removeTree, tempDir } from "./helpers/tree.js";
 
 const dir = tempDir("pno-stream-");
@@ -28,11 +28,12 @@ describe.skipIf(!isPi1)("streamed read (pi >= 1.5)", () => {
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 5);
     let result;
     try {
-      result = await tool.execute("call", { path: "huge.txt", offset: lines - 1, limit: 2 }, undefined, undefined);
+      result = await runTool(tool, { path: "huge.txt", offset: lines - 1, limit: 2 });
     } finally {
       clearInterval(sampler);
     }
-    const text = result.content[0].text;
+    expect(result.error).toBeUndefined();
+    const { text } = result;
     expect(text).toContain(line(lines - 1).trim());
     expect(text).toContain(line(lines).trim());
     const growthMiB = (peak - before) / 2 ** 20;

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs, createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
-import { pi } from "./helpers/pi.js";
+import { pi, runTool } from "./helpers/pi.js";
 import { CASES, makeFixture } from "./grep/fixture.js";
 import goldens from "./grep/goldens.json" with { type: "json" };
 
@@ -17,12 +17,8 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 async function outcome(tool, params, root) {
-  try {
-    const r = await tool.execute("t", params);
-    return { text: r.content[0].text, details: r.details ?? null };
-  } catch (err) {
-    return { error: err.message.replaceAll(root, "<root>") };
-  }
+  const r = await runTool(tool, params);
+  return r.error === undefined ? { text: r.text, details: r.details ?? null } : { error: r.error.replaceAll(root, "<root>") };
 }
 
 const lineSet = (text) => text.split("\n").sort();
@@ -47,10 +43,10 @@ describe("grep tool matches stock pi + rg", () => {
 
   it("prints the same text every time, files in path order", async () => {
     const tool = createGrepTool(dir);
-    const a = await tool.execute("t", { pattern: "needle", path: "src" });
-    const b = await tool.execute("t", { pattern: "needle", path: "src" });
-    expect(a.content[0].text).toBe(b.content[0].text);
-    expect(a.content[0].text.split("\n").map((l) => l.split(":")[0])).toEqual([
+    const a = await runTool(tool, { pattern: "needle", path: "src" });
+    const b = await runTool(tool, { pattern: "needle", path: "src" });
+    expect(a.text).toBe(b.text);
+    expect(a.text.split("\n").map((l) => l.split(":")[0])).toEqual([
       "a.ts", "b.ts", "b.ts", "deep/c.txt", "sub/x.txt",
     ]);
   });
@@ -136,12 +132,12 @@ describe("deliberate improvements and safety", () => {
 
   it("never searches .git internals and honours .gitignore outside git", async () => {
     const tool = createGrepTool(repo);
-    expect((await tool.execute("t", { pattern: "git internals" })).content[0].text).toBe("No matches found");
+    expect(await runTool(tool, { pattern: "git internals" })).toMatchObject({ text: "No matches found" });
     const outside = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-nogit-")));
     writeFileSync(path.join(outside, ".gitignore"), "skip.txt\n");
     writeFileSync(path.join(outside, "skip.txt"), "needle\n");
     writeFileSync(path.join(outside, "keep.txt"), "needle\n");
-    expect((await createGrepTool(outside).execute("t", { pattern: "needle" })).content[0].text).toBe("keep.txt:1: needle");
+    expect(await runTool(createGrepTool(outside), { pattern: "needle" })).toMatchObject({ text: "keep.txt:1: needle" });
     rmSync(outside, { recursive: true, force: true });
   });
 

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createNativeToolDefinitions, createNativeTools } from "pi-native-ops";
-import { pi } from "./helpers/pi.js";
+import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
 
 const dirs = [];
@@ -22,8 +22,11 @@ function repo() {
   return dir;
 }
 
-const text = (result) => result.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
-const call = (tool, params, signal) => tool.execute(`call-${tool.name}`, params, signal, undefined);
+/** What the model sees from a call: the tool's text, or the message it threw. */
+const output = async (tool, params) => {
+  const r = await runTool(tool, params);
+  return r.error ?? r.text;
+};
 
 describe("createNativeTools", () => {
   it("returns pi's seven tools with pi's names and schemas", () => {
@@ -49,38 +52,38 @@ describe("createNativeTools", () => {
     const dir = repo();
     const t = createNativeTools(dir);
 
-    expect(text(await call(t.write, { path: "src/math.js", content: "export function add(a, b) {\n  return a - b;\n}\n" }))).toContain(
+    expect(await output(t.write, { path: "src/math.js", content: "export function add(a, b) {\n  return a - b;\n}\n" })).toContain(
       "Successfully wrote",
     );
-    await call(t.write, {
+    await output(t.write, {
       path: "test.js",
       content: 'import { add } from "./src/math.js";\nif (add(2, 3) !== 5) { console.error("FAIL add"); process.exit(1); }\nconsole.log("ok");\n',
     });
 
-    const failing = await call(t.bash, { command: "npm test --silent" }).then(text, (e) => e.message);
+    const failing = await output(t.bash, { command: "npm test --silent" });
     expect(failing).toContain("FAIL add");
     expect(failing).toMatch(/exited with code 1|exit code 1/i);
 
-    const edited = await call(t.edit, { path: "src/math.js", edits: [{ oldText: "return a - b;", newText: "return a + b;" }] });
-    expect(text(edited)).toContain("Successfully replaced");
+    const edited = await output(t.edit, { path: "src/math.js", edits: [{ oldText: "return a - b;", newText: "return a + b;" }] });
+    expect(edited).toContain("Successfully replaced");
     expect(readFileSync(path.join(dir, "src/math.js"), "utf8")).toContain("return a + b;");
 
-    const found = text(await call(t.find, { pattern: "*.js" }));
+    const found = await output(t.find, { pattern: "*.js" });
     expect(found.split("\n").filter((l) => l.endsWith(".js")).sort()).toEqual(["src/math.js", "test.js"]);
 
-    const grepped = text(await call(t.grep, { pattern: "export function", path: "." }));
+    const grepped = await output(t.grep, { pattern: "export function", path: "." });
     expect(grepped).toBe("src/math.js:1: export function add(a, b) {");
 
-    const listed = text(await call(t.ls, {}));
+    const listed = await output(t.ls, {});
     expect(listed.split("\n")).toEqual(expect.arrayContaining([".gitignore", "dist/", "package.json", "README.md", "src/", "test.js"]));
 
-    const read = text(await call(t.read, { path: "src/math.js" }));
+    const read = await output(t.read, { path: "src/math.js" });
     expect(read).toContain("return a + b;");
 
-    const passing = text(await call(t.bash, { command: "npm test --silent" }));
+    const passing = await output(t.bash, { command: "npm test --silent" });
     expect(passing.trim()).toBe("ok");
 
-    const outside = await call(t.read, { path: "../../etc/passwd" }).then(text, (e) => e.message);
+    const outside = await output(t.read, { path: "../../etc/passwd" });
     expect(outside).toContain("is outside workspace");
   });
 
@@ -88,11 +91,11 @@ describe("createNativeTools", () => {
     const dir = repo();
     makeTree(dir, { "src/a.ts": "export const marker = 1;\n" });
     const t = createNativeTools("/workspace", { root: dir, runtimeRoot: "/workspace" });
-    expect(text(await call(t.read, { path: "src/a.ts" }))).toContain("marker");
-    expect(text(await call(t.grep, { pattern: "marker" }))).toBe("src/a.ts:1: export const marker = 1;");
-    expect(text(await call(t.find, { pattern: "*.ts" }))).toBe("src/a.ts");
-    expect(text(await call(t.ls, { path: "src" }))).toBe("a.ts");
-    const leak = await call(t.read, { path: "/workspace/../etc/passwd" }).then(text, (e) => e.message);
+    expect(await output(t.read, { path: "src/a.ts" })).toContain("marker");
+    expect(await output(t.grep, { pattern: "marker" })).toBe("src/a.ts:1: export const marker = 1;");
+    expect(await output(t.find, { pattern: "*.ts" })).toBe("src/a.ts");
+    expect(await output(t.ls, { path: "src" })).toBe("a.ts");
+    const leak = await output(t.read, { path: "/workspace/../etc/passwd" });
     expect(leak).toContain("is outside workspace");
     expect(leak).not.toContain(dir);
   });
@@ -105,6 +108,6 @@ describe("createNativeTools", () => {
         spawnHook: (ctx) => ({ ...ctx, env: { ...ctx.env, FROM_HOOK: "hooked" } }),
       },
     });
-    expect(text(await call(t.bash, { command: 'echo "$GREETING $FROM_HOOK"' })).trim()).toBe("hello hooked");
+    expect((await output(t.bash, { command: 'echo "$GREETING $FROM_HOOK"' })).trim()).toBe("hello hooked");
   });
 });

@@ -7,3 +7,21 @@ export const piName =
 process.env.PI_NATIVE_OPS_PI = piName;
 export const pi = await import(piName);
 export const isPi1 = piName.startsWith("@earendil-works/");
+
+/**
+ * Runs a pi tool's `execute`: `{ text, content, details, isError }` when it resolves (`text` joins the
+ * text parts), `{ error }` (the thrown message) when it throws.
+ */
+export async function runTool(tool, params, { signal, onUpdate } = {}) {
+  let result;
+  try {
+    result = await tool.execute(`call-${tool.name}`, params, signal, onUpdate);
+  } catch (err) {
+    return { error: err.message };
+  }
+  const text = result.content
+    .filter((c) => c.type === "text")
+    .map((c) => c.text)
+    .join("");
+  return { text, content: result.content, details: result.details, isError: result.isError };
+}
