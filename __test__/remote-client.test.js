@@ -1,11 +1,12 @@
 // The remote client's own behaviour (js/remote.js): handshake, framing, coalescing, flow control,
 // errors rebuilt from their fields, lifecycle. Against an in-process fake server (helpers/fake-server.js)
 // where the test must script or observe the server's side; the parity suites run the real server.
-import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Duplex, PassThrough } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   connect,
@@ -516,6 +517,46 @@ describe("tools", () => {
 });
 
 describe("serverBinaryPath", () => {
+  it("finds the server in the platform packages of an install, for this machine and for another", () => {
+    const repo = fileURLToPath(new URL("..", import.meta.url));
+    const addon = readdirSync(repo).find((name) => /^pi-native-ops\..+\.node$/.test(name));
+    const suffix = addon.slice("pi-native-ops.".length, -".node".length);
+    // As npm lays it out: the package's files, and the platform packages as its dependencies.
+    const pkg = path.join(dir, "install", "node_modules", "pi-native-ops");
+    mkdirSync(path.join(pkg, "js"), { recursive: true });
+    for (const file of ["package.json", "index.js", "native.cjs"])
+      copyFileSync(path.join(repo, file), path.join(pkg, file));
+    for (const file of readdirSync(path.join(repo, "js")))
+      copyFileSync(path.join(repo, "js", file), path.join(pkg, "js", file));
+    const platformPackage = (name, files) => {
+      const at = path.join(dir, "install", "node_modules", `pi-native-ops-${name}`);
+      mkdirSync(at, { recursive: true });
+      copyFileSync(path.join(repo, "npm", name, "package.json"), path.join(at, "package.json"));
+      for (const [file, from] of files)
+        from ? copyFileSync(from, path.join(at, file)) : writeFileSync(path.join(at, file), "");
+      return at;
+    };
+    const here = platformPackage(suffix, [
+      [addon, path.join(repo, addon)],
+      ["pi-native-ops-server", null],
+    ]);
+    const other = platformPackage("linux-arm64-musl", [["pi-native-ops-server", null]]);
+    const probe = `import { serverBinaryPath } from "pi-native-ops";
+      const code = (target) => { try { serverBinaryPath(target); } catch (e) { return e.code; } };
+      console.log(JSON.stringify([serverBinaryPath(), serverBinaryPath({ platform: "linux", arch: "arm64" }), code({ platform: "darwin", arch: "arm64" })]));`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", probe], {
+      cwd: path.join(dir, "install"),
+      encoding: "utf8",
+      env: { ...process.env, NAPI_RS_NATIVE_LIBRARY_PATH: "" },
+    });
+    expect(child.status, child.stderr).toBe(0);
+    expect(JSON.parse(child.stdout)).toEqual([
+      path.join(here, "pi-native-ops-server"),
+      path.join(other, "pi-native-ops-server"),
+      "ERR_PI_NATIVE_OPS_NO_SERVER",
+    ]);
+  });
+
   it("throws naming the platform, what was tried and the fix when no binary is there", () => {
     let err;
     try {
