@@ -508,6 +508,26 @@ describe("tools", () => {
     await conn.close();
   });
 
+  it("an aborted grep sends cancel and rejects with `Operation aborted` and how far it got", async () => {
+    const server = fakeServer(dir, { reverse: 1000 }); // the search never answers by itself
+    server.onCancel = (h) =>
+      server.send({ t: "error", id: h.id, error: { kind: "Aborted", message: "Operation aborted", filesSearched: 3 } });
+    const conn = await connect(server.transport);
+    const controller = new AbortController();
+    const search = conn.grep({ pattern: "needle", signal: controller.signal });
+    await until(() => server.frames.some((f) => f.op === "grep"));
+    controller.abort();
+    const err = await rejection(search);
+    expect([err.message, err.filesSearched]).toEqual(["Operation aborted", 3]);
+    const id = server.frames.find((f) => f.op === "grep").id;
+    expect(server.frames.filter((f) => f.t === "cancel").map((f) => f.id)).toEqual([id]);
+    const tool = createRemoteToolDefinitions("/workspace", { connection: conn }).grep;
+    expect(await runTool(tool, { pattern: "x" }, { signal: controller.signal })).toEqual({
+      error: "Operation aborted",
+    });
+    await conn.close();
+  });
+
   it("refuses options without a connection made by connect()", () => {
     expect(() => createRemoteTools("/workspace", {})).toThrow(
       "options.connection must be a connection made by connect()",
