@@ -1,4 +1,4 @@
-// find: pi's FindOperations (`exists`, `glob`) answered in-process by the native walker (src/find.rs),
+// find: pi's FindOperations (`exists`, `glob`) answered in-process by the native walker (crates/core/src/find.rs),
 // with fd 10.5 semantics as pi 1.6.0 drives fd, so pi's find tool never spawns or downloads fd.
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
