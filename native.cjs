@@ -842,3 +842,5 @@ module.exports.bashSpawn = nativeBinding.bashSpawn
 module.exports.findExists = nativeBinding.findExists
 module.exports.findGlob = nativeBinding.findGlob
 module.exports.grepSearch = nativeBinding.grepSearch
+module.exports.rootExists = nativeBinding.rootExists
+module.exports.rootStat = nativeBinding.rootStat

@@ -1,5 +1,5 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
-// one workspace root (see src/root.rs for how that stays race-free). This layer only validates
+// one workspace root (see crates/core/src/root.rs for how that stays race-free). This layer only validates
 // arguments and maps runtime paths; all file work is native, and errors come Node-shaped from the
 // binding (src/error.rs). access/stat/mkdir/readdirSmall are synchronous natively (a few syscalls):
 // called inside async functions, their throws become rejections, as pi's async contract wants.
@@ -9,6 +9,34 @@ import { checkObject, checkPath, registerBoundFs } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
+
+// Node's file type bits of `mode` (S_IFMT and three of its values).
+const S_IFMT = 0o170000;
+const S_IFDIR = 0o040000;
+const S_IFREG = 0o100000;
+const S_IFLNK = 0o120000;
+
+/** What `ls.stat` resolves to; like Node's Stats, the type methods read `mode` (pi's ls calls one per entry). */
+class BoundStats {
+  constructor(mode, size, mtimeMs) {
+    this.size = size;
+    this.mtimeMs = mtimeMs;
+    this.mode = mode;
+  }
+  isDirectory() {
+    return (this.mode & S_IFMT) === S_IFDIR;
+  }
+  isFile() {
+    return (this.mode & S_IFMT) === S_IFREG;
+  }
+  isSymbolicLink() {
+    return (this.mode & S_IFMT) === S_IFLNK;
+  }
+}
+
+// native.rootStat writes [mode, size, mtimeMs] here; one array serves every call, as the call is
+// synchronous and read at once.
+const statValues = new Float64Array(3);
 
 /**
  * Path-bounded Operations for pi's tools. `root` is the host directory; `runtimeRoot` (default: `root`)
@@ -24,16 +52,10 @@ export function createBoundFs(root, options = {}) {
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
 
   const readFile = async (p) => bound.readFile(checkPath(p));
+  const handle = bound.handle();
   const stat = async (p) => {
-    const s = bound.stat(checkPath(p));
-    return {
-      size: s.size,
-      mtimeMs: s.mtimeMs,
-      mode: s.mode,
-      isDirectory: () => s.isDirectory,
-      isFile: () => s.isFile,
-      isSymbolicLink: () => s.isSymbolicLink,
-    };
+    native.rootStat(handle, checkPath(p), statValues);
+    return new BoundStats(statValues[0], statValues[1], statValues[2]);
   };
   const writeFile = async (p, content) => {
     checkPath(p);
@@ -76,7 +98,7 @@ export function createBoundFs(root, options = {}) {
     ls: {
       // false for a missing path; an outside one rejects with the refusal, so the model reads
       // `path "…" is outside workspace` (as from read/write/edit/find), not `Path not found`.
-      exists: async (p) => bound.exists(checkPath(p)) || native.findExists(bound, p),
+      exists: async (p) => native.rootExists(handle, checkPath(p)) || native.findExists(bound, p),
       stat,
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: async (p) => {

@@ -108,10 +108,31 @@ impl Root {
     /// The path relative to the root, if `path` (absolute) lies lexically
     /// under one of the root's aliases.
     fn relative<'a>(&self, path: &'a Path) -> Result<&'a Path> {
+        // pi's tools pass clean paths (`<root>/a/b`): a byte comparison answers
+        // those without parsing components, which costs as much as a stat.
+        if let Some(rel) = self.clean_relative(path) {
+            return Ok(rel);
+        }
         self.aliases
             .iter()
             .find_map(|a| path.strip_prefix(a).ok())
             .ok_or_else(Error::outside)
+    }
+
+    /// The part of `path` after the first alias it starts with, when that part
+    /// is clean (no empty, `.` or `..` component, no trailing `/`): then it is
+    /// exactly what `Path::strip_prefix` would give. `None` leaves the
+    /// question to `strip_prefix`.
+    fn clean_relative<'a>(&self, path: &'a Path) -> Option<&'a Path> {
+        let bytes = path.as_os_str().as_bytes();
+        let alias = self.aliases.iter().find(|a| {
+            let a = a.as_os_str().as_bytes();
+            bytes.len() > a.len() + 1 && bytes.starts_with(a) && bytes[a.len()] == b'/'
+        })?;
+        let rest = &bytes[alias.as_os_str().len() + 1..];
+        rest.split(|&b| b == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b"..")
+            .then(|| Path::new(std::ffi::OsStr::from_bytes(rest)))
     }
 
     /// Maps a host path inside the root to its runtime form.
@@ -310,25 +331,24 @@ impl Root {
 
     /// Whether the path exists inside the root (false when outside).
     pub fn exists(&self, path: &Path) -> bool {
+        match self.stat_in_root(path) {
+            Ok(Some(_)) => return true,
+            Err(_) => return false,
+            Ok(None) => {}
+        }
+        // Opening it is enough to know: the `fstat` after would always succeed.
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = self.open_beneath(path, OFlag::O_PATH) {
+            return fd.is_ok();
+        }
         self.stat(path).is_ok()
     }
 
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
-        #[cfg(target_os = "linux")]
-        let fast = self.open_beneath(path, OFlag::O_PATH);
-        #[cfg(not(target_os = "linux"))]
-        let fast: Option<Result<OwnedFd>> = None;
-        let st = named("stat", path, || match fast {
-            Some(fd) => Ok(nix::sys::stat::fstat(&fd?)?),
-            None => {
-                let e = self.resolve(path, true, false)?;
-                Ok(fstatat(
-                    &e.parent,
-                    e.name.as_os_str(),
-                    AtFlags::AT_SYMLINK_NOFOLLOW,
-                )?)
-            }
+        let st = named("stat", path, || match self.stat_in_root(path)? {
+            Some(st) => Ok(st),
+            None => self.stat_resolved(path),
         })?;
         let kind = file_type(&st);
         Ok(Stat {
@@ -339,6 +359,40 @@ impl Root {
             mtime_ms: st.st_mtime as f64 * 1000.0 + st.st_mtime_nsec as f64 / 1e6,
             mode: st.st_mode as u32,
         })
+    }
+
+    /// One `fstatat` on the root's descriptor for a name directly in the root
+    /// (what `ls` of the root stats per entry): a name that is not a symlink
+    /// is its own answer, as the kernel looks it up in the directory we hold.
+    /// `None` (a deeper path, or a symlink to follow) leaves it to
+    /// [`Root::stat_resolved`].
+    fn stat_in_root(&self, path: &Path) -> Result<Option<FileStat>> {
+        let name = match self.clean_relative(path) {
+            Some(rel) if !rel.as_os_str().as_bytes().contains(&b'/') => rel,
+            _ => return Ok(None),
+        };
+        let st = fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        Ok((file_type(&st) != SFlag::S_IFLNK).then_some(st))
+    }
+
+    /// `stat` by a bounded resolution: the kernel's (`openat2`) when it can,
+    /// else our component-wise walk.
+    fn stat_resolved(&self, path: &Path) -> Result<FileStat> {
+        #[cfg(target_os = "linux")]
+        let fast = self.open_beneath(path, OFlag::O_PATH);
+        #[cfg(not(target_os = "linux"))]
+        let fast: Option<Result<OwnedFd>> = None;
+        match fast {
+            Some(fd) => Ok(nix::sys::stat::fstat(&fd?)?),
+            None => {
+                let e = self.resolve(path, true, false)?;
+                Ok(fstatat(
+                    &e.parent,
+                    e.name.as_os_str(),
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                )?)
+            }
+        }
     }
 
     /// The host path of an existing directory inside the root, symlinks
@@ -523,7 +577,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
     use std::fs;
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
     struct Fixture {
         _tmp: tempfile::TempDir,
@@ -665,6 +719,84 @@ mod tests {
                 missing.display()
             )
         );
+    }
+
+    #[test]
+    fn stat_of_a_name_in_the_root_matches_the_resolved_stat() {
+        let f = fixture();
+        symlink("a.txt", f.root.join("in-link")).unwrap();
+        symlink("sub", f.root.join("dir-link")).unwrap();
+        symlink(f.outside.join("secret"), f.root.join("out-file")).unwrap();
+        symlink("missing", f.root.join("dangling")).unwrap();
+        let r = open(&f);
+        let meta = |p: &str| fs::metadata(f.root.join(p)).unwrap();
+        for (given, real) in [
+            ("a.txt", "a.txt"),
+            ("sub", "sub"),
+            ("in-link", "a.txt"),
+            ("dir-link", "sub"),
+            ("sub/deep/b.txt", "sub/deep/b.txt"),
+            ("./a.txt", "a.txt"),
+            ("sub/../a.txt", "a.txt"),
+            ("a.txt/", "a.txt"),
+        ] {
+            let st = r.stat(&PathBuf::from(format!("{}/{given}", f.root.display())));
+            let (st, m) = (st.unwrap(), meta(real));
+            assert_eq!(
+                (st.mode, st.size, st.is_dir, st.is_file, st.is_symlink),
+                (m.mode(), m.len(), m.is_dir(), m.is_file(), false),
+                "{given}"
+            );
+            assert!(r.exists(&f.root.join(given)), "{given}");
+        }
+        // A symlink in the root is followed, never stat'ed as the link, and
+        // still bounded.
+        assert_eq!(failure(r.stat(&f.root.join("out-file"))), OUTSIDE);
+        assert!(!r.exists(&f.root.join("out-file")));
+        for missing in ["dangling", "missing", "sub/missing"] {
+            assert_eq!(
+                failure(r.stat(&f.root.join(missing))),
+                os(Errno::ENOENT),
+                "{missing}"
+            );
+            assert!(!r.exists(&f.root.join(missing)), "{missing}");
+        }
+        assert_eq!(failure(r.stat(&f.root.join("a.txt/x"))), os(Errno::ENOTDIR));
+        assert_eq!(
+            failure(r.stat(&f.root.join("x".repeat(300)))),
+            os(Errno::ENAMETOOLONG)
+        );
+    }
+
+    #[test]
+    fn clean_relative_is_what_strip_prefix_gives() {
+        let f = fixture();
+        let r = Root::open(&f.root, Some(Path::new("/workspace"))).unwrap();
+        let root = f.root.canonicalize().unwrap();
+        fn strip<'a>(r: &Root, p: &'a Path) -> Option<&'a Path> {
+            r.aliases.iter().find_map(|a| p.strip_prefix(a).ok())
+        }
+        for p in [
+            root.join("a.txt"),
+            root.join("sub/deep/b.txt"),
+            PathBuf::from("/workspace/sub/deep"),
+        ] {
+            assert_eq!(r.clean_relative(&p), strip(&r, &p), "{}", p.display());
+            assert!(r.clean_relative(&p).is_some(), "{}", p.display());
+        }
+        // Anything else is left to strip_prefix.
+        for p in [
+            "/workspace",
+            "/workspace/",
+            "/workspace//a",
+            "/workspace/./a",
+            "/workspace/a/../b",
+            "/workspace/a/",
+            "/workspacex/a",
+            "/elsewhere/a",
+        ] {
+            assert_eq!(r.clean_relative(Path::new(p)), None, "{p}");
+        }
     }
 
     #[test]
