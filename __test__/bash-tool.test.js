@@ -1,10 +1,10 @@
 // pi's own bash tool gives the same results with our operations as with pi's local ones.
 import { describe, expect, it } from "vitest";
-import { createBashOperations } from "pi-native-ops";
+import { makeBash } from "./helpers/face.js";
 import { isPi1, pi, piName, runTool } from "./helpers/pi.js";
 
 const cwd = "/tmp";
-const native = createBashOperations();
+const native = await makeBash();
 const stock = pi.createLocalBashOperations();
 
 async function run(operations, params, { signal, onUpdate, ...options } = {}) {

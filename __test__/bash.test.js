@@ -5,9 +5,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createBashOperations } from "pi-native-ops";
+import { isRemote, makeBash } from "./helpers/face.js";
 import { collect, isAlive, pidsIn, waitFor } from "./bash-helpers.js";
 
-const ops = createBashOperations();
+const ops = await makeBash();
 const cwd = "/tmp";
 
 describe("createBashOperations exec", () => {
@@ -52,7 +53,8 @@ describe("createBashOperations exec", () => {
     expect(out.text()).toBe("/usr\n[bar][unset]\ndone\n");
   });
 
-  it("inherits the process environment when env is absent", async () => {
+  // Remotely, a command without env runs in the server's environment (docs/protocol.md, exec).
+  it.skipIf(isRemote)("inherits the process environment when env is absent", async () => {
     process.env.PI_NATIVE_OPS_BASH_TEST = "inherited";
     const out = collect();
     await ops.exec("echo $PI_NATIVE_OPS_BASH_TEST", cwd, out);
@@ -62,9 +64,9 @@ describe("createBashOperations exec", () => {
 
   it("uses shellPath", async () => {
     const out = collect();
-    await createBashOperations({ shellPath: "/bin/sh" }).exec("echo $0", cwd, out);
+    await (await makeBash({ shellPath: "/bin/sh" })).exec("echo $0", cwd, out);
     expect(out.text()).toBe("/bin/sh\n");
-    await expect(createBashOperations({ shellPath: "/no/such/shell" }).exec("true", cwd, out)).rejects.toThrow(
+    await expect((await makeBash({ shellPath: "/no/such/shell" })).exec("true", cwd, out)).rejects.toThrow(
       "Custom shell path not found: /no/such/shell",
     );
   });
@@ -174,7 +176,8 @@ describe("createBashOperations exec", () => {
     expect(lateCalls).toBe(0);
   });
 
-  it("a node process that runs one exec exits on its own", async () => {
+  // This process's own lifecycle with a local exec; the remote one is remote-faults.test.js's.
+  it.skipIf(isRemote)("a node process that runs one exec exits on its own", async () => {
     const script = `import { createBashOperations } from "pi-native-ops";
       const r = await createBashOperations().exec("echo hi", "/tmp", { onData: (b) => process.stdout.write(b) });
       console.log("exit", r.exitCode);`;
@@ -198,7 +201,7 @@ describe("createBashOperations exec", () => {
     expect(stdout).toBe("hi\nexit 0\n");
   });
 
-  it("kills the command's tree when node dies mid-run", async () => {
+  it.skipIf(isRemote)("kills the command's tree when node dies mid-run", async () => {
     const script = `import { createBashOperations } from "pi-native-ops";
       createBashOperations().exec("setsid sh -c 'echo PID=$$; exec sleep 60' & echo PID=$$; wait", "/tmp",
         { onData: (b) => { process.stdout.write(b); if (String(b).includes("PID=")) setTimeout(() => process.kill(process.pid, "SIGKILL"), 100); } });`;

@@ -5,7 +5,8 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { createBoundFs, glob } from "pi-native-ops";
+import { glob } from "pi-native-ops";
+import { makeFs } from "./helpers/face.js";
 import { pi, isPi1, runTool } from "./helpers/pi.js";
 import { buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
 
@@ -33,7 +34,7 @@ function pathOrder(a, b) {
 }
 
 async function nativeFind(root, pattern, opts = {}, runtimeRoot) {
-  const bfs = createBoundFs(root, runtimeRoot ? { runtimeRoot } : {});
+  const bfs = await makeFs(root, runtimeRoot ? { runtimeRoot } : {});
   const tool = pi.createFindTool(runtimeRoot ?? root, { operations: bfs.find });
   const res = await runTool(tool, { pattern, path: opts.path, limit: opts.limit });
   if (res.error !== undefined) throw new Error(res.error);
@@ -65,7 +66,7 @@ describe("find against pi's stock find tool (fd goldens)", () => {
 describe("fs.find", () => {
   it("returns the same list in the same order every time, including limit cuts", async () => {
     const { root } = fixture("plain");
-    const bfs = createBoundFs(root);
+    const bfs = await makeFs(root);
     const full = await bfs.find.glob("*", root, { ignore: [], limit: 1000 });
     expect(full.length).toBeGreaterThan(30);
     for (let i = 0; i < 5; i++) expect(await bfs.find.glob("*", root, { ignore: [], limit: 1000 })).toEqual(full);
@@ -82,7 +83,7 @@ describe("fs.find", () => {
         fs.mkdirSync(path.join(base, `d${d}`));
         for (let f = 0; f < 110; f++) fs.writeFileSync(path.join(base, `d${d}`, `f${f}${f % 50 === 0 ? ".hit" : ""}`), "");
       }
-      const bfs = createBoundFs(base);
+      const bfs = await makeFs(base);
       const all = await bfs.find.glob("*.hit", base, { ignore: [], limit: 100000 });
       expect(all.length).toBe(150);
       expect([...all].sort((a, b) => pathOrder(path.relative(base, a), path.relative(base, b)))).toEqual(all);
@@ -94,7 +95,7 @@ describe("fs.find", () => {
 
   it("maps runtimeRoot: cwd in runtime form, absolute runtime results, no host path in errors", async () => {
     const { root } = fixture("plain");
-    const bfs = createBoundFs(root, { runtimeRoot: "/workspace" });
+    const bfs = await makeFs(root, { runtimeRoot: "/workspace" });
     expect(await bfs.find.glob("src/*.ts", "/workspace", { ignore: [], limit: 10 })).toEqual(["/workspace/src/a.ts"]);
     // Smart case: an all-lowercase pattern also finds e.TS.
     expect(await bfs.find.glob("*.ts", "/workspace/pkg", { ignore: [], limit: 10 })).toEqual([
@@ -112,7 +113,7 @@ describe("fs.find", () => {
 
   it("is bounded: exists throws outside, a symlink leading out is listed but never entered", async () => {
     const { root, outside } = fixture("plain");
-    const bfs = createBoundFs(root);
+    const bfs = await makeFs(root);
     expect(await bfs.find.exists(path.join(root, "src"))).toBe(true);
     expect(await bfs.find.exists(path.join(root, "nope"))).toBe(false);
     await expect(bfs.find.exists(outside)).rejects.toThrow(`path "${outside}" is outside workspace`);
@@ -131,7 +132,7 @@ describe("fs.find", () => {
         fs.mkdirSync(path.dirname(path.join(base, f)), { recursive: true });
         fs.writeFileSync(path.join(base, f), "");
       }
-      const bfs = createBoundFs(base);
+      const bfs = await makeFs(base);
       const rel = async (ignore) =>
         (await bfs.find.glob("*", base, { ignore, limit: 100 })).map((p) => path.relative(base, p) + (p.endsWith("/") ? "/" : ""));
       expect(await rel(["**/node_modules/**", "**/.git/**"])).toEqual(["gen/", "gen/out.js", "pkg/", "pkg/main.js", "x.js"]);
@@ -151,7 +152,7 @@ describe("fs.find", () => {
 
   it("returns non-UTF-8 names (lossily, as pi shows fd's output) instead of dropping them", async () => {
     const { root } = fixture("plain");
-    const bfs = createBoundFs(root);
+    const bfs = await makeFs(root);
     expect(await bfs.find.glob("*.bin", root, { ignore: [], limit: 10 })).toEqual([path.join(root, "f\uFFFD.bin")]);
   });
 
@@ -166,7 +167,7 @@ describe("fs.find", () => {
       fs.symlinkSync("loop2", path.join(base, "loop1"));
       fs.symlinkSync("loop1", path.join(base, "loop2"));
       fs.chmodSync(path.join(base, "closed"), 0);
-      const bfs = createBoundFs(base);
+      const bfs = await makeFs(base);
       const got = (await bfs.find.glob("*", base, { ignore: [], limit: 100 })).map((p) => path.relative(base, p));
       const rootCanRead = process.getuid?.() === 0;
       expect(got).toEqual(["closed", ...(rootCanRead ? ["closed/b.ts"] : []), "loop1", "loop2", "open", "open/a.ts", "open/up"]);
@@ -178,7 +179,7 @@ describe("fs.find", () => {
 
   it("rejects invalid globs and arguments with clear errors", async () => {
     const { root } = fixture("plain");
-    const bfs = createBoundFs(root);
+    const bfs = await makeFs(root);
     await expect(bfs.find.glob("src/[abc", root, { ignore: [], limit: 10 })).rejects.toThrow(
       'invalid glob pattern "src/[abc": unclosed character class',
     );

@@ -3,7 +3,7 @@
 import { homedir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { createBoundFs } from "pi-native-ops";
+import { makeFs } from "./helpers/face.js";
 import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
 
@@ -14,7 +14,7 @@ const root = path.join(base, "root");
 let fs;
 let outsideBefore;
 
-beforeAll(() => {
+beforeAll(async () => {
   makeTree(root, {
     "ok.txt": "fine\n",
     "sub/deeper/x.txt": "x\n",
@@ -31,7 +31,7 @@ beforeAll(() => {
     "proc-root": { symlink: "/proc/self/root" },
     "sub/up-and-out": { symlink: "../../outside/dir" },
   });
-  fs = createBoundFs(root);
+  fs = await makeFs(root);
   outsideBefore = snapshot(outside);
 });
 afterAll(() => removeTree(base));
@@ -107,7 +107,7 @@ describe("raw operations refuse escapes", () => {
   });
 
   it("runtime roots never leak the host path", async () => {
-    const rfs = createBoundFs(root, { runtimeRoot: "/workspace" });
+    const rfs = await makeFs(root, { runtimeRoot: "/workspace" });
     expect((await rfs.read.readFile("/workspace/ok.txt")).toString()).toBe("fine\n");
     for (const p of ["/workspace/../etc/passwd", "/workspace/link-dir-out/secret.txt"]) {
       const err = await rfs.read.readFile(p).catch((e) => e);

@@ -2,7 +2,7 @@
 import { cpSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createBoundFs } from "pi-native-ops";
+import { makeFs } from "./helpers/face.js";
 import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
 
@@ -54,9 +54,9 @@ afterAll(() => {
   removeTree(nativeDir);
 });
 
-/** The same tool built twice: stock operations on one copy, boundFs on an identical copy. */
-function pair(factory, group) {
-  const fs = createBoundFs(nativeDir);
+/** The same tool built twice: stock operations on one copy, boundFs (local or remote) on an identical copy. */
+async function pair(factory, group) {
+  const fs = await makeFs(nativeDir);
   return {
     stock: pi[factory](stockDir),
     native: pi[factory](nativeDir, { operations: fs[group] }),
@@ -95,7 +95,7 @@ describe("read parity", () => {
   ];
   for (const params of cases) {
     it(`read ${JSON.stringify(params)}`, async () => {
-      const result = await expectSame(pair("createReadTool", "read"), params);
+      const result = await expectSame(await pair("createReadTool", "read"), params);
       expect(result.content ?? result.error).toBeTruthy();
     });
   }
@@ -104,7 +104,7 @@ describe("read parity", () => {
 describe("ls parity", () => {
   for (const params of [{}, { path: "src" }, { path: "link-to-src" }, { path: "日本語" }, { path: "missing" }, { path: "plain.txt" }, { path: ".", limit: 3 }]) {
     it(`ls ${JSON.stringify(params)}`, async () => {
-      await expectSame(pair("createLsTool", "ls"), params);
+      await expectSame(await pair("createLsTool", "ls"), params);
     });
   }
 });
@@ -137,7 +137,7 @@ describe("write and edit parity", () => {
   ];
   for (const [factory, group, params] of steps) {
     it(`${group} ${JSON.stringify(params)}`, async () => {
-      await expectSame(pair(factory, group), params);
+      await expectSame(await pair(factory, group), params);
       expect(snapshot(nativeDir)).toEqual(snapshot(stockDir));
     });
   }

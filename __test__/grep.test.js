@@ -4,8 +4,9 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createBoundFs, createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
+import { createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
 import { pi, runTool } from "./helpers/pi.js";
+import { makeFs, makeGrepTool } from "./helpers/face.js";
 import { CASES, makeFixture } from "./grep/fixture.js";
 import goldens from "./grep/goldens.json" with { type: "json" };
 
@@ -30,7 +31,7 @@ describe("grep tool matches stock pi + rg", () => {
       it(`${c.name} (${mode})`, async () => {
         const runtime = "/workspace";
         const tool =
-          mode === "host" ? createGrepTool(dir) : createGrepTool(runtime, { fs: createBoundFs(dir, { runtimeRoot: runtime }) });
+          mode === "host" ? await makeGrepTool(dir) : await makeGrepTool(runtime, { root: dir, runtimeRoot: runtime });
         const got = await outcome(tool, c.params, mode === "host" ? dir : runtime);
         if (c.exact || golden.error) expect(got).toEqual(golden);
         else {
@@ -42,7 +43,7 @@ describe("grep tool matches stock pi + rg", () => {
   }
 
   it("prints the same text every time, files in path order", async () => {
-    const tool = createGrepTool(dir);
+    const tool = await makeGrepTool(dir);
     const a = await runTool(tool, { pattern: "needle", path: "src" });
     const b = await runTool(tool, { pattern: "needle", path: "src" });
     expect(a.text).toBe(b.text);
@@ -110,7 +111,7 @@ describe("abort stops the native search", () => {
 
   it("pi's tool rejects the same way", async () => {
     const ac = new AbortController();
-    const run = createGrepTool(tree).execute("t", { pattern: SLOW }, ac.signal);
+    const run = (await makeGrepTool(tree)).execute("t", { pattern: SLOW }, ac.signal);
     setTimeout(() => ac.abort(), 5);
     await expect(run).rejects.toMatchObject({ message: "Operation aborted", filesSearched: expect.any(Number) });
   });
@@ -131,23 +132,25 @@ describe("deliberate improvements and safety", () => {
   afterAll(() => rmSync(repo, { recursive: true, force: true }));
 
   it("never searches .git internals and honours .gitignore outside git", async () => {
-    const tool = createGrepTool(repo);
+    const tool = await makeGrepTool(repo);
     expect(await runTool(tool, { pattern: "git internals" })).toMatchObject({ text: "No matches found" });
     const outside = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-nogit-")));
     writeFileSync(path.join(outside, ".gitignore"), "skip.txt\n");
     writeFileSync(path.join(outside, "skip.txt"), "needle\n");
     writeFileSync(path.join(outside, "keep.txt"), "needle\n");
-    expect(await runTool(createGrepTool(outside), { pattern: "needle" })).toMatchObject({ text: "keep.txt:1: needle" });
+    expect(await runTool(await makeGrepTool(outside), { pattern: "needle" })).toMatchObject({
+      text: "keep.txt:1: needle",
+    });
     rmSync(outside, { recursive: true, force: true });
   });
 
   it("refuses paths outside the bound root as outside; a missing one inside is not found", async () => {
-    const tool = createGrepTool(repo, { fs: createBoundFs(path.join(repo, "plain")) });
+    const tool = await makeGrepTool(repo, { root: path.join(repo, "plain") });
     await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(`path "${repo}" is outside workspace`);
     await expect(tool.execute("t", { pattern: "x", path: "/etc" })).rejects.toThrow('path "/etc" is outside workspace');
     const missing = path.join(repo, "plain", "missing");
     await expect(tool.execute("t", { pattern: "x", path: missing })).rejects.toThrow(`Path not found: ${missing}`);
-    const fs = createBoundFs(path.join(repo, "plain"));
+    const fs = await makeFs(path.join(repo, "plain"));
     expect(await fs.grep.isDirectory(path.join(repo, "plain"))).toBe(true);
     await expect(fs.grep.isDirectory(repo)).rejects.toThrow("outside workspace");
     await expect(fs.grep.isDirectory(path.join(repo, "plain/nope"))).rejects.toMatchObject({ code: "ENOENT" });
@@ -155,7 +158,7 @@ describe("deliberate improvements and safety", () => {
   });
 
   it("an already-aborted signal rejects without searching", async () => {
-    const tool = createGrepTool(repo);
+    const tool = await makeGrepTool(repo);
     await expect(tool.execute("t", { pattern: "needle" }, AbortSignal.abort())).rejects.toThrow("Operation aborted");
     await expect(grep({ pattern: "needle", path: repo, signal: AbortSignal.abort() })).rejects.toMatchObject({
       message: "Operation aborted",
@@ -164,7 +167,7 @@ describe("deliberate improvements and safety", () => {
   });
 
   it("rejects bad arguments with clear errors", async () => {
-    const tool = createGrepTool(repo);
+    const tool = await makeGrepTool(repo);
     await expect(tool.execute("t", { pattern: 5 })).rejects.toThrow(TypeError);
     await expect(tool.execute("t", { pattern: "x", limit: "3" })).rejects.toThrow("limit must be a number");
     await expect(grep(null)).rejects.toThrow(TypeError);

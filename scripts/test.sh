@@ -42,11 +42,23 @@ npx tsc -p __test__/types/tsconfig.json
 NODE20=$(command -v node)
 NODE22=$(scripts/node22.sh)
 
+# The remote face's tests (__test__/remote-*.test.js, and the parity suites' second run below) spawn it.
+step "build pi-native-ops-server (static on Linux)"
+bash scripts/build-server.sh
+
 step "vitest: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run
 
 step "vitest: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
 PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run
+
+# The parity suites a second time, each fs and bash object a remote connection's to a server child
+# process (__test__/helpers/face.js): the same results as local, byte for byte, on both pi versions.
+REMOTE_FILES=(__test__/{fs-parity,fs-escape,fs,find,grep,bash-tool,bash}.test.js)
+step "vitest, remote face: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
+step "vitest, remote face: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
+PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
 
 if [ -f scripts/pack-test.sh ]; then
   step "packaging test"
