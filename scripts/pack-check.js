@@ -24,6 +24,7 @@ const MAIN_REQUIRED = [
 ];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],
+  [/^pi-native-ops-server/, "the server binary (belongs in the platform package)"],
   [/^target\//, "cargo's target/ directory"],
   [/^(src|__test__|bench|pack-test|npm|scripts|demo|docs|\.github|\.ci)\//, "a repository-only directory"],
   [/fixture|golden|\.corpus/i, "a test fixture"],
@@ -52,12 +53,18 @@ for (const hook of ["preinstall", "install", "postinstall"]) {
   if (manifest.scripts?.[hook]) problems.push(`${main.name}: has a ${hook} script; users must never compile`);
 }
 
-// Platform package: exactly its manifest, README and the one binary.
+// Platform package: exactly its manifest, README, the addon and the remote server (installed executable:
+// npm keeps a packed file's exec bits).
 const binary = "pi-native-ops.linux-x64-gnu.node";
-const expected = ["README.md", binary, "package.json"].sort();
+const server = "pi-native-ops-server";
+const expected = ["README.md", binary, "package.json", server].sort();
 const got = paths(platform).sort();
 if (JSON.stringify(got) !== JSON.stringify(expected)) {
   problems.push(`${platform.name}: expected files ${expected.join(", ")}; got ${got.join(", ")}`);
+}
+const serverMode = platform.files.find((file) => file.path === server)?.mode;
+if (serverMode !== undefined && (serverMode & 0o111) !== 0o111) {
+  problems.push(`${platform.name}: ${server} has mode ${serverMode.toString(8)}, not executable`);
 }
 if (platform.name !== "pi-native-ops-linux-x64-gnu") problems.push(`platform package is named ${platform.name}`);
 if (platform.version !== main.version) {

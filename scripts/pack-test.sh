@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packaging test: proves the published shape works for a user, not only the repo checkout.
-#   1. release-build the addon into a scratch directory;
+#   1. release-build the addon into a scratch directory, and the remote server (scripts/build-server.sh);
 #   2. on a staged copy of the package, run what the CI publish job runs (`napi artifacts`, then
 #      `napi prepublish`, which pins the platform packages in optionalDependencies, minus publishing),
 #      then `npm pack` the main package and npm/linux-x64-gnu;
@@ -50,6 +50,9 @@ step="release build"
 echo "pack-test: $step"
 (cd "$repo" && run build "$napi" build --platform --release --output-dir "$work/build" --no-js --dts scratch.d.ts)
 built="$work/build/pi-native-ops.linux-x64-gnu.node"
+# The server goes where a checkout's build goes (beside package.json, git-ignored); packed from there.
+(cd "$repo" && run build-server bash scripts/build-server.sh)
+server="$repo/pi-native-ops-server.linux-x64-gnu"
 
 step="stage the release as CI publishes it"
 echo "pack-test: $step"
@@ -69,6 +72,9 @@ for dir in "$repo"/npm/*/; do
   cp "$built" "$work/artifacts/pi-native-ops.$platform.node"
 done
 run artifacts "$napi" artifacts --cwd "$work/stage" --output-dir "$work/artifacts"
+# As the publish job does: the static server into the Linux platform packages, executable (napi checks
+# every package holds its "files"; only linux-x64-gnu is packed, the other copies are stand-ins).
+for dir in "$work"/stage/npm/linux-*/; do install -m 755 "$server" "$dir/pi-native-ops-server"; done
 # Writes optionalDependencies into the staged package.json, as prepublishOnly does on a release.
 run prepublish "$napi" prepublish --cwd "$work/stage" -t npm --no-gh-release --skip-optional-publish
 
@@ -90,7 +96,7 @@ node "$repo/scripts/pack-check.js" "$work/main-pack.json" "$work/platform-pack.j
 
 step="npm install into a fresh project"
 echo "pack-test: $step ($work/app)"
-cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js,cjs-consumer.cjs} "$work/app/"
+cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js,cjs-consumer.cjs,remote.test.js} "$work/app/"
 # Only the registry and the two tarballs: nothing of the repo's node_modules is visible from $work/app.
 (cd "$work/app" && run install npm install --no-audit --no-fund --prefer-offline "$main_tgz" "$platform_tgz")
 
