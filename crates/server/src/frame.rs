@@ -2,9 +2,7 @@
 //! length, the JSON header, the raw payload.
 
 use std::fmt;
-use std::io;
-
-use tokio::io::{AsyncRead, AsyncReadExt};
+use std::io::{self, Read};
 
 /// Largest header accepted: a header is one small JSON message (the largest a client sends is an
 /// exec's command and environment), so 1 MiB is far above any real one and bounds a hostile one.
@@ -49,11 +47,11 @@ impl fmt::Display for ReadError {
 }
 
 /// Reads the next frame.
-pub async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Frame, ReadError> {
+pub fn read_frame<R: Read>(input: &mut R) -> Result<Frame, ReadError> {
     let mut prefix = [0u8; PREFIX_BYTES];
     let mut got = 0;
     while got < PREFIX_BYTES {
-        match input.read(&mut prefix[got..]).await {
+        match input.read(&mut prefix[got..]) {
             Ok(0) if got == 0 => return Err(ReadError::Closed),
             Ok(0) => return Err(ReadError::Truncated),
             Ok(n) => got += n,
@@ -73,20 +71,20 @@ pub async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Frame, Re
             "frame payload length {payload_len} is out of range (0 to {MAX_PAYLOAD} bytes)"
         )));
     }
-    let header = read_body(input, header_len as usize).await?;
-    let payload = read_body(input, payload_len as usize).await?;
+    let header = read_body(input, header_len as usize)?;
+    let payload = read_body(input, payload_len as usize)?;
     Ok(Frame { header, payload })
 }
 
 /// Reads exactly `len` bytes, growing the buffer as they arrive.
-async fn read_body<R: AsyncRead + Unpin>(input: &mut R, len: usize) -> Result<Vec<u8>, ReadError> {
+fn read_body<R: Read>(input: &mut R, len: usize) -> Result<Vec<u8>, ReadError> {
     let mut buf = Vec::new();
     while buf.len() < len {
         let start = buf.len();
         buf.resize(start + (len - start).min(READ_STEP), 0);
         let mut filled = start;
         while filled < buf.len() {
-            match input.read(&mut buf[filled..]).await {
+            match input.read(&mut buf[filled..]) {
                 Ok(0) => return Err(ReadError::Truncated),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -120,24 +118,19 @@ mod tests {
     }
 
     fn read_all(bytes: &[u8]) -> Vec<Result<Frame, String>> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let mut input = bytes;
-            let mut out = Vec::new();
-            loop {
-                match read_frame(&mut input).await {
-                    Ok(frame) => out.push(Ok(frame)),
-                    Err(ReadError::Closed) => break,
-                    Err(e) => {
-                        out.push(Err(e.to_string()));
-                        break;
-                    }
+        let mut input = bytes;
+        let mut out = Vec::new();
+        loop {
+            match read_frame(&mut input) {
+                Ok(frame) => out.push(Ok(frame)),
+                Err(ReadError::Closed) => break,
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    break;
                 }
             }
-            out
-        })
+        }
+        out
     }
 
     #[test]

@@ -103,9 +103,13 @@ fn main() {
 
 #[cfg(unix)]
 fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
+    use std::os::fd::AsFd;
     use std::sync::Arc;
 
     use pi_native_ops_core::root::Root;
+
+    /// Bytes read from stdin at once: many small frames per read, and a large payload in few.
+    const INPUT_BUFFER: usize = 64 << 10;
 
     // Relative to where the server starts, made absolute lexically (as js/fs.js's path.resolve),
     // so no relative alias of the root exists.
@@ -119,20 +123,29 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
         root: Arc::new(root),
         host_root,
     });
-    // One thread for the event loop: it only moves frames; every core call runs on the
-    // blocking pool.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-    {
-        Ok(runtime) => runtime,
+    // The blocking pool every core call runs on; the reader (this thread) and the writer are
+    // plain threads, so a call crosses only two hand-offs.
+    let pool = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(pool) => pool,
         Err(e) => {
             eprintln!("{NAME}: cannot start: {e}");
             return 1;
         }
     };
-    let input = tokio::io::BufReader::new(tokio::io::stdin());
-    let code = runtime.block_on(conn::serve(workspace, input, tokio::io::stdout()));
+    // Our own descriptors for fds 0 and 1: std's handles add a buffer (and stdout a line buffer,
+    // which would split frames at newlines).
+    let (input, output) = match (
+        std::io::stdin().as_fd().try_clone_to_owned(),
+        std::io::stdout().as_fd().try_clone_to_owned(),
+    ) {
+        (Ok(input), Ok(output)) => (std::fs::File::from(input), std::fs::File::from(output)),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{NAME}: cannot use stdin and stdout: {e}");
+            return 1;
+        }
+    };
+    let input = std::io::BufReader::with_capacity(INPUT_BUFFER, input);
+    let code = conn::serve(workspace, input, output, pool.handle().clone());
     // Leave without waiting for the blocking pool: a call stuck in the kernel (a read of a FIFO)
     // must not keep the process alive once the connection is gone; command trees are already
     // reaped by `serve`.

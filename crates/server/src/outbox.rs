@@ -1,12 +1,11 @@
 //! The server's side of stdout: every thread queues whole frames on one channel, and one writer
-//! task owns stdout, writing whatever is queued before each flush (so frames produced together
+//! thread owns stdout, writing whatever is queued before each flush (so frames produced together
 //! leave in one write).
 
-use std::io;
+use std::io::{self, BufWriter, Write};
+use std::sync::mpsc;
 
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::frame::{encode_head, MAX_PAYLOAD};
 use crate::wire::{Outgoing, WireError};
@@ -20,17 +19,17 @@ pub enum Out {
         payload: Vec<u8>,
     },
     /// Everything queued before it has been written and flushed.
-    Flushed(oneshot::Sender<()>),
+    Flushed(mpsc::Sender<()>),
 }
 
 /// A cheap handle any thread sends frames through. Sending after the writer has gone (stdout
 /// broken) does nothing: the connection is ending.
 #[derive(Clone)]
-pub struct Outbox(mpsc::UnboundedSender<Out>);
+pub struct Outbox(mpsc::Sender<Out>);
 
 impl Outbox {
-    pub fn new() -> (Outbox, mpsc::UnboundedReceiver<Out>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn new() -> (Outbox, mpsc::Receiver<Out>) {
+        let (tx, rx) = mpsc::channel();
         (Outbox(tx), rx)
     }
 
@@ -76,37 +75,35 @@ impl Outbox {
         self.send(&Outgoing::Data { id }, chunk);
     }
 
-    /// Resolves once every frame queued before it is written (or the writer is gone).
-    pub fn flushed(&self) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
+    /// Answers once every frame queued before it is written (the sender drops unanswered when the
+    /// writer is gone).
+    pub fn flushed(&self) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
         let _ = self.0.send(Out::Flushed(tx));
         rx
     }
 }
 
 /// Writes queued frames to `output` until every sender is gone; fails when `output` does.
-pub async fn write_frames<W: AsyncWrite + Unpin>(
-    mut queue: mpsc::UnboundedReceiver<Out>,
-    output: W,
-) -> io::Result<()> {
+pub fn write_frames<W: Write>(queue: mpsc::Receiver<Out>, output: W) -> io::Result<()> {
     let mut output = BufWriter::with_capacity(WRITE_BUFFER, output);
     let mut waiting = Vec::new();
-    while let Some(first) = queue.recv().await {
+    while let Ok(first) = queue.recv() {
         let mut next = Some(first);
         while let Some(out) = next {
             match out {
                 Out::Frame { head, payload } => {
-                    output.write_all(&head).await?;
-                    output.write_all(&payload).await?;
+                    output.write_all(&head)?;
+                    output.write_all(&payload)?;
                 }
                 Out::Flushed(done) => waiting.push(done),
             }
             next = queue.try_recv().ok();
         }
-        output.flush().await?;
+        output.flush()?;
         for done in waiting.drain(..) {
             let _ = done.send(());
         }
     }
-    output.flush().await
+    output.flush()
 }
