@@ -94,6 +94,40 @@ impl Stopper {
     }
 }
 
+/// Sends a call's one answer. The call leaves the registry before its answer goes out, so the
+/// client may reuse its id as soon as it has the answer. Dropped unsent (the call panicked, a bug),
+/// it answers an `Internal` error, so no call waits forever.
+struct Answerer {
+    id: u64,
+    out: Outbox,
+    running: Registry,
+    done: bool,
+}
+
+impl Answerer {
+    fn send(mut self, result: Result<ops::Answer, Failure>) {
+        self.done = true;
+        ops::lock(&self.running).remove(&self.id);
+        match result {
+            Ok((fields, payload)) => self.out.ok(self.id, fields, payload),
+            Err(error) => self.out.error(Some(self.id), &error),
+        }
+    }
+}
+
+impl Drop for Answerer {
+    fn drop(&mut self) {
+        if !self.done {
+            ops::lock(&self.running).remove(&self.id);
+            let error = WireError::plain(
+                wire::kind::INTERNAL,
+                "pi-native-ops-server failed inside this call (its stderr says why)",
+            );
+            self.out.error(Some(self.id), &error);
+        }
+    }
+}
+
 pub struct Connection {
     workspace: Arc<Workspace>,
     out: Outbox,
@@ -178,17 +212,13 @@ impl Connection {
 
     fn call(&mut self, id: u64, op: Op, payload: Vec<u8>) {
         let workspace = Arc::clone(&self.workspace);
-        let out = self.out.clone();
-        let running = Arc::clone(&self.stopper.running);
-        // The call leaves the registry before its answer goes out, so the client may reuse its
-        // id as soon as it has the answer.
-        let answer = move |result: Result<ops::Answer, Failure>| {
-            ops::lock(&running).remove(&id);
-            match result {
-                Ok((fields, payload)) => out.ok(id, fields, payload),
-                Err(error) => out.error(Some(id), &error),
-            }
+        let answerer = Answerer {
+            id,
+            out: self.out.clone(),
+            running: Arc::clone(&self.stopper.running),
+            done: false,
         };
+        let answer = move |result| answerer.send(result);
         match op {
             Op::Exec(req) => {
                 let stream = Arc::new(Stream::default());
@@ -478,6 +508,66 @@ mod tests {
             err["error"]["message"],
             format!("remote protocol mismatch: client pi-native-ops 0.2.0 speaks protocol 2, server pi-native-ops-server {} speaks protocol 1", wire::SERVER_VERSION)
         );
+    }
+
+    #[test]
+    fn a_call_that_never_answers_answers_an_internal_error() {
+        let mut f = fixture();
+        let registry = Arc::clone(&f.conn.stopper.running);
+        let stream = Arc::new(Stream::default());
+        ops::lock(&registry).insert(9, Running::Stream(stream));
+        let answerer = Answerer {
+            id: 9,
+            out: f.conn.out.clone(),
+            running: Arc::clone(&registry),
+            done: false,
+        };
+        // As when the call's thread unwinds: the answer is queued by then.
+        drop(answerer);
+        let Ok(Out::Frame { head, .. }) = f.queue.try_recv() else {
+            panic!("no answer");
+        };
+        let err: Value = serde_json::from_slice(&head[8..]).unwrap();
+        assert_eq!(
+            (err["id"].as_u64(), err["error"]["kind"].as_str()),
+            (Some(9), Some("Internal"))
+        );
+        assert!(ops::lock(&registry).is_empty());
+    }
+
+    #[test]
+    fn nul_bytes_in_arguments_are_errors_not_crashes() {
+        let mut f = fixture();
+        for (id, header) in [
+            (
+                1,
+                json!({"t":"call","id":1,"op":"readFile","path":"/workspace/a\0b"}),
+            ),
+            (
+                2,
+                json!({"t":"call","id":2,"op":"stat","path":"/workspace/\0"}),
+            ),
+            (
+                3,
+                json!({"t":"call","id":3,"op":"glob","pattern":"a\0","cwd":"/workspace","limit":null}),
+            ),
+            (
+                4,
+                json!({"t":"call","id":4,"op":"exec","command":"echo \0","cwd":"/workspace"}),
+            ),
+            (
+                5,
+                json!({"t":"call","id":5,"op":"exec","command":"true","cwd":"/workspace","env":["A=\0"]}),
+            ),
+            (
+                6,
+                json!({"t":"call","id":6,"op":"writeFile","path":"/workspace/\0x"}),
+            ),
+        ] {
+            let (answer, _) = call(&mut f, header, b"");
+            assert_eq!(answer["id"], id);
+            assert!(answer["t"] == "error" || answer["t"] == "ok", "{answer}");
+        }
     }
 
     #[test]

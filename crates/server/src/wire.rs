@@ -206,6 +206,8 @@ pub mod kind {
     pub const WORKING_DIRECTORY: &str = "WorkingDirectory";
     /// exec's custom shell does not exist (pi's bash wording).
     pub const SHELL_NOT_FOUND: &str = "ShellNotFound";
+    /// The server failed while running a call (a bug: its stderr has the panic).
+    pub const INTERNAL: &str = "Internal";
 }
 
 impl WireError {
