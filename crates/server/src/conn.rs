@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn a_call_that_never_answers_answers_an_internal_error() {
-        let mut f = fixture();
+        let f = fixture();
         let registry = Arc::clone(&f.conn.stopper.running);
         let stream = Arc::new(Stream::default());
         ops::lock(&registry).insert(9, Running::Stream(stream));
