@@ -18,7 +18,7 @@ beforeAll(() => {
     "sub/deep/b.txt": "bee",
     "in-link": { symlink: "a.txt" },
     "dir-link": { symlink: "sub" },
-    "dangling": { symlink: "missing" },
+    dangling: { symlink: "missing" },
     "sub/up-link": { symlink: "../a.txt" },
   });
   makeTree(dir, { "out-link": { symlink: path.join(top, "outside/secret") } });
@@ -38,7 +38,21 @@ const shape = (s) => ({
 describe("ls.stat and ls.exists", () => {
   // Joined by hand: path.join would clean the spellings under test.
   const at = (rel) => (rel === null ? dir : `${dir}/${rel}`);
-  const inside = [null, "", "a.txt", "sub", "in-link", "dir-link", "sub/deep/b.txt", "sub/up-link", "dir-link/deep", "./a.txt", "sub/../a.txt", "sub//deep", "sub/deep/"];
+  const inside = [
+    null,
+    "",
+    "a.txt",
+    "sub",
+    "in-link",
+    "dir-link",
+    "sub/deep/b.txt",
+    "sub/up-link",
+    "dir-link/deep",
+    "./a.txt",
+    "sub/../a.txt",
+    "sub//deep",
+    "sub/deep/",
+  ];
 
   it.each(inside)("%j: as Node's statSync/existsSync", async (rel) => {
     const p = at(rel);

@@ -1,14 +1,16 @@
 // boundFs against pi's default operations (Node fs) on the same small files, raw and through pi's tools,
 // and the peak memory of reading a 1 GiB file with offset/limit through pi's read tool.
-import { existsSync, mkdirSync, openSync, writeSync, closeSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, openSync, writeSync, closeSync, rmSync, statSync, writeFileSync } from "node:fs";
 import * as nodeFs from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { findBinary } from "../scripts/node-tools.js";
 import { compare, runChild } from "./lib.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-export async function bench({ pi, native, log }) {
+export async function bench({ pi, piName, native, log }) {
   const dir = path.join(here, ".corpus", "fs-small");
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(path.join(dir, "src"), { recursive: true });
@@ -19,17 +21,65 @@ export async function bench({ pi, native, log }) {
   const t = "≤ 1.2×";
   const rows = [];
 
-  rows.push(await compare("readFile 4 KB", "small files", () => fs.read.readFile(file), () => nodeFs.readFile(file), { target: t }));
-  rows.push(await compare("writeFile 4 KB", "small files", () => fs.write.writeFile(path.join(dir, "w1.txt"), text), () => nodeFs.writeFile(path.join(dir, "w2.txt"), text, "utf-8"), { target: t, note: "native is atomic (temp file + rename)" }));
-  rows.push(await compare("stat", "small files", () => fs.ls.stat(file), () => nodeFs.stat(file), { target: t }));
-  rows.push(await compare("readdir (40 entries)", "small files", () => fs.ls.readdir(path.join(dir, "src")), () => nodeFs.readdir(path.join(dir, "src")), { target: t }));
+  rows.push(
+    await compare(
+      "readFile 4 KB",
+      "small files",
+      () => fs.read.readFile(file),
+      () => nodeFs.readFile(file),
+      { target: t },
+    ),
+  );
+  rows.push(
+    await compare(
+      "writeFile 4 KB",
+      "small files",
+      () => fs.write.writeFile(path.join(dir, "w1.txt"), text),
+      () => nodeFs.writeFile(path.join(dir, "w2.txt"), text, "utf-8"),
+      { target: t, note: "native is atomic (temp file + rename)" },
+    ),
+  );
+  rows.push(
+    await compare(
+      "stat",
+      "small files",
+      () => fs.ls.stat(file),
+      () => nodeFs.stat(file),
+      { target: t },
+    ),
+  );
+  rows.push(
+    await compare(
+      "readdir (40 entries)",
+      "small files",
+      () => fs.ls.readdir(path.join(dir, "src")),
+      () => nodeFs.readdir(path.join(dir, "src")),
+      { target: t },
+    ),
+  );
 
   const tools = (factory, group) => [pi[factory](dir, { operations: fs[group] }), pi[factory](dir)];
   const exec = (tool, params) => () => tool.execute("bench", params, undefined, undefined);
   const [readN, readS] = tools("createReadTool", "read");
-  rows.push(await compare("pi read tool, 4 KB file", "small files", exec(readN, { path: "src/file1.ts" }), exec(readS, { path: "src/file1.ts" }), { target: t }));
+  rows.push(
+    await compare(
+      "pi read tool, 4 KB file",
+      "small files",
+      exec(readN, { path: "src/file1.ts" }),
+      exec(readS, { path: "src/file1.ts" }),
+      { target: t },
+    ),
+  );
   const [writeN, writeS] = tools("createWriteTool", "write");
-  rows.push(await compare("pi write tool, 4 KB file", "small files", exec(writeN, { path: "out/n.ts", content: text }), exec(writeS, { path: "out/s.ts", content: text }), { target: t }));
+  rows.push(
+    await compare(
+      "pi write tool, 4 KB file",
+      "small files",
+      exec(writeN, { path: "out/n.ts", content: text }),
+      exec(writeS, { path: "out/s.ts", content: text }),
+      { target: t },
+    ),
+  );
   const [editN, editS] = tools("createEditTool", "edit");
   // Each side toggles its own file's line back and forth.
   const edit = (tool, name) => {
@@ -40,9 +90,20 @@ export async function bench({ pi, native, log }) {
       return tool.execute("bench", { path: `src/${name}`, edits: [{ oldText: a, newText: b }] }, undefined, undefined);
     };
   };
-  rows.push(await compare("pi edit tool, 4 KB file", "small files", edit(editN, "file2.ts"), edit(editS, "file3.ts"), { target: t, runs: 200 }));
+  rows.push(
+    await compare("pi edit tool, 4 KB file", "small files", edit(editN, "file2.ts"), edit(editS, "file3.ts"), {
+      target: t,
+      runs: 200,
+    }),
+  );
   const [lsN, lsS] = tools("createLsTool", "ls");
-  rows.push(await compare("pi ls tool, 40 entries", "small files", exec(lsN, { path: "src" }), exec(lsS, { path: "src" }), { target: t }));
+  rows.push(
+    await compare("pi ls tool, 40 entries", "small files", exec(lsN, { path: "src" }), exec(lsS, { path: "src" }), {
+      target: t,
+    }),
+  );
+  rows.push(...(await lsRows({ pi, native })));
+  rows.push(...legacyLsRows(piName, log));
 
   // 1 GiB streamed read: pi >= 1.5 streams offset/limit reads through createReadStream.
   const big = path.join(here, ".corpus", "big-1g.txt");
@@ -59,7 +120,8 @@ export async function bench({ pi, native, log }) {
   const params = JSON.stringify({ path: big, offset: 10_000_000, limit: 20 });
   // Alternate fresh child processes, three per side; medians of time, max of peak RSS.
   const runs = { native: [], stock: [] };
-  for (let i = 0; i < 3; i++) for (const side of ["native", "stock"]) runs[side].push(await runChild(child, [side, params]));
+  for (let i = 0; i < 3; i++)
+    for (const side of ["native", "stock"]) runs[side].push(await runChild(child, [side, params]));
   const summary = (rs) => ({
     ms: rs.map((r) => r.ms).sort((a, b) => a - b)[1],
     maxRssMiB: Math.max(...rs.map((r) => r.maxRssMiB)),
@@ -79,4 +141,89 @@ export async function bench({ pi, native, log }) {
     note: `${streams ? "streamed" : "whole-file read"}; median of 3 fresh processes per side; RSS of a child before the read ${n.baselineMiB.toFixed(0)} MiB`,
   });
   return rows;
+}
+
+/**
+ * pi's ls tool over 200 entries (one in ten a directory) in the workspace root and in a
+ * subdirectory, and ls.stat / ls.exists per call against statSync / existsSync, which pi 0.73.1's ls
+ * calls (pi 1.6.0's calls fs/promises). Both sides are awaited, as pi's ls awaits them.
+ */
+export async function lsRows({ pi, native }) {
+  const dir = path.join(here, ".corpus", "fs-ls");
+  rmSync(dir, { recursive: true, force: true });
+  for (const d of [dir, path.join(dir, "sub")]) {
+    mkdirSync(d, { recursive: true });
+    // 200 entries each: the root's last is the subdirectory.
+    for (let i = 0; i < (d === dir ? 199 : 200); i++) {
+      if (i % 10 === 0) mkdirSync(path.join(d, `dir${i}`), { recursive: true });
+      else writeFileSync(path.join(d, `file${i}.txt`), "x");
+    }
+  }
+  const fs = native.createBoundFs(dir);
+  const lsN = pi.createLsTool(dir, { operations: fs.ls });
+  const lsS = pi.createLsTool(dir);
+  const exec = (tool, params) => () => tool.execute("bench", params, undefined, undefined);
+  const t = "≤ 1.0×";
+  const corpus = `pi ${pi.VERSION ?? "?"}, Node ${process.versions.node}`;
+  const rows = [];
+  rows.push(
+    await compare("pi ls tool, 200 entries", corpus, exec(lsN, { path: "." }), exec(lsS, { path: "." }), {
+      target: t,
+      runs: 300,
+      note: "the workspace root: one fstatat per entry",
+    }),
+  );
+  rows.push(
+    await compare(
+      "pi ls tool, 200 entries in a subdirectory",
+      corpus,
+      exec(lsN, { path: "sub" }),
+      exec(lsS, { path: "sub" }),
+      { target: t, runs: 300, note: "a bounded open (openat2), fstat and close per entry, against one statx" },
+    ),
+  );
+  // Per call: batches of one awaited call per entry (the times are the batch's; the ratio is per call).
+  const entries = (sub) => fs.ls.readdir(path.join(dir, sub)).then((names) => names.map((n) => path.join(dir, sub, n)));
+  for (const [sub, where] of [
+    [".", "in the root"],
+    ["sub", "in a subdirectory"],
+  ]) {
+    const paths = await entries(sub);
+    const batch = (fn) => async () => {
+      for (const p of paths) await fn(p);
+    };
+    for (const [op, ours, node] of [
+      ["stat", fs.ls.stat, statSync],
+      ["exists", fs.ls.exists, existsSync],
+    ]) {
+      const row = await compare(`${op} per call (${paths.length} calls), ${where}`, corpus, batch(ours), batch(node), {
+        target: "≤ 1.5×",
+        runs: 100,
+        note: `ls.${op} against fs.${op}Sync, both awaited; medians of 100 batches`,
+      });
+      rows.push(row);
+    }
+  }
+  return rows;
+}
+
+/**
+ * The same ls rows for pi 0.73.1 on a Node older than 22.19 (the Node on PATH, which run.js left
+ * for Node 22 and pi 1.6.0), in a child process; none when that pi is the one benchmarked already.
+ */
+export function legacyLsRows(piName, log) {
+  const legacy = "@mariozechner/pi-coding-agent";
+  if (piName === legacy) return [];
+  const node = findBinary("node") ?? process.execPath;
+  try {
+    const out = execFileSync(node, [path.join(here, "child-ls.js")], {
+      env: { ...process.env, PI_NATIVE_OPS_PI: legacy },
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    return JSON.parse(out.trim().split("\n").pop());
+  } catch (err) {
+    log(`ls rows for ${legacy}: not measured (${String(err.message).split("\n")[0]})`);
+    return [];
+  }
 }

@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { findBinary } from "../scripts/node-tools.js";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import readline from "node:readline";
 import { runChild, timeBoth } from "./lib.js";
 
@@ -131,6 +132,7 @@ export async function bench(ctx) {
     }
   }
   if (ctx.corpora.kernel) rows.push(await abortLatency(ctx));
+  rows.push(await oneLongLine(ctx));
   return rows;
 }
 
@@ -184,6 +186,53 @@ async function abortLatency(ctx) {
       `native only; settled = the native search ended, after ${files[0]}–${files.at(-1)} files searched; ` +
       `worst of ${sorted.length}: ${sorted.at(-1).toFixed(1)} ms`,
   };
+}
+
+/** Bytes of the one-line file: 256 MiB (1 GiB takes four times as long to write and search, same rate). */
+const LONG_LINE_BYTES = 256 * 2 ** 20;
+
+/**
+ * A file holding one 256 MiB line, the needle at its end: grep's bounded-memory path for lines over
+ * 1 MiB, with the literal prefilter. Native through the grep tool; rg with --count (searching only:
+ * with --json, as pi runs it, rg also prints the whole line). MB/s of each, and peak memory.
+ */
+async function oneLongLine(ctx) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pno-long-line-"));
+  try {
+    const file = path.join(dir, "one-line.txt");
+    const block = Buffer.alloc(2 ** 20, "abcdefghij");
+    const fd = fs.openSync(file, "w");
+    for (let written = 0; written < LONG_LINE_BYTES; written += block.length) fs.writeSync(fd, block);
+    fs.writeSync(fd, "needle here\n");
+    fs.closeSync(fd);
+    const params = { pattern: "needle", path: "one-line.txt" };
+    const native = ctx.native.createGrepTool(dir);
+    const rg =
+      ctx.rg &&
+      (() =>
+        new Promise((resolve, reject) => {
+          spawn(ctx.rg, ["--no-config", "--count", "--", params.pattern, file], { stdio: "ignore" }).on(
+            "exit",
+            (code) => (code === 0 ? resolve() : reject(new Error(`rg exited ${code}`))),
+          );
+        }));
+    const [nativeMs, stockMs] = await timeBoth([() => native.execute("bench", params), rg], 3);
+    const mem = await peakMemory(dir, params, ctx.rg);
+    const rate = (ms) => `${(LONG_LINE_BYTES / 1e6 / (ms / 1000)).toFixed(0)} MB/s`;
+    return {
+      operation: "grep, one 256 MiB line, literal",
+      corpus: "one-line file",
+      nativeMs,
+      stockMs,
+      ratio: stockMs ? nativeMs / stockMs : null,
+      nativeMemMiB: mem.nativeGrowthMiB,
+      stockMemMiB: mem.rgMiB,
+      target: "≥ 1 GB/s, memory bounded",
+      note: `native ${rate(nativeMs)}${stockMs ? `, rg --count ${rate(stockMs)}` : ", rg not found"}; medians of 3; memory: native = RSS growth of a process doing one search, rg = its peak RSS (rg --json as pi runs it)`,
+    };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
