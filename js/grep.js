@@ -1,6 +1,6 @@
 // In-process grep: pi's GrepOperations for boundFs, a drop-in pi grep tool whose execute searches
 // natively (no rg binary), and the search as a plain async function. Output logic mirrors pi 1.6.0's
-// grep tool (see docs "grep"); the search and all byte accounting are native (src/grep/).
+// grep tool (see docs/contracts.md, "grep"); the search and all byte accounting are native (crates/core/src/grep/).
 import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
