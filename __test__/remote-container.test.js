@@ -38,7 +38,9 @@ function unavailable() {
   if (!chroot) return "no chroot binary";
   const [file, ...args] = [...dropPrivileges(), "unshare", "-Urm", "true"];
   const probe = spawnSync(file, args, { encoding: "utf8" });
-  if (probe.status !== 0) return `unshare -Urm fails here (${(probe.stderr || probe.error?.message || "").trim()})`;
+  if (probe.status !== 0) {
+    return `no user + mount namespaces here: \`${[file, ...args].join(" ")}\` failed (${(probe.stderr || probe.error?.message || "").trim()})`;
+  }
   return null;
 }
 const why = unavailable();
