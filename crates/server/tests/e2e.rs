@@ -257,6 +257,25 @@ fn bad_frames_get_an_error_or_close_the_connection() {
     assert_eq!(server.close(), Some(1));
 }
 
+/// Over pipes (ssh, docker exec), the server widens them so a 1 MiB data frame goes in one write.
+#[cfg(target_os = "linux")]
+#[test]
+fn pipes_are_widened_to_a_whole_data_frame() {
+    use std::os::fd::AsRawFd;
+    let dir = workspace();
+    let server = Server::start(dir.path(), None);
+    // SAFETY: F_GETPIPE_SZ on a descriptor we own.
+    let size = unsafe { libc::fcntl(server.stdout.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    assert_eq!(size, 1 << 20);
+    let stdin = server.stdin.as_ref().unwrap();
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_GETPIPE_SZ) },
+        1 << 20
+    );
+    assert_eq!(server.close(), Some(0));
+}
+
 #[test]
 fn command_line() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
