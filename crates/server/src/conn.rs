@@ -536,6 +536,47 @@ mod tests {
     }
 
     #[test]
+    fn exec_failures_read_as_locally() {
+        let mut f = fixture();
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"exec","command":"true","cwd":"/workspace","shell":"/"}),
+            b"",
+        );
+        assert_eq!(
+            err["error"],
+            json!({"kind":"Spawn","message":"spawn / EACCES","code":"EACCES","errno":-13,"syscall":"spawn /","path":"/"})
+        );
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":2,"op":"exec","command":"true","cwd":"/workspace","shell":"/no/sh"}),
+            b"",
+        );
+        assert_eq!(
+            err["error"],
+            json!({"kind":"ShellNotFound","message":"Custom shell path not found: /no/sh"})
+        );
+    }
+
+    #[test]
+    fn a_cancelled_grep_is_aborted_with_its_progress() {
+        let f = fixture();
+        let cancel = GrepCancel::default();
+        cancel
+            .flag
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let request: wire::GrepRequest = serde_json::from_value(json!({
+            "pattern": "x", "path": "/workspace", "displayName": "workspace", "limit": 100
+        }))
+        .unwrap();
+        let err = ops::grep(&f.conn.workspace.root, request, &cancel).unwrap_err();
+        assert_eq!(
+            serde_json::to_value(&*err).unwrap(),
+            json!({"kind":"Aborted","message":"Operation aborted","filesSearched":0})
+        );
+    }
+
+    #[test]
     fn nul_bytes_in_arguments_are_errors_not_crashes() {
         let mut f = fixture();
         for (id, header) in [
