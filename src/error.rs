@@ -32,6 +32,10 @@ fn node_error<'env>(env: &'env Env, err: &CoreError) -> Result<Object<'env>> {
     })?;
     let mut error = Object::from_raw(env.raw(), raw);
     let (Some(errno), Some(code)) = (err.errno(), err.code()) else {
+        // A code without an errno (ESANDBOX): the code alone.
+        if let Some(code) = err.code() {
+            error.set_named_property("code", code.as_ref())?;
+        }
         return Ok(error);
     };
     // Node's order: errno, code, syscall, path.

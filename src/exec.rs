@@ -16,6 +16,8 @@ use napi_derive::napi;
 use crate::error::to_js;
 use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec;
+use pi_native_ops_core::exec::sandbox;
+use pi_native_ops_core::Error as CoreError;
 
 const CHUNKS_IN_FLIGHT: usize = 1;
 
@@ -26,6 +28,106 @@ pub struct BashSpawnRequest {
     pub cwd: String,
     /// `KEY=VALUE` entries forming the whole environment; absent inherits Node's.
     pub env: Option<Vec<String>>,
+    /// Run the shell sandboxed (then `env` is ignored and `cwd` is in runtime form).
+    pub sandbox: Option<BashSandbox>,
+}
+
+/// The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`).
+#[napi(object)]
+pub struct BashSandbox {
+    /// The host workspace.
+    pub root: String,
+    /// Where the root appears inside; default `/workspace`.
+    pub runtime_root: Option<String>,
+    /// Share the host's network; default false.
+    pub network: Option<bool>,
+    pub read_only: Option<Vec<String>>,
+    pub read_write: Option<Vec<String>>,
+    /// `KEY=VALUE` entries added to the sandbox's clean environment.
+    pub env: Option<Vec<String>>,
+    /// `"auto"` (default), `"namespaces"` or `"landlock"`.
+    pub mode: Option<String>,
+    /// Most processes at once; default 512.
+    pub max_processes: Option<u32>,
+}
+
+fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
+    let invalid = |why: String| CoreError::sandbox_unavailable(why);
+    let mode = match js.mode.as_deref() {
+        None | Some("auto") => sandbox::Mode::Auto,
+        Some("namespaces") => sandbox::Mode::Namespaces,
+        Some("landlock") => sandbox::Mode::Landlock,
+        Some(other) => {
+            return Err(invalid(format!(
+                "mode must be \"auto\", \"namespaces\" or \"landlock\", got {other:?}"
+            )))
+        }
+    };
+    let env = js
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .map(|entry| match entry.split_once('=') {
+            Some((key, value)) => Ok((key.to_string(), value.to_string())),
+            None => Err(invalid(format!("env entry {entry:?} has no \"=\""))),
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let paths = |list: Option<Vec<String>>| {
+        list.unwrap_or_default()
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    };
+    let mut spec = sandbox::Sandbox::new(js.root);
+    if let Some(runtime_root) = js.runtime_root {
+        spec.runtime_root = runtime_root.into();
+    }
+    spec.network = js.network.unwrap_or(false);
+    spec.read_only = paths(js.read_only);
+    spec.read_write = paths(js.read_write);
+    spec.env = env;
+    spec.mode = mode;
+    spec.max_processes = js.max_processes;
+    Ok(spec)
+}
+
+/// What `sandboxSupport()` reports.
+#[napi(object)]
+pub struct SandboxSupport {
+    pub platform: String,
+    pub kernel: Option<String>,
+    /// Namespaces mode works here (probed once by running a sandboxed `:`).
+    pub namespaces: bool,
+    pub namespaces_error: Option<String>,
+    /// 0 without Landlock.
+    pub landlock_abi: u32,
+    pub landlock_error: Option<String>,
+    pub seccomp: bool,
+    /// The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible.
+    #[napi(ts_type = "'namespaces' | 'landlock' | null")]
+    pub auto: Option<String>,
+}
+
+/// What this machine offers for sandboxed bash (probed on the first call, then cached).
+#[napi]
+pub fn sandbox_support() -> SandboxSupport {
+    let s = sandbox::support();
+    SandboxSupport {
+        platform: s.platform.to_string(),
+        kernel: s.kernel.clone(),
+        namespaces: s.namespaces.is_ok(),
+        namespaces_error: s.namespaces.clone().err(),
+        landlock_abi: s.landlock_abi,
+        landlock_error: s.landlock_error.clone(),
+        seccomp: s.seccomp,
+        auto: s.auto().map(|mode| {
+            match mode {
+                sandbox::Mode::Landlock => "landlock",
+                _ => "namespaces",
+            }
+            .to_string()
+        }),
+    }
 }
 
 /// JS arguments of one event: (chunk, exitCode, killed).
@@ -98,16 +200,25 @@ pub fn bash_spawn(
     // Node's `spawn <shell> <CODE>` error, for a failure to start or to follow the command.
     let shell = request.shell.clone();
     let spawn_error = |err: std::io::Error| {
+        // A sandbox that cannot be built says so; anything else reads as Node's spawn error.
+        if let Some(core) = err.get_ref().and_then(|e| e.downcast_ref::<CoreError>()) {
+            return to_js(env, core);
+        }
         to_js(
             env,
             &pi_native_ops_core::Error::spawn(&shell, errno_of(&err)),
         )
+    };
+    let sandbox = match request.sandbox {
+        Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?),
+        None => None,
     };
     let mut execution = exec::spawn(&exec::ExecRequest {
         shell: request.shell,
         command: request.command,
         cwd: request.cwd,
         env: request.env,
+        sandbox,
     })
     .map_err(spawn_error)?;
     let control = execution.control();

@@ -35,6 +35,10 @@ pub enum ErrorKind {
     Spawn,
     /// The caller cancelled the operation.
     Aborted,
+    /// A sandboxed exec cannot be sandboxed (no usable mode, an invalid
+    /// sandbox spec, or a setup step the kernel refused). Never run unsandboxed
+    /// instead: the text says why and what to do. Code `ESANDBOX`, no errno.
+    SandboxUnavailable,
 }
 
 /// A failure of a core operation.
@@ -132,6 +136,14 @@ impl Error {
         Error::new(ErrorKind::Aborted)
     }
 
+    /// A sandbox that cannot be set up; `why` says why and what to do.
+    pub fn sandbox_unavailable(why: impl Into<String>) -> Error {
+        Error {
+            text: Some(why.into()),
+            ..Error::new(ErrorKind::SandboxUnavailable)
+        }
+    }
+
     /// Names the call and the path (as the caller gave it) an OS error or a
     /// refusal came from, unless it already names its own: an error keeps the
     /// innermost context, so `read` on an opened file stays path-less.
@@ -169,6 +181,9 @@ impl Error {
     /// The errno's symbolic name (`ENOENT`), as Node's `code`. Refusals and
     /// pattern errors have none.
     pub fn code(&self) -> Option<Cow<'static, str>> {
+        if self.kind == ErrorKind::SandboxUnavailable {
+            return Some(Cow::Borrowed("ESANDBOX"));
+        }
         self.errno.map(|e| errno_name(e).0)
     }
 
@@ -221,6 +236,11 @@ impl fmt::Display for Error {
                 write!(f, "spawn {shell} {code}")
             }
             ErrorKind::Aborted => f.write_str("Operation aborted"),
+            ErrorKind::SandboxUnavailable => write!(
+                f,
+                "sandbox unavailable: {}",
+                self.text.as_deref().unwrap_or_default()
+            ),
         }
     }
 }
@@ -355,6 +375,12 @@ mod tests {
             "Path not found: /w/x"
         );
         assert_eq!(Error::aborted().to_string(), "Operation aborted");
+        let sandbox = Error::sandbox_unavailable("no Landlock");
+        assert_eq!(sandbox.to_string(), "sandbox unavailable: no Landlock");
+        assert_eq!(
+            (sandbox.code().as_deref(), sandbox.errno()),
+            (Some("ESANDBOX"), None)
+        );
         let glob = Error::invalid_glob("invalid glob pattern \"[a\": unclosed character class");
         assert_eq!(
             glob.to_string(),

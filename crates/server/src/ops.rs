@@ -412,6 +412,7 @@ pub fn exec(
         command: req.command,
         cwd: lossy(&cwd),
         env: req.env,
+        sandbox: None,
     })
     .map_err(|e| CoreError::spawn(&shell, errno_of(&e)))?;
     stream.attach(execution.control());

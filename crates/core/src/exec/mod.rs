@@ -26,6 +26,7 @@ use std::time::Duration;
 
 #[cfg(target_os = "linux")]
 mod procfs;
+pub mod sandbox;
 #[cfg(unix)]
 mod spawn;
 #[cfg(unix)]
@@ -52,7 +53,7 @@ pub const MAX_CHUNK: usize = if cfg!(target_os = "linux") {
 /// The exit code of a shell killed by a signal is this plus the signal's
 /// number (the POSIX shell convention: SIGKILL gives 137).
 #[cfg(unix)]
-const SIGNAL_EXIT_BASE: i32 = 128;
+pub(crate) const SIGNAL_EXIT_BASE: i32 = 128;
 
 // The status pipe carries fixed-size messages from the supervisor: a tag in
 // the first byte, an `i32` (native endian) in the last four.
@@ -85,6 +86,9 @@ pub struct ExecRequest {
     pub cwd: String,
     /// `KEY=VALUE` entries forming the whole environment; `None` inherits this process's environment.
     pub env: Option<Vec<String>>,
+    /// Run the shell sandboxed (then `env` is ignored: the sandbox's clean environment applies,
+    /// and `cwd` is in the sandbox's runtime form). `None`: exactly today's unsandboxed exec.
+    pub sandbox: Option<sandbox::Sandbox>,
 }
 
 /// How an exec ended.

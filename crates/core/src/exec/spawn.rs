@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::sandbox::{Plan, TempDir};
 use super::supervisor::{raw_cloexec_pipe, supervise, SupervisorFds};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
@@ -57,11 +58,18 @@ pub(super) struct Prepared {
     /// Stack the shell's process runs on until `execve` (Linux `clone`).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) shell_stack: Vec<u8>,
+    /// The sandbox, when the request asks for one.
+    pub(super) sandbox: Option<Plan>,
 }
 
 impl Prepared {
     fn new(request: &ExecRequest) -> io::Result<Self> {
-        let env_storage: Vec<CString> = match &request.env {
+        let sandbox = request.sandbox.as_ref().map(Plan::new).transpose()?;
+        let env = match &sandbox {
+            Some(plan) => Some(plan.env()),
+            None => request.env.as_deref(),
+        };
+        let env_storage: Vec<CString> = match env {
             Some(entries) => entries
                 .iter()
                 .map(|entry| c_string(entry, "environment entries"))
@@ -99,6 +107,7 @@ impl Prepared {
             _envp_storage: env_storage,
             envp,
             shell_stack: vec![0; SHELL_STACK_BYTES],
+            sandbox,
         })
     }
 }
@@ -191,12 +200,15 @@ pub struct Execution {
     status: OwnedFd,
     control: Arc<Control>,
     supervisor: libc::pid_t,
+    /// A sandbox's private temp dir, removed after the supervisor is reaped (fields drop last).
+    _sandbox_temp: Option<TempDir>,
 }
 
 /// Starts `[shell, "-c", command]` under a supervisor. Fails like `spawn` does (ENOENT, EACCES, a
 /// missing cwd as ENOENT) before anything runs.
 pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
-    let prepared = Prepared::new(request)?;
+    let mut prepared = Prepared::new(request)?;
+    let sandbox_temp = prepared.sandbox.as_mut().and_then(Plan::take_temp_dir);
     let (output_read, output_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (control_read, control_write) = pipe()?;
@@ -235,10 +247,15 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
             killed: AtomicBool::new(false),
         }),
         supervisor,
+        _sandbox_temp: sandbox_temp,
     };
     match read_message(&execution.status) {
         Some((MSG_STARTED, _)) => Ok(execution),
-        Some((MSG_SPAWN_ERROR, errno)) => Err(io::Error::from_raw_os_error(errno)),
+        Some((MSG_SPAWN_ERROR, errno)) => Err(prepared
+            .sandbox
+            .as_ref()
+            .and_then(|plan| plan.setup_error(errno))
+            .unwrap_or_else(|| io::Error::from_raw_os_error(errno))),
         _ => Err(io::Error::other(
             "the exec supervisor failed to start the shell",
         )),

@@ -54,8 +54,13 @@ unsafe fn report(fd: RawFd, tag: u8, value: i32) {
     libc::write(fd, message.as_ptr().cast(), message.len());
 }
 
-unsafe fn errno() -> i32 {
+pub(super) unsafe fn errno() -> i32 {
     *errno_location()
+}
+
+#[cfg(target_os = "linux")]
+pub(super) unsafe fn set_errno(value: i32) {
+    *errno_location() = value;
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -97,7 +102,7 @@ pub(super) unsafe fn raw_cloexec_pipe(fds: &mut [RawFd; 2]) -> libc::c_int {
 }
 
 /// Every signal back to its default action and unblocked (Node ignores SIGPIPE, for one).
-unsafe fn reset_signals() {
+pub(super) unsafe fn reset_signals() {
     let mut action: libc::sigaction = std::mem::zeroed();
     action.sa_sigaction = libc::SIG_DFL;
     libc::sigemptyset(&mut action.sa_mask);
@@ -158,7 +163,9 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
     #[cfg(target_os = "linux")]
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
-    let mut keep = [fds.control, fds.status, fds.output];
+    // A sandbox's Landlock ruleset descriptor (-1 when none) is applied by the shell's process.
+    let ruleset = prepared.sandbox.as_ref().map_or(-1, |plan| plan.kept_fd());
+    let mut keep = [fds.control, fds.status, fds.output, ruleset];
     keep.sort_unstable();
     close_all_except(&keep);
     let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
@@ -191,7 +198,13 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
         output: fds.output,
         exec_error: exec_error[1],
     };
-    let shell = start_shell(&shell_start);
+    let shell = match prepared.sandbox.as_ref() {
+        #[cfg(target_os = "linux")]
+        Some(plan) if plan.namespaces().is_some() => {
+            super::sandbox::start_in_namespaces(plan.namespaces().expect("checked"), &shell_start)
+        }
+        _ => start_shell(&shell_start),
+    };
     let spawn_errno = errno();
     libc::close(fds.output);
     libc::close(exec_error[1]);
@@ -299,18 +312,20 @@ unsafe fn kill_tree(shell: libc::pid_t, shell_reaped: &mut bool, out: RawFd) {
 }
 
 /// What the shell's process needs between its creation and `execve`.
-struct ShellStart<'a> {
-    prepared: &'a Prepared,
-    supervisor: libc::pid_t,
-    devnull: RawFd,
-    output: RawFd,
-    exec_error: RawFd,
+#[derive(Clone, Copy)]
+pub(super) struct ShellStart<'a> {
+    pub(super) prepared: &'a Prepared,
+    /// The pid the shell's parent must have (its own namespace's view).
+    pub(super) supervisor: libc::pid_t,
+    pub(super) devnull: RawFd,
+    pub(super) output: RawFd,
+    pub(super) exec_error: RawFd,
 }
 
 /// Creates the shell's process. On Linux it shares our memory until `execve` (like `vfork`, on a
 /// stack of its own), so a big Node heap is not copied a second time; elsewhere plain `fork`.
 #[cfg(target_os = "linux")]
-unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
+pub(super) unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
     /// The ABI's stack alignment at a call (x86-64 and AArch64: 16 bytes).
     const STACK_ALIGN: usize = 16;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
@@ -372,6 +387,14 @@ unsafe fn run_shell(start: &ShellStart) -> ! {
     }
     if libc::chdir(prepared.cwd.as_ptr()) != 0 {
         fail(exec_error);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(plan) = prepared.sandbox.as_ref() {
+        if let Err(code) = super::sandbox::confine(plan) {
+            let code = code.to_ne_bytes();
+            libc::write(exec_error, code.as_ptr().cast(), code.len());
+            libc::_exit(EXIT_CANNOT_EXEC);
+        }
     }
     libc::execve(
         prepared.shell.as_ptr(),

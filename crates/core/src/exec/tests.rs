@@ -8,6 +8,7 @@ fn request(command: &str) -> ExecRequest {
         command: command.into(),
         cwd: "/".into(),
         env: Some(vec!["PATH=/usr/bin:/bin".into()]),
+        sandbox: None,
     }
 }
 

@@ -1,0 +1,208 @@
+//! The opt-in sandbox of a shell (`ExecRequest::sandbox`). Two modes, both Linux-only:
+//!
+//! - **Namespaces**: the supervisor forks a small init into new user, mount, PID, IPC, UTS (and,
+//!   without network, network) namespaces; it builds a fresh root (the workspace read-write at
+//!   `runtime_root`, system directories read-only, secrets masked, a fresh `/proc`, a minimal
+//!   `/dev`, a private `/tmp`), `pivot_root`s into it and starts the shell as its PID 2. When the
+//!   shell exits, init exits with its code and the kernel kills whatever is left in the namespace.
+//! - **Landlock**: no namespaces and no path remapping; the shell is confined by a Landlock
+//!   ruleset (reads and writes only where allowed) and seccomp (no `socket` but `AF_UNIX` when the
+//!   network is off).
+//!
+//! Both drop every capability, set `no_new_privs` and install the seccomp filter of `seccomp.rs`
+//! just before `execve`. Everything the forked children use (paths, map contents, the BPF program,
+//! the Landlock ruleset's descriptor) is built here, before the fork.
+
+use std::path::PathBuf;
+
+/// Where the workspace appears inside the namespaces sandbox unless told otherwise.
+pub const DEFAULT_RUNTIME_ROOT: &str = "/workspace";
+/// Processes a sandbox may hold at once unless told otherwise: far above what a build or test
+/// run forks, far below what exhausts a machine.
+pub const DEFAULT_MAX_PROCESSES: u32 = 512;
+
+/// Which sandbox to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Namespaces when this machine allows them, else Landlock; an error when neither works.
+    #[default]
+    Auto,
+    Namespaces,
+    Landlock,
+}
+
+/// A sandbox for one exec. `ExecRequest::cwd` is in runtime form (under `runtime_root`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The host workspace, bound read-write.
+    pub root: PathBuf,
+    /// Where `root` appears inside (namespaces mode); Landlock mode requires it to equal `root`.
+    pub runtime_root: PathBuf,
+    /// Share the host's network (`false`: no network at all but a private loopback).
+    pub network: bool,
+    /// Host paths bound read-only at the same path.
+    pub read_only: Vec<PathBuf>,
+    /// Host paths bound read-write at the same path.
+    pub read_write: Vec<PathBuf>,
+    /// Added to the sandbox's clean environment (the request's `env` is ignored).
+    pub env: Vec<(String, String)>,
+    pub mode: Mode,
+    /// Most processes at once (`None`: `DEFAULT_MAX_PROCESSES`).
+    pub max_processes: Option<u32>,
+}
+
+impl Sandbox {
+    /// The default sandbox of `root`: at `/workspace`, no network, auto mode.
+    pub fn new(root: impl Into<PathBuf>) -> Sandbox {
+        Sandbox {
+            root: root.into(),
+            runtime_root: PathBuf::from(DEFAULT_RUNTIME_ROOT),
+            network: false,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            env: Vec::new(),
+            mode: Mode::Auto,
+            max_processes: None,
+        }
+    }
+}
+
+/// What this machine offers, for an agent's startup check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// `std::env::consts::OS`.
+    pub platform: &'static str,
+    /// The kernel release (`uname -r`), where there is one.
+    pub kernel: Option<String>,
+    /// Namespaces mode works (probed by running a sandboxed `:`), or why not.
+    pub namespaces: Result<(), String>,
+    /// The Landlock ABI version; 0 without Landlock.
+    pub landlock_abi: u32,
+    /// Why Landlock is missing, if it is.
+    pub landlock_error: Option<String>,
+    /// seccomp filters can be installed.
+    pub seccomp: bool,
+}
+
+impl Support {
+    /// What `Mode::Auto` picks: `None` when no sandbox can be built here.
+    pub fn auto(&self) -> Option<Mode> {
+        if self.namespaces.is_ok() {
+            Some(Mode::Namespaces)
+        } else if self.landlock_abi >= 1 && self.seccomp {
+            Some(Mode::Landlock)
+        } else {
+            None
+        }
+    }
+
+    /// Why no sandbox is possible, and what to do: for `SandboxUnavailable`.
+    pub fn explain(&self) -> String {
+        let kernel = self.kernel.as_deref().unwrap_or("unknown");
+        let namespaces = match &self.namespaces {
+            Ok(()) => "usable".to_string(),
+            Err(why) => why.clone(),
+        };
+        let landlock = match (&self.landlock_error, self.landlock_abi) {
+            (Some(why), _) => why.clone(),
+            (None, abi) => format!("ABI {abi}"),
+        };
+        format!(
+            "no sandbox mode works on this machine ({}, kernel {kernel}; user namespaces: \
+             {namespaces}; Landlock: {landlock}; seccomp: {}). Allow unprivileged user namespaces \
+             (e.g. sysctl kernel.apparmor_restrict_unprivileged_userns=0 or \
+             kernel.unprivileged_userns_clone=1), or use a Linux kernel >= 5.13 with Landlock \
+             enabled (lsm= boot parameter), or run pi inside a container or VM",
+            self.platform,
+            if self.seccomp { "yes" } else { "no" }
+        )
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod landlock;
+#[cfg(target_os = "linux")]
+mod namespaces;
+#[cfg(target_os = "linux")]
+mod plan;
+#[cfg(target_os = "linux")]
+mod seccomp;
+
+#[cfg(target_os = "linux")]
+pub(super) use namespaces::start as start_in_namespaces;
+#[cfg(target_os = "linux")]
+pub use plan::support;
+#[cfg(target_os = "linux")]
+pub(super) use plan::{confine, Plan};
+
+/// A private temp dir of the sandbox (Landlock mode), removed with everything in it on drop.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(super) struct TempDir(pub(super) PathBuf);
+
+impl TempDir {
+    /// A fresh `pi-sandbox-XXXXXX` directory (mode 0700) in the system temp dir.
+    #[cfg(target_os = "linux")]
+    fn new() -> std::io::Result<TempDir> {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let mut template = std::env::temp_dir()
+            .join("pi-sandbox-XXXXXX")
+            .into_os_string()
+            .into_vec();
+        template.push(0);
+        // SAFETY: a NUL-terminated template mkdtemp rewrites in place.
+        if unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) }.is_null() {
+            return Err(std::io::Error::last_os_error());
+        }
+        template.pop();
+        Ok(TempDir(PathBuf::from(std::ffi::OsStr::from_bytes(
+            &template,
+        ))))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Off Linux no plan can exist: asking for one fails with the reason.
+#[cfg(all(unix, not(target_os = "linux")))]
+pub(super) enum Plan {}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+impl Plan {
+    pub(super) fn new(_sandbox: &Sandbox) -> std::io::Result<Plan> {
+        Err(std::io::Error::other(
+            crate::error::Error::sandbox_unavailable(support().explain()),
+        ))
+    }
+    pub(super) fn env(&self) -> &[String] {
+        match *self {}
+    }
+    pub(super) fn take_temp_dir(&mut self) -> Option<TempDir> {
+        match *self {}
+    }
+    pub(super) fn kept_fd(&self) -> std::os::fd::RawFd {
+        match *self {}
+    }
+    pub(super) fn setup_error(&self, _value: i32) -> Option<std::io::Error> {
+        match *self {}
+    }
+}
+
+/// What this machine offers: nothing, off Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn support() -> Support {
+    Support {
+        platform: std::env::consts::OS,
+        kernel: None,
+        namespaces: Err("the sandbox is only implemented on Linux".into()),
+        landlock_abi: 0,
+        landlock_error: Some("Landlock is a Linux security module".into()),
+        seccomp: false,
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;

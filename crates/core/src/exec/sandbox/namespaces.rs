@@ -1,0 +1,648 @@
+//! Namespaces mode: the plan of the sandbox's filesystem (built before the fork) and the init that
+//! carries it out in the new namespaces (run in the forked child: raw system calls only).
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::plan::{c_path, invalid_spec, step_error, Step};
+use super::{Sandbox, DEFAULT_MAX_PROCESSES};
+use crate::exec::supervisor::{errno, set_errno, start_shell, ShellStart};
+
+/// Where the setup tmpfs is mounted before the first `pivot_root`: a directory every Linux system
+/// has. Once pivoted, the host's root (and its `/tmp`) is reached again under `/oldroot`.
+const SETUP_BASE: &std::ffi::CStr = c"/tmp";
+/// Host directories bound read-only at the same path (or recreated as the same symlink).
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc",
+];
+/// Files and directories under `/etc` that hold secrets: masked by an empty file or directory.
+pub(super) const SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wireguard",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+];
+/// Directories whose entries ending in `_key` are private keys (sshd's host keys).
+pub(super) const KEY_DIRS: &[&str] = &["/etc/ssh"];
+/// Device nodes bound from the host's `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// `/dev` symlinks into the shell's own descriptors.
+const DEV_LINKS: &[(&str, &str)] = &[
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+/// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`): a smaller process limit cannot be set this way.
+const PID_MAX_MIN: u32 = 301;
+/// PIDs the sandbox uses besides the limit: init (1), and pid 0 which is never allocated.
+const PID_MAX_EXTRA: u32 = 2;
+/// `mount_setattr`'s `struct mount_attr` and flags (Linux 5.12).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+/// The mount flags `statvfs` reports as `ST_*` with the same values as `MS_*`, which a remount of a
+/// bind must repeat (the kernel refuses to clear a locked one).
+const KEPT_MOUNT_FLAGS: libc::c_ulong = libc::MS_NOSUID
+    | libc::MS_NODEV
+    | libc::MS_NOEXEC
+    | libc::MS_SYNCHRONOUS
+    | libc::MS_MANDLOCK
+    | libc::MS_NOATIME
+    | libc::MS_NODIRATIME
+    | libc::MS_RELATIME;
+
+/// One step of building the new root, on paths under `/oldroot` (the host) and `/newroot`.
+#[derive(Debug)]
+pub(super) enum Action {
+    /// `mkdir` (an existing directory is fine).
+    Mkdir(CString),
+    /// Bind `src` (recursively) at `dst`, created as a directory or an empty file first.
+    Bind {
+        src: CString,
+        dst: CString,
+        dir: bool,
+        read_only: bool,
+    },
+    Symlink {
+        target: CString,
+        dst: CString,
+    },
+    Tmpfs {
+        dst: CString,
+        data: CString,
+        flags: libc::c_ulong,
+    },
+    Proc(CString),
+    /// Make one of our own tmpfs mounts read-only (not recursive).
+    ReadOnly(CString),
+}
+
+/// Everything the init needs, prepared before the fork.
+pub(in crate::exec) struct NsPlan {
+    clone_flags: libc::c_int,
+    deny_setgroups: bool,
+    uid_map: CString,
+    gid_map: CString,
+    pub(super) actions: Vec<Action>,
+    /// What each action does, for an error naming the step that failed.
+    pub(super) descriptions: Vec<String>,
+    network: bool,
+    /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): the process limit.
+    pid_max: CString,
+    max_processes: libc::rlim_t,
+}
+
+fn newroot(path: &Path) -> io::Result<CString> {
+    let mut bytes = b"/newroot".to_vec();
+    bytes.extend_from_slice(path.as_os_str().as_bytes());
+    c_path(Path::new(OsStr::from_bytes(&bytes)))
+}
+
+fn oldroot(path: &Path) -> io::Result<CString> {
+    let mut bytes = b"/oldroot".to_vec();
+    bytes.extend_from_slice(path.as_os_str().as_bytes());
+    c_path(Path::new(OsStr::from_bytes(&bytes)))
+}
+
+struct Builder {
+    actions: Vec<Action>,
+    descriptions: Vec<String>,
+    made: Vec<PathBuf>,
+}
+
+impl Builder {
+    fn push(&mut self, action: Action, description: String) {
+        self.actions.push(action);
+        self.descriptions.push(description);
+    }
+
+    /// `mkdir -p` of `path` inside the new root.
+    fn mkdirs(&mut self, path: &Path) -> io::Result<()> {
+        let mut at = PathBuf::from("/");
+        for part in path.components().skip(1) {
+            at.push(part);
+            if !self.made.contains(&at) {
+                self.made.push(at.clone());
+                self.push(
+                    Action::Mkdir(newroot(&at)?),
+                    format!("creating {}", at.display()),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Bind host `src` at `dst` inside; a symlink is recreated as itself when `keep_links`.
+    fn bind(&mut self, src: &Path, dst: &Path, read_only: bool) -> io::Result<()> {
+        let meta = std::fs::metadata(src)?;
+        let dir = meta.is_dir();
+        match (dir, dst.parent()) {
+            (true, _) => self.mkdirs(dst)?,
+            (false, Some(parent)) => self.mkdirs(parent)?,
+            (false, None) => {}
+        }
+        self.push(
+            Action::Bind {
+                src: oldroot(src)?,
+                dst: newroot(dst)?,
+                dir,
+                read_only,
+            },
+            format!(
+                "binding {} at {}{}",
+                src.display(),
+                dst.display(),
+                if read_only { " read-only" } else { "" }
+            ),
+        );
+        Ok(())
+    }
+
+    /// Mask `path` (inside) with an empty file or directory of the setup tmpfs.
+    fn mask(&mut self, path: &Path, dir: bool) -> io::Result<()> {
+        let src = if dir { c"/emptydir" } else { c"/empty" };
+        self.push(
+            Action::Bind {
+                src: src.to_owned(),
+                dst: newroot(path)?,
+                dir,
+                read_only: true,
+            },
+            format!("masking {}", path.display()),
+        );
+        Ok(())
+    }
+
+    fn tmpfs(&mut self, dst: &Path, data: &str, flags: libc::c_ulong) -> io::Result<()> {
+        self.mkdirs(dst)?;
+        self.push(
+            Action::Tmpfs {
+                dst: newroot(dst)?,
+                data: CString::new(data).expect("static"),
+                flags,
+            },
+            format!("mounting a tmpfs at {}", dst.display()),
+        );
+        Ok(())
+    }
+}
+
+/// Secret paths under `/etc` present on this host: (path, is a directory).
+pub(super) fn present_secrets() -> Vec<(PathBuf, bool)> {
+    let mut found: Vec<(PathBuf, bool)> = SECRETS
+        .iter()
+        .filter_map(|path| {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            // A symlink is masked through its target only if that is under /etc too; masking
+            // the link itself is not possible (a mount follows it).
+            (!meta.file_type().is_symlink()).then(|| (PathBuf::from(path), meta.is_dir()))
+        })
+        .collect();
+    for dir in KEY_DIRS {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let is_key = entry.file_name().as_bytes().ends_with(b"_key");
+            if is_key && entry.file_type().is_ok_and(|t| t.is_file()) {
+                found.push((entry.path(), false));
+            }
+        }
+    }
+    found
+}
+
+impl NsPlan {
+    pub(super) fn new(sandbox: &Sandbox, root: &Path) -> io::Result<NsPlan> {
+        let runtime_root = &sandbox.runtime_root;
+        if !runtime_root.is_absolute() || runtime_root == Path::new("/") {
+            return Err(invalid_spec(format!(
+                "runtimeRoot must be an absolute directory other than /, got {}",
+                runtime_root.display()
+            )));
+        }
+        let mut b = Builder {
+            actions: Vec::new(),
+            descriptions: Vec::new(),
+            made: Vec::new(),
+        };
+        for dir in SYSTEM_DIRS {
+            let path = Path::new(dir);
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(path)?;
+                b.push(
+                    Action::Symlink {
+                        target: c_path(&target)?,
+                        dst: newroot(path)?,
+                    },
+                    format!("linking {dir} to {}", target.display()),
+                );
+            } else if meta.is_dir() {
+                b.bind(path, path, true)?;
+            }
+        }
+        for (path, dir) in present_secrets() {
+            b.mask(&path, dir)?;
+        }
+        if sandbox.network {
+            // A resolv.conf linking out of /etc (systemd-resolved's stub) needs its target.
+            if let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") {
+                if !target.starts_with("/etc") {
+                    b.bind(&target, &target, true)?;
+                }
+            }
+        }
+        b.bind(root, runtime_root, false)
+            .map_err(|e| invalid_spec(format!("cannot bind the root {}: {e}", root.display())))?;
+        for (paths, read_only) in [(&sandbox.read_only, true), (&sandbox.read_write, false)] {
+            for path in paths {
+                let host = std::fs::canonicalize(path)
+                    .map_err(|e| invalid_spec(format!("cannot bind {}: {e}", path.display())))?;
+                b.bind(&host, path, read_only)?;
+            }
+        }
+        b.mkdirs(Path::new("/proc"))?;
+        b.push(
+            Action::Proc(newroot(Path::new("/proc"))?),
+            "mounting /proc for the PID namespace".into(),
+        );
+        let dev = Path::new("/dev");
+        b.tmpfs(dev, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
+        for name in DEVICES {
+            let host = dev.join(name);
+            if host.exists() {
+                b.bind(&host, &host, false)?;
+            }
+        }
+        for (name, target) in DEV_LINKS {
+            b.push(
+                Action::Symlink {
+                    target: CString::new(*target).expect("static"),
+                    dst: newroot(&dev.join(name))?,
+                },
+                format!("linking /dev/{name}"),
+            );
+        }
+        b.tmpfs(
+            &dev.join("shm"),
+            "mode=1777",
+            libc::MS_NOSUID | libc::MS_NODEV,
+        )?;
+        b.push(
+            Action::ReadOnly(newroot(dev)?),
+            "making /dev read-only".into(),
+        );
+        b.tmpfs(
+            Path::new("/tmp"),
+            "mode=1777",
+            libc::MS_NOSUID | libc::MS_NODEV,
+        )?;
+        b.push(
+            Action::ReadOnly(c"/newroot".to_owned()),
+            "making the new root read-only".into(),
+        );
+
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        // The init writes its own maps, which the kernel limits to one line mapping its own ids
+        // (root included: CAP_SETUID would be needed in the parent namespace). Other owners
+        // show as the overflow id (nobody) inside.
+        let (uid_map, gid_map) = (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"));
+        let mut clone_flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        if !sandbox.network {
+            clone_flags |= libc::CLONE_NEWNET;
+        }
+        let max = sandbox.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES);
+        if max == 0 {
+            return Err(invalid_spec("maxProcesses must be at least 1".into()));
+        }
+        let pid_max = max.saturating_add(PID_MAX_EXTRA).max(PID_MAX_MIN);
+        Ok(NsPlan {
+            clone_flags,
+            deny_setgroups: true,
+            uid_map: CString::new(uid_map).expect("digits"),
+            gid_map: CString::new(gid_map).expect("digits"),
+            actions: b.actions,
+            descriptions: b.descriptions,
+            network: sandbox.network,
+            pid_max: CString::new(pid_max.to_string()).expect("digits"),
+            max_processes: libc::rlim_t::from(max),
+        })
+    }
+}
+
+/// Writes `data` to the file at `path`; async-signal-safe.
+unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return false;
+    }
+    let ok = libc::write(fd, data.as_ptr().cast(), data.len()) == data.len() as isize;
+    libc::close(fd);
+    ok
+}
+
+/// Creates the init of the sandbox in new namespaces; returns its pid (in our namespace) or -1
+/// with errno holding the encoded failed step. Runs in the supervisor.
+pub(in crate::exec) unsafe fn start(plan: &NsPlan, start: &ShellStart) -> libc::pid_t {
+    // A fork (no shared memory): the init outlives this call. Raw `clone` because it takes the
+    // namespace flags; both processes return here.
+    let pid = libc::syscall(
+        libc::SYS_clone,
+        (plan.clone_flags | libc::SIGCHLD) as libc::c_ulong,
+        0usize,
+        0usize,
+        0usize,
+        0usize,
+    ) as libc::pid_t;
+    if pid < 0 {
+        set_errno(step_error(Step::Clone, errno()));
+        return -1;
+    }
+    if pid > 0 {
+        return pid;
+    }
+    init(plan, start)
+}
+
+unsafe fn fail(start: &ShellStart, step: Step) -> ! {
+    let code = step_error(step, errno()).to_ne_bytes();
+    libc::write(start.exec_error, code.as_ptr().cast(), code.len());
+    libc::_exit(super::plan::EXIT_SETUP_FAILED)
+}
+
+/// PID 1 of the sandbox: builds the root, starts the shell, and exits with its status.
+unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
+    crate::exec::supervisor::reset_signals();
+    libc::setsid(); // its own group: the supervisor's kill(-pid) reaches it
+    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    // The supervisor died before the line above: nobody reads the error pipe any more.
+    let mut alive = libc::pollfd {
+        fd: start.exec_error,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    if libc::poll(&mut alive, 1, 0) < 0 || alive.revents & libc::POLLERR != 0 {
+        libc::_exit(super::plan::EXIT_SETUP_FAILED);
+    }
+    if plan.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
+        fail(start, Step::Setgroups);
+    }
+    if !write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes()) {
+        fail(start, Step::UidMap);
+    }
+    if !write_file(c"/proc/self/gid_map", plan.gid_map.as_bytes()) {
+        fail(start, Step::GidMap);
+    }
+    let null = std::ptr::null::<libc::c_char>();
+    if libc::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        null.cast(),
+    ) != 0
+    {
+        fail(start, Step::Private);
+    }
+    if libc::mount(
+        c"tmpfs".as_ptr(),
+        SETUP_BASE.as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755".as_ptr().cast(),
+    ) != 0
+    {
+        fail(start, Step::SetupTmpfs);
+    }
+    if libc::chdir(SETUP_BASE.as_ptr()) != 0
+        || libc::mkdir(c"newroot".as_ptr(), 0o755) != 0
+        || libc::mkdir(c"oldroot".as_ptr(), 0o755) != 0
+        || libc::mkdir(c"emptydir".as_ptr(), 0o000) != 0
+    {
+        fail(start, Step::SetupTmpfs);
+    }
+    let empty = libc::open(
+        c"empty".as_ptr(),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+        0o000,
+    );
+    if empty < 0 {
+        fail(start, Step::SetupTmpfs);
+    }
+    libc::close(empty);
+    if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()) != 0
+        || libc::chdir(c"/".as_ptr()) != 0
+    {
+        fail(start, Step::PivotSetup);
+    }
+    if libc::mount(
+        c"tmpfs".as_ptr(),
+        c"/newroot".as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755".as_ptr().cast(),
+    ) != 0
+    {
+        fail(start, Step::NewRoot);
+    }
+    for (index, action) in plan.actions.iter().enumerate() {
+        if !perform(action) {
+            fail(start, Step::Action(index));
+        }
+    }
+    if libc::chdir(c"/newroot".as_ptr()) != 0
+        || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+    {
+        fail(start, Step::PivotNew);
+    }
+    // The host's root now lies over ours at "/": detach it (and everything under it).
+    if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+        fail(start, Step::DetachHost);
+    }
+    if !plan.network {
+        loopback_up();
+    }
+    // The process limit: pid_max of our PID namespace where the kernel namespaces it (6.14);
+    // else RLIMIT_NPROC, which the kernel counts per user namespace (5.14) but ignores for root.
+    if !write_file(c"/proc/sys/kernel/pid_max", plan.pid_max.as_bytes()) {
+        let limit = libc::rlimit {
+            rlim_cur: plan.max_processes,
+            rlim_max: plan.max_processes,
+        };
+        libc::setrlimit(libc::RLIMIT_NPROC, &limit);
+    }
+    let shell_start = ShellStart {
+        supervisor: libc::getpid(),
+        ..*start
+    };
+    let shell = start_shell(&shell_start);
+    if shell < 0 {
+        fail(start, Step::StartShell);
+    }
+    // The shell has exec'd (or reported its failure): let the supervisor's read end.
+    libc::close(start.exec_error);
+    libc::close(start.output);
+    loop {
+        let mut status = 0;
+        let pid = libc::waitpid(-1, &mut status, 0);
+        if pid == shell {
+            // The shell's code, `128 + signal` for a signal: what the supervisor would report.
+            let code = if libc::WIFSIGNALED(status) {
+                crate::exec::SIGNAL_EXIT_BASE + libc::WTERMSIG(status)
+            } else {
+                libc::WEXITSTATUS(status)
+            };
+            libc::_exit(code);
+        }
+        if pid < 0 && errno() != libc::EINTR {
+            libc::_exit(super::plan::EXIT_SETUP_FAILED);
+        }
+    }
+}
+
+unsafe fn perform(action: &Action) -> bool {
+    let null = std::ptr::null::<libc::c_char>();
+    match action {
+        Action::Mkdir(path) => libc::mkdir(path.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST,
+        Action::Bind {
+            src,
+            dst,
+            dir,
+            read_only,
+        } => {
+            if !*dir {
+                let fd = libc::open(
+                    dst.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+            }
+            if libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                null.cast(),
+            ) != 0
+            {
+                return false;
+            }
+            !*read_only || make_read_only(dst)
+        }
+        Action::Symlink { target, dst } => libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
+        Action::Tmpfs { dst, data, flags } => {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                dst.as_ptr(),
+                c"tmpfs".as_ptr(),
+                *flags,
+                data.as_ptr().cast(),
+            ) == 0
+        }
+        Action::Proc(dst) => {
+            libc::mount(
+                c"proc".as_ptr(),
+                dst.as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                null.cast(),
+            ) == 0
+        }
+        Action::ReadOnly(dst) => remount_read_only(dst),
+    }
+}
+
+/// Read-only, nosuid and nodev for the bind at `dst` and every mount under it (`mount_setattr`,
+/// Linux 5.12); on older kernels only the bind itself.
+unsafe fn make_read_only(dst: &CString) -> bool {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let r = libc::syscall(
+        libc::SYS_mount_setattr,
+        libc::AT_FDCWD,
+        dst.as_ptr(),
+        AT_RECURSIVE,
+        &attr as *const MountAttr,
+        size_of::<MountAttr>(),
+    );
+    r == 0 || (errno() == libc::ENOSYS && remount_read_only(dst))
+}
+
+/// Remounts the bind at `dst` read-only, keeping the flags it has (a locked one cannot be cleared).
+unsafe fn remount_read_only(dst: &CString) -> bool {
+    let mut fs: libc::statvfs = std::mem::zeroed();
+    let kept = if libc::statvfs(dst.as_ptr(), &mut fs) == 0 {
+        fs.f_flag as libc::c_ulong & KEPT_MOUNT_FLAGS
+    } else {
+        0
+    };
+    let null = std::ptr::null::<libc::c_char>();
+    libc::mount(
+        null,
+        dst.as_ptr(),
+        null,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | kept,
+        null.cast(),
+    ) == 0
+}
+
+/// Brings the new network namespace's loopback up, so servers the shell starts on localhost work.
+/// A failure only costs that.
+unsafe fn loopback_up() {
+    /// `struct ifreq` as `SIOCSIFFLAGS` reads it: the name, then the flags in the union (40 bytes).
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+    if fd < 0 {
+        return;
+    }
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short,
+        _pad: [0; 22],
+    };
+    req.name[..2].copy_from_slice(b"lo");
+    libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req as *mut IfReq);
+    libc::close(fd);
+}

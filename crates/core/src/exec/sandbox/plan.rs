@@ -1,0 +1,408 @@
+//! The sandbox of one exec prepared before the fork (`Plan`), the confinement the shell's process
+//! applies to itself before `execve` (`confine`), and the machine's `support()`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::landlock::{self, Ruleset};
+use super::namespaces::NsPlan;
+use super::seccomp;
+use super::{Mode, Sandbox, Support};
+use crate::error::Error;
+use crate::exec::supervisor::errno;
+
+/// Exit code of a sandbox process that failed during setup; nobody reads it (the error pipe
+/// carries the step and errno).
+pub(super) const EXIT_SETUP_FAILED: i32 = 127;
+/// A setup failure travels as `STEP_BASE * (step + 1) + errno` where a plain spawn error is an
+/// errno: errnos stay below the kernel's `MAX_ERRNO` (4095), so the two never collide.
+const STEP_BASE: i32 = 4096;
+/// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
+const SANDBOX_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
+/// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
+const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
+/// `capset`'s `_LINUX_CAPABILITY_VERSION_3` (two 32-bit words of each set).
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// Capability numbers tried when emptying the bounding set: above the highest the kernel knows
+/// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
+const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
+
+/// A step of the setup that can fail, reported with its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    NoNewPrivs,
+    Capabilities,
+    Landlock,
+    Seccomp,
+    Clone,
+    Setgroups,
+    UidMap,
+    GidMap,
+    Private,
+    SetupTmpfs,
+    PivotSetup,
+    NewRoot,
+    PivotNew,
+    DetachHost,
+    StartShell,
+    /// The n-th action of the namespaces plan.
+    Action(usize),
+}
+
+const FIXED_STEPS: &[(Step, &str)] = &[
+    (Step::NoNewPrivs, "setting no_new_privs"),
+    (Step::Capabilities, "dropping capabilities"),
+    (Step::Landlock, "applying the Landlock ruleset"),
+    (Step::Seccomp, "installing the seccomp filter"),
+    (Step::Clone, "creating the namespaces"),
+    (Step::Setgroups, "writing /proc/self/setgroups"),
+    (Step::UidMap, "writing /proc/self/uid_map"),
+    (Step::GidMap, "writing /proc/self/gid_map"),
+    (Step::Private, "making the mounts private"),
+    (Step::SetupTmpfs, "mounting the setup tmpfs on /tmp"),
+    (Step::PivotSetup, "pivot_root into the setup tmpfs"),
+    (Step::NewRoot, "mounting the new root's tmpfs"),
+    (Step::PivotNew, "pivot_root into the new root"),
+    (Step::DetachHost, "detaching the host's root"),
+    (Step::StartShell, "starting the shell"),
+];
+
+fn step_index(step: Step) -> usize {
+    match step {
+        Step::Action(n) => FIXED_STEPS.len() + n,
+        fixed => FIXED_STEPS
+            .iter()
+            .position(|(s, _)| *s == fixed)
+            .expect("every fixed step is listed"),
+    }
+}
+
+/// The value reporting that `step` failed with `errno`. Async-signal-safe.
+pub(super) fn step_error(step: Step, errno: i32) -> i32 {
+    let step = i32::try_from(step_index(step)).unwrap_or(i32::MAX / STEP_BASE - 1);
+    STEP_BASE.saturating_mul(step + 1).saturating_add(errno)
+}
+
+pub(super) fn invalid_spec(why: String) -> io::Error {
+    unavailable(why)
+}
+
+fn unavailable(why: String) -> io::Error {
+    io::Error::other(Error::sandbox_unavailable(why))
+}
+
+pub(super) fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| invalid_spec(format!("{} contains a NUL byte", path.display())))
+}
+
+/// The sandbox of one exec, ready for the fork.
+pub(in crate::exec) struct Plan {
+    env: Vec<String>,
+    ns: Option<NsPlan>,
+    ruleset: Option<Ruleset>,
+    seccomp: Vec<libc::sock_filter>,
+    temp_dir: Option<super::TempDir>,
+}
+
+// SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
+// are none (it is plain data).
+unsafe impl Send for Plan {}
+
+impl Plan {
+    pub(in crate::exec) fn new(sandbox: &Sandbox) -> io::Result<Plan> {
+        if !sandbox.root.is_absolute() {
+            return Err(invalid_spec(format!(
+                "the root must be an absolute path, got {}",
+                sandbox.root.display()
+            )));
+        }
+        let root = std::fs::canonicalize(&sandbox.root).map_err(|e| {
+            invalid_spec(format!(
+                "cannot open the root {}: {e}",
+                sandbox.root.display()
+            ))
+        })?;
+        if !root.is_dir() {
+            return Err(invalid_spec(format!(
+                "the root {} is not a directory",
+                root.display()
+            )));
+        }
+        let mode = match sandbox.mode {
+            Mode::Auto => {
+                let support = support();
+                support
+                    .auto()
+                    .ok_or_else(|| unavailable(support.explain()))?
+            }
+            mode => mode,
+        };
+        let mut plan = Plan {
+            env: Vec::new(),
+            ns: None,
+            ruleset: None,
+            seccomp: Vec::new(),
+            temp_dir: None,
+        };
+        let home = match mode {
+            Mode::Namespaces | Mode::Auto => {
+                plan.ns = Some(NsPlan::new(sandbox, &root)?);
+                plan.seccomp = seccomp::program(false);
+                PathBuf::from("/tmp")
+            }
+            Mode::Landlock => {
+                let runtime = std::fs::canonicalize(&sandbox.runtime_root).ok();
+                if runtime.as_deref() != Some(root.as_path()) {
+                    return Err(invalid_spec(format!(
+                        "Landlock mode cannot remap paths: runtimeRoot ({}) must be the root ({})",
+                        sandbox.runtime_root.display(),
+                        sandbox.root.display()
+                    )));
+                }
+                let abi = landlock::abi().map_err(unavailable)?;
+                if !seccomp_available() {
+                    return Err(unavailable(
+                        "Landlock mode needs seccomp (CONFIG_SECCOMP_FILTER)".into(),
+                    ));
+                }
+                let temp = super::TempDir::new()?;
+                plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
+                plan.seccomp = seccomp::program(!sandbox.network);
+                let home = temp.0.clone();
+                plan.temp_dir = Some(temp);
+                home
+            }
+        };
+        plan.env = clean_env(&home, &sandbox.env)?;
+        Ok(plan)
+    }
+
+    /// The shell's whole environment, `KEY=VALUE`.
+    pub(in crate::exec) fn env(&self) -> &[String] {
+        &self.env
+    }
+
+    pub(in crate::exec) fn namespaces(&self) -> Option<&NsPlan> {
+        self.ns.as_ref()
+    }
+
+    /// The descriptor the supervisor must keep open for the shell's process (-1: none).
+    pub(in crate::exec) fn kept_fd(&self) -> std::os::fd::RawFd {
+        self.ruleset.as_ref().map_or(-1, Ruleset::raw_fd)
+    }
+
+    /// The private temp dir to remove once the exec is over (Landlock mode).
+    pub(in crate::exec) fn take_temp_dir(&mut self) -> Option<super::TempDir> {
+        self.temp_dir.take()
+    }
+
+    /// The error a spawn failure `value` stands for, if it is a setup step's.
+    pub(in crate::exec) fn setup_error(&self, value: i32) -> Option<io::Error> {
+        if value < STEP_BASE {
+            return None;
+        }
+        let (index, errno) = ((value / STEP_BASE - 1) as usize, value % STEP_BASE);
+        let step = match FIXED_STEPS.get(index) {
+            Some((_, text)) => text.to_string(),
+            None => self
+                .ns
+                .as_ref()
+                .and_then(|ns| ns.descriptions.get(index - FIXED_STEPS.len()))
+                .cloned()
+                .unwrap_or_else(|| format!("setup step {index}")),
+        };
+        let os = io::Error::from_raw_os_error(errno);
+        Some(unavailable(format!(
+            "the sandbox setup failed {step}: {os}"
+        )))
+    }
+}
+
+/// HOME, PATH, TMPDIR, LANG and TERM, then `extra` (which may replace them).
+fn clean_env(home: &Path, extra: &[(String, String)]) -> io::Result<Vec<String>> {
+    let home = home.to_string_lossy();
+    let mut env: Vec<(String, String)> = [
+        ("HOME", home.as_ref()),
+        ("PATH", SANDBOX_PATH),
+        ("TMPDIR", home.as_ref()),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (key, value) in extra {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(invalid_spec(format!("invalid environment entry {key:?}")));
+        }
+        match env.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value.clone(),
+            None => env.push((key.clone(), value.clone())),
+        }
+    }
+    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+fn seccomp_available() -> bool {
+    // SAFETY: a query; EINVAL means the kernel has no seccomp.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+/// The confinement of the shell's own process, just before `execve`: no_new_privs, no
+/// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
+/// encoded failed step.
+pub(in crate::exec) unsafe fn confine(plan: &Plan) -> Result<(), i32> {
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+        return Err(step_error(Step::NoNewPrivs, errno()));
+    }
+    drop_capabilities().map_err(|e| step_error(Step::Capabilities, e))?;
+    if let Some(ruleset) = &plan.ruleset {
+        ruleset
+            .restrict_self()
+            .map_err(|e| step_error(Step::Landlock, e))?;
+    }
+    let program = libc::sock_fprog {
+        len: plan.seccomp.len() as libc::c_ushort,
+        filter: plan.seccomp.as_ptr() as *mut libc::sock_filter,
+    };
+    if libc::prctl(
+        libc::PR_SET_SECCOMP,
+        SECCOMP_MODE_FILTER,
+        &program as *const libc::sock_fprog,
+        0,
+        0,
+    ) != 0
+    {
+        return Err(step_error(Step::Seccomp, errno()));
+    }
+    Ok(())
+}
+
+/// Empties the bounding, ambient, effective, permitted and inheritable sets, so neither this
+/// process nor what it executes (root included) holds a capability.
+unsafe fn drop_capabilities() -> Result<(), i32> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // Without CAP_SETPCAP (an unprivileged caller in Landlock mode) the bounding set cannot be
+    // changed; such a caller has no capability to lose, and no_new_privs stops setuid gains.
+    for cap in CAP_NUMBERS {
+        libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+    }
+    libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    );
+    let header = Header {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// What this machine offers; probed once per process (namespaces by running a sandboxed `:`).
+pub fn support() -> Support {
+    static SUPPORT: OnceLock<Support> = OnceLock::new();
+    SUPPORT.get_or_init(probe).clone()
+}
+
+fn probe() -> Support {
+    let (landlock_abi, landlock_error) = match landlock::abi() {
+        Ok(abi) => (abi, None),
+        Err(why) => (0, Some(why)),
+    };
+    Support {
+        platform: std::env::consts::OS,
+        kernel: kernel_release(),
+        namespaces: probe_namespaces(),
+        landlock_abi,
+        landlock_error,
+        seccomp: seccomp_available(),
+    }
+}
+
+fn kernel_release() -> Option<String> {
+    // SAFETY: uname fills the struct it is given.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return None;
+    }
+    // SAFETY: the kernel NUL-terminates the release.
+    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+    Some(release.to_string_lossy().into_owned())
+}
+
+/// Runs `:` in a namespaces sandbox of the temp dir: the only proof that every step works here
+/// (AppArmor, seccomp profiles of container runtimes and sysctls can each refuse one).
+fn probe_namespaces() -> Result<(), String> {
+    let mut sandbox = Sandbox::new(std::env::temp_dir());
+    sandbox.mode = Mode::Namespaces;
+    let request = crate::exec::ExecRequest {
+        shell: "/bin/sh".into(),
+        command: ":".into(),
+        cwd: "/".into(),
+        env: None,
+        sandbox: Some(sandbox),
+    };
+    let hint = userns_hint();
+    let mut execution = crate::exec::spawn(&request).map_err(|e| {
+        let why = match e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
+            Some(inner) => inner.to_string(),
+            None => e.to_string(),
+        };
+        format!("{why}{hint}")
+    })?;
+    let outcome = execution.pump(&mut |_| true);
+    match outcome.exit_code {
+        Some(0) => Ok(()),
+        code => Err(format!("a sandboxed `:` exited with {code:?}{hint}")),
+    }
+}
+
+/// The sysctl that restricts unprivileged user namespaces here, if one does.
+fn userns_hint() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        " (kernel.apparmor_restrict_unprivileged_userns=1)".into()
+    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        " (kernel.unprivileged_userns_clone=0)".into()
+    } else if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        " (user.max_user_namespaces=0)".into()
+    } else {
+        String::new()
+    }
+}

@@ -1,0 +1,203 @@
+//! The seccomp filter both modes install: a hand-assembled BPF program, built before the fork.
+//! It refuses (EPERM) what a sandboxed shell never needs: mounting, new namespaces, tracing other
+//! processes, kernel modules, bpf, perf, keyrings, kexec, reboot, swap, handle-based opens,
+//! userfaultfd, io_uring (whose operations seccomp cannot see), and with `no_sockets` every
+//! `socket` but `AF_UNIX`.
+
+use libc::sock_filter;
+
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+/// Offsets in `struct seccomp_data`: nr (u32), arch (u32), instruction pointer (u64), args (u64 × 6).
+const NR_AT: u32 = 0;
+const ARCH_AT: u32 = 4;
+/// The low 32 bits of the first argument (clone's flags, socket's family).
+const ARG0_LOW_AT: u32 = if cfg!(target_endian = "little") {
+    16
+} else {
+    20
+};
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+/// x32 system calls carry this bit on x86_64; the filter refuses them all rather than list twice.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// `clone` flags creating a namespace (CLONE_NEWTIME shares its bit with the exit signal in
+/// `clone`, so it can only come through `clone3` and `unshare`, which are refused whole).
+const NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32;
+
+/// Refused outright with EPERM.
+pub(super) const DENIED: &[libc::c_long] = &[
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_mount_setattr,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+];
+
+/// Where a jump goes: resolved to a relative offset once the program is laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    Next,
+    /// Skip the next instruction (BPF only jumps forward: checks keep their own returns).
+    SkipOne,
+    Deny,
+    NoSys,
+    CloneCheck,
+    SocketCheck,
+    Allow,
+}
+
+fn stmt(code: u16, k: u32) -> (sock_filter, Label, Label) {
+    (
+        sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        },
+        Label::Next,
+        Label::Next,
+    )
+}
+
+fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) {
+    (
+        sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        },
+        jt,
+        jf,
+    )
+}
+
+/// The filter program; `no_sockets` also refuses `socket` for every family but `AF_UNIX`.
+pub(super) fn program(no_sockets: bool) -> Vec<sock_filter> {
+    let mut code = vec![
+        stmt(LD_W_ABS, ARCH_AT),
+        jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
+        stmt(LD_W_ABS, NR_AT),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = JGE_K;
+    for &nr in DENIED {
+        code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
+    }
+    // clone3 passes its flags in memory the filter cannot read: ENOSYS makes the C library
+    // fall back to clone, whose flags it can.
+    code.push(jump(
+        JEQ_K,
+        libc::SYS_clone3 as u32,
+        Label::NoSys,
+        Label::Next,
+    ));
+    code.push(jump(
+        JEQ_K,
+        libc::SYS_clone as u32,
+        Label::CloneCheck,
+        Label::Next,
+    ));
+    if no_sockets {
+        code.push(jump(
+            JEQ_K,
+            libc::SYS_socket as u32,
+            Label::SocketCheck,
+            Label::Next,
+        ));
+    }
+    let mut labels = vec![(Label::Allow, code.len())];
+    code.push(stmt(RET_K, RET_ALLOW));
+    labels.push((Label::Deny, code.len()));
+    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+    labels.push((Label::NoSys, code.len()));
+    code.push(stmt(RET_K, RET_ERRNO | libc::ENOSYS as u32));
+    labels.push((Label::CloneCheck, code.len()));
+    code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
+    code.push(jump(JSET_K, NAMESPACE_FLAGS, Label::SkipOne, Label::Next));
+    code.push(stmt(RET_K, RET_ALLOW));
+    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+    if no_sockets {
+        labels.push((Label::SocketCheck, code.len()));
+        code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
+        code.push(jump(
+            JEQ_K,
+            libc::AF_UNIX as u32,
+            Label::Next,
+            Label::SkipOne,
+        ));
+        code.push(stmt(RET_K, RET_ALLOW));
+        code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+    }
+    let at = |label: Label, from: usize| -> u8 {
+        match label {
+            Label::Next => return 0,
+            Label::SkipOne => return 1,
+            _ => {}
+        }
+        let target = labels
+            .iter()
+            .find(|(l, _)| *l == label)
+            .map(|(_, at)| *at)
+            .expect("every label is placed");
+        u8::try_from(target - from - 1).expect("BPF jumps reach at most 255 instructions")
+    };
+    code.iter()
+        .enumerate()
+        .map(|(i, (filter, jt, jf))| sock_filter {
+            jt: at(*jt, i),
+            jf: at(*jf, i),
+            ..*filter
+        })
+        .collect()
+}

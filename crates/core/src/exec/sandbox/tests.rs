@@ -1,0 +1,288 @@
+use super::plan::{step_error, Step};
+use super::*;
+use crate::exec::{spawn, ExecRequest};
+use std::path::Path;
+
+/// Runs `command` with bash in `sandbox` at `cwd`, with a caller environment holding a secret.
+fn run(sandbox: &Sandbox, cwd: &str, command: &str) -> std::io::Result<(String, Option<i32>)> {
+    let mut execution = spawn(&ExecRequest {
+        shell: "/bin/bash".into(),
+        command: command.into(),
+        cwd: cwd.into(),
+        env: Some(vec![
+            "API_KEY=sk-secret".into(),
+            "PATH=/usr/bin:/bin".into(),
+        ]),
+        sandbox: Some(sandbox.clone()),
+    })?;
+    let mut output = Vec::new();
+    let outcome = execution.pump(&mut |chunk| {
+        output.extend_from_slice(&chunk);
+        true
+    });
+    Ok((
+        String::from_utf8_lossy(&output).into_owned(),
+        outcome.exit_code,
+    ))
+}
+
+fn namespaces_or_skip() -> bool {
+    match support().namespaces {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("skipped: namespaces mode unavailable here: {why}");
+            false
+        }
+    }
+}
+
+fn landlock_or_skip() -> bool {
+    let s = support();
+    if s.landlock_abi >= 1 && s.seccomp {
+        true
+    } else {
+        eprintln!(
+            "skipped: Landlock mode unavailable here: {:?}",
+            s.landlock_error
+        );
+        false
+    }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "hi from the root\n").unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    dir
+}
+
+fn ns_sandbox(root: &Path) -> Sandbox {
+    Sandbox {
+        mode: Mode::Namespaces,
+        ..Sandbox::new(root)
+    }
+}
+
+#[test]
+fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
+    let program = seccomp::program(true);
+    assert_eq!(program[0].k, 4, "loads seccomp_data.arch first");
+    assert!(program.len() < 255, "every jump fits in a byte");
+    for (i, insn) in program.iter().enumerate() {
+        let is_jump = insn.code & libc::BPF_JMP as u16 != 0 && insn.code & 0x07 == 0x05;
+        if is_jump {
+            assert!(i + 1 + (insn.jt as usize) < program.len());
+            assert!(i + 1 + (insn.jf as usize) < program.len());
+        }
+    }
+    let rets: Vec<u32> = program
+        .iter()
+        .filter(|i| i.code == (libc::BPF_RET | libc::BPF_K) as u16)
+        .map(|i| i.k)
+        .collect();
+    assert!(rets.contains(&(0x0005_0000 | libc::EPERM as u32)));
+    assert!(rets.contains(&0x7fff_0000));
+    for nr in [
+        libc::SYS_mount,
+        libc::SYS_unshare,
+        libc::SYS_ptrace,
+        libc::SYS_bpf,
+    ] {
+        assert!(program.iter().any(|i| i.k == nr as u32), "{nr} is listed");
+    }
+    // Without the socket rule the program is shorter: the family check is gone.
+    assert!(seccomp::program(false).len() < program.len());
+}
+
+#[test]
+fn setup_steps_encode_above_every_errno() {
+    assert!(step_error(Step::NoNewPrivs, 4095) >= 4096);
+    assert_ne!(
+        step_error(Step::UidMap, libc::EPERM),
+        step_error(Step::GidMap, libc::EPERM)
+    );
+}
+
+#[test]
+fn support_names_the_kernel_and_landlock() {
+    let s = support();
+    assert_eq!(s.platform, "linux");
+    assert!(s.kernel.as_deref().is_some_and(|k| !k.is_empty()));
+    assert_eq!(s.landlock_abi == 0, s.landlock_error.is_some());
+    if s.auto().is_none() {
+        assert!(s.explain().contains("kernel"));
+    }
+}
+
+#[test]
+fn invalid_specs_are_refused_before_anything_runs() {
+    let dir = workspace();
+    let err = run(&Sandbox::new("relative/root"), "/workspace", "true").unwrap_err();
+    let inner = err
+        .get_ref()
+        .unwrap()
+        .downcast_ref::<crate::Error>()
+        .unwrap();
+    assert_eq!(inner.kind(), crate::ErrorKind::SandboxUnavailable);
+    let landlock = Sandbox {
+        mode: Mode::Landlock,
+        ..Sandbox::new(dir.path())
+    };
+    let err = run(&landlock, "/workspace", "true").unwrap_err();
+    assert!(err.to_string().contains("cannot remap"), "{err}");
+}
+
+#[test]
+fn namespaces_workspace_is_shared_and_the_rest_is_not() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let sandbox = ns_sandbox(dir.path());
+    let (out, code) = run(
+        &sandbox,
+        "/workspace/src",
+        "pwd; cat ../hello.txt; echo made > ../made.txt; \
+         echo \"[$API_KEY][$HOME][$PATH]\"; \
+         cat /etc/shadow >/dev/null 2>&1 && echo shadow-read; \
+         ls /root /home >/dev/null 2>&1 && echo home-seen; \
+         touch /usr/x /etc/x /x 2>/dev/null && echo wrote-outside; \
+         echo tmp > /tmp/t && cat /tmp/t; \
+         ls /proc | grep -E '^[0-9]+$' | wc -l; \
+         mount -t tmpfs none /mnt 2>/dev/null && echo mounted; \
+         unshare -r true 2>/dev/null && echo unshared; \
+         chroot / true 2>/dev/null && echo chrooted; \
+         test -e /dev/null && test -d /dev/shm && echo dev-ok",
+    )
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "/workspace/src");
+    assert_eq!(lines[1], "hi from the root");
+    assert_eq!(
+        lines[2],
+        "[][/tmp][/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin]"
+    );
+    assert_eq!(lines[3], "tmp");
+    // bash, ls, grep and wc: a handful of processes, none of the host's.
+    let pids: usize = lines[4].trim().parse().unwrap();
+    assert!((1..=6).contains(&pids), "{out}");
+    assert_eq!(lines[5], "dev-ok", "{out}");
+    assert_eq!(lines.len(), 6, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
+        "made\n"
+    );
+    // /tmp was private to that command.
+    let (out, _) = run(&sandbox, "/workspace", "ls /tmp | wc -l").unwrap();
+    assert_eq!(out.trim(), "0");
+}
+
+#[test]
+fn namespaces_without_network_cannot_reach_the_host() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = workspace();
+    let probe =
+        format!("(echo x > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused");
+    let (out, _) = run(&ns_sandbox(dir.path()), "/workspace", &probe).unwrap();
+    assert_eq!(out.trim(), "refused");
+    let open = Sandbox {
+        network: true,
+        ..ns_sandbox(dir.path())
+    };
+    let (out, _) = run(&open, "/workspace", &probe).unwrap();
+    assert_eq!(out.trim(), "reached");
+}
+
+#[test]
+fn namespaces_keep_exit_codes_and_signals() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let sandbox = ns_sandbox(dir.path());
+    assert_eq!(run(&sandbox, "/workspace", "exit 3").unwrap().1, Some(3));
+    assert_eq!(
+        run(&sandbox, "/workspace", "kill -9 $$").unwrap().1,
+        Some(137)
+    );
+    let err = run(&sandbox, "/nonexistent", "true").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+}
+
+#[test]
+fn namespaces_limit_processes() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let sandbox = Sandbox {
+        max_processes: Some(100),
+        ..ns_sandbox(dir.path())
+    };
+    // perl (essential on Debian) forks without bash's minutes of fork retries. The kernel's
+    // floor for pid_max makes the effective limit 300 here.
+    let (out, code) = run(
+        &sandbox,
+        "/workspace",
+        "command -v perl >/dev/null || { echo no-perl; exit; }; \
+         perl -e 'my $n = 0; for (1..400) { my $p = fork; last unless defined $p; \
+         if (!$p) { sleep 30; exit } $n++ } print $n'",
+    )
+    .unwrap();
+    if out.trim() == "no-perl" {
+        eprintln!("skipped: no perl to fork with");
+        return;
+    }
+    let live: usize = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{out} {code:?}"));
+    assert!((250..=300).contains(&live), "{live} processes");
+}
+
+#[test]
+fn landlock_confines_reads_writes_and_network() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let other = workspace();
+    let sandbox = Sandbox {
+        mode: Mode::Landlock,
+        runtime_root: root.clone(),
+        ..Sandbox::new(&root)
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let command = format!(
+        "cat hello.txt; echo made > made.txt; echo \"[$API_KEY]\"; \
+         echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; echo \"$TMPDIR\"; \
+         cat /etc/shadow >/dev/null 2>&1 && echo shadow-read; \
+         cat {other}/hello.txt 2>/dev/null && echo other-read; \
+         ls /root >/dev/null 2>&1 && echo root-seen; \
+         touch /usr/x /etc/x /x 2>/dev/null && echo wrote-outside; \
+         (echo x > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached; \
+         test -r /etc/passwd && echo passwd-ok",
+        other = other.path().display()
+    );
+    let (out, code) = run(&sandbox, &root.to_string_lossy(), &command).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "hi from the root", "{out}");
+    assert_eq!(lines[1], "[]");
+    assert_eq!(lines[2], "t");
+    let tmpdir = lines[3].to_string();
+    assert_eq!(lines[4], "passwd-ok", "{out}");
+    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(code, Some(0));
+    assert!(root.join("made.txt").exists());
+    assert!(
+        !Path::new(&tmpdir).exists(),
+        "the private temp dir is removed"
+    );
+}
