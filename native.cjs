@@ -844,3 +844,4 @@ module.exports.findGlob = nativeBinding.findGlob
 module.exports.grepSearch = nativeBinding.grepSearch
 module.exports.rootExists = nativeBinding.rootExists
 module.exports.rootStat = nativeBinding.rootStat
+module.exports.sandboxSupport = nativeBinding.sandboxSupport

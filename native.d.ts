@@ -66,6 +66,24 @@ export declare class GrepAbort {
   get filesSearched(): number
 }
 
+/** The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`). */
+export interface BashSandbox {
+  /** The host workspace. */
+  root: string
+  /** Where the root appears inside; default `/workspace`. */
+  runtimeRoot?: string
+  /** Share the host's network; default false. */
+  network?: boolean
+  readOnly?: Array<string>
+  readWrite?: Array<string>
+  /** `KEY=VALUE` entries added to the sandbox's clean environment. */
+  env?: Array<string>
+  /** `"auto"` (default), `"namespaces"` or `"landlock"`. */
+  mode?: string
+  /** Most processes at once; default 512. */
+  maxProcesses?: number
+}
+
 /**
  * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
  * `onEvent(null, exitCode, killed)` comes last, exactly once.
@@ -78,6 +96,8 @@ export interface BashSpawnRequest {
   cwd: string
   /** `KEY=VALUE` entries forming the whole environment; absent inherits Node's. */
   env?: Array<string>
+  /** Run the shell sandboxed (then `env` is ignored and `cwd` is in runtime form). */
+  sandbox?: BashSandbox
 }
 
 /** Whether `path` exists; rejects for a path outside the workspace. */
@@ -141,3 +161,21 @@ export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: stri
  * building an object with named properties, which the JS layer then wraps.
  */
 export declare function rootStat(root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array): void
+
+/** What this machine offers for sandboxed bash (probed on the first call, then cached). */
+export declare function sandboxSupport(): SandboxSupport
+
+/** What `sandboxSupport()` reports. */
+export interface SandboxSupport {
+  platform: string
+  kernel?: string
+  /** Namespaces mode works here (probed once by running a sandboxed `:`). */
+  namespaces: boolean
+  namespacesError?: string
+  /** 0 without Landlock. */
+  landlockAbi: number
+  landlockError?: string
+  seccomp: boolean
+  /** The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible. */
+  auto?: 'namespaces' | 'landlock' | null
+}
