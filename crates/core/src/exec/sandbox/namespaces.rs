@@ -37,6 +37,27 @@ pub(super) const SECRETS: &[&str] = &[
 ];
 /// Directories whose entries ending in `_key` are private keys (sshd's host keys).
 pub(super) const KEY_DIRS: &[&str] = &["/etc/ssh"];
+/// `/proc` entries that are host-wide, not per PID namespace: read-only, or masked where reading
+/// leaks kernel state. The shell of a root caller is uid 0 of the host (without capabilities), and
+/// uid 0 may write root's sysctls (core_pattern runs a program as host root) and sysrq-trigger by
+/// their file modes alone: the list docker uses for containers without a user namespace.
+const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+const PROC_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/asound",
+];
 /// Device nodes bound from the host's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// `/dev` symlinks into the shell's own descriptors.
@@ -291,6 +312,27 @@ impl NsPlan {
             Action::Proc(newroot(Path::new("/proc"))?),
             "mounting /proc for the PID namespace".into(),
         );
+        for path in PROC_READ_ONLY {
+            let path = Path::new(path);
+            let Ok(meta) = std::fs::metadata(path) else {
+                continue;
+            };
+            // Bound over itself: the sandbox's own /proc, not the host's.
+            b.push(
+                Action::Bind {
+                    src: newroot(path)?,
+                    dst: newroot(path)?,
+                    dir: meta.is_dir(),
+                    read_only: true,
+                },
+                format!("making {} read-only", path.display()),
+            );
+        }
+        for path in PROC_MASKED {
+            if let Ok(meta) = std::fs::metadata(path) {
+                b.mask(Path::new(path), meta.is_dir())?;
+            }
+        }
         let dev = Path::new("/dev");
         b.tmpfs(dev, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
         for name in DEVICES {
@@ -475,9 +517,15 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     {
         fail(start, Step::NewRoot);
     }
+    let mut pid_max_set = false;
     for (index, action) in plan.actions.iter().enumerate() {
         if !perform(action) {
             fail(start, Step::Action(index));
+        }
+        // The process limit: pid_max of our PID namespace where the kernel namespaces it
+        // (6.14), written before /proc/sys turns read-only.
+        if matches!(action, Action::Proc(_)) {
+            pid_max_set = write_file(c"/newroot/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
         }
     }
     if libc::chdir(c"/newroot".as_ptr()) != 0
@@ -492,9 +540,8 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     if !plan.network {
         loopback_up();
     }
-    // The process limit: pid_max of our PID namespace where the kernel namespaces it (6.14);
-    // else RLIMIT_NPROC, which the kernel counts per user namespace (5.14) but ignores for root.
-    if !write_file(c"/proc/sys/kernel/pid_max", plan.pid_max.as_bytes()) {
+    // Else RLIMIT_NPROC, which the kernel counts per user namespace (5.14) but ignores for root.
+    if !pid_max_set {
         let limit = libc::rlimit {
             rlim_cur: plan.max_processes,
             rlim_max: plan.max_processes,

@@ -150,8 +150,11 @@ fn namespaces_workspace_is_shared_and_the_rest_is_not() {
          echo tmp > /tmp/t && cat /tmp/t; \
          ls /proc | grep -E '^[0-9]+$' | wc -l; \
          mount -t tmpfs none /mnt 2>/dev/null && echo mounted; \
-         unshare -r true 2>/dev/null && echo unshared; \
+         unshare -U true 2>/dev/null && echo unshared; unshare -r true 2>/dev/null && echo mapped; \
          chroot / true 2>/dev/null && echo chrooted; \
+         v=$(cat /proc/sys/vm/swappiness); (echo $v > /proc/sys/vm/swappiness) 2>/dev/null \
+           && echo sysctl-written; \
+         cat /proc/keys 2>/dev/null | grep -q . && echo keys-read; \
          test -e /dev/null && test -d /dev/shm && echo dev-ok",
     )
     .unwrap();
@@ -285,4 +288,57 @@ fn landlock_confines_reads_writes_and_network() {
         !Path::new(&tmpdir).exists(),
         "the private temp dir is removed"
     );
+}
+
+/// Host processes whose command line is `sleep <seconds>`.
+fn host_sleeps(seconds: &str) -> usize {
+    let wanted = format!("sleep\0{seconds}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
+        .count()
+}
+
+#[test]
+fn namespaces_kill_takes_the_whole_tree() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let mut execution = spawn(&ExecRequest {
+        shell: "/bin/bash".into(),
+        command: "setsid sleep 4242 & sleep 4243 & echo started; wait".into(),
+        cwd: "/workspace".into(),
+        env: None,
+        sandbox: Some(ns_sandbox(dir.path())),
+    })
+    .unwrap();
+    let control = execution.control();
+    let outcome = execution.pump(&mut |chunk| {
+        if String::from_utf8_lossy(&chunk).contains("started") {
+            control.kill();
+        }
+        true
+    });
+    assert!(outcome.killed);
+    drop(execution);
+    assert_eq!(host_sleeps("4242") + host_sleeps("4243"), 0);
+}
+
+#[test]
+fn namespaces_background_jobs_end_with_the_shell() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let (_, code) = run(
+        &ns_sandbox(dir.path()),
+        "/workspace",
+        "sleep 4244 >/dev/null 2>&1 &",
+    )
+    .unwrap();
+    assert_eq!(code, Some(0));
+    // The PID namespace ended with its init, right after the shell.
+    assert_eq!(host_sleeps("4244"), 0);
 }
