@@ -49,6 +49,19 @@ fn landlock_or_skip() -> bool {
     }
 }
 
+/// Files a sandbox must not have been able to create on the host; removed if it did.
+fn assert_no_probe_files() {
+    let made: Vec<&str> = [
+        "/usr/pi-sandbox-probe",
+        "/etc/pi-sandbox-probe",
+        "/pi-sandbox-probe",
+    ]
+    .into_iter()
+    .filter(|p| std::fs::remove_file(p).is_ok())
+    .collect();
+    assert!(made.is_empty(), "the sandbox created {made:?}");
+}
+
 fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), "hi from the root\n").unwrap();
@@ -146,7 +159,8 @@ fn namespaces_workspace_is_shared_and_the_rest_is_not() {
          echo \"[$API_KEY][$HOME][$PATH]\"; \
          cat /etc/shadow >/dev/null 2>&1 && echo shadow-read; \
          ls /root /home >/dev/null 2>&1 && echo home-seen; \
-         touch /usr/x /etc/x /x 2>/dev/null && echo wrote-outside; \
+         for f in /usr/pi-sandbox-probe /etc/pi-sandbox-probe /pi-sandbox-probe; do \
+           (echo x > $f) 2>/dev/null && echo wrote-outside; done; \
          echo tmp > /tmp/t && cat /tmp/t; \
          ls /proc | grep -E '^[0-9]+$' | wc -l; \
          mount -t tmpfs none /mnt 2>/dev/null && echo mounted; \
@@ -176,6 +190,7 @@ fn namespaces_workspace_is_shared_and_the_rest_is_not() {
         std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
         "made\n"
     );
+    assert_no_probe_files();
     // /tmp was private to that command.
     let (out, _) = run(&sandbox, "/workspace", "ls /tmp | wc -l").unwrap();
     assert_eq!(out.trim(), "0");
@@ -269,7 +284,8 @@ fn landlock_confines_reads_writes_and_network() {
          cat /etc/shadow >/dev/null 2>&1 && echo shadow-read; \
          cat {other}/hello.txt 2>/dev/null && echo other-read; \
          ls /root >/dev/null 2>&1 && echo root-seen; \
-         touch /usr/x /etc/x /x 2>/dev/null && echo wrote-outside; \
+         for f in /usr/pi-sandbox-probe /etc/pi-sandbox-probe /pi-sandbox-probe; do \
+           (echo x > $f) 2>/dev/null && echo wrote-outside; done; \
          (echo x > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached; \
          test -r /etc/passwd && echo passwd-ok",
         other = other.path().display()
@@ -284,6 +300,7 @@ fn landlock_confines_reads_writes_and_network() {
     assert_eq!(lines.len(), 5, "{out}");
     assert_eq!(code, Some(0));
     assert!(root.join("made.txt").exists());
+    assert_no_probe_files();
     assert!(
         !Path::new(&tmpdir).exists(),
         "the private temp dir is removed"
