@@ -298,15 +298,6 @@ impl NsPlan {
                 }
             }
         }
-        b.bind(root, runtime_root, false)
-            .map_err(|e| invalid_spec(format!("cannot bind the root {}: {e}", root.display())))?;
-        for (paths, read_only) in [(&sandbox.read_only, true), (&sandbox.read_write, false)] {
-            for path in paths {
-                let host = std::fs::canonicalize(path)
-                    .map_err(|e| invalid_spec(format!("cannot bind {}: {e}", path.display())))?;
-                b.bind(&host, path, read_only)?;
-            }
-        }
         b.mkdirs(Path::new("/proc"))?;
         b.push(
             Action::Proc(newroot(Path::new("/proc"))?),
@@ -355,15 +346,32 @@ impl NsPlan {
             "mode=1777",
             libc::MS_NOSUID | libc::MS_NODEV,
         )?;
-        b.push(
-            Action::ReadOnly(newroot(dev)?),
-            "making /dev read-only".into(),
-        );
         b.tmpfs(
             Path::new("/tmp"),
             "mode=1777",
             libc::MS_NOSUID | libc::MS_NODEV,
         )?;
+        // The workspace and the caller's binds last: one under /tmp or /dev lands on those
+        // tmpfs mounts instead of being hidden by them.
+        b.bind(root, runtime_root, false)
+            .map_err(|e| invalid_spec(format!("cannot bind the root {}: {e}", root.display())))?;
+        for (paths, read_only) in [(&sandbox.read_only, true), (&sandbox.read_write, false)] {
+            for path in paths {
+                if !path.is_absolute() {
+                    return Err(invalid_spec(format!(
+                        "bind paths must be absolute, got {}",
+                        path.display()
+                    )));
+                }
+                let host = std::fs::canonicalize(path)
+                    .map_err(|e| invalid_spec(format!("cannot bind {}: {e}", path.display())))?;
+                b.bind(&host, path, read_only)?;
+            }
+        }
+        b.push(
+            Action::ReadOnly(newroot(dev)?),
+            "making /dev read-only".into(),
+        );
         b.push(
             Action::ReadOnly(c"/newroot".to_owned()),
             "making the new root read-only".into(),

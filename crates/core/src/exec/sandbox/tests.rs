@@ -359,3 +359,36 @@ fn namespaces_background_jobs_end_with_the_shell() {
     // The PID namespace ended with its init, right after the shell.
     assert_eq!(host_sleeps("4244"), 0);
 }
+
+#[test]
+fn namespaces_bind_extra_paths_read_only_and_read_write() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let shared = workspace();
+    let docs = workspace();
+    let shared_path = shared.path().to_path_buf();
+    let docs_path = docs.path().to_path_buf();
+    let sandbox = Sandbox {
+        read_write: vec![shared_path.clone()],
+        read_only: vec![docs_path.clone()],
+        ..ns_sandbox(dir.path())
+    };
+    let command = format!(
+        "echo rw > {s}/w.txt && echo rw-ok; cat {d}/hello.txt; \
+         (echo x > {d}/w.txt) 2>/dev/null && echo ro-written; echo done",
+        s = shared_path.display(),
+        d = docs_path.display()
+    );
+    let (out, _) = run(&sandbox, "/workspace", &command).unwrap();
+    assert_eq!(out, "rw-ok\nhi from the root\ndone\n");
+    assert!(shared_path.join("w.txt").exists());
+    assert!(!docs_path.join("w.txt").exists());
+    let relative = Sandbox {
+        read_only: vec!["docs".into()],
+        ..ns_sandbox(dir.path())
+    };
+    let err = run(&relative, "/workspace", "true").unwrap_err();
+    assert!(err.to_string().contains("must be absolute"), "{err}");
+}
