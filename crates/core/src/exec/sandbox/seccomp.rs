@@ -41,6 +41,12 @@ const NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u32;
 
+/// `kexec_file_load`'s number: the libc crate lacks it for musl on aarch64.
+#[cfg(target_arch = "x86_64")]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = 320;
+#[cfg(target_arch = "aarch64")]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = 294;
+
 /// Refused outright with EPERM.
 pub(super) const DENIED: &[libc::c_long] = &[
     libc::SYS_mount,
@@ -61,7 +67,7 @@ pub(super) const DENIED: &[libc::c_long] = &[
     libc::SYS_add_key,
     libc::SYS_request_key,
     libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
+    SYS_KEXEC_FILE_LOAD,
     libc::SYS_reboot,
     libc::SYS_swapon,
     libc::SYS_swapoff,
