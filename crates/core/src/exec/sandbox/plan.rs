@@ -151,7 +151,7 @@ impl Plan {
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
                 plan.ns = Some(NsPlan::new(sandbox, &root)?);
-                plan.seccomp = seccomp::program(false);
+                plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll);
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -171,7 +171,11 @@ impl Plan {
                 }
                 let temp = super::TempDir::new()?;
                 plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
-                plan.seccomp = seccomp::program(!sandbox.network);
+                plan.seccomp = seccomp::program(if sandbox.network {
+                    seccomp::Sockets::DenyUnix
+                } else {
+                    seccomp::Sockets::DenyAll
+                });
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home

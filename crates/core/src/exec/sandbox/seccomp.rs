@@ -1,8 +1,8 @@
 //! The seccomp filter both modes install: a hand-assembled BPF program, built before the fork.
 //! It refuses (EPERM) what a sandboxed shell never needs: mounting, new namespaces, tracing other
 //! processes, kernel modules, bpf, perf, keyrings, kexec, reboot, swap, handle-based opens,
-//! userfaultfd, io_uring (whose operations seccomp cannot see), and with `no_sockets` every
-//! `socket` but `AF_UNIX`.
+//! userfaultfd, io_uring (whose operations seccomp cannot see), and `socket` of the families
+//! `Sockets` names (`socketpair` stays: pipes between the shell's own processes).
 
 use libc::sock_filter;
 
@@ -126,8 +126,20 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
     )
 }
 
-/// The filter program; `no_sockets` also refuses `socket` for every family but `AF_UNIX`.
-pub(super) fn program(no_sockets: bool) -> Vec<sock_filter> {
+/// Which `socket` families the filter refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sockets {
+    /// None (namespaces mode: the network namespace and the bare filesystem isolate).
+    AllowAll,
+    /// `AF_UNIX` only: Landlock cannot stop a connect to a host socket it can name
+    /// (`/run/docker.sock`), so none is created; TCP/UDP stay for a shared network.
+    DenyUnix,
+    /// Every family (Landlock mode without network).
+    DenyAll,
+}
+
+/// The filter program.
+pub(super) fn program(sockets: Sockets) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
         jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
@@ -154,7 +166,7 @@ pub(super) fn program(no_sockets: bool) -> Vec<sock_filter> {
         Label::CloneCheck,
         Label::Next,
     ));
-    if no_sockets {
+    if sockets != Sockets::AllowAll {
         code.push(jump(
             JEQ_K,
             libc::SYS_socket as u32,
@@ -173,17 +185,24 @@ pub(super) fn program(no_sockets: bool) -> Vec<sock_filter> {
     code.push(jump(JSET_K, NAMESPACE_FLAGS, Label::SkipOne, Label::Next));
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-    if no_sockets {
-        labels.push((Label::SocketCheck, code.len()));
-        code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
-        code.push(jump(
-            JEQ_K,
-            libc::AF_UNIX as u32,
-            Label::Next,
-            Label::SkipOne,
-        ));
-        code.push(stmt(RET_K, RET_ALLOW));
-        code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+    match sockets {
+        Sockets::AllowAll => {}
+        Sockets::DenyUnix => {
+            labels.push((Label::SocketCheck, code.len()));
+            code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
+            code.push(jump(
+                JEQ_K,
+                libc::AF_UNIX as u32,
+                Label::SkipOne,
+                Label::Next,
+            ));
+            code.push(stmt(RET_K, RET_ALLOW));
+            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+        }
+        Sockets::DenyAll => {
+            labels.push((Label::SocketCheck, code.len()));
+            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+        }
     }
     let at = |label: Label, from: usize| -> u8 {
         match label {

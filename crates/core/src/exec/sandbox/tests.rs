@@ -78,7 +78,7 @@ fn ns_sandbox(root: &Path) -> Sandbox {
 
 #[test]
 fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
-    let program = seccomp::program(true);
+    let program = seccomp::program(seccomp::Sockets::DenyUnix);
     assert_eq!(program[0].k, 4, "loads seccomp_data.arch first");
     assert!(program.len() < 255, "every jump fits in a byte");
     for (i, insn) in program.iter().enumerate() {
@@ -104,7 +104,7 @@ fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
         assert!(program.iter().any(|i| i.k == nr as u32), "{nr} is listed");
     }
     // Without the socket rule the program is shorter: the family check is gone.
-    assert!(seccomp::program(false).len() < program.len());
+    assert!(seccomp::program(seccomp::Sockets::AllowAll).len() < program.len());
 }
 
 #[test]
@@ -287,6 +287,7 @@ fn landlock_confines_reads_writes_and_network() {
          for f in /usr/pi-sandbox-probe /etc/pi-sandbox-probe /pi-sandbox-probe; do \
            (echo x > $f) 2>/dev/null && echo wrote-outside; done; \
          (echo x > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached; \
+         perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) and print qq(unix-socket\\n)'; \
          test -r /etc/passwd && echo passwd-ok",
         other = other.path().display()
     );
