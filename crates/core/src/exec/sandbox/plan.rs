@@ -151,7 +151,7 @@ impl Plan {
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
                 plan.ns = Some(NsPlan::new(sandbox, &root)?);
-                plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll);
+                plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll, false);
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -171,11 +171,14 @@ impl Plan {
                 }
                 let temp = super::TempDir::new()?;
                 plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
-                plan.seccomp = seccomp::program(if sandbox.network {
+                let sockets = if sandbox.network {
                     seccomp::Sockets::DenyUnix
                 } else {
                     seccomp::Sockets::DenyAll
-                });
+                };
+                // SAFETY: a plain getter.
+                let root_caller = unsafe { libc::geteuid() } == 0;
+                plan.seccomp = seccomp::program(sockets, root_caller);
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home

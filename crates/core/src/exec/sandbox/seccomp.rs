@@ -126,6 +126,15 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
     )
 }
 
+/// The mode-changing calls, refused in Landlock mode to a root caller: Landlock does not govern
+/// `chmod`, and root owns the system files (`chmod 4755`, `chmod o+w /etc/...` would weaken the
+/// host for everyone). `fchmodat2` is 452 on every architecture.
+#[cfg(target_arch = "x86_64")]
+pub(super) const CHMOD: &[libc::c_long] =
+    &[libc::SYS_chmod, libc::SYS_fchmod, libc::SYS_fchmodat, 452];
+#[cfg(target_arch = "aarch64")]
+pub(super) const CHMOD: &[libc::c_long] = &[libc::SYS_fchmod, libc::SYS_fchmodat, 452];
+
 /// Which `socket` families the filter refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Sockets {
@@ -138,8 +147,8 @@ pub(super) enum Sockets {
     DenyAll,
 }
 
-/// The filter program.
-pub(super) fn program(sockets: Sockets) -> Vec<sock_filter> {
+/// The filter program; `deny_chmod` adds `CHMOD` to the refused calls.
+pub(super) fn program(sockets: Sockets, deny_chmod: bool) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
         jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
@@ -149,7 +158,8 @@ pub(super) fn program(sockets: Sockets) -> Vec<sock_filter> {
     code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = JGE_K;
-    for &nr in DENIED {
+    let chmod = if deny_chmod { CHMOD } else { &[] };
+    for &nr in DENIED.iter().chain(chmod) {
         code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
     }
     // clone3 passes its flags in memory the filter cannot read: ENOSYS makes the C library

@@ -78,7 +78,7 @@ fn ns_sandbox(root: &Path) -> Sandbox {
 
 #[test]
 fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
-    let program = seccomp::program(seccomp::Sockets::DenyUnix);
+    let program = seccomp::program(seccomp::Sockets::DenyUnix, false);
     assert_eq!(program[0].k, 4, "loads seccomp_data.arch first");
     assert!(program.len() < 255, "every jump fits in a byte");
     for (i, insn) in program.iter().enumerate() {
@@ -104,7 +104,9 @@ fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
         assert!(program.iter().any(|i| i.k == nr as u32), "{nr} is listed");
     }
     // Without the socket rule the program is shorter: the family check is gone.
-    assert!(seccomp::program(seccomp::Sockets::AllowAll).len() < program.len());
+    assert!(seccomp::program(seccomp::Sockets::AllowAll, false).len() < program.len());
+    let chmod = seccomp::program(seccomp::Sockets::DenyUnix, true);
+    assert_eq!(chmod.len(), program.len() + seccomp::CHMOD.len());
 }
 
 #[test]
@@ -287,6 +289,7 @@ fn landlock_confines_reads_writes_and_network() {
          for f in /usr/pi-sandbox-probe /etc/pi-sandbox-probe /pi-sandbox-probe; do \
            (echo x > $f) 2>/dev/null && echo wrote-outside; done; \
          (echo x > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached; \
+         chmod 4755 {other}/hello.txt 2>/dev/null; \
          perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) and print qq(unix-socket\\n)'; \
          test -r /etc/passwd && echo passwd-ok",
         other = other.path().display()
@@ -302,6 +305,15 @@ fn landlock_confines_reads_writes_and_network() {
     assert_eq!(code, Some(0));
     assert!(root.join("made.txt").exists());
     assert_no_probe_files();
+    // A root caller's shell owns the host's system files: Landlock cannot stop chmod, seccomp does.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(other.path().join("hello.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o644);
+    }
     assert!(
         !Path::new(&tmpdir).exists(),
         "the private temp dir is removed"
