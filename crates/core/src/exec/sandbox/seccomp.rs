@@ -126,14 +126,32 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
     )
 }
 
-/// The mode-changing calls, refused in Landlock mode to a root caller: Landlock does not govern
-/// `chmod`, and root owns the system files (`chmod 4755`, `chmod o+w /etc/...` would weaken the
-/// host for everyone). `fchmodat2` is 452 on every architecture.
+/// The permission-changing calls, refused in Landlock mode to a root caller: Landlock governs
+/// neither `chmod` nor ACLs (`setxattr`), and root owns the system files (`chmod 4755`,
+/// `setfacl` on /etc/shadow would weaken the host for everyone). `fchmodat2` (452), `setxattrat`
+/// (463) and `removexattrat` (466) have one number on every architecture.
+const PERMISSION_CALLS_COMMON: &[libc::c_long] = &[
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    452,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    463,
+    466,
+];
+/// `chmod` itself only exists on x86_64 (aarch64 has `fchmodat` alone).
 #[cfg(target_arch = "x86_64")]
-pub(super) const CHMOD: &[libc::c_long] =
-    &[libc::SYS_chmod, libc::SYS_fchmod, libc::SYS_fchmodat, 452];
+const PERMISSION_CALLS_ARCH: &[libc::c_long] = &[libc::SYS_chmod];
 #[cfg(target_arch = "aarch64")]
-pub(super) const CHMOD: &[libc::c_long] = &[libc::SYS_fchmod, libc::SYS_fchmodat, 452];
+const PERMISSION_CALLS_ARCH: &[libc::c_long] = &[];
+
+pub(super) fn permission_calls() -> impl Iterator<Item = &'static libc::c_long> {
+    PERMISSION_CALLS_COMMON.iter().chain(PERMISSION_CALLS_ARCH)
+}
 
 /// Which `socket` families the filter refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +165,8 @@ pub(super) enum Sockets {
     DenyAll,
 }
 
-/// The filter program; `deny_chmod` adds `CHMOD` to the refused calls.
-pub(super) fn program(sockets: Sockets, deny_chmod: bool) -> Vec<sock_filter> {
+/// The filter program; `deny_permission_changes` adds `permission_calls()` to the refused calls.
+pub(super) fn program(sockets: Sockets, deny_permission_changes: bool) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
         jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
@@ -158,8 +176,8 @@ pub(super) fn program(sockets: Sockets, deny_chmod: bool) -> Vec<sock_filter> {
     code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = JGE_K;
-    let chmod = if deny_chmod { CHMOD } else { &[] };
-    for &nr in DENIED.iter().chain(chmod) {
+    let extra = permission_calls().filter(|_| deny_permission_changes);
+    for &nr in DENIED.iter().chain(extra) {
         code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
     }
     // clone3 passes its flags in memory the filter cannot read: ENOSYS makes the C library
