@@ -97,6 +97,8 @@ enum Label {
     NoSys,
     CloneCheck,
     SocketCheck,
+    ModeArg1,
+    ModeArg2,
     Allow,
 }
 
@@ -126,14 +128,12 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
     )
 }
 
-/// The permission-changing calls, refused in Landlock mode to a root caller: Landlock governs
-/// neither `chmod` nor ACLs (`setxattr`), and root owns the system files (`chmod 4755`,
-/// `setfacl` on /etc/shadow would weaken the host for everyone). `fchmodat2` (452), `setxattrat`
-/// (463) and `removexattrat` (466) have one number on every architecture.
-const PERMISSION_CALLS_COMMON: &[libc::c_long] = &[
-    libc::SYS_fchmod,
-    libc::SYS_fchmodat,
-    452,
+/// In Landlock mode a root caller's shell owns the host's system files, and Landlock governs
+/// neither modes nor ACLs: the filter refuses ACL and other xattr changes, and setuid/setgid
+/// bits in a mode (which would serve processes outside the sandbox: no_new_privs voids them
+/// inside). Ordinary `chmod` stays (npm, tar and `cp -p` need it). `setxattrat` (463) and
+/// `removexattrat` (466) have one number on every architecture.
+const XATTR_CALLS: &[libc::c_long] = &[
     libc::SYS_setxattr,
     libc::SYS_lsetxattr,
     libc::SYS_fsetxattr,
@@ -143,15 +143,20 @@ const PERMISSION_CALLS_COMMON: &[libc::c_long] = &[
     463,
     466,
 ];
-/// `chmod` itself only exists on x86_64 (aarch64 has `fchmodat` alone).
+/// The setuid and setgid bits of a mode.
+const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// `fchmodat2` (Linux 6.6), one number on every architecture.
+const SYS_FCHMODAT2: libc::c_long = 452;
+/// Mode-setting calls whose mode is the second argument.
 #[cfg(target_arch = "x86_64")]
-const PERMISSION_CALLS_ARCH: &[libc::c_long] = &[libc::SYS_chmod];
+const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_chmod, libc::SYS_fchmod];
 #[cfg(target_arch = "aarch64")]
-const PERMISSION_CALLS_ARCH: &[libc::c_long] = &[];
-
-pub(super) fn permission_calls() -> impl Iterator<Item = &'static libc::c_long> {
-    PERMISSION_CALLS_COMMON.iter().chain(PERMISSION_CALLS_ARCH)
-}
+const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_fchmod];
+/// Mode-setting calls whose mode is the third argument.
+const MODE_IN_ARG2: &[libc::c_long] = &[libc::SYS_fchmodat, SYS_FCHMODAT2];
+/// The low 32 bits of the second and third arguments.
+const ARG1_LOW_AT: u32 = ARG0_LOW_AT + 8;
+const ARG2_LOW_AT: u32 = ARG0_LOW_AT + 16;
 
 /// Which `socket` families the filter refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,8 +170,8 @@ pub(super) enum Sockets {
     DenyAll,
 }
 
-/// The filter program; `deny_permission_changes` adds `permission_calls()` to the refused calls.
-pub(super) fn program(sockets: Sockets, deny_permission_changes: bool) -> Vec<sock_filter> {
+/// The filter program; `guard_permissions` adds the xattr and set-id mode refusals.
+pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
         jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
@@ -176,9 +181,17 @@ pub(super) fn program(sockets: Sockets, deny_permission_changes: bool) -> Vec<so
     code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = JGE_K;
-    let extra = permission_calls().filter(|_| deny_permission_changes);
-    for &nr in DENIED.iter().chain(extra) {
+    let xattrs = XATTR_CALLS.iter().filter(|_| guard_permissions);
+    for &nr in DENIED.iter().chain(xattrs) {
         code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
+    }
+    if guard_permissions {
+        for &nr in MODE_IN_ARG1 {
+            code.push(jump(JEQ_K, nr as u32, Label::ModeArg1, Label::Next));
+        }
+        for &nr in MODE_IN_ARG2 {
+            code.push(jump(JEQ_K, nr as u32, Label::ModeArg2, Label::Next));
+        }
     }
     // clone3 passes its flags in memory the filter cannot read: ENOSYS makes the C library
     // fall back to clone, whose flags it can.
@@ -213,6 +226,18 @@ pub(super) fn program(sockets: Sockets, deny_permission_changes: bool) -> Vec<so
     code.push(jump(JSET_K, NAMESPACE_FLAGS, Label::SkipOne, Label::Next));
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+    if guard_permissions {
+        for (label, at) in [
+            (Label::ModeArg1, ARG1_LOW_AT),
+            (Label::ModeArg2, ARG2_LOW_AT),
+        ] {
+            labels.push((label, code.len()));
+            code.push(stmt(LD_W_ABS, at));
+            code.push(jump(JSET_K, SET_ID_BITS, Label::SkipOne, Label::Next));
+            code.push(stmt(RET_K, RET_ALLOW));
+            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
+        }
+    }
     match sockets {
         Sockets::AllowAll => {}
         Sockets::DenyUnix => {
