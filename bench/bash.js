@@ -1,5 +1,10 @@
 // Bench: native BashOperations vs pi's createLocalBashOperations, same process, medians.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { compare } from "./lib.js";
 
 const GiB = 1024 ** 3;
 
@@ -50,7 +55,14 @@ export async function bench(ctx) {
   }
   const nativeMs = median(nativeTrips);
   const stockMs = median(stockTrips);
-  rows.push({ operation: "bash exec `true` round trip", corpus: "-", nativeMs, stockMs, ratio: nativeMs / stockMs, target: "≤ 1.0×" });
+  rows.push({
+    operation: "bash exec `true` round trip",
+    corpus: "-",
+    nativeMs,
+    stockMs,
+    ratio: nativeMs / stockMs,
+    target: "≤ 1.0×",
+  });
   ctx.log("bash: flooding 1 GiB through onData (3× each side)");
   const nativeFloods = [];
   const stockFloods = [];
@@ -60,6 +72,7 @@ export async function bench(ctx) {
   }
   const nf = median(nativeFloods.map((f) => f.ms));
   const sf = median(stockFloods.map((f) => f.ms));
+  rows.push(...(await sandboxRows(ctx)));
   rows.push({
     operation: "bash 1 GiB through onData",
     corpus: "-",
@@ -72,6 +85,71 @@ export async function bench(ctx) {
     note: "ratio = native/stock time; memory = peak RSS growth during the flood",
   });
   return rows;
+}
+
+/** The bwrap command line of today's way to sandbox pi's shell (a spawnHook), as in __test__/sandbox-parity. */
+function bwrapHook(root) {
+  const quote = (x) => `'${x.replaceAll("'", "'\\''")}'`;
+  const argv = [
+    ...["bwrap", "--unshare-all", "--die-with-parent"],
+    ...["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"].flatMap((d) => ["--ro-bind-try", d, d]),
+    ...["--bind", root, "/workspace", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"],
+  ].map(quote);
+  return (ctx) => ({
+    ...ctx,
+    cwd: root,
+    command: `${argv.join(" ")} --chdir /workspace -- /bin/bash -c ${quote(ctx.command)}`,
+  });
+}
+
+/**
+ * Sandboxed `true`: through pi's bash tool on our sandboxed exec vs pi's bash tool on its local exec
+ * wrapped in bwrap by a spawnHook (what agents do today); and our sandboxed exec vs our plain exec.
+ */
+export async function sandboxRows(ctx) {
+  const support = process.platform === "linux" ? ctx.native.sandboxSupport?.() : null;
+  if (!support?.namespaces) {
+    ctx.log(`bash: sandbox rows skipped (${support?.namespacesError ?? "no sandbox on this platform"})`);
+    return [];
+  }
+  const root = mkdtempSync(path.join(os.tmpdir(), "pno-bench-sandbox-"));
+  try {
+    const sandboxed = ctx.native.createBashOperations({ sandbox: { root } });
+    const plain = ctx.native.createBashOperations();
+    const rows = [];
+    const bwrap = spawnSync("bwrap", ["--ro-bind", "/", "/", "--unshare-all", "true"]);
+    if (bwrap.status === 0) {
+      const ours = ctx.pi.createBashTool("/workspace", { operations: sandboxed });
+      const theirs = ctx.pi.createBashTool("/workspace", {
+        operations: ctx.pi.createLocalBashOperations(),
+        spawnHook: bwrapHook(root),
+      });
+      const call = (tool) => () => tool.execute("bench", { command: "true" });
+      rows.push(
+        await compare("bash sandboxed `true` via pi's bash tool vs bwrap spawnHook", "-", call(ours), call(theirs), {
+          runs: 60,
+          warmup: 5,
+          target: "≤ 0.6×",
+          note: "stock = pi's local exec running bwrap --unshare-all (workspace at /workspace, system read-only)",
+        }),
+      );
+    } else {
+      ctx.log("bash: no working bwrap on PATH, the sandbox-vs-bwrap row is skipped (apt-get install bubblewrap)");
+    }
+    const exec = (ops) => () => ops.exec("true", "/workspace", { onData() {} });
+    const plainExec = () => plain.exec("true", "/tmp", { onData() {} });
+    rows.push(
+      await compare("bash sandboxed `true` exec vs unsandboxed", "-", exec(sandboxed), plainExec, {
+        runs: 60,
+        warmup: 5,
+        target: "report",
+        note: `stock = our unsandboxed exec; mode ${support.auto}`,
+      }),
+    );
+    return rows;
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

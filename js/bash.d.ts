@@ -2,7 +2,62 @@
 export interface NativeBashOptions {
   /** Shell to run commands with; default as pi: /bin/bash, else bash on PATH, else sh. */
   shellPath?: string;
+  /**
+   * Run every command in a sandbox (Linux): the workspace `root` at `runtimeRoot`, no network, a clean
+   * environment (the `env` pi passes on each call is not given to the shell). exec rejects, never runs
+   * unsandboxed, when this machine offers no sandbox: check with {@link sandboxSupport}.
+   */
+  sandbox?: SandboxOptions;
 }
+
+/** How a command is sandboxed: `"auto"` picks namespaces when available, else Landlock. */
+export type SandboxMode = "auto" | "namespaces" | "landlock";
+
+/** The `sandbox` option of {@link createBashOperations}. */
+export interface SandboxOptions {
+  /** Host directory of the workspace: an existing directory (relative to the process's cwd if relative). */
+  root: string;
+  /**
+   * Absolute path the shell sees `root` at; exec's `cwd` is in this form (e.g. `/workspace/src`).
+   * Default `/workspace`. Landlock mode cannot remap paths: there it must equal `root`.
+   */
+  runtimeRoot?: string;
+  /** Share the host's network. Default `false`: nothing of the host's network, its loopback included. */
+  network?: boolean;
+  /** Extra host paths visible read-only, at the same path. */
+  readOnly?: string[];
+  /** Extra host paths visible read-write, at the same path. */
+  readWrite?: string[];
+  /** Variables added to the sandbox's clean environment (HOME, PATH, TMPDIR, LANG, TERM). */
+  env?: Record<string, string>;
+  /** Default `"auto"`. */
+  mode?: SandboxMode;
+  /** Most processes the command's tree may have at once (a fork bomb stops there). Default 512. */
+  maxProcesses?: number;
+}
+
+/** What this machine offers for `createBashOperations({ sandbox })`. */
+export interface SandboxSupport {
+  /** `process.platform`'s value: only "linux" has a sandbox. */
+  platform: string;
+  /** Kernel release (uname), e.g. "6.8.0-45-generic"; null where unknown. */
+  kernel: string | null;
+  /** Namespaces mode works here (user, mount and PID namespaces and a /proc mount, probed). */
+  namespaces: boolean;
+  /** Why namespaces mode does not work, else null. */
+  namespacesError: string | null;
+  /** The kernel's Landlock ABI version; 0 = none. */
+  landlockAbi: number;
+  /** Why Landlock mode does not work, else null. */
+  landlockError: string | null;
+  /** seccomp filters can be installed. */
+  seccomp: boolean;
+  /** The mode `"auto"` picks; null = no sandbox possible here (exec rejects). */
+  auto: "namespaces" | "landlock" | null;
+}
+
+/** What this machine offers for sandboxed bash (for an agent's startup check). */
+export declare function sandboxSupport(): SandboxSupport;
 
 /** Structurally identical to pi's `BashOperations`; pass it as `createBashTool(cwd, { operations })`. */
 export interface NativeBashOperations {

@@ -2,10 +2,11 @@
 // delivered with backpressure, the whole process tree killed on abort/timeout, and nothing left
 // running if Node dies. Validation, shell resolution and error strings follow pi 1.6.0's
 // createLocalBashOperations.
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { access } from "node:fs/promises";
 import { spawnSync } from "node:child_process";
-import { checkObject } from "./args.js";
+import path from "node:path";
+import { checkObject, checkPath, checkString } from "./args.js";
 import { native } from "./native.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -85,9 +86,98 @@ export function envEntries(env) {
   return entries;
 }
 
+const SANDBOX_MODES = ["auto", "namespaces", "landlock"];
+const SANDBOX_KEYS = ["root", "runtimeRoot", "network", "readOnly", "readWrite", "env", "mode", "maxProcesses"];
+
+function checkPathList(list, what) {
+  if (!Array.isArray(list)) throw new TypeError(`${what} must be an array of absolute paths`);
+  return list.map((p, i) => path.resolve(checkPath(p, `${what}[${i}]`)));
+}
+
+/**
+ * Validates `createBashOperations`'s `sandbox` option into the native request's form: `root` an
+ * existing directory (symlinks resolved, so the bind is what the caller meant), paths absolute,
+ * `env` as KEY=VALUE entries.
+ */
+export function checkSandboxOptions(sandbox, what = "createBashOperations: sandbox") {
+  checkObject(sandbox, what);
+  for (const key of Object.keys(sandbox)) {
+    if (!SANDBOX_KEYS.includes(key)) throw new TypeError(`${what}: unknown option "${key}"`);
+  }
+  const {
+    runtimeRoot = "/workspace",
+    network = false,
+    readOnly = [],
+    readWrite = [],
+    env = {},
+    mode = "auto",
+  } = sandbox;
+  checkString(sandbox.root, `${what}.root`);
+  let root;
+  try {
+    root = realpathSync(path.resolve(sandbox.root));
+    if (!statSync(root).isDirectory()) throw new Error("not a directory");
+  } catch {
+    throw new TypeError(`${what}.root must be an existing directory, got ${JSON.stringify(sandbox.root)}`);
+  }
+  checkPath(runtimeRoot, `${what}.runtimeRoot`);
+  if (typeof network !== "boolean") throw new TypeError(`${what}.network must be a boolean`);
+  checkObject(env, `${what}.env`);
+  for (const [key, value] of Object.entries(env)) {
+    if (typeof value !== "string") throw new TypeError(`${what}.env.${key} must be a string`);
+    if (key === "" || key.includes("=")) throw new TypeError(`${what}.env: invalid name ${JSON.stringify(key)}`);
+  }
+  if (!SANDBOX_MODES.includes(mode)) {
+    throw new TypeError(
+      `${what}.mode must be one of ${SANDBOX_MODES.map((m) => `"${m}"`).join(", ")}, got ${JSON.stringify(mode)}`,
+    );
+  }
+  const { maxProcesses } = sandbox;
+  if (
+    maxProcesses !== undefined &&
+    !(Number.isInteger(maxProcesses) && maxProcesses > 0 && maxProcesses <= 2 ** 31 - 1)
+  ) {
+    throw new TypeError(`${what}.maxProcesses must be a positive integer`);
+  }
+  return {
+    root,
+    runtimeRoot: path.resolve(runtimeRoot),
+    network,
+    readOnly: checkPathList(readOnly, `${what}.readOnly`),
+    readWrite: checkPathList(readWrite, `${what}.readWrite`),
+    env: envEntries(env),
+    mode,
+    maxProcesses,
+  };
+}
+
+/**
+ * The host path behind `cwd` as the sandboxed shell sees it: under `runtimeRoot`, the same place under
+ * `root`; elsewhere (system directories, extra binds) the host's own path.
+ */
+function hostPathOf(sandbox, cwd) {
+  const rel = path.relative(sandbox.runtimeRoot, path.resolve(cwd));
+  if (rel === "" || (rel !== ".." && !rel.startsWith("../") && !path.isAbsolute(rel)))
+    return path.join(sandbox.root, rel);
+  return cwd;
+}
+
+function noSandboxInBinary() {
+  return Object.assign(
+    new Error("sandbox unavailable: this pi-native-ops binary has no sandbox; install or build a newer one"),
+    { code: "ESANDBOX" },
+  );
+}
+
+/** What this machine offers for `createBashOperations({ sandbox })`: see bash.d.ts. */
+export function sandboxSupport() {
+  if (typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
+  return native.sandboxSupport();
+}
+
 /**
  * Native BashOperations for pi's `createBashTool(cwd, { operations })`.
- * @param {{ shellPath?: string }} [options]
+ * @param {{ shellPath?: string, sandbox?: object }} [options]
  */
 export function createBashOperations(options = {}) {
   checkObject(options, "createBashOperations: options");
@@ -95,6 +185,7 @@ export function createBashOperations(options = {}) {
   if (shellPath !== undefined && typeof shellPath !== "string") {
     throw new TypeError("createBashOperations: shellPath must be a string");
   }
+  const sandbox = options.sandbox === undefined ? undefined : checkSandboxOptions(options.sandbox);
   return {
     exec: async (command, cwd, execOptions) => {
       if (process.platform === "win32") {
@@ -104,14 +195,20 @@ export function createBashOperations(options = {}) {
       }
       const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
       if (signal?.aborted) throw new Error("aborted");
+      // An addon built before the sandbox would ignore request.sandbox and run the command unconfined.
+      if (sandbox && typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
       const shell = resolveShell(shellPath);
       try {
-        await access(cwd, constants.F_OK);
+        await access(sandbox ? hostPathOf(sandbox, cwd) : cwd, constants.F_OK);
       } catch {
         throw new Error(`Working directory does not exist: ${cwd}\nCannot execute bash commands.`);
       }
       if (cwd.includes("\0")) throw new TypeError("exec: cwd must not contain NUL bytes");
-      const request = { shell, command, cwd, env: env === undefined ? undefined : envEntries(env) };
+      // Sandboxed, the caller's env (pi passes the agent's whole environment, API keys included) never
+      // reaches the shell: it gets the sandbox's clean environment plus sandbox.env.
+      const request = sandbox
+        ? { shell, command, cwd, sandbox }
+        : { shell, command, cwd, env: env === undefined ? undefined : envEntries(env) };
       // The signal may have fired while we awaited access().
       if (signal?.aborted) throw new Error("aborted");
 

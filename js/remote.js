@@ -672,6 +672,8 @@ export async function connect(transport, options = {}) {
       if (shellPath !== undefined && typeof shellPath !== "string") {
         throw new TypeError("createBashOperations: shellPath must be a string");
       }
+      // Never silently unsandboxed: the server has no sandbox option.
+      if (bashOptions.sandbox !== undefined) throw new TypeError(REMOTE_SANDBOX);
       return remoteBashOperations(conn, { shellPath, forwardEnv });
     },
     /** grep() on the server; a relative `path` resolves against `cwd`, default the server's root. */
@@ -683,9 +685,13 @@ export async function connect(transport, options = {}) {
   };
 }
 
+const REMOTE_SANDBOX =
+  "sandbox is not supported over a remote connection: run pi-native-ops-server itself in the sandbox (a container)";
+
 function wireRemote(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   checkObject(options);
+  if (options.sandbox !== undefined || options.bash?.sandbox !== undefined) throw new TypeError(REMOTE_SANDBOX);
   const { connection, bash = {} } = options;
   if (!connection || typeof connection[searchKey] !== "function") {
     throw new TypeError("options.connection must be a connection made by connect()");

@@ -1,4 +1,4 @@
-import type { NativeBashOptions } from "./bash.js";
+import type { NativeBashOptions, SandboxOptions } from "./bash.js";
 import type { BashSpawnHook, Pi } from "./pi.js";
 
 export interface NativeToolsOptions {
@@ -7,7 +7,13 @@ export interface NativeToolsOptions {
   /** Absolute path the agent sees for `root` (e.g. `/workspace`). Default: `root`. */
   runtimeRoot?: string;
   /** `shellPath` for the native exec, plus pi's bash tool options (`spawnHook`, `commandPrefix`). */
-  bash?: NativeBashOptions & { spawnHook?: BashSpawnHook; commandPrefix?: string };
+  bash?: Omit<NativeBashOptions, "sandbox"> & { spawnHook?: BashSpawnHook; commandPrefix?: string };
+  /**
+   * Sandbox bash over the same `root` and `runtimeRoot` as the file tools: `true` for the defaults, or
+   * the sandbox's other options (a `root`/`runtimeRoot` here, if given, must match the tools'; without
+   * a runtimeRoot anywhere the workspace keeps its host path).
+   */
+  sandbox?: boolean | (Omit<SandboxOptions, "root"> & { root?: string });
 }
 
 /** pi's tool objects (AgentTool), each as the installed pi's own factory types it. */

@@ -1,5 +1,6 @@
 // One-call wiring: all seven of pi's tools, each built by the installed pi's own factory with this
 // package's operations (and our grep tool, since pi's grep cannot be redirected).
+import path from "node:path";
 import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
@@ -31,13 +32,44 @@ function withStockLimitNotice(tool) {
   };
 }
 
+/**
+ * The bash sandbox of the tools' options: `sandbox: true` is the defaults, an object is merged with the
+ * tools' `root` and `runtimeRoot`, so the file tools and the shell see one workspace at one path.
+ */
+function sandboxOf(options, root, runtimeRoot) {
+  const { sandbox } = options;
+  if (sandbox === undefined || sandbox === false) return undefined;
+  if (sandbox !== true && (sandbox === null || typeof sandbox !== "object")) {
+    throw new TypeError("sandbox must be true or an object of createBashOperations' sandbox options");
+  }
+  const own = sandbox === true ? {} : sandbox;
+  for (const [key, value] of [
+    ["root", root],
+    ["runtimeRoot", runtimeRoot],
+  ]) {
+    if (own[key] !== undefined && path.resolve(own[key]) !== path.resolve(value)) {
+      throw new TypeError(`sandbox.${key} (${own[key]}) differs from the tools' ${key} (${value}); give it once`);
+    }
+  }
+  return { ...own, root, runtimeRoot };
+}
+
 function wire(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   checkObject(options);
-  const { root = cwd, runtimeRoot, bash = {} } = options;
+  const { bash = {} } = options;
+  const sandboxObject = options.sandbox !== null && typeof options.sandbox === "object" ? options.sandbox : {};
+  const root = options.root ?? sandboxObject.root ?? cwd;
+  // Without a runtimeRoot anywhere, the workspace keeps its host path, for the file tools and the shell.
+  const runtimeRoot = options.runtimeRoot ?? sandboxObject.runtimeRoot;
   const fs = createBoundFs(root, runtimeRoot === undefined ? {} : { runtimeRoot });
-  const { shellPath, ...bashToolOptions } = bash;
-  const operations = createBashOperations(shellPath === undefined ? {} : { shellPath });
+  const { shellPath, sandbox: misplaced, ...bashToolOptions } = bash;
+  if (misplaced !== undefined) throw new TypeError("bash.sandbox: give the sandbox as the tools' own `sandbox` option");
+  const sandbox = sandboxOf(options, path.resolve(root), path.resolve(runtimeRoot ?? root));
+  const operations = createBashOperations({
+    ...(shellPath === undefined ? {} : { shellPath }),
+    ...(sandbox === undefined ? {} : { sandbox }),
+  });
   return assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep: createGrepToolDefinition(cwd, { fs }) });
 }
 

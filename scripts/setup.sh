@@ -12,6 +12,14 @@ npm run build
 # The remote server, static on Linux, beside the addon (pi-native-ops-server.<platform>).
 bash scripts/build-server.sh
 
+# Best effort: bubblewrap, the reference the sandbox parity tests and bench row compare with (Debian's
+# package). Skipped (and said) without apt or root; those tests then skip.
+if ! command -v bwrap >/dev/null; then
+  { command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] && apt-get install -y -q bubblewrap >/dev/null 2>&1; } ||
+    { command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } ||
+    echo "setup: could not install bubblewrap; the sandbox-vs-bwrap parity tests and bench row will skip"
+fi
+
 # Best effort: the standard library of two other targets, so `npm test` can check that the
 # platform-gated code compiles for macOS and Windows. Skipped (and said) when unavailable.
 rustup target add x86_64-apple-darwin x86_64-pc-windows-msvc >/dev/null 2>&1 ||

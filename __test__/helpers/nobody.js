@@ -1,0 +1,109 @@
+// Runs sandboxed commands as root (in this process) and as `nobody` (a child Node process dropped to
+// nobody/nogroup with setpriv), so one suite proves the sandbox's refusals for both users. Each run
+// takes the same input and gives the same JSON-able results: for each command its output, exit code
+// or the error it rejected with.
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, mkdtempSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const packageEntry = path.resolve(here, "../../index.js");
+const NOBODY_UID = 65534;
+const NOGROUP_GID = 65534;
+
+/** The setpriv prefix that drops to nobody, or null (and why) when this process cannot. */
+export const nobody = (() => {
+  if (process.getuid?.() !== 0) return { argv: null, why: "not root: cannot drop to nobody" };
+  const probe = spawnSync("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "true"]);
+  if (probe.status !== 0)
+    return { argv: null, why: `setpriv --reuid=nobody failed: ${probe.error?.message ?? probe.stderr}` };
+  return { argv: ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"], why: null };
+})();
+
+/** A fresh temp directory owned by nobody (when running as root), `mode` on it. */
+export function tempDirFor(user, prefix, mode = 0o755) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  chmodSync(dir, mode);
+  if (user === "nobody") chownSync(dir, NOBODY_UID, NOGROUP_GID);
+  return dir;
+}
+
+/** Writes `content` to `file` and hands it to `user`. */
+export function writeFileAs(user, file, content, mode = 0o644) {
+  writeFileSync(file, content, { mode });
+  chmodSync(file, mode);
+  if (user === "nobody") chownSync(file, NOBODY_UID, NOGROUP_GID);
+}
+
+/**
+ * Runs `commands` ({ command, cwd, env?, abortOn?, timeout? }) one after another through
+ * `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`.
+ * `abortOn`: abort once the output contains that text. Shared by both users' runs.
+ */
+export async function execAll(pno, sandbox, commands) {
+  const ops = pno.createBashOperations({ sandbox });
+  const results = [];
+  for (const { command, cwd, env, abortOn, timeout } of commands) {
+    let output = "";
+    const controller = new AbortController();
+    const onData = (chunk) => {
+      output += chunk.toString("utf8");
+      if (abortOn && output.includes(abortOn)) controller.abort();
+    };
+    try {
+      const { exitCode } = await ops.exec(command, cwd, { onData, env, timeout, signal: controller.signal });
+      results.push({ output, exitCode });
+    } catch (err) {
+      results.push({ output, error: err.message, code: err.code ?? null });
+    }
+  }
+  return results;
+}
+
+// The child exits when the test process is gone (a test that timed out, vitest killed), so that its
+// exec's supervisor sees Node go and kills the sandboxed tree.
+const childScript = `
+import { readFileSync } from "node:fs";
+const parent = process.ppid;
+setInterval(() => process.ppid !== parent && process.exit(1), 200).unref();
+const { pkg, helper, sandbox, commands } = JSON.parse(readFileSync(0, "utf8"));
+const pno = await import(pkg);
+const { execAll } = await import(helper);
+process.stdout.write(JSON.stringify(await execAll(pno, sandbox, commands)));
+`;
+let scriptPath;
+const children = new Set();
+// setpriv execs node in place, so the child is the nobody Node itself: ending it ends its exec trees.
+process.once("exit", () => {
+  for (const child of children) child.kill("SIGKILL");
+});
+
+/** execAll as `user` ("root": in this process; "nobody": in a child Node process run by setpriv). */
+export async function execAllAs(user, pno, sandbox, commands) {
+  if (user === "root") return execAll(pno, sandbox, commands);
+  if (!nobody.argv) throw new Error(nobody.why);
+  if (!scriptPath) {
+    scriptPath = path.join(tempDirFor("root", "pno-nobody-script-"), "run.mjs");
+    writeFileSync(scriptPath, childScript, { mode: 0o644 });
+  }
+  const [file, ...args] = [...nobody.argv, process.execPath, scriptPath];
+  // The child's environment is this process's: a fake API key set here must not reach its sandbox.
+  const child = spawn(file, args, { stdio: ["pipe", "pipe", "pipe"], cwd: "/" });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => {
+    stdout += d;
+  });
+  child.stderr.on("data", (d) => {
+    stderr += d;
+  });
+  const exited = new Promise((resolve) => child.on("close", resolve));
+  children.add(child);
+  exited.then(() => children.delete(child));
+  child.stdin.end(JSON.stringify({ pkg: packageEntry, helper: fileURLToPath(import.meta.url), sandbox, commands }));
+  const code = await exited;
+  if (code !== 0) throw new Error(`nobody's run exited ${code}: ${stderr}`);
+  return JSON.parse(stdout);
+}

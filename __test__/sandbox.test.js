@@ -1,0 +1,390 @@
+// The bash sandbox (createBashOperations({ sandbox })): what a sandboxed shell cannot do, as root (in
+// this process) and as nobody (a child Node dropped with setpriv), in namespaces mode and, forced, in
+// Landlock mode; and that exec's own guarantees (streaming, 128 + signal, abort/timeout killing the
+// whole tree) still hold inside.
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import * as pno from "pi-native-ops";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execAll, execAllAs, nobody, tempDirFor, writeFileAs } from "./helpers/nobody.js";
+
+const support = process.platform === "linux" ? pno.sandboxSupport() : null;
+const FAKE_KEY = `sk-fake-${process.pid}-do-not-leak`;
+process.env.PNO_FAKE_API_KEY = FAKE_KEY;
+
+/** Host pids whose command line contains `marker` (the tree of a command that used it). */
+function pidsWith(marker) {
+  const pids = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8");
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const zombie = stat
+        .slice(stat.lastIndexOf(")") + 1)
+        .trim()
+        .startsWith("Z");
+      // cmdline separates the arguments with NUL bytes.
+      if (!zombie && cmdline.replaceAll("\0", " ").includes(marker)) pids.push(Number(name));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return pids;
+}
+
+/** A TCP listener on the host's loopback, counting the connections it accepts. */
+async function listen() {
+  const server = net.createServer((socket) => {
+    server.accepted++;
+    socket.destroy();
+  });
+  server.accepted = 0;
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+/** A host process for the sandbox to try to see and kill: `sleep`, as `user`. */
+function hostSleeper(user) {
+  const argv = user === "nobody" ? [...nobody.argv, "sleep", "600"] : ["sleep", "600"];
+  const child = spawn(argv[0], argv.slice(1), { stdio: "ignore" });
+  return child;
+}
+
+async function untilDead(marker) {
+  for (let i = 0; i < 200 && pidsWith(marker).length > 0; i++) await new Promise((r) => setTimeout(r, 25));
+  return pidsWith(marker);
+}
+
+const cleanup = [];
+afterAll(() => {
+  for (const fn of cleanup.reverse()) fn();
+});
+
+// The same suite for each user: the refusals must not depend on the sandbox running as root.
+const users = ["root", ...(nobody.argv ? ["nobody"] : [])];
+const modes = [
+  ["namespaces", support?.namespaces, support?.namespacesError],
+  ["landlock", support?.landlockAbi > 0, support?.landlockError],
+];
+
+describe("sandboxSupport()", () => {
+  it.runIf(process.platform === "linux")("reports the machine's modes with reasons", () => {
+    expect(support).toMatchObject({ platform: "linux", seccomp: expect.any(Boolean) });
+    expect(typeof support.kernel).toBe("string");
+    expect(support.auto === null || ["namespaces", "landlock"].includes(support.auto)).toBe(true);
+    if (!support.namespaces) expect(support.namespacesError).toMatch(/./);
+    if (support.landlockAbi === 0) expect(support.landlockError).toMatch(/./);
+    // This repository's CI machines offer namespaces (root, or unprivileged user namespaces).
+    expect(support.auto).toBe("namespaces");
+  });
+});
+
+describe("createBashOperations({ sandbox }) validation", () => {
+  const root = tempDirFor("root", "pno-sbx-valid-");
+  cleanup.push(() => rmSync(root, { recursive: true, force: true }));
+  const bad = [
+    [{ sandbox: null }, /sandbox must be an object/],
+    [{ sandbox: {} }, /sandbox\.root must be a string/],
+    [{ sandbox: { root: "/nonexistent-pno" } }, /sandbox\.root must be an existing directory/],
+    [{ sandbox: { root: "/etc/hostname" } }, /sandbox\.root must be an existing directory/],
+    [{ sandbox: { root, runtimeRoot: "workspace" } }, /runtimeRoot must be an absolute path/],
+    [{ sandbox: { root, network: "yes" } }, /network must be a boolean/],
+    [{ sandbox: { root, readOnly: "/opt" } }, /readOnly must be an array/],
+    [{ sandbox: { root, readWrite: ["rel"] } }, /readWrite\[0\] must be an absolute path/],
+    [{ sandbox: { root, env: { A: 1 } } }, /env\.A must be a string/],
+    [{ sandbox: { root, env: { "A=B": "x" } } }, /env: invalid name/],
+    [{ sandbox: { root, mode: "chroot" } }, /mode must be one of "auto", "namespaces", "landlock"/],
+    [{ sandbox: { root, maxProcesses: 0 } }, /maxProcesses must be a positive integer/],
+    [{ sandbox: { root, netwrok: false } }, /unknown option "netwrok"/],
+  ];
+  for (const [options, message] of bad) {
+    it(`rejects ${JSON.stringify(options)}`, () => {
+      expect(() => pno.createBashOperations(options)).toThrow(TypeError);
+      expect(() => pno.createBashOperations(options)).toThrow(message);
+    });
+  }
+
+  it("a remote connection refuses a sandbox instead of ignoring it", () => {
+    expect(() => pno.createRemoteTools("/", { sandbox: true })).toThrow(/not supported over a remote connection/);
+  });
+});
+
+for (const [mode, available, why] of modes) {
+  for (const user of users) {
+    describe.skipIf(!available)(`sandbox, ${mode} mode, as ${user}${available ? "" : ` (skipped: ${why})`}`, () => {
+      const tag = `${mode}-${user}-${process.pid}`;
+      let root;
+      let other;
+      let secretDirs;
+      let runtimeRoot;
+      const run = (commands, extra = {}) =>
+        execAllAs(
+          user,
+          pno,
+          { root, runtimeRoot, mode, maxProcesses: 64, env: { GREETING: "hi" }, ...extra },
+          commands,
+        );
+
+      beforeAll(() => {
+        root = tempDirFor(user, `pno-sbx-root-`);
+        // Landlock cannot remap paths: the workspace is at its host path.
+        runtimeRoot = mode === "landlock" ? root : "/workspace";
+        writeFileAs(user, path.join(root, "hello.txt"), "hello from the root\n");
+        // Another workspace, open to everyone: only the sandbox keeps it out.
+        other = tempDirFor(user, "pno-sbx-other-", 0o777);
+        writeFileAs(user, path.join(other, "secret.txt"), `other workspace ${tag}\n`, 0o666);
+        secretDirs = [`/root/.pno-sbx-${tag}`, `/home/pno-sbx-${tag}`];
+        for (const dir of secretDirs) {
+          mkdirSync(dir, { recursive: true });
+          writeFileSync(path.join(dir, "secret.txt"), `home secret ${tag}\n`);
+        }
+        cleanup.push(() => {
+          for (const dir of [root, other, ...secretDirs]) rmSync(dir, { recursive: true, force: true });
+        });
+      });
+
+      it("the workspace holds the root's files at runtimeRoot, and writes land in the root", async () => {
+        const [read, write] = await run([
+          { command: "pwd; cat hello.txt", cwd: runtimeRoot },
+          { command: "mkdir -p out && echo written > out/new.txt && cd out && pwd", cwd: runtimeRoot },
+        ]);
+        expect(read).toEqual({ output: `${runtimeRoot}\nhello from the root\n`, exitCode: 0 });
+        expect(write).toEqual({ output: `${runtimeRoot}/out\n`, exitCode: 0 });
+        expect(readFileSync(path.join(root, "out/new.txt"), "utf8")).toBe("written\n");
+      });
+
+      it("a cwd inside the workspace is checked in the sandbox's view", async () => {
+        mkdirSync(path.join(root, "src"), { recursive: true });
+        const [inside, missing] = await run([
+          { command: "pwd", cwd: `${runtimeRoot}/src` },
+          { command: "pwd", cwd: `${runtimeRoot}/missing` },
+        ]);
+        expect(inside).toEqual({ output: `${runtimeRoot}/src\n`, exitCode: 0 });
+        expect(missing.error).toBe(
+          `Working directory does not exist: ${runtimeRoot}/missing\nCannot execute bash commands.`,
+        );
+      });
+
+      it("cannot read /root, /home, /etc/shadow or another workspace", async () => {
+        const targets = [...secretDirs.map((d) => `${d}/secret.txt`), "/etc/shadow", `${other}/secret.txt`];
+        const results = await run(
+          targets.map((t) => ({
+            command: `cat ${t} 2>/dev/null && echo READ; ls ${path.dirname(t)} 2>/dev/null | grep -q secret && echo LISTED; true`,
+            cwd: runtimeRoot,
+          })),
+        );
+        for (const [i, r] of results.entries()) {
+          expect({ target: targets[i], ...r }).toEqual({ target: targets[i], output: "", exitCode: 0 });
+        }
+      });
+
+      it("cannot write outside the workspace and its temp dir", async () => {
+        const targets = [
+          `${other}/planted`,
+          "/etc/pno-planted",
+          "/usr/pno-planted",
+          "/var/tmp/pno-planted",
+          "/planted",
+        ];
+        if (mode === "landlock") targets.push("/tmp/pno-planted");
+        const [r] = await run([
+          {
+            command: targets
+              .map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`)
+              .join("; ")
+              .concat("; true"),
+            cwd: runtimeRoot,
+          },
+        ]);
+        expect(r).toEqual({ output: "", exitCode: 0 });
+        for (const t of targets) expect(existsSync(t)).toBe(false);
+      });
+
+      it("has a private temp dir, gone afterwards", async () => {
+        const hostFile = `/tmp/pno-sbx-host-${tag}`;
+        writeFileSync(hostFile, "host tmp\n");
+        cleanup.push(() => rmSync(hostFile, { force: true }));
+        const [first, second] = await run([
+          {
+            command: `echo mine > "$TMPDIR/pno-mark-${tag}" && cat "$TMPDIR/pno-mark-${tag}"; ls -d "$TMPDIR"; test -e ${hostFile} && echo HOST-TMP-EXISTS; cat ${hostFile} 2>/dev/null; true`,
+            cwd: runtimeRoot,
+          },
+          { command: `test -e "$TMPDIR/pno-mark-${tag}" && echo STILL-THERE; true`, cwd: runtimeRoot },
+        ]);
+        const tmpdir = first.output.split("\n")[1];
+        // Landlock governs opening, not looking up: a host file's existence shows, its content does not.
+        const seen = mode === "landlock" ? "HOST-TMP-EXISTS\n" : "";
+        expect(first).toEqual({ output: `mine\n${tmpdir}\n${seen}`, exitCode: 0 });
+        if (mode === "namespaces") expect(tmpdir).toBe("/tmp");
+        expect(second).toEqual({ output: "", exitCode: 0 });
+        // Nothing of it is left on the host.
+        if (mode === "landlock") expect(existsSync(tmpdir)).toBe(false);
+        else expect(existsSync(`/tmp/pno-mark-${tag}`)).toBe(false);
+        expect(existsSync(path.join(root, `pno-mark-${tag}`))).toBe(false);
+      });
+
+      it("gets a clean environment: the agent's env never reaches the shell", async () => {
+        const [r] = await run([
+          {
+            command: "env; echo key=${PNO_FAKE_API_KEY-unset}",
+            cwd: runtimeRoot,
+            env: { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY },
+          },
+        ]);
+        expect(r.exitCode).toBe(0);
+        expect(r.output).not.toContain(FAKE_KEY);
+        expect(r.output).toContain("key=unset\n");
+        expect(r.output).toContain("GREETING=hi\n");
+        expect(r.output).toMatch(/^PATH=.*\/usr\/local\/bin/m);
+        expect(r.output).toMatch(/^HOME=/m);
+      });
+
+      it("has no network by default; network: true reaches the host's loopback", async () => {
+        const server = await listen();
+        cleanup.push(() => server.close());
+        const { port } = server.address();
+        const probe = {
+          command: `(echo hi > /dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo CONNECTED || echo REFUSED`,
+          cwd: runtimeRoot,
+        };
+        const [off] = await run([probe]);
+        expect(off).toEqual({ output: "REFUSED\n", exitCode: 0 });
+        expect(server.accepted).toBe(0);
+        const [on] = await run([probe], { network: true });
+        expect(on).toEqual({ output: "CONNECTED\n", exitCode: 0 });
+        expect(server.accepted).toBe(1);
+      });
+
+      it("cannot kill host processes (namespaces: cannot see them either)", async () => {
+        const victim = hostSleeper(user);
+        cleanup.push(() => victim.kill("SIGKILL"));
+        await new Promise((resolve) => victim.once("spawn", resolve));
+        const [r] = await run([
+          {
+            command: `test -e /proc/${victim.pid} && echo PROC-VISIBLE; kill -9 ${victim.pid} 2>/dev/null && echo KILLED; ps -e -o pid= | wc -l`,
+            cwd: runtimeRoot,
+          },
+        ]);
+        expect(r.output).not.toContain("KILLED");
+        expect(victim.exitCode).toBe(null);
+        expect(victim.signalCode).toBe(null);
+        if (mode === "namespaces") {
+          expect(r.output).not.toContain("PROC-VISIBLE");
+          // Only the sandbox's own few processes.
+          expect(Number(r.output.trim().split("\n").pop())).toBeLessThan(8);
+        }
+      });
+
+      it("mount, unshare, chroot and ptrace escapes fail", async () => {
+        const victim = hostSleeper(user);
+        cleanup.push(() => victim.kill("SIGKILL"));
+        await new Promise((resolve) => victim.once("spawn", resolve));
+        const attempts = [
+          "mount -t tmpfs none /tmp",
+          "mount --bind / /tmp",
+          "unshare -U -r true",
+          "unshare -m true",
+          "chroot / true",
+          // PTRACE_ATTACH (16) of a host process, by raw syscall (x86_64: ptrace is 101).
+          `perl -e 'exit(syscall(101, 16, ${victim.pid}, 0, 0) == 0 ? 0 : 1)'`,
+          // unshare(CLONE_NEWUSER) by raw syscall (x86_64: 272), in case the binary is missing.
+          "perl -e 'exit(syscall(272, 0x10000000) == 0 ? 0 : 1)'",
+        ];
+        const results = await run(
+          attempts.map((a) => ({ command: `${a} 2>/dev/null && echo ESCAPED; true`, cwd: runtimeRoot })),
+        );
+        for (const [i, r] of results.entries()) {
+          expect({ attempt: attempts[i], ...r }).toEqual({ attempt: attempts[i], output: "", exitCode: 0 });
+        }
+        expect(victim.exitCode).toBe(null);
+      });
+
+      it("streams, reports 128 + signal, and passes a failing exit code", async () => {
+        const [stream, signal, failing] = await run([
+          { command: "echo a; sleep 0.1; echo b >&2; echo c", cwd: runtimeRoot },
+          { command: "echo before; kill -9 $$", cwd: runtimeRoot },
+          { command: "ls /nonexistent-pno 2>&1; exit 3", cwd: runtimeRoot },
+        ]);
+        expect(stream).toEqual({ output: "a\nb\nc\n", exitCode: 0 });
+        expect(signal).toEqual({ output: "before\n", exitCode: 137 });
+        expect(failing.exitCode).toBe(3);
+        expect(failing.output).toContain("No such file or directory");
+      });
+
+      it("abort and timeout kill the whole tree", async () => {
+        const [aborted, timedOut] = await run([
+          { command: `(sleep 3107 &) ; sleep 3108 & echo started; wait`, cwd: runtimeRoot, abortOn: "started" },
+          { command: `(setsid sleep 3109 &) ; echo started; sleep 3110`, cwd: runtimeRoot, timeout: 0.5 },
+        ]);
+        expect(aborted).toEqual({ output: "started\n", error: "aborted", code: null });
+        expect(timedOut).toEqual({ output: "started\n", error: "timeout:0.5", code: null });
+        for (const marker of ["sleep 3107", "sleep 3108", "sleep 3109", "sleep 3110"])
+          expect(await untilDead(marker)).toEqual([]);
+      });
+
+      it("a fork bomb stays under maxProcesses and dies with abort", { timeout: 30_000 }, async () => {
+        // Namespaces mode may enforce the limit with the PID namespace's pid_max, which the kernel
+        // keeps at 301 or more: a limit above that is exact in both modes.
+        const max = 320;
+        // Each `sleep 3111` is one more process, forked until the limit refuses one.
+        let peak = 0;
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, pidsWith("sleep 3111").length);
+        }, 20);
+        // perl's fork does not retry on EAGAIN as bash's does: the first refusal ends the loop.
+        const forker = `perl -e '$| = 1; for (1..400) { my $p = fork; if (!defined $p) { print "fork failed: $!\\n"; last } if (!$p) { exec "sleep", "3111" } } print "forked\\n"; sleep 600'`;
+        const [bomb] = await run([{ command: forker, cwd: runtimeRoot, abortOn: "forked" }], { maxProcesses: max });
+        clearInterval(sampler);
+        peak = Math.max(peak, pidsWith("sleep 3111").length);
+        expect(bomb.error).toBe("aborted");
+        expect(peak).toBeGreaterThan(0);
+        if (mode === "namespaces") {
+          expect(bomb.output).toMatch(/^fork failed: Resource temporarily unavailable\nforked\n$/);
+          expect(peak).toBeLessThanOrEqual(max);
+        } else {
+          // Landlock mode sets no process limit (RLIMIT_NPROC counts the user's processes machine-wide):
+          // only abort's tree kill holds.
+          expect(bomb.output).toBe("forked\n");
+        }
+        expect(await untilDead("sleep 3111")).toEqual([]);
+      });
+
+      it("keeps its process room after many short-lived processes", async () => {
+        // 400 forks in a row, then 20 at once: a limit counting forks made (or PIDs used) would refuse.
+        const command =
+          "for i in $(seq 400); do /bin/true; done; for i in $(seq 20); do sleep 0.5 & done; wait; echo done";
+        const [r] = await run([{ command, cwd: runtimeRoot }], { maxProcesses: 300 });
+        expect(r).toEqual({ output: "done\n", exitCode: 0 });
+      });
+    });
+  }
+}
+
+describe.skipIf(!support?.auto)("sandbox mode errors and a real fork bomb", () => {
+  const root = tempDirFor("root", "pno-sbx-misc-");
+  cleanup.push(() => rmSync(root, { recursive: true, force: true }));
+
+  it.runIf(support?.landlockAbi > 0)("landlock mode refuses a runtimeRoot that differs from the root", async () => {
+    const [r] = await execAll(pno, { root, mode: "landlock" }, [{ command: "true", cwd: root }]);
+    expect(r.code).toBe("ESANDBOX");
+    expect(r.error).toMatch(/^sandbox unavailable: /);
+  });
+
+  it("a real fork bomb is contained and dies with abort", { timeout: 30_000 }, async () => {
+    const controller = new AbortController();
+    const ops = pno.createBashOperations({ sandbox: { root, maxProcesses: 32 } });
+    let output = "";
+    const running = ops.exec("pnobomb() { pnobomb | pnobomb & }; pnobomb; echo lit; sleep 600", "/workspace", {
+      onData: (c) => {
+        output += c;
+        if (output.includes("lit")) setTimeout(() => controller.abort(), 500).unref();
+      },
+      signal: controller.signal,
+    });
+    await expect(running).rejects.toThrow("aborted");
+    expect(await untilDead("pnobomb")).toEqual([]);
+  });
+});
