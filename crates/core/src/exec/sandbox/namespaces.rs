@@ -67,10 +67,13 @@ const DEV_LINKS: &[(&str, &str)] = &[
     ("stdout", "/proc/self/fd/1"),
     ("stderr", "/proc/self/fd/2"),
 ];
-/// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`): a smaller process limit cannot be set this way.
-const PID_MAX_MIN: u32 = 301;
-/// PIDs the sandbox uses besides the limit: init (1), and pid 0 which is never allocated.
-const PID_MAX_EXTRA: u32 = 2;
+/// The kernel's `RESERVED_PIDS`: once a PID namespace's pids pass it, new ones wrap around to it
+/// (not to 1), so `pid_max = RESERVED_PIDS + limit` still leaves room for `limit` processes
+/// after many short-lived ones, and never allows more than `limit + RESERVED_PIDS`.
+const RESERVED_PIDS: u32 = 300;
+/// The first kernel that counts RLIMIT_NPROC per user namespace (ucounts, 5.14): before it the
+/// limit counts the user's processes machine-wide and would refuse a busy user's sandbox.
+const NPROC_PER_USERNS: (u32, u32) = (5, 14);
 /// `mount_setattr`'s `struct mount_attr` and flags (Linux 5.12).
 #[repr(C)]
 struct MountAttr {
@@ -130,9 +133,11 @@ pub(in crate::exec) struct NsPlan {
     /// What each action does, for an error naming the step that failed.
     pub(super) descriptions: Vec<String>,
     network: bool,
-    /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): the process limit.
+    /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): a bound for every caller.
     pid_max: CString,
-    max_processes: libc::rlim_t,
+    /// RLIMIT_NPROC inside (the exact limit), when the kernel counts it per user namespace and
+    /// the caller is not root (the kernel exempts root).
+    nproc: Option<libc::rlim_t>,
 }
 
 fn newroot(path: &Path) -> io::Result<CString> {
@@ -395,7 +400,9 @@ impl NsPlan {
         if max == 0 {
             return Err(invalid_spec("maxProcesses must be at least 1".into()));
         }
-        let pid_max = max.saturating_add(PID_MAX_EXTRA).max(PID_MAX_MIN);
+        let pid_max = max.saturating_add(RESERVED_PIDS);
+        let nproc =
+            (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| libc::rlim_t::from(max));
         Ok(NsPlan {
             clone_flags,
             deny_setgroups: true,
@@ -405,9 +412,27 @@ impl NsPlan {
             descriptions: b.descriptions,
             network: sandbox.network,
             pid_max: CString::new(pid_max.to_string()).expect("digits"),
-            max_processes: libc::rlim_t::from(max),
+            nproc,
         })
     }
+}
+
+/// Whether the running kernel's release is at least `(major, minor)`.
+fn kernel_at_least((major, minor): (u32, u32)) -> bool {
+    // SAFETY: uname fills the struct it is given; the kernel NUL-terminates the release.
+    let release = unsafe {
+        let mut name: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut name) != 0 {
+            return false;
+        }
+        std::ffi::CStr::from_ptr(name.release.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
 /// Writes `data` to the file at `path`; async-signal-safe.
@@ -525,15 +550,15 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     {
         fail(start, Step::NewRoot);
     }
-    let mut pid_max_set = false;
     for (index, action) in plan.actions.iter().enumerate() {
         if !perform(action) {
             fail(start, Step::Action(index));
         }
-        // The process limit: pid_max of our PID namespace where the kernel namespaces it
-        // (6.14), written before /proc/sys turns read-only.
+        // The process bound: pid_max of our PID namespace where the kernel namespaces it
+        // (6.14), written before /proc/sys turns read-only. Older kernels refuse the write:
+        // then only RLIMIT_NPROC (not for root) limits.
         if matches!(action, Action::Proc(_)) {
-            pid_max_set = write_file(c"/newroot/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
+            write_file(c"/newroot/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
         }
     }
     if libc::chdir(c"/newroot".as_ptr()) != 0
@@ -548,11 +573,10 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     if !plan.network {
         loopback_up();
     }
-    // Else RLIMIT_NPROC, which the kernel counts per user namespace (5.14) but ignores for root.
-    if !pid_max_set {
+    if let Some(max) = plan.nproc {
         let limit = libc::rlimit {
-            rlim_cur: plan.max_processes,
-            rlim_max: plan.max_processes,
+            rlim_cur: max,
+            rlim_max: max,
         };
         libc::setrlimit(libc::RLIMIT_NPROC, &limit);
     }

@@ -244,16 +244,11 @@ fn namespaces_limit_processes() {
         max_processes: Some(100),
         ..ns_sandbox(dir.path())
     };
-    // perl (essential on Debian) forks without bash's minutes of fork retries. The kernel's
-    // floor for pid_max makes the effective limit 300 here.
-    let (out, code) = run(
-        &sandbox,
-        "/workspace",
-        "command -v perl >/dev/null || { echo no-perl; exit; }; \
-         perl -e 'my $n = 0; for (1..400) { my $p = fork; last unless defined $p; \
-         if (!$p) { sleep 30; exit } $n++ } print $n'",
-    )
-    .unwrap();
+    // perl (essential on Debian) forks without bash's minutes of fork retries.
+    let forks = "command -v perl >/dev/null || { echo no-perl; exit; }; \
+         perl -e 'my $n = 0; for (1..800) { my $p = fork; last unless defined $p; \
+         if (!$p) { sleep 30; exit } $n++ } print $n'";
+    let (out, code) = run(&sandbox, "/workspace", forks).unwrap();
     if out.trim() == "no-perl" {
         eprintln!("skipped: no perl to fork with");
         return;
@@ -262,7 +257,17 @@ fn namespaces_limit_processes() {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("{out} {code:?}"));
-    assert!((250..=300).contains(&live), "{live} processes");
+    // pid_max bounds every caller at the limit + the kernel's 300 reserved pids; a non-root
+    // caller's RLIMIT_NPROC is exact (bash, perl and init count too).
+    assert!((100..=400).contains(&live), "{live} processes");
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(live <= 100, "{live} processes");
+    }
+    // Many short-lived processes do not use the room up (pids wrap around within it).
+    let churn = "for i in $(seq 400); do /bin/true; done; \
+         for i in $(seq 90); do sleep 0.3 & done; wait; echo done";
+    let (out, _) = run(&sandbox, "/workspace", churn).unwrap();
+    assert_eq!(out, "done\n");
 }
 
 #[test]
