@@ -47,9 +47,9 @@ async function listen() {
 }
 
 /** A host process for the sandbox to try to see and kill: `sleep`, as `user`. */
-function hostSleeper(user) {
+function hostSleeper(user, env = process.env) {
   const argv = user === "nobody" ? [...nobody.argv, "sleep", "600"] : ["sleep", "600"];
-  const child = spawn(argv[0], argv.slice(1), { stdio: "ignore" });
+  const child = spawn(argv[0], argv.slice(1), { stdio: "ignore", env });
   return child;
 }
 
@@ -75,8 +75,10 @@ describe("sandboxSupport()", () => {
     expect(support).toMatchObject({ platform: "linux", seccomp: expect.any(Boolean) });
     expect(typeof support.kernel).toBe("string");
     expect(support.auto === null || ["namespaces", "landlock"].includes(support.auto)).toBe(true);
-    if (!support.namespaces) expect(support.namespacesError).toMatch(/./);
+    if (support.namespaces) expect(support.namespacesError).toBe(null);
+    else expect(support.namespacesError).toMatch(/./);
     if (support.landlockAbi === 0) expect(support.landlockError).toMatch(/./);
+    else expect(support.landlockError).toBe(null);
     // This repository's CI machines offer namespaces (root, or unprivileged user namespaces).
     expect(support.auto).toBe("namespaces");
   });
@@ -227,9 +229,13 @@ for (const [mode, available, why] of modes) {
       });
 
       it("gets a clean environment: the agent's env never reaches the shell", async () => {
+        // A host process holding the key in its environment: /proc/<pid>/environ must not give it away.
+        const holder = hostSleeper(user, { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY });
+        cleanup.push(() => holder.kill("SIGKILL"));
+        await new Promise((resolve) => holder.once("spawn", resolve));
         const [r] = await run([
           {
-            command: "env; echo key=${PNO_FAKE_API_KEY-unset}",
+            command: `env; echo key=\${PNO_FAKE_API_KEY-unset}; cat /proc/${holder.pid}/environ /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep PNO_FAKE; true`,
             cwd: runtimeRoot,
             env: { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY },
           },

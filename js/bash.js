@@ -172,7 +172,15 @@ function noSandboxInBinary() {
 /** What this machine offers for `createBashOperations({ sandbox })`: see bash.d.ts. */
 export function sandboxSupport() {
   if (typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
-  return native.sandboxSupport();
+  const s = native.sandboxSupport();
+  // The binding leaves absent what is none; the documented shape says null.
+  return {
+    ...s,
+    kernel: s.kernel ?? null,
+    namespacesError: s.namespacesError ?? null,
+    landlockError: s.landlockError ?? null,
+    auto: s.auto ?? null,
+  };
 }
 
 /**
