@@ -5,14 +5,29 @@
 // `path "…" is outside workspace` through every tool. Stock find and grep spawn fd and rg: this test
 // finds them (see stockSearchTools) and never lets pi download them (PI_OFFLINE).
 import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // Nothing under the real HOME: pi's agent dir, settings and tool bin dir all live in a scratch HOME.
 const scratch = realpathSync(mkdtempSync(path.join(tmpdir(), "pi-native-ops-agent-")));
-const saved = { HOME: process.env.HOME, PATH: process.env.PATH, PI_OFFLINE: process.env.PI_OFFLINE, PI_CODING_AGENT_DIR: process.env.PI_CODING_AGENT_DIR };
+const saved = {
+  HOME: process.env.HOME,
+  PATH: process.env.PATH,
+  PI_OFFLINE: process.env.PI_OFFLINE,
+  PI_CODING_AGENT_DIR: process.env.PI_CODING_AGENT_DIR,
+};
 const agentDir = path.join(scratch, "home", ".pi", "agent");
 mkdirSync(agentDir, { recursive: true });
 process.env.HOME = path.join(scratch, "home");
@@ -267,8 +282,11 @@ describe(`pi's agent loop (${piName}): native tools against stock tools`, () => 
   });
 
   it("gives pi 1.6.0's grep text on both pi versions, files in path order", () => {
-    const text = (pattern) => native.results[SCRIPT.findIndex(([name, args]) => name === "grep" && args.pattern === pattern)].text;
-    expect(text("TODO")).toBe("notes.txt:2: TODO: call back\nsrc/a.ts:2: // TODO: fix a\nsrc/lib/d.ts:2: // TODO: fix d");
+    const text = (pattern) =>
+      native.results[SCRIPT.findIndex(([name, args]) => name === "grep" && args.pattern === pattern)].text;
+    expect(text("TODO")).toBe(
+      "notes.txt:2: TODO: call back\nsrc/a.ts:2: // TODO: fix a\nsrc/lib/d.ts:2: // TODO: fix d",
+    );
     expect(text("const [a-c]")).toBe(
       "a.ts:1: export const a = 1;\na.ts-2- // TODO: fix a\nb.ts:1: export const b = 2;\nc.ts:1: export const c = 3;",
     );

@@ -4,7 +4,10 @@ import { readFileSync } from "node:fs";
 export function isAlive(pid) {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return !stat.slice(stat.lastIndexOf(")") + 1).trim().startsWith("Z");
+    return !stat
+      .slice(stat.lastIndexOf(")") + 1)
+      .trim()
+      .startsWith("Z");
   } catch {
     try {
       process.kill(pid, 0);

@@ -49,7 +49,9 @@ describe(`pi's createBashTool (${piName}) with native operations`, () => {
       const controller = new AbortController();
       // Abort once the output has reached pi, so both runs are cut at the same point.
       const onUpdate = (partial) => partial.content.some((c) => c.text?.includes("started")) && controller.abort();
-      results.push(await run(operations, { command: "echo started; sleep 5" }, { signal: controller.signal, onUpdate }));
+      results.push(
+        await run(operations, { command: "echo started; sleep 5" }, { signal: controller.signal, onUpdate }),
+      );
     }
     expect(results[0]).toEqual(results[1]);
     expect(results[0].text).toContain("started");
@@ -57,7 +59,11 @@ describe(`pi's createBashTool (${piName}) with native operations`, () => {
   });
 
   it("still applies spawnHook and commandPrefix", async () => {
-    const spawnHook = (ctx) => ({ ...ctx, command: `${ctx.command}; echo "hooked $HOOKED"`, env: { ...ctx.env, HOOKED: "yes" } });
+    const spawnHook = (ctx) => ({
+      ...ctx,
+      command: `${ctx.command}; echo "hooked $HOOKED"`,
+      env: { ...ctx.env, HOOKED: "yes" },
+    });
     const params = { command: "echo body" };
     const options = { spawnHook, commandPrefix: "echo prefix" };
     const [ours, theirs] = [await run(native, params, options), await run(stock, params, options)];

@@ -158,7 +158,11 @@ describe("createBashOperations exec", () => {
   it("keeps reading output that a background child writes right after the shell exits", async () => {
     const out = collect();
     // The child writes once the shell has exited and been reaped (kill -0 fails), with no pause between.
-    await ops.exec("(while kill -0 $$ 2>/dev/null; do :; done; echo late1; echo late2; echo late3) & echo early", cwd, out);
+    await ops.exec(
+      "(while kill -0 $$ 2>/dev/null; do :; done; echo late1; echo late2; echo late3) & echo early",
+      cwd,
+      out,
+    );
     expect(out.text()).toBe("early\nlate1\nlate2\nlate3\n");
   });
 

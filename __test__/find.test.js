@@ -81,7 +81,8 @@ describe("fs.find", () => {
     try {
       for (let d = 0; d < 50; d++) {
         fs.mkdirSync(path.join(base, `d${d}`));
-        for (let f = 0; f < 110; f++) fs.writeFileSync(path.join(base, `d${d}`, `f${f}${f % 50 === 0 ? ".hit" : ""}`), "");
+        for (let f = 0; f < 110; f++)
+          fs.writeFileSync(path.join(base, `d${d}`, `f${f}${f % 50 === 0 ? ".hit" : ""}`), "");
       }
       const bfs = await makeFs(base);
       const all = await bfs.find.glob("*.hit", base, { ignore: [], limit: 100000 });
@@ -134,16 +135,36 @@ describe("fs.find", () => {
       }
       const bfs = await makeFs(base);
       const rel = async (ignore) =>
-        (await bfs.find.glob("*", base, { ignore, limit: 100 })).map((p) => path.relative(base, p) + (p.endsWith("/") ? "/" : ""));
-      expect(await rel(["**/node_modules/**", "**/.git/**"])).toEqual(["gen/", "gen/out.js", "pkg/", "pkg/main.js", "x.js"]);
+        (await bfs.find.glob("*", base, { ignore, limit: 100 })).map(
+          (p) => path.relative(base, p) + (p.endsWith("/") ? "/" : ""),
+        );
+      expect(await rel(["**/node_modules/**", "**/.git/**"])).toEqual([
+        "gen/",
+        "gen/out.js",
+        "pkg/",
+        "pkg/main.js",
+        "x.js",
+      ]);
       expect(await rel(["gen"])).toEqual([
-        "node_modules/", "node_modules/a/", "node_modules/a/index.js", "pkg/", "pkg/main.js", "pkg/node_modules/",
-        "pkg/node_modules/b.js", "x.js",
+        "node_modules/",
+        "node_modules/a/",
+        "node_modules/a/index.js",
+        "pkg/",
+        "pkg/main.js",
+        "pkg/node_modules/",
+        "pkg/node_modules/b.js",
+        "x.js",
       ]);
       // `*` does not cross `/`: only depth-2 .js files are pruned.
       expect(await rel(["./*/*.js"])).toEqual([
-        "gen/", "node_modules/", "node_modules/a/", "node_modules/a/index.js", "pkg/", "pkg/node_modules/",
-        "pkg/node_modules/b.js", "x.js",
+        "gen/",
+        "node_modules/",
+        "node_modules/a/",
+        "node_modules/a/index.js",
+        "pkg/",
+        "pkg/node_modules/",
+        "pkg/node_modules/b.js",
+        "x.js",
       ]);
     } finally {
       fs.rmSync(base, { recursive: true, force: true });
@@ -170,7 +191,15 @@ describe("fs.find", () => {
       const bfs = await makeFs(base);
       const got = (await bfs.find.glob("*", base, { ignore: [], limit: 100 })).map((p) => path.relative(base, p));
       const rootCanRead = process.getuid?.() === 0;
-      expect(got).toEqual(["closed", ...(rootCanRead ? ["closed/b.ts"] : []), "loop1", "loop2", "open", "open/a.ts", "open/up"]);
+      expect(got).toEqual([
+        "closed",
+        ...(rootCanRead ? ["closed/b.ts"] : []),
+        "loop1",
+        "loop2",
+        "open",
+        "open/a.ts",
+        "open/up",
+      ]);
     } finally {
       fs.chmodSync(path.join(base, "closed"), 0o755);
       fs.rmSync(base, { recursive: true, force: true });
@@ -205,7 +234,9 @@ describe("glob (plain function)", () => {
     expect(await glob("**/src/*.ts", root)).toEqual([path.join(root, "pkg/src/d.ts"), path.join(root, "src/a.ts")]);
     expect(await glob("*.ts", path.join(root, "src"), { limit: 1 })).toEqual([path.join(root, "src/a.ts")]);
     expect(await glob("*", path.join(root, "link-dir"))).toEqual([
-      path.join(root, "link-dir/a.ts"), path.join(root, "link-dir/b.js"), path.join(root, "link-dir/util/"),
+      path.join(root, "link-dir/a.ts"),
+      path.join(root, "link-dir/b.js"),
+      path.join(root, "link-dir/util/"),
       path.join(root, "link-dir/util/c.ts"),
     ]);
   });

@@ -59,7 +59,18 @@ describe("raw operations refuse escapes", () => {
   for (const [name, make] of escapes) {
     it(name, async () => {
       const p = make();
-      for (const op of [fs.read.readFile, fs.read.access, fs.read.detectImageMimeType, fs.edit.readFile, fs.edit.access, fs.ls.exists, fs.ls.stat, fs.ls.readdir, fs.grep.isDirectory, fs.find.exists]) {
+      for (const op of [
+        fs.read.readFile,
+        fs.read.access,
+        fs.read.detectImageMimeType,
+        fs.edit.readFile,
+        fs.edit.access,
+        fs.ls.exists,
+        fs.ls.stat,
+        fs.ls.readdir,
+        fs.grep.isDirectory,
+        fs.find.exists,
+      ]) {
         await expect(op(p)).rejects.toThrow(message(p));
       }
       await expect(
@@ -81,7 +92,11 @@ describe("raw operations refuse escapes", () => {
   });
 
   it("mkdir never creates outside, even through links", async () => {
-    for (const p of [path.join(root, "link-dir-out/newdir/x"), path.join(root, "../outside/newdir"), path.join(root, "sub/up-and-out/n")]) {
+    for (const p of [
+      path.join(root, "link-dir-out/newdir/x"),
+      path.join(root, "../outside/newdir"),
+      path.join(root, "sub/up-and-out/n"),
+    ]) {
       await expect(fs.write.mkdir(p)).rejects.toThrow(message(p));
     }
     expect(snapshot(outside)).toEqual(outsideBefore);
@@ -174,6 +189,8 @@ describe("pi's tools with boundFs refuse escapes", () => {
 
   it("ls of a path outside says it is outside, not that it is missing", async () => {
     expect((await runTool(tools().ls, { path: "/etc" })).error).toBe(message("/etc"));
-    expect((await runTool(tools().ls, { path: "missing-dir" })).error).toBe(`Path not found: ${path.join(root, "missing-dir")}`);
+    expect((await runTool(tools().ls, { path: "missing-dir" })).error).toBe(
+      `Path not found: ${path.join(root, "missing-dir")}`,
+    );
   });
 });

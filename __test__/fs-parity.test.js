@@ -1,6 +1,5 @@
 // pi's own read/write/edit/ls tools give the same results with boundFs as with pi's defaults.
 import { cpSync } from "node:fs";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeFs } from "./helpers/face.js";
 import { pi, runTool } from "./helpers/pi.js";
@@ -10,7 +9,10 @@ const PNG = Buffer.from(
   "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082",
   "hex",
 );
-const GIF = Buffer.from("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b", "hex");
+const GIF = Buffer.from(
+  "47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b",
+  "hex",
+);
 
 const large = Array.from({ length: 5000 }, (_, i) => `line ${i + 1} ${"x".repeat(i % 120)}`).join("\n");
 const FIXTURE = {
@@ -102,7 +104,15 @@ describe("read parity", () => {
 });
 
 describe("ls parity", () => {
-  for (const params of [{}, { path: "src" }, { path: "link-to-src" }, { path: "日本語" }, { path: "missing" }, { path: "plain.txt" }, { path: ".", limit: 3 }]) {
+  for (const params of [
+    {},
+    { path: "src" },
+    { path: "link-to-src" },
+    { path: "日本語" },
+    { path: "missing" },
+    { path: "plain.txt" },
+    { path: ".", limit: 3 },
+  ]) {
     it(`ls ${JSON.stringify(params)}`, async () => {
       await expectSame(await pair("createLsTool", "ls"), params);
     });
@@ -133,7 +143,11 @@ describe("write and edit parity", () => {
     ["createEditTool", "edit", { path: "src/index.ts", edits: [{ oldText: "not there", newText: "x" }] }],
     ["createEditTool", "edit", { path: "src/index.ts", edits: [{ oldText: "export", newText: "x" }] }],
     ["createEditTool", "edit", { path: "missing.ts", edits: [{ oldText: "a", newText: "b" }] }],
-    ["createEditTool", "edit", { path: "link-to-plain", edits: [{ oldText: "overwritten", newText: "edited via link" }] }],
+    [
+      "createEditTool",
+      "edit",
+      { path: "link-to-plain", edits: [{ oldText: "overwritten", newText: "edited via link" }] },
+    ],
   ];
   for (const [factory, group, params] of steps) {
     it(`${group} ${JSON.stringify(params)}`, async () => {

@@ -20,7 +20,7 @@ describe("symlink swap race", () => {
       "real/inside-marker": "",
       "swapdir/f.txt": "INSIDE",
       "swapdir/inside-marker": "",
-      "swap": { symlink: "real" },
+      swap: { symlink: "real" },
     });
     const before = snapshot(outside);
     const fs = createBoundFs(root);

@@ -19,7 +19,9 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 async function outcome(tool, params, root) {
   const r = await runTool(tool, params);
-  return r.error === undefined ? { text: r.text, details: r.details ?? null } : { error: r.error.replaceAll(root, "<root>") };
+  return r.error === undefined
+    ? { text: r.text, details: r.details ?? null }
+    : { error: r.error.replaceAll(root, "<root>") };
 }
 
 const lineSet = (text) => text.split("\n").sort();
@@ -47,9 +49,7 @@ describe("grep tool matches stock pi + rg", () => {
     const a = await runTool(tool, { pattern: "needle", path: "src" });
     const b = await runTool(tool, { pattern: "needle", path: "src" });
     expect(a.text).toBe(b.text);
-    expect(a.text.split("\n").map((l) => l.split(":")[0])).toEqual([
-      "a.ts", "b.ts", "b.ts", "deep/c.txt", "sub/x.txt",
-    ]);
+    expect(a.text.split("\n").map((l) => l.split(":")[0])).toEqual(["a.ts", "b.ts", "b.ts", "deep/c.txt", "sub/x.txt"]);
   });
 });
 
@@ -146,7 +146,9 @@ describe("deliberate improvements and safety", () => {
 
   it("refuses paths outside the bound root as outside; a missing one inside is not found", async () => {
     const tool = await makeGrepTool(repo, { root: path.join(repo, "plain") });
-    await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(`path "${repo}" is outside workspace`);
+    await expect(tool.execute("t", { pattern: "x", path: repo })).rejects.toThrow(
+      `path "${repo}" is outside workspace`,
+    );
     await expect(tool.execute("t", { pattern: "x", path: "/etc" })).rejects.toThrow('path "/etc" is outside workspace');
     const missing = path.join(repo, "plain", "missing");
     await expect(tool.execute("t", { pattern: "x", path: missing })).rejects.toThrow(`Path not found: ${missing}`);

@@ -1,7 +1,17 @@
 // The loader as a user's install sees it: the package's JS files copied into a temporary package
 // directory (no repo, no node_modules of ours), loaded by a child node process.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -37,7 +47,12 @@ function bareCopy(parent, name) {
 function probe(dir, env = {}) {
   const childEnv = { ...process.env, ...env };
   if (!("NAPI_RS_NATIVE_LIBRARY_PATH" in env)) delete childEnv.NAPI_RS_NATIVE_LIBRARY_PATH;
-  const child = spawnSync(process.execPath, ["probe.mjs"], { cwd: dir, env: childEnv, encoding: "utf8", timeout: 30_000 });
+  const child = spawnSync(process.execPath, ["probe.mjs"], {
+    cwd: dir,
+    env: childEnv,
+    encoding: "utf8",
+    timeout: 30_000,
+  });
   expect(child.status, child.stderr).toBe(0);
   return JSON.parse(child.stdout.trim().split("\n").pop());
 }
@@ -134,7 +149,12 @@ describe("pi loading", () => {
   });
 
   const run = (args, env) =>
-    spawnSync(process.execPath, args, { cwd: join(scratch, "app"), env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
+    spawnSync(process.execPath, args, {
+      cwd: join(scratch, "app"),
+      env: { ...process.env, ...env },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
 
   for (const [how, args] of [
     ["import", ["--input-type=module", "-e", 'main(await import("pi-native-ops"))']],
@@ -179,12 +199,20 @@ describe("pi loading", () => {
   });
 
   it("names every candidate and why it failed when no pi can be loaded", () => {
-    const child = run(["-e", 'try { require("pi-native-ops").createNativeTools("/tmp") } catch (e) { console.log(JSON.stringify(e.message)) }'], {
-      PI_NATIVE_OPS_PI: "no-such-pi",
-    });
+    const child = run(
+      [
+        "-e",
+        'try { require("pi-native-ops").createNativeTools("/tmp") } catch (e) { console.log(JSON.stringify(e.message)) }',
+      ],
+      {
+        PI_NATIVE_OPS_PI: "no-such-pi",
+      },
+    );
     expect(child.status, child.stderr).toBe(0);
     const message = JSON.parse(child.stdout.trim().split("\n").pop());
-    expect(message).toMatch(/^pi-native-ops: this needs pi-coding-agent, and none could be loaded:\n {2}no-such-pi: Cannot find package 'no-such-pi'\n/);
+    expect(message).toMatch(
+      /^pi-native-ops: this needs pi-coding-agent, and none could be loaded:\n {2}no-such-pi: Cannot find package 'no-such-pi'\n/,
+    );
   });
 });
 
@@ -206,6 +234,7 @@ describe("module structure", () => {
     };
     for (const file of Object.keys(imports)) expect(cycle(file), file).toBeNull();
     expect(imports["args.js"]).toEqual([]);
-    for (const file of ["fs.js", "find.js", "grep.js", "bash.js", "tools.js"]) expect(imports[file], file).toContain("args.js");
+    for (const file of ["fs.js", "find.js", "grep.js", "bash.js", "tools.js"])
+      expect(imports[file], file).toContain("args.js");
   });
 });

@@ -7,7 +7,35 @@ import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
 const dir = makeTree(tempDir("pno-robust-"), { "a.txt": "a\n", "sub/b.txt": "b\n" });
 afterAll(() => removeTree(dir));
 
-const junk = [undefined, null, 0, -1, NaN, Infinity, 1n, "", "\0", "relative", "/", dir, `${dir}/\0x`, "x".repeat(70_000), {}, [], [dir], () => dir, Symbol("s"), new Proxy({}, { get: () => { throw new Error("trap"); } })];
+const junk = [
+  undefined,
+  null,
+  0,
+  -1,
+  NaN,
+  Infinity,
+  1n,
+  "",
+  "\0",
+  "relative",
+  "/",
+  dir,
+  `${dir}/\0x`,
+  "x".repeat(70_000),
+  {},
+  [],
+  [dir],
+  () => dir,
+  Symbol("s"),
+  new Proxy(
+    {},
+    {
+      get: () => {
+        throw new Error("trap");
+      },
+    },
+  ),
+];
 
 /** Calls `fn(...args)`, awaiting a promise (bounded), and reports how it ended. */
 async function outcome(fn, args) {
@@ -48,7 +76,11 @@ const isBoundFs = (v) =>
 const isGrepResult = (v) =>
   Array.isArray(v?.matches) &&
   v.matches.every(
-    (m) => typeof m.path === "string" && typeof m.lineNumber === "number" && typeof m.text === "string" && typeof m.isContext === "boolean",
+    (m) =>
+      typeof m.path === "string" &&
+      typeof m.lineNumber === "number" &&
+      typeof m.text === "string" &&
+      typeof m.isContext === "boolean",
   ) &&
   typeof v.matchCount === "number" &&
   (v.matchLimitReached === undefined || typeof v.matchLimitReached === "number") &&
@@ -62,7 +94,10 @@ const shapes = {
   glob: [isStringArray, ["*", dir]],
   grep: [isGrepResult, [{ pattern: "a", path: dir }]],
   createGrepTool: [(v) => isTool(v, "grep"), [dir]],
-  createNativeTools: [(v) => ["bash", "edit", "find", "grep", "ls", "read", "write"].every((n) => isTool(v?.[n], n)), [dir]],
+  createNativeTools: [
+    (v) => ["bash", "edit", "find", "grep", "ls", "read", "write"].every((n) => isTool(v?.[n], n)),
+    [dir],
+  ],
   createBashOperations: [(v) => typeof v?.exec === "function", []],
   "bash.exec": [(v) => v?.exitCode === null || Number.isInteger(v?.exitCode), ["true", dir, { onData() {} }]],
   "fs.read.readFile": [Buffer.isBuffer, [a]],
@@ -87,20 +122,23 @@ describe("garbage in, clear errors out", () => {
   const fs = api.createBoundFs(dir);
   const bash = api.createBashOperations();
   const targets = {
-    "createBoundFs": api.createBoundFs,
-    "glob": api.glob,
-    "grep": api.grep,
-    "createGrepTool": api.createGrepTool,
-    "createNativeTools": api.createNativeTools,
-    "createBashOperations": api.createBashOperations,
+    createBoundFs: api.createBoundFs,
+    glob: api.glob,
+    grep: api.grep,
+    createGrepTool: api.createGrepTool,
+    createNativeTools: api.createNativeTools,
+    createBashOperations: api.createBashOperations,
     "bash.exec": (...a) => bash.exec(...a),
     ...Object.fromEntries(
       ["read", "write", "edit", "ls", "find", "grep"].flatMap((g) =>
-        Object.entries(fs[g]).map(([m, f]) => [`fs.${g}.${m}`, (...a) => {
-          const r = f(...a);
-          // Drain async iterables (createReadStream) so their errors surface here; resolve to the chunks.
-          return r && typeof r[Symbol.asyncIterator] === "function" ? drain(r) : r;
-        }]),
+        Object.entries(fs[g]).map(([m, f]) => [
+          `fs.${g}.${m}`,
+          (...a) => {
+            const r = f(...a);
+            // Drain async iterables (createReadStream) so their errors surface here; resolve to the chunks.
+            return r && typeof r[Symbol.asyncIterator] === "function" ? drain(r) : r;
+          },
+        ]),
       ),
     ),
   };

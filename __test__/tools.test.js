@@ -32,7 +32,9 @@ describe("createNativeTools", () => {
   it("returns pi's seven tools with pi's names and schemas", () => {
     const dir = repo();
     const tools = createNativeTools(dir);
-    const stock = pi.createReadOnlyTools ? Object.fromEntries([...pi.createCodingTools(dir), ...pi.createReadOnlyTools(dir)].map((t) => [t.name, t])) : {};
+    const stock = pi.createReadOnlyTools
+      ? Object.fromEntries([...pi.createCodingTools(dir), ...pi.createReadOnlyTools(dir)].map((t) => [t.name, t]))
+      : {};
     expect(Object.keys(tools).sort()).toEqual(["bash", "edit", "find", "grep", "ls", "read", "write"]);
     for (const [name, tool] of Object.entries(tools)) {
       expect(tool.name).toBe(name);
@@ -52,30 +54,41 @@ describe("createNativeTools", () => {
     const dir = repo();
     const t = createNativeTools(dir);
 
-    expect(await output(t.write, { path: "src/math.js", content: "export function add(a, b) {\n  return a - b;\n}\n" })).toContain(
-      "Successfully wrote",
-    );
+    expect(
+      await output(t.write, { path: "src/math.js", content: "export function add(a, b) {\n  return a - b;\n}\n" }),
+    ).toContain("Successfully wrote");
     await output(t.write, {
       path: "test.js",
-      content: 'import { add } from "./src/math.js";\nif (add(2, 3) !== 5) { console.error("FAIL add"); process.exit(1); }\nconsole.log("ok");\n',
+      content:
+        'import { add } from "./src/math.js";\nif (add(2, 3) !== 5) { console.error("FAIL add"); process.exit(1); }\nconsole.log("ok");\n',
     });
 
     const failing = await output(t.bash, { command: "npm test --silent" });
     expect(failing).toContain("FAIL add");
     expect(failing).toMatch(/exited with code 1|exit code 1/i);
 
-    const edited = await output(t.edit, { path: "src/math.js", edits: [{ oldText: "return a - b;", newText: "return a + b;" }] });
+    const edited = await output(t.edit, {
+      path: "src/math.js",
+      edits: [{ oldText: "return a - b;", newText: "return a + b;" }],
+    });
     expect(edited).toContain("Successfully replaced");
     expect(readFileSync(path.join(dir, "src/math.js"), "utf8")).toContain("return a + b;");
 
     const found = await output(t.find, { pattern: "*.js" });
-    expect(found.split("\n").filter((l) => l.endsWith(".js")).sort()).toEqual(["src/math.js", "test.js"]);
+    expect(
+      found
+        .split("\n")
+        .filter((l) => l.endsWith(".js"))
+        .sort(),
+    ).toEqual(["src/math.js", "test.js"]);
 
     const grepped = await output(t.grep, { pattern: "export function", path: "." });
     expect(grepped).toBe("src/math.js:1: export function add(a, b) {");
 
     const listed = await output(t.ls, {});
-    expect(listed.split("\n")).toEqual(expect.arrayContaining([".gitignore", "dist/", "package.json", "README.md", "src/", "test.js"]));
+    expect(listed.split("\n")).toEqual(
+      expect.arrayContaining([".gitignore", "dist/", "package.json", "README.md", "src/", "test.js"]),
+    );
 
     const read = await output(t.read, { path: "src/math.js" });
     expect(read).toContain("return a + b;");

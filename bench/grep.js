@@ -24,7 +24,11 @@ async function peakMemory(dir, params, rg) {
     if (params.glob) args.push("--glob", params.glob);
     if (params.context) args.push("--context", String(params.context));
     args.push("--", params.pattern, ".");
-    const r = spawnSync("/usr/bin/time", ["-f", "%M", rg, ...args], { cwd: dir, stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" });
+    const r = spawnSync("/usr/bin/time", ["-f", "%M", rg, ...args], {
+      cwd: dir,
+      stdio: ["ignore", "ignore", "pipe"],
+      encoding: "utf8",
+    });
     const kb = Number(r.stderr.trim().split("\n").pop());
     if (Number.isFinite(kb)) rgMiB = kb / 1024;
   }
@@ -46,7 +50,13 @@ function startReadFloor(dir, rg, repo) {
     try {
       execFileSync(rustc, ["--edition", "2021", "-C", "opt-level=3", "-o", bin, src], { stdio: "pipe" });
     } catch (err) {
-      return { why: `rustc failed: ${String(err.stderr ?? err.message).trim().split("\n")[0]}` };
+      return {
+        why: `rustc failed: ${
+          String(err.stderr ?? err.message)
+            .trim()
+            .split("\n")[0]
+        }`,
+      };
     }
   }
   // The files rg searches (so, those both sides read), in path order.
@@ -82,7 +92,15 @@ export async function bench(ctx) {
     ["small", ctx.corpora.small, 15, "≤ 0.3×"],
   ]) {
     if (!dir) {
-      rows.push({ operation: "grep", corpus, nativeMs: null, stockMs: null, ratio: null, target, note: "corpus not present" });
+      rows.push({
+        operation: "grep",
+        corpus,
+        nativeMs: null,
+        stockMs: null,
+        ratio: null,
+        target,
+        note: "corpus not present",
+      });
       continue;
     }
     const native = ctx.native.createGrepTool(dir);
@@ -124,11 +142,27 @@ export async function bench(ctx) {
     }
     floor.stop?.();
     if (!floor.pass) {
-      rows.push({ operation: "grep: read floor (file reads only)", corpus, nativeMs: null, stockMs: null, ratio: null, target: "reference", note: `not measured: ${floor.why}` });
+      rows.push({
+        operation: "grep: read floor (file reads only)",
+        corpus,
+        nativeMs: null,
+        stockMs: null,
+        ratio: null,
+        target: "reference",
+        note: `not measured: ${floor.why}`,
+      });
     }
     if (ratios.length === QUERIES.length) {
       const median = [...ratios].sort((a, b) => a - b)[Math.floor(ratios.length / 2)];
-      rows.push({ operation: "grep: median of the five queries", corpus, nativeMs: null, stockMs: null, ratio: median, target, note: "the target is on this median" });
+      rows.push({
+        operation: "grep: median of the five queries",
+        corpus,
+        nativeMs: null,
+        stockMs: null,
+        ratio: median,
+        target,
+        note: "the target is on this median",
+      });
     }
   }
   if (ctx.corpora.kernel) rows.push(await abortLatency(ctx));
@@ -160,18 +194,33 @@ async function abortLatency(ctx) {
   const searched = [];
   for (let i = 0; i < 9; i++) {
     const controller = new AbortController();
-    const search = ctx.native.grep({ pattern: "qqzzxx_no_such_thing", path: ctx.corpora.kernel, signal: controller.signal });
+    const search = ctx.native.grep({
+      pattern: "qqzzxx_no_such_thing",
+      path: ctx.corpora.kernel,
+      signal: controller.signal,
+    });
     await new Promise((r) => setTimeout(r, 50 + 20 * i));
     const t = process.hrtime.bigint();
     controller.abort();
-    const err = await search.then(() => null, (e) => e);
+    const err = await search.then(
+      () => null,
+      (e) => e,
+    );
     // A search that finished before the abort measured no stopping: left out.
     if (typeof err?.filesSearched !== "number") continue;
     ms.push(Number(process.hrtime.bigint() - t) / 1e6);
     searched.push(err.filesSearched);
   }
   if (ms.length === 0) {
-    return { operation: "grep: abort to settled", corpus: "kernel", nativeMs: null, stockMs: null, ratio: null, target: "≤ 50 ms", note: "not measured: every search ended before its abort" };
+    return {
+      operation: "grep: abort to settled",
+      corpus: "kernel",
+      nativeMs: null,
+      stockMs: null,
+      ratio: null,
+      target: "≤ 50 ms",
+      note: "not measured: every search ended before its abort",
+    };
   }
   const sorted = ms.sort((a, b) => a - b);
   const files = searched.sort((a, b) => a - b);

@@ -9,7 +9,15 @@ export async function compare(operation, corpus, native, stock, options = {}) {
     if (stock) await stock();
   }
   const [nativeMs, stockMs] = await timeBoth([native, stock], runs);
-  return { operation, corpus, nativeMs, stockMs, ratio: stockMs ? nativeMs / stockMs : null, target: options.target, note: options.note };
+  return {
+    operation,
+    corpus,
+    nativeMs,
+    stockMs,
+    ratio: stockMs ? nativeMs / stockMs : null,
+    target: options.target,
+    note: options.note,
+  };
 }
 
 /**
@@ -18,7 +26,10 @@ export async function compare(operation, corpus, native, stock, options = {}) {
  */
 export function runChild(script, args, env = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
+    const child = spawn(process.execPath, [script, ...args], {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, ...env },
+    });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.on("exit", (code) => {

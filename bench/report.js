@@ -57,10 +57,15 @@ export function renderSvg(rows, machine) {
     const color = r.ratio <= (target ? Number(target[1]) : 1) ? "#2e9d4b" : "#d9534f";
     const label = r.operation.startsWith(r.capability) ? r.operation : `${r.capability}: ${r.operation}`;
     parts.push(`<text x="${left - 8}" y="${y + 14}" text-anchor="end">${esc(`${label} [${r.corpus}]`)}</text>`);
-    parts.push(`<rect x="${Math.min(x0, x1)}" y="${y + 3}" width="${Math.max(1, Math.abs(x1 - x0))}" height="${rowH - 8}" fill="${color}"/>`);
+    parts.push(
+      `<rect x="${Math.min(x0, x1)}" y="${y + 3}" width="${Math.max(1, Math.abs(x1 - x0))}" height="${rowH - 8}" fill="${color}"/>`,
+    );
     parts.push(`<text x="${Math.max(x0, x1) + 4}" y="${y + 14}" fill="#333">${r.ratio.toFixed(2)}×</text>`);
     // The row's target, when it is a time ratio ("≤ 0.9×"), as a black tick.
-    if (target) parts.push(`<line x1="${x(Number(target[1]))}" y1="${y + 1}" x2="${x(Number(target[1]))}" y2="${y + rowH - 3}" stroke="#000" stroke-width="2"/>`);
+    if (target)
+      parts.push(
+        `<line x1="${x(Number(target[1]))}" y1="${y + 1}" x2="${x(Number(target[1]))}" y2="${y + rowH - 3}" stroke="#000" stroke-width="2"/>`,
+      );
   });
   parts.push("</svg>");
   return parts.join("\n");

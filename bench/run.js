@@ -45,8 +45,13 @@ for (const capability of ["fs", "bash", "find", "grep", "remote"]) {
   for (const row of await bench(ctx)) {
     rows.push({ capability, ...row });
     const ratio = row.ratio == null ? "n/a" : `${row.ratio.toFixed(2)}×`;
-    const mem = row.nativeMemMiB != null ? `, peak RSS native ${row.nativeMemMiB.toFixed(0)} MiB / stock ${row.stockMemMiB?.toFixed(0)} MiB` : "";
-    log(`${row.operation} [${row.corpus}]: native ${fmt(row.nativeMs)} ms, stock ${fmt(row.stockMs)} ms, ratio ${ratio}${mem}${row.note ? ` (${row.note})` : ""}`);
+    const mem =
+      row.nativeMemMiB != null
+        ? `, peak RSS native ${row.nativeMemMiB.toFixed(0)} MiB / stock ${row.stockMemMiB?.toFixed(0)} MiB`
+        : "";
+    log(
+      `${row.operation} [${row.corpus}]: native ${fmt(row.nativeMs)} ms, stock ${fmt(row.stockMs)} ms, ratio ${ratio}${mem}${row.note ? ` (${row.note})` : ""}`,
+    );
   }
 }
 

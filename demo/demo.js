@@ -47,13 +47,22 @@ const calls = [
   ["find", () => ({ pattern: "*.{js,ts,rs,md}", limit: 200 }), true],
   ["grep", () => ({ pattern: "export (function|const)", limit: 8 }), true],
   ["write", (side) => ({ path: `${scratch}/${side}.txt`, content: "hello from pi-native-ops\nline two\n" }), true],
-  ["edit", (side) => ({ path: `${scratch}/${side}.txt`, edits: [{ oldText: "line two", newText: "line 2 (edited)" }] }), false],
-  ["bash", () => ({ command: "echo \"shell: $0\"; ls | head -3; exit 0" }), true],
+  [
+    "edit",
+    (side) => ({ path: `${scratch}/${side}.txt`, edits: [{ oldText: "line two", newText: "line 2 (edited)" }] }),
+    false,
+  ],
+  ["bash", () => ({ command: 'echo "shell: $0"; ls | head -3; exit 0' }), true],
 ];
 
 const trim = (s, lines = 8) => {
   const all = s.split("\n");
-  return all.slice(0, lines).map((l) => (l.length > 110 ? `${l.slice(0, 110)}…` : l)).join("\n") + (all.length > lines ? `\n… (${all.length - lines} more lines)` : "");
+  return (
+    all
+      .slice(0, lines)
+      .map((l) => (l.length > 110 ? `${l.slice(0, 110)}…` : l))
+      .join("\n") + (all.length > lines ? `\n… (${all.length - lines} more lines)` : "")
+  );
 };
 
 async function once(tool, params) {
@@ -76,7 +85,9 @@ async function timed(tool, params, repeatable) {
   return runs[2];
 }
 
-console.log(`pi-native-ops demo on ${dir}\n${piName}@${pi.VERSION ?? "?"}, Node ${process.version}; rg: ${rg ?? "absent"}; fd: ${fd ?? "absent"}\n`);
+console.log(
+  `pi-native-ops demo on ${dir}\n${piName}@${pi.VERSION ?? "?"}, Node ${process.version}; rg: ${rg ?? "absent"}; fd: ${fd ?? "absent"}\n`,
+);
 mkdirSync(path.join(dir, scratch), { recursive: true });
 try {
   for (const [name, params, repeatable] of calls) {

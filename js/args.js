@@ -5,7 +5,8 @@ import path from "node:path";
 
 /** Validates a string argument without NUL bytes (which no system call can take). */
 export function checkString(value, what) {
-  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
+  if (typeof value !== "string")
+    throw new TypeError(`${what} must be a string, got ${value === null ? "null" : typeof value}`);
   if (value.includes("\0")) throw new TypeError(`${what} must not contain NUL bytes: ${JSON.stringify(value)}`);
   return value;
 }

@@ -13,7 +13,7 @@ export function checkOptions(options) {
   if (typeof options !== "object") throw new TypeError(`options must be an object, got ${typeof options}`);
   const { ignore = [], limit = Infinity } = options;
   if (!Array.isArray(ignore)) throw new TypeError("options.ignore must be an array of glob strings");
-  ignore.forEach((g, i) => checkString(g, `options.ignore[${i}]`));
+  for (const [i, g] of ignore.entries()) checkString(g, `options.ignore[${i}]`);
   if (typeof limit !== "number" || Number.isNaN(limit) || limit < 0) {
     throw new TypeError(`options.limit must be a number >= 0, got ${String(limit)}`);
   }

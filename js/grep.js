@@ -65,7 +65,8 @@ function request(params, searchPath, storeCap) {
   checkOptional(glob, "string", "glob");
   checkOptional(context, "number", "context");
   checkOptional(limit, "number", "limit");
-  if (pattern.includes("\0") || searchPath.includes("\0")) throw new TypeError("pattern and path must not contain NUL bytes");
+  if (pattern.includes("\0") || searchPath.includes("\0"))
+    throw new TypeError("pattern and path must not contain NUL bytes");
   const contextValue = context && context > 0 ? Math.min(Math.floor(context), Number.MAX_SAFE_INTEGER) : 0;
   const effectiveLimit = Math.max(1, Math.floor(limit ?? DEFAULT_LIMIT));
   if (!Number.isFinite(effectiveLimit)) throw new TypeError(`limit must be a finite number, got ${limit}`);
@@ -150,7 +151,9 @@ export function grepToolDefinitionWith(cwd, search) {
       const details = {};
       const notices = [];
       if (out.matchLimitReached) {
-        notices.push(`${req.effectiveLimit} matches limit reached. Use limit=${req.effectiveLimit * 2} for more, or refine pattern`);
+        notices.push(
+          `${req.effectiveLimit} matches limit reached. Use limit=${req.effectiveLimit * 2} for more, or refine pattern`,
+        );
         details.matchLimitReached = req.effectiveLimit;
       }
       if (truncation.truncated) {
@@ -162,7 +165,10 @@ export function grepToolDefinitionWith(cwd, search) {
         details.linesTruncated = true;
       }
       if (notices.length > 0) output += `\n\n[${notices.join(". ")}]`;
-      return { content: [{ type: "text", text: output }], details: Object.keys(details).length > 0 ? details : undefined };
+      return {
+        content: [{ type: "text", text: output }],
+        details: Object.keys(details).length > 0 ? details : undefined,
+      };
     },
   };
 }
@@ -177,6 +183,7 @@ export function grepToolOf(cwd, definition) {
   const { module: pi } = requirePi();
   return {
     ...pi.createGrepTool(cwd),
-    execute: (toolCallId, params, signal, onUpdate, ctx) => definition.execute(toolCallId, params, signal, onUpdate, ctx),
+    execute: (toolCallId, params, signal, onUpdate, ctx) =>
+      definition.execute(toolCallId, params, signal, onUpdate, ctx),
   };
 }

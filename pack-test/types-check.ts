@@ -7,10 +7,20 @@ import * as current from "@earendil-works/pi-coding-agent";
 const fs = createBoundFs("/workspace");
 const bash = createBashOperations();
 
-export const legacyOps: [legacy.ReadOperations, legacy.WriteOperations, legacy.EditOperations, legacy.LsOperations, legacy.BashOperations] =
-  [fs.read, fs.write, fs.edit, fs.ls, bash];
-export const currentOps: [current.ReadOperations, current.WriteOperations, current.EditOperations, current.LsOperations, current.BashOperations] =
-  [fs.read, fs.write, fs.edit, fs.ls, bash];
+export const legacyOps: [
+  legacy.ReadOperations,
+  legacy.WriteOperations,
+  legacy.EditOperations,
+  legacy.LsOperations,
+  legacy.BashOperations,
+] = [fs.read, fs.write, fs.edit, fs.ls, bash];
+export const currentOps: [
+  current.ReadOperations,
+  current.WriteOperations,
+  current.EditOperations,
+  current.LsOperations,
+  current.BashOperations,
+] = [fs.read, fs.write, fs.edit, fs.ls, bash];
 
 export const tools = [
   legacy.createReadTool("/workspace", { operations: fs.read }),

@@ -43,11 +43,20 @@ for (const path of paths(main)) {
 // The packed manifest must name every platform package at the same version (napi-rs v3 wiring),
 // and have no install hooks: users never compile or download anything at install time.
 const manifest = JSON.parse(readFileSync(mainManifestPath, "utf8"));
-const PLATFORMS = ["linux-x64-gnu", "linux-x64-musl", "linux-arm64-gnu", "linux-arm64-musl", "darwin-x64", "darwin-arm64", "win32-x64-msvc"];
+const PLATFORMS = [
+  "linux-x64-gnu",
+  "linux-x64-musl",
+  "linux-arm64-gnu",
+  "linux-arm64-musl",
+  "darwin-x64",
+  "darwin-arm64",
+  "win32-x64-msvc",
+];
 for (const suffix of PLATFORMS) {
   const dep = `pi-native-ops-${suffix}`;
   const version = manifest.optionalDependencies?.[dep];
-  if (version !== manifest.version) problems.push(`${main.name}: optionalDependencies["${dep}"] is ${version}, want ${manifest.version}`);
+  if (version !== manifest.version)
+    problems.push(`${main.name}: optionalDependencies["${dep}"] is ${version}, want ${manifest.version}`);
 }
 for (const hook of ["preinstall", "install", "postinstall"]) {
   if (manifest.scripts?.[hook]) problems.push(`${main.name}: has a ${hook} script; users must never compile`);

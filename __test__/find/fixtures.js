@@ -19,10 +19,30 @@ function gitInit(dir) {
 export const fixtures = {
   /** No git anywhere: ignore files still apply; hidden entries, symlinks, odd names. */
   plain(root, outside) {
-    for (const f of ["src/a.ts", "src/b.js", "src/util/c.ts", "pkg/src/d.ts", "pkg/e.TS", "README.md",
-      "docs/guide.md", "docs/API.MD", "a.txt", "b.txt", "c.txt", "ab.txt", "a-b/x.ts", "a/x.ts",
-      ".hidden", ".config/settings.json", "build/out.js", "logs/app.log", "keep.log", "space name.ts",
-      "deep/1/2/3/4/deep.ts", "br[a]ce.txt"]) {
+    for (const f of [
+      "src/a.ts",
+      "src/b.js",
+      "src/util/c.ts",
+      "pkg/src/d.ts",
+      "pkg/e.TS",
+      "README.md",
+      "docs/guide.md",
+      "docs/API.MD",
+      "a.txt",
+      "b.txt",
+      "c.txt",
+      "ab.txt",
+      "a-b/x.ts",
+      "a/x.ts",
+      ".hidden",
+      ".config/settings.json",
+      "build/out.js",
+      "logs/app.log",
+      "keep.log",
+      "space name.ts",
+      "deep/1/2/3/4/deep.ts",
+      "br[a]ce.txt",
+    ]) {
       write(root, f);
     }
     write(root, ".gitignore", "build/\n*.log\n!keep.log\n");
@@ -34,15 +54,29 @@ export const fixtures = {
     fs.symlinkSync(outside, path.join(root, "link-out"));
     write(outside, "secret.ts");
     // A file name that is not UTF-8: f<0xff>.bin
-    fs.writeFileSync(Buffer.concat([Buffer.from(root + "/f"), Buffer.from([0xff]), Buffer.from(".bin")]), "");
+    fs.writeFileSync(Buffer.concat([Buffer.from(`${root}/f`), Buffer.from([0xff]), Buffer.from(".bin")]), "");
   },
 
   /** A git repository with a nested repository and a nested non-repository directory. */
   repo(root) {
     gitInit(root);
-    for (const f of ["main.ts", "gen.out", "secret.key", "notes.tmp", "lib/x.ts", "lib/y.out",
-      "nested/n.ts", "nested/n.out", "nested/n.local", "sub/s.ts", "sub/s.out", "sub/s.local",
-      ".ignored-by-ignore/z.ts", "neg/keep.out", "neg/drop.out"]) {
+    for (const f of [
+      "main.ts",
+      "gen.out",
+      "secret.key",
+      "notes.tmp",
+      "lib/x.ts",
+      "lib/y.out",
+      "nested/n.ts",
+      "nested/n.out",
+      "nested/n.local",
+      "sub/s.ts",
+      "sub/s.out",
+      "sub/s.local",
+      ".ignored-by-ignore/z.ts",
+      "neg/keep.out",
+      "neg/drop.out",
+    ]) {
       write(root, f);
     }
     write(root, ".gitignore", "*.out\n*.tmp\n");

@@ -80,6 +80,30 @@ process.once("exit", () => {
   for (const child of children) child.kill("SIGKILL");
 });
 
+const streamScript = `
+import { readFileSync } from "node:fs";
+const parent = process.ppid;
+setInterval(() => process.ppid !== parent && process.exit(1), 200).unref();
+const { pkg, sandbox, command, cwd } = JSON.parse(readFileSync(0, "utf8"));
+const pno = await import(pkg);
+await pno.createBashOperations({ sandbox }).exec(command, cwd, { onData: (c) => process.stdout.write(c) });
+`;
+
+/**
+ * Starts one sandboxed exec in a separate Node process run as `user`, its output on the child's stdout:
+ * for killing that Node and watching the sandboxed tree go with it.
+ */
+export function startExecAs(user, sandbox, command, cwd) {
+  const file = path.join(tempDirFor("root", "pno-stream-script-"), "stream.mjs");
+  writeFileSync(file, streamScript, { mode: 0o644 });
+  const argv = [...(user === "nobody" ? nobody.argv : []), process.execPath, file];
+  const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "inherit"], cwd: "/" });
+  children.add(child);
+  child.on("close", () => children.delete(child));
+  child.stdin.end(JSON.stringify({ pkg: packageEntry, sandbox, command, cwd }));
+  return child;
+}
+
 /** execAll as `user` ("root": in this process; "nobody": in a child Node process run by setpriv). */
 export async function execAllAs(user, pno, sandbox, commands) {
   if (user === "root") return execAll(pno, sandbox, commands);

@@ -1,5 +1,16 @@
 // Temporary fixture trees for tests: `makeTree({ "a.txt": "x", "d/b.txt": Buffer, "l": { symlink: "a.txt" } })`.
-import { mkdtempSync, mkdirSync, writeFileSync, symlinkSync, rmSync, readdirSync, readFileSync, lstatSync, readlinkSync, realpathSync } from "node:fs";
+import {
+  mkdtempSync,
+  mkdirSync,
+  writeFileSync,
+  symlinkSync,
+  rmSync,
+  readdirSync,
+  readFileSync,
+  lstatSync,
+  readlinkSync,
+  realpathSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 

@@ -19,18 +19,14 @@ export const legacyOps: Ops<typeof legacy> = [fs.read, fs.write, fs.edit, fs.ls,
 export const currentOps: Ops<typeof current> = [fs.read, fs.write, fs.edit, fs.ls, fs.find, bash];
 export const legacyGrep: legacy.GrepOperations = fs.grep;
 export const currentGrep: current.GrepOperations = fs.grep;
-export const legacyNamed: [legacy.ReadOperations, legacy.WriteOperations, legacy.EditOperations, legacy.LsOperations] = [
-  fs.read,
-  fs.write,
-  fs.edit,
-  fs.ls,
-];
-export const currentNamed: [current.ReadOperations, current.WriteOperations, current.EditOperations, current.LsOperations] = [
-  fs.read,
-  fs.write,
-  fs.edit,
-  fs.ls,
-];
+export const legacyNamed: [legacy.ReadOperations, legacy.WriteOperations, legacy.EditOperations, legacy.LsOperations] =
+  [fs.read, fs.write, fs.edit, fs.ls];
+export const currentNamed: [
+  current.ReadOperations,
+  current.WriteOperations,
+  current.EditOperations,
+  current.LsOperations,
+] = [fs.read, fs.write, fs.edit, fs.ls];
 
 // The checks can fail: a readFile resolving to a string is not a ReadOperations...
 // @ts-expect-error readFile must resolve to a Buffer

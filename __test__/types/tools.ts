@@ -1,11 +1,19 @@
 // The tool factories are typed with the installed pi's own types (not `any`): each result is what pi's
 // own factory for that tool returns.
 import type * as current from "@earendil-works/pi-coding-agent";
-import { createGrepTool, createGrepToolDefinition, createNativeToolDefinitions, createNativeTools } from "pi-native-ops";
+import {
+  createGrepTool,
+  createGrepToolDefinition,
+  createNativeToolDefinitions,
+  createNativeTools,
+} from "pi-native-ops";
 
-const definitions = createNativeToolDefinitions("/workspace", { bash: { spawnHook: (context) => ({ ...context, command: `set -e; ${context.command}` }) } });
+const definitions = createNativeToolDefinitions("/workspace", {
+  bash: { spawnHook: (context) => ({ ...context, command: `set -e; ${context.command}` }) },
+});
 export const readDefinition: ReturnType<typeof current.createReadToolDefinition> = definitions.read;
-export const grepDefinition: ReturnType<typeof current.createGrepToolDefinition> = createGrepToolDefinition("/workspace");
+export const grepDefinition: ReturnType<typeof current.createGrepToolDefinition> =
+  createGrepToolDefinition("/workspace");
 // @ts-expect-error the read tool's definition is not the bash tool's
 export const mixedUp: ReturnType<typeof current.createBashToolDefinition> = definitions.read;
 
@@ -15,7 +23,11 @@ export const grep: ReturnType<typeof current.createGrepTool> = createGrepTool("/
 export const name: string = tools.ls.name;
 
 type IsAny<T> = 0 extends 1 & T ? true : false;
-export const notAny: [IsAny<typeof tools.read>, IsAny<typeof definitions.find>, IsAny<ReturnType<typeof createGrepTool>>] = [false, false, false];
+export const notAny: [
+  IsAny<typeof tools.read>,
+  IsAny<typeof definitions.find>,
+  IsAny<ReturnType<typeof createGrepTool>>,
+] = [false, false, false];
 
 // @ts-expect-error a tool definition is not a string
 export const wrong: string = definitions.read;
