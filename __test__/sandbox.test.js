@@ -8,7 +8,7 @@ import net from "node:net";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execAll, execAllAs, nobody, tempDirFor, writeFileAs } from "./helpers/nobody.js";
+import { execAll, execAllAs, nobody, startExecAs, tempDirFor, writeFileAs } from "./helpers/nobody.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
 const FAKE_KEY = `sk-fake-${process.pid}-do-not-leak`;
@@ -329,6 +329,19 @@ for (const [mode, available, why] of modes) {
         expect(timedOut).toEqual({ output: "started\n", error: "timeout:0.5", code: null });
         for (const marker of ["sleep 3107", "sleep 3108", "sleep 3109", "sleep 3110"])
           expect(await untilDead(marker)).toEqual([]);
+      });
+
+      it("the sandboxed tree dies with the Node process that started it", async () => {
+        const child = startExecAs(
+          user,
+          { root, runtimeRoot, mode },
+          "sleep 3121 & setsid sleep 3122 & echo started; wait",
+          runtimeRoot,
+        );
+        await new Promise((resolve) => child.stdout.on("data", (d) => String(d).includes("started") && resolve()));
+        expect(pidsWith("sleep 3122").length).toBeGreaterThan(0);
+        child.kill("SIGKILL");
+        expect(await untilDead("sleep 312")).toEqual([]);
       });
 
       it("a fork bomb stays under maxProcesses and dies with abort", { timeout: 30_000 }, async () => {
