@@ -22,7 +22,13 @@ export function renderMarkdown(rows, machine, skipped) {
     );
   }
   if (skipped.length) lines.push("", "Skipped:", "", ...skipped.map((s) => `- ${s}`));
-  lines.push("", "![ratios](results.svg)", "");
+  lines.push(
+    "",
+    "![ratios](results.svg)",
+    "",
+    "How to read these rows, and why the missed targets miss: [NOTES.md](NOTES.md).",
+    "",
+  );
   return lines.join("\n");
 }
 
