@@ -223,8 +223,17 @@ impl Plan {
                 .unwrap_or_else(|| format!("setup step {index}")),
         };
         let os = io::Error::from_raw_os_error(errno);
+        // What to do: a namespaces step the machine refuses has a fallback.
+        let advice = if self.ns.is_some() && index >= step_index(Step::Clone) {
+            format!(
+                "{}; mode \"auto\" uses Landlock where namespaces are refused",
+                userns_hint()
+            )
+        } else {
+            String::new()
+        };
         Some(unavailable(format!(
-            "the sandbox setup failed {step}: {os}"
+            "the sandbox setup failed {step}: {os}{advice}"
         )))
     }
 }
@@ -387,7 +396,7 @@ fn probe_namespaces() -> Result<(), String> {
             Some(inner) => inner.to_string(),
             None => e.to_string(),
         };
-        format!("{why}{hint}")
+        why
     })?;
     let outcome = execution.pump(&mut |_| true);
     match outcome.exit_code {

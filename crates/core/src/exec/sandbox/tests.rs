@@ -119,6 +119,33 @@ fn setup_steps_encode_above_every_errno() {
 }
 
 #[test]
+fn setup_errors_name_the_step_and_what_to_do() {
+    let dir = workspace();
+    let plan = plan::Plan::new(&ns_sandbox(dir.path())).unwrap();
+    let err = plan
+        .setup_error(step_error(Step::UidMap, libc::EPERM))
+        .unwrap()
+        .to_string();
+    assert!(err.starts_with("sandbox unavailable: the sandbox setup failed writing /proc/self/uid_map: Operation not permitted"), "{err}");
+    assert!(
+        err.ends_with("mode \"auto\" uses Landlock where namespaces are refused"),
+        "{err}"
+    );
+    let err = plan
+        .setup_error(step_error(Step::Action(0), libc::ENOENT))
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("failed binding /usr")
+            || err.contains("failed linking /bin")
+            || err.contains("failed creating /usr"),
+        "{err}"
+    );
+    // A plain errno is a plain spawn error.
+    assert!(plan.setup_error(libc::ENOENT).is_none());
+}
+
+#[test]
 fn support_names_the_kernel_and_landlock() {
     let s = support();
     assert_eq!(s.platform, "linux");
