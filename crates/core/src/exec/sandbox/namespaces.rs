@@ -138,6 +138,9 @@ pub(in crate::exec) struct NsPlan {
     /// RLIMIT_NPROC inside (the exact limit), when the kernel counts it per user namespace and
     /// the caller is not root (the kernel exempts root).
     nproc: Option<libc::rlim_t>,
+    /// Where this process's command line lies in memory (`/proc/self/stat`'s arg_start, arg_end):
+    /// the init, a copy of Node, blanks it, so the sandbox's `/proc/1/cmdline` shows none of pi's.
+    argv_area: Option<(usize, usize)>,
 }
 
 fn newroot(path: &Path) -> io::Result<CString> {
@@ -413,8 +416,25 @@ impl NsPlan {
             network: sandbox.network,
             pid_max: CString::new(pid_max.to_string()).expect("digits"),
             nproc,
+            argv_area: argv_area(),
         })
     }
+}
+
+/// `/proc/self/stat`'s fields 48 and 49 (arg_start, arg_end; Linux 3.5), counted after the
+/// command name's closing parenthesis (the name may hold spaces).
+fn argv_area() -> Option<(usize, usize)> {
+    /// Fields 1 (pid) and 2 (comm) precede the rest; arg_start is field 48.
+    const ARG_START_AFTER_COMM: usize = 48 - 3;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let mut fields = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .skip(ARG_START_AFTER_COMM);
+    let start: usize = fields.next()?.parse().ok()?;
+    let end: usize = fields.next()?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
 }
 
 /// Whether the running kernel's release is at least `(major, minor)`.
@@ -580,6 +600,17 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
         };
         libc::setrlimit(libc::RLIMIT_NPROC, &limit);
     }
+    if let Some((start, end)) = plan.argv_area {
+        // Our own copy of Node's memory (a fork, not shared): pi's command line stays pi's.
+        std::ptr::write_bytes(start as *mut u8, 0, end - start);
+        let name = b"pi-sandbox-init";
+        std::ptr::copy_nonoverlapping(
+            name.as_ptr(),
+            start as *mut u8,
+            name.len().min(end - start - 1),
+        );
+    }
+    libc::prctl(libc::PR_SET_NAME, c"pi-sandbox-init".as_ptr(), 0, 0, 0);
     let shell_start = ShellStart {
         supervisor: libc::getpid(),
         ..*start

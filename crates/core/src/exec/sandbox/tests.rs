@@ -191,6 +191,7 @@ fn namespaces_workspace_is_shared_and_the_rest_is_not() {
          for f in /usr/pi-sandbox-probe /etc/pi-sandbox-probe /pi-sandbox-probe; do \
            (echo x > $f) 2>/dev/null && echo wrote-outside; done; \
          echo tmp > /tmp/t && cat /tmp/t; \
+         tr '\\0' ' ' < /proc/1/cmdline | grep -q pi_native_ops && echo cmdline-leaked; \
          ls /proc | grep -E '^[0-9]+$' | wc -l; \
          mount -t tmpfs none /mnt 2>/dev/null && echo mounted; \
          unshare -U true 2>/dev/null && echo unshared; unshare -r true 2>/dev/null && echo mapped; \
