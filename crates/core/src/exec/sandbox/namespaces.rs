@@ -138,9 +138,12 @@ pub(in crate::exec) struct NsPlan {
     /// RLIMIT_NPROC inside (the exact limit), when the kernel counts it per user namespace and
     /// the caller is not root (the kernel exempts root).
     nproc: Option<libc::rlim_t>,
-    /// Where this process's command line lies in memory (`/proc/self/stat`'s arg_start, arg_end):
-    /// the init, a copy of Node, blanks it, so the sandbox's `/proc/1/cmdline` shows none of pi's.
+    /// Where this process's command line and initial environment lie in memory (`/proc/self/stat`'s
+    /// arg_start, arg_end, env_start, env_end): the init, a copy of Node, blanks them, so the
+    /// sandbox's `/proc/1/cmdline` shows none of pi's (and its environ holds no key even if the
+    /// kernel's ptrace check, which guards it today, were passed).
     argv_area: Option<(usize, usize)>,
+    env_area: Option<(usize, usize)>,
 }
 
 fn newroot(path: &Path) -> io::Result<CString> {
@@ -416,22 +419,27 @@ impl NsPlan {
             network: sandbox.network,
             pid_max: CString::new(pid_max.to_string()).expect("digits"),
             nproc,
-            argv_area: argv_area(),
+            argv_area: stat_area(ARG_START_FIELD),
+            env_area: stat_area(ENV_START_FIELD),
         })
     }
 }
 
-/// `/proc/self/stat`'s fields 48 and 49 (arg_start, arg_end; Linux 3.5), counted after the
-/// command name's closing parenthesis (the name may hold spaces).
-fn argv_area() -> Option<(usize, usize)> {
-    /// Fields 1 (pid) and 2 (comm) precede the rest; arg_start is field 48.
-    const ARG_START_AFTER_COMM: usize = 48 - 3;
+/// `/proc/self/stat`'s arg_start and env_start fields (Linux 3.5), each followed by its end.
+const ARG_START_FIELD: usize = 48;
+const ENV_START_FIELD: usize = 50;
+
+/// The memory range whose start is `/proc/self/stat`'s field `start_field` and end the next,
+/// counted after the command name's closing parenthesis (the name may hold spaces).
+fn stat_area(start_field: usize) -> Option<(usize, usize)> {
+    /// Fields 1 (pid) and 2 (comm) come before the closing parenthesis; fields count from 1.
+    const FIELDS_BEFORE_REST: usize = 3;
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let mut fields = stat
         .rsplit_once(')')?
         .1
         .split_whitespace()
-        .skip(ARG_START_AFTER_COMM);
+        .skip(start_field - FIELDS_BEFORE_REST);
     let start: usize = fields.next()?.parse().ok()?;
     let end: usize = fields.next()?.parse().ok()?;
     (start != 0 && end > start).then_some((start, end))
@@ -599,6 +607,9 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
             rlim_max: max,
         };
         libc::setrlimit(libc::RLIMIT_NPROC, &limit);
+    }
+    if let Some((start, end)) = plan.env_area {
+        std::ptr::write_bytes(start as *mut u8, 0, end - start);
     }
     if let Some((start, end)) = plan.argv_area {
         // Our own copy of Node's memory (a fork, not shared): pi's command line stays pi's.
