@@ -8,6 +8,7 @@ import net from "node:net";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fakeServer } from "./helpers/fake-server.js";
 import { execAll, execAllAs, nobody, startExecAs, tempDirFor, writeFileAs } from "./helpers/nobody.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
@@ -109,8 +110,15 @@ describe("createBashOperations({ sandbox }) validation", () => {
     });
   }
 
-  it("a remote connection refuses a sandbox instead of ignoring it", () => {
+  it("a remote connection refuses a sandbox instead of ignoring it", async () => {
     expect(() => pno.createRemoteTools("/", { sandbox: true })).toThrow(/not supported over a remote connection/);
+    const conn = await pno.connect(fakeServer(root).transport);
+    try {
+      expect(() => conn.createBashOperations({ sandbox: { root } })).toThrow(/not supported over a remote connection/);
+      expect(() => pno.createRemoteTools("/", { connection: conn, bash: { sandbox: { root } } })).toThrow(TypeError);
+    } finally {
+      await conn.close();
+    }
   });
 });
 
