@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tempDirFor } from "./helpers/nobody.js";
+import { execAllAs, nobody, tempDirFor } from "./helpers/nobody.js";
 import { pi, piName, runTool } from "./helpers/pi.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
@@ -28,8 +28,8 @@ const cleanEnv = {
   TERM: "dumb",
 };
 
-/** A spawnHook running each command in bwrap with the flags equivalent to our namespaces sandbox. */
-export function bwrapHook(root) {
+/** bwrap's command line with the flags equivalent to our namespaces sandbox over `root`. */
+function bwrapArgv(root) {
   const system = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"].flatMap((d) => ["--ro-bind-try", d, d]);
   const env = Object.entries(cleanEnv).flatMap(([k, v]) => ["--setenv", k, v]);
   const argv = [
@@ -49,6 +49,12 @@ export function bwrapHook(root) {
     "--clearenv",
     ...env,
   ];
+  return argv;
+}
+
+/** A spawnHook running each command in bwrap over `root`. */
+function bwrapHook(root) {
+  const argv = bwrapArgv(root);
   return (ctx) => ({
     ...ctx,
     command: `${argv.map(quote).join(" ")} --chdir ${quote(ctx.cwd)} -- /bin/bash -c ${quote(ctx.command)}`,
@@ -56,6 +62,35 @@ export function bwrapHook(root) {
     cwd: path.join(root, path.relative(runtimeRoot, ctx.cwd)),
   });
 }
+
+/** A workspace for the parity commands, a small git repository with a change, owned by `user`. */
+function makeWorkspace(user) {
+  const root = tempDirFor("root", "pno-sbx-parity-");
+  writeFileSync(path.join(root, "a.txt"), "alpha\n");
+  mkdirSync(path.join(root, "src"));
+  writeFileSync(path.join(root, "src/main.c"), "int main(void) { return 0; }\n");
+  const git = (...args) => spawnSync("git", args, { cwd: root, encoding: "utf8" });
+  git("init", "-q", "-b", "main");
+  git("-c", "user.name=t", "-c", "user.email=t@example.com", "add", "a.txt");
+  git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first");
+  writeFileSync(path.join(root, "a.txt"), "alpha changed\n");
+  if (user === "nobody") spawnSync("chown", ["-R", "nobody:nogroup", root]);
+  return root;
+}
+
+const cases = [
+  ["ls", { command: "ls; ls src" }],
+  ["cat", { command: "cat a.txt src/main.c" }],
+  ["git status", { command: "git -c safe.directory='*' status --short --branch" }],
+  ["a failing command", { command: "ls missing-file; echo after >&2; exit 2" }],
+  [
+    "a command writing files",
+    { command: "mkdir -p out && seq 3 > out/n.txt && ls out && cat out/n.txt && wc -l < out/n.txt" },
+  ],
+  ["the environment", { command: "env | sort" }],
+  ["what is mounted where", { command: "ls /; ls /tmp | wc -l; pwd" }],
+  ["no network", { command: "(echo > /dev/tcp/127.0.0.1/9) 2>&1 | sed 's/.*: //'" }],
+];
 
 async function run(tool, params) {
   const r = await runTool(tool, params);
@@ -70,38 +105,13 @@ describe.skipIf(!support?.namespaces || bwrapWhy)(
     let theirs;
     beforeAll(() => {
       // Two identical workspaces, so a command that writes gives each side the same starting point.
-      const make = () => {
-        const root = tempDirFor("root", "pno-sbx-parity-");
-        writeFileSync(path.join(root, "a.txt"), "alpha\n");
-        mkdirSync(path.join(root, "src"));
-        writeFileSync(path.join(root, "src/main.c"), "int main(void) { return 0; }\n");
-        const git = (...args) => spawnSync("git", args, { cwd: root, encoding: "utf8" });
-        git("init", "-q", "-b", "main");
-        git("-c", "user.name=t", "-c", "user.email=t@example.com", "add", "a.txt");
-        git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first");
-        writeFileSync(path.join(root, "a.txt"), "alpha changed\n");
-        return root;
-      };
-      ours = make();
-      theirs = make();
+      ours = makeWorkspace("root");
+      theirs = makeWorkspace("root");
     });
     afterAll(() => {
       for (const root of [ours, theirs]) rmSync(root, { recursive: true, force: true });
     });
 
-    const cases = [
-      ["ls", { command: "ls; ls src" }],
-      ["cat", { command: "cat a.txt src/main.c" }],
-      ["git status", { command: "git -c safe.directory='*' status --short --branch" }],
-      ["a failing command", { command: "ls missing-file; echo after >&2; exit 2" }],
-      [
-        "a command writing files",
-        { command: "mkdir -p out && seq 3 > out/n.txt && ls out && cat out/n.txt && wc -l < out/n.txt" },
-      ],
-      ["the environment", { command: "env | sort" }],
-      ["what is mounted where", { command: "ls /; ls /tmp | wc -l; pwd" }],
-      ["no network", { command: "(echo > /dev/tcp/127.0.0.1/9) 2>&1 | sed 's/.*: //'" }],
-    ];
     for (const [name, params] of cases) {
       it(`gives the same result: ${name}`, async () => {
         const native = pi.createBashTool(runtimeRoot, {
@@ -117,6 +127,40 @@ describe.skipIf(!support?.namespaces || bwrapWhy)(
     it("both wrote the same files into their roots", () => {
       expect(readFileSync(path.join(ours, "out/n.txt"), "utf8")).toBe("1\n2\n3\n");
       expect(readFileSync(path.join(theirs, "out/n.txt"), "utf8")).toBe("1\n2\n3\n");
+    });
+  },
+);
+
+// As nobody: the same commands, our sandboxed exec run by a Node dropped to nobody against bwrap run as
+// nobody (pi's tool only formats what exec gives, so exec's output and exit code are compared).
+describe.skipIf(!support?.namespaces || bwrapWhy || !nobody.argv)(
+  `sandboxed native exec vs bwrap, as nobody${nobody.argv ? "" : ` (skipped: ${nobody.why})`}`,
+  () => {
+    let ours;
+    let theirs;
+    beforeAll(() => {
+      ours = makeWorkspace("nobody");
+      theirs = makeWorkspace("nobody");
+    });
+    afterAll(() => {
+      for (const root of [ours, theirs]) rmSync(root, { recursive: true, force: true });
+    });
+
+    it("gives the same output and exit code for each command", async () => {
+      const results = await execAllAs(
+        "nobody",
+        pno,
+        { root: ours, runtimeRoot },
+        cases.map(([, { command }]) => ({ command, cwd: runtimeRoot })),
+      );
+      for (const [i, [name, { command }]] of cases.entries()) {
+        const argv = [...nobody.argv, "sh", "-c", 'exec "$@" 2>&1', "sh", ...bwrapArgv(theirs)];
+        argv.push("--chdir", runtimeRoot, "--", "/bin/bash", "-c", command);
+        const bwrap = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", cwd: "/" });
+        expect({ name, ...results[i] }).toEqual({ name, output: bwrap.stdout, exitCode: bwrap.status });
+      }
+      expect(results[0]).toEqual({ output: "a.txt\nsrc\nmain.c\n", exitCode: 0 });
+      expect(readFileSync(path.join(ours, "out/n.txt"), "utf8")).toBe("1\n2\n3\n");
     });
   },
 );
