@@ -65,7 +65,9 @@ afterAll(() => {
 });
 
 // The same suite for each user: the refusals must not depend on the sandbox running as root.
+// "root" runs in this process, which is root wherever nobody is available (CI as a plain user: only it).
 const users = ["root", ...(nobody.argv ? ["nobody"] : [])];
+const label = (user) => (user === "root" && process.getuid() !== 0 ? "this process's user" : user);
 const modes = [
   ["namespaces", support?.namespaces, support?.namespacesError],
   ["landlock", support?.landlockAbi > 0, support?.landlockError],
@@ -80,8 +82,9 @@ describe("sandboxSupport()", () => {
     else expect(support.namespacesError).toMatch(/./);
     if (support.landlockAbi === 0) expect(support.landlockError).toMatch(/./);
     else expect(support.landlockError).toBe(null);
-    // This repository's CI machines offer namespaces (root, or unprivileged user namespaces).
-    expect(support.auto).toBe("namespaces");
+    // Every Linux CI machine of this repository offers a mode; as root, namespaces always work.
+    expect(support.auto).not.toBe(null);
+    if (process.getuid() === 0) expect(support.auto).toBe("namespaces");
   });
 });
 
@@ -124,272 +127,276 @@ describe("createBashOperations({ sandbox }) validation", () => {
 
 for (const [mode, available, why] of modes) {
   for (const user of users) {
-    describe.skipIf(!available)(`sandbox, ${mode} mode, as ${user}${available ? "" : ` (skipped: ${why})`}`, () => {
-      const tag = `${mode}-${user}-${process.pid}`;
-      let root;
-      let other;
-      let secretDirs;
-      let runtimeRoot;
-      const run = (commands, extra = {}) =>
-        execAllAs(
-          user,
-          pno,
-          { root, runtimeRoot, mode, maxProcesses: 64, env: { GREETING: "hi" }, ...extra },
-          commands,
-        );
+    describe.skipIf(!available)(
+      `sandbox, ${mode} mode, as ${label(user)}${available ? "" : ` (skipped: ${why})`}`,
+      () => {
+        const tag = `${mode}-${user}-${process.pid}`;
+        let root;
+        let other;
+        let secretDirs;
+        let runtimeRoot;
+        const run = (commands, extra = {}) =>
+          execAllAs(
+            user,
+            pno,
+            { root, runtimeRoot, mode, maxProcesses: 64, env: { GREETING: "hi" }, ...extra },
+            commands,
+          );
 
-      beforeAll(() => {
-        root = tempDirFor(user, `pno-sbx-root-`);
-        // Landlock cannot remap paths: the workspace is at its host path.
-        runtimeRoot = mode === "landlock" ? root : "/workspace";
-        writeFileAs(user, path.join(root, "hello.txt"), "hello from the root\n");
-        // Another workspace, open to everyone: only the sandbox keeps it out.
-        other = tempDirFor(user, "pno-sbx-other-", 0o777);
-        writeFileAs(user, path.join(other, "secret.txt"), `other workspace ${tag}\n`, 0o666);
-        secretDirs = [`/root/.pno-sbx-${tag}`, `/home/pno-sbx-${tag}`];
-        for (const dir of secretDirs) {
-          mkdirSync(dir, { recursive: true });
-          writeFileSync(path.join(dir, "secret.txt"), `home secret ${tag}\n`);
-        }
-        cleanup.push(() => {
-          for (const dir of [root, other, ...secretDirs]) rmSync(dir, { recursive: true, force: true });
+        beforeAll(() => {
+          root = tempDirFor(user, `pno-sbx-root-`);
+          // Landlock cannot remap paths: the workspace is at its host path.
+          runtimeRoot = mode === "landlock" ? root : "/workspace";
+          writeFileAs(user, path.join(root, "hello.txt"), "hello from the root\n");
+          // Another workspace, open to everyone: only the sandbox keeps it out.
+          other = tempDirFor(user, "pno-sbx-other-", 0o777);
+          writeFileAs(user, path.join(other, "secret.txt"), `other workspace ${tag}\n`, 0o666);
+          // Secrets planted in /root and /home (only a root test process can put them there).
+          secretDirs = process.getuid() === 0 ? [`/root/.pno-sbx-${tag}`, `/home/pno-sbx-${tag}`] : [];
+          for (const dir of secretDirs) {
+            mkdirSync(dir, { recursive: true });
+            writeFileSync(path.join(dir, "secret.txt"), `home secret ${tag}\n`);
+          }
+          cleanup.push(() => {
+            for (const dir of [root, other, ...secretDirs]) rmSync(dir, { recursive: true, force: true });
+          });
         });
-      });
 
-      it("the workspace holds the root's files at runtimeRoot, and writes land in the root", async () => {
-        const [read, write] = await run([
-          { command: "pwd; cat hello.txt", cwd: runtimeRoot },
-          { command: "mkdir -p out && echo written > out/new.txt && cd out && pwd", cwd: runtimeRoot },
-        ]);
-        expect(read).toEqual({ output: `${runtimeRoot}\nhello from the root\n`, exitCode: 0 });
-        expect(write).toEqual({ output: `${runtimeRoot}/out\n`, exitCode: 0 });
-        expect(readFileSync(path.join(root, "out/new.txt"), "utf8")).toBe("written\n");
-      });
+        it("the workspace holds the root's files at runtimeRoot, and writes land in the root", async () => {
+          const [read, write] = await run([
+            { command: "pwd; cat hello.txt", cwd: runtimeRoot },
+            { command: "mkdir -p out && echo written > out/new.txt && cd out && pwd", cwd: runtimeRoot },
+          ]);
+          expect(read).toEqual({ output: `${runtimeRoot}\nhello from the root\n`, exitCode: 0 });
+          expect(write).toEqual({ output: `${runtimeRoot}/out\n`, exitCode: 0 });
+          expect(readFileSync(path.join(root, "out/new.txt"), "utf8")).toBe("written\n");
+        });
 
-      it("a cwd inside the workspace is checked in the sandbox's view", async () => {
-        mkdirSync(path.join(root, "src"), { recursive: true });
-        const [inside, missing] = await run([
-          { command: "pwd", cwd: `${runtimeRoot}/src` },
-          { command: "pwd", cwd: `${runtimeRoot}/missing` },
-        ]);
-        expect(inside).toEqual({ output: `${runtimeRoot}/src\n`, exitCode: 0 });
-        expect(missing.error).toBe(
-          `Working directory does not exist: ${runtimeRoot}/missing\nCannot execute bash commands.`,
-        );
-      });
+        it("a cwd inside the workspace is checked in the sandbox's view", async () => {
+          mkdirSync(path.join(root, "src"), { recursive: true });
+          const [inside, missing] = await run([
+            { command: "pwd", cwd: `${runtimeRoot}/src` },
+            { command: "pwd", cwd: `${runtimeRoot}/missing` },
+          ]);
+          expect(inside).toEqual({ output: `${runtimeRoot}/src\n`, exitCode: 0 });
+          expect(missing.error).toBe(
+            `Working directory does not exist: ${runtimeRoot}/missing\nCannot execute bash commands.`,
+          );
+        });
 
-      it("cannot read /root, /home, /etc/shadow or another workspace", async () => {
-        const targets = [...secretDirs.map((d) => `${d}/secret.txt`), "/etc/shadow", `${other}/secret.txt`];
-        const results = await run(
-          targets.map((t) => ({
-            command: `cat ${t} 2>/dev/null && echo READ; ls ${path.dirname(t)} 2>/dev/null | grep -q secret && echo LISTED; true`,
+        it("cannot read /root, /home, /etc/shadow or another workspace", async () => {
+          const targets = [...secretDirs.map((d) => `${d}/secret.txt`), "/etc/shadow", `${other}/secret.txt`];
+          const results = await run(
+            targets.map((t) => ({
+              command: `cat ${t} 2>/dev/null && echo READ; ls ${path.dirname(t)} 2>/dev/null | grep -q secret && echo LISTED; true`,
+              cwd: runtimeRoot,
+            })),
+          );
+          for (const [i, r] of results.entries()) {
+            expect({ target: targets[i], ...r }).toEqual({ target: targets[i], output: "", exitCode: 0 });
+          }
+        });
+
+        it("cannot write outside the workspace and its temp dir", async () => {
+          const targets = [
+            `${other}/planted`,
+            "/etc/pno-planted",
+            "/usr/pno-planted",
+            "/var/tmp/pno-planted",
+            "/planted",
+          ];
+          if (mode === "landlock") targets.push("/tmp/pno-planted");
+          const [r] = await run([
+            {
+              command: targets
+                .map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`)
+                .join("; ")
+                .concat("; true"),
+              cwd: runtimeRoot,
+            },
+          ]);
+          expect(r).toEqual({ output: "", exitCode: 0 });
+          for (const t of targets) expect(existsSync(t)).toBe(false);
+        });
+
+        it("has a private temp dir, gone afterwards", async () => {
+          const hostFile = `/tmp/pno-sbx-host-${tag}`;
+          writeFileSync(hostFile, "host tmp\n");
+          cleanup.push(() => rmSync(hostFile, { force: true }));
+          const [first, second] = await run([
+            {
+              command: `echo mine > "$TMPDIR/pno-mark-${tag}" && cat "$TMPDIR/pno-mark-${tag}"; ls -d "$TMPDIR"; test -e ${hostFile} && echo HOST-TMP-EXISTS; cat ${hostFile} 2>/dev/null; true`,
+              cwd: runtimeRoot,
+            },
+            { command: `test -e "$TMPDIR/pno-mark-${tag}" && echo STILL-THERE; true`, cwd: runtimeRoot },
+          ]);
+          const tmpdir = first.output.split("\n")[1];
+          // Landlock governs opening, not looking up: a host file's existence shows, its content does not.
+          const seen = mode === "landlock" ? "HOST-TMP-EXISTS\n" : "";
+          expect(first).toEqual({ output: `mine\n${tmpdir}\n${seen}`, exitCode: 0 });
+          if (mode === "namespaces") expect(tmpdir).toBe("/tmp");
+          expect(second).toEqual({ output: "", exitCode: 0 });
+          // Nothing of it is left on the host.
+          if (mode === "landlock") expect(existsSync(tmpdir)).toBe(false);
+          else expect(existsSync(`/tmp/pno-mark-${tag}`)).toBe(false);
+          expect(existsSync(path.join(root, `pno-mark-${tag}`))).toBe(false);
+        });
+
+        it("gets a clean environment: the agent's env never reaches the shell", async () => {
+          // A host process holding the key in its environment: /proc/<pid>/environ must not give it away.
+          const holder = hostSleeper(user, { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY });
+          cleanup.push(() => holder.kill("SIGKILL"));
+          await new Promise((resolve) => holder.once("spawn", resolve));
+          const [r] = await run([
+            {
+              command: `env; echo key=\${PNO_FAKE_API_KEY-unset}; cat /proc/${holder.pid}/environ /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep PNO_FAKE; true`,
+              cwd: runtimeRoot,
+              env: { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY },
+            },
+          ]);
+          expect(r.exitCode).toBe(0);
+          expect(r.output).not.toContain(FAKE_KEY);
+          expect(r.output).toContain("key=unset\n");
+          expect(r.output).toContain("GREETING=hi\n");
+          expect(r.output).toMatch(/^PATH=.*\/usr\/local\/bin/m);
+          expect(r.output).toMatch(/^HOME=/m);
+        });
+
+        it("has no network by default; network: true reaches the host's loopback", async () => {
+          const server = await listen();
+          cleanup.push(() => server.close());
+          const { port } = server.address();
+          const probe = {
+            command: `(echo hi > /dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo CONNECTED || echo REFUSED`,
             cwd: runtimeRoot,
-          })),
-        );
-        for (const [i, r] of results.entries()) {
-          expect({ target: targets[i], ...r }).toEqual({ target: targets[i], output: "", exitCode: 0 });
-        }
-      });
+          };
+          const [off] = await run([probe]);
+          expect(off).toEqual({ output: "REFUSED\n", exitCode: 0 });
+          expect(server.accepted).toBe(0);
+          const [on] = await run([probe], { network: true });
+          expect(on).toEqual({ output: "CONNECTED\n", exitCode: 0 });
+          expect(server.accepted).toBe(1);
+        });
 
-      it("cannot write outside the workspace and its temp dir", async () => {
-        const targets = [
-          `${other}/planted`,
-          "/etc/pno-planted",
-          "/usr/pno-planted",
-          "/var/tmp/pno-planted",
-          "/planted",
-        ];
-        if (mode === "landlock") targets.push("/tmp/pno-planted");
-        const [r] = await run([
-          {
-            command: targets
-              .map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`)
-              .join("; ")
-              .concat("; true"),
-            cwd: runtimeRoot,
-          },
-        ]);
-        expect(r).toEqual({ output: "", exitCode: 0 });
-        for (const t of targets) expect(existsSync(t)).toBe(false);
-      });
+        it("cannot kill host processes (namespaces: cannot see them either)", async () => {
+          const victim = hostSleeper(user);
+          cleanup.push(() => victim.kill("SIGKILL"));
+          await new Promise((resolve) => victim.once("spawn", resolve));
+          const [r] = await run([
+            {
+              command: `test -e /proc/${victim.pid} && echo PROC-VISIBLE; kill -9 ${victim.pid} 2>/dev/null && echo KILLED; ps -e -o pid= | wc -l`,
+              cwd: runtimeRoot,
+            },
+          ]);
+          expect(r.output).not.toContain("KILLED");
+          expect(victim.exitCode).toBe(null);
+          expect(victim.signalCode).toBe(null);
+          if (mode === "namespaces") {
+            expect(r.output).not.toContain("PROC-VISIBLE");
+            // Only the sandbox's own few processes.
+            expect(Number(r.output.trim().split("\n").pop())).toBeLessThan(8);
+          }
+        });
 
-      it("has a private temp dir, gone afterwards", async () => {
-        const hostFile = `/tmp/pno-sbx-host-${tag}`;
-        writeFileSync(hostFile, "host tmp\n");
-        cleanup.push(() => rmSync(hostFile, { force: true }));
-        const [first, second] = await run([
-          {
-            command: `echo mine > "$TMPDIR/pno-mark-${tag}" && cat "$TMPDIR/pno-mark-${tag}"; ls -d "$TMPDIR"; test -e ${hostFile} && echo HOST-TMP-EXISTS; cat ${hostFile} 2>/dev/null; true`,
-            cwd: runtimeRoot,
-          },
-          { command: `test -e "$TMPDIR/pno-mark-${tag}" && echo STILL-THERE; true`, cwd: runtimeRoot },
-        ]);
-        const tmpdir = first.output.split("\n")[1];
-        // Landlock governs opening, not looking up: a host file's existence shows, its content does not.
-        const seen = mode === "landlock" ? "HOST-TMP-EXISTS\n" : "";
-        expect(first).toEqual({ output: `mine\n${tmpdir}\n${seen}`, exitCode: 0 });
-        if (mode === "namespaces") expect(tmpdir).toBe("/tmp");
-        expect(second).toEqual({ output: "", exitCode: 0 });
-        // Nothing of it is left on the host.
-        if (mode === "landlock") expect(existsSync(tmpdir)).toBe(false);
-        else expect(existsSync(`/tmp/pno-mark-${tag}`)).toBe(false);
-        expect(existsSync(path.join(root, `pno-mark-${tag}`))).toBe(false);
-      });
+        it("mount, unshare, chroot and ptrace escapes fail", async () => {
+          const victim = hostSleeper(user);
+          cleanup.push(() => victim.kill("SIGKILL"));
+          await new Promise((resolve) => victim.once("spawn", resolve));
+          const attempts = [
+            "mount -t tmpfs none /tmp",
+            "mount --bind / /tmp",
+            "unshare -U -r true",
+            "unshare -m true",
+            "chroot / true",
+            // PTRACE_ATTACH (16) of a host process, by raw syscall (x86_64: ptrace is 101).
+            `perl -e 'exit(syscall(101, 16, ${victim.pid}, 0, 0) == 0 ? 0 : 1)'`,
+            // unshare(CLONE_NEWUSER) by raw syscall (x86_64: 272), in case the binary is missing.
+            "perl -e 'exit(syscall(272, 0x10000000) == 0 ? 0 : 1)'",
+          ];
+          const results = await run(
+            attempts.map((a) => ({ command: `${a} 2>/dev/null && echo ESCAPED; true`, cwd: runtimeRoot })),
+          );
+          for (const [i, r] of results.entries()) {
+            expect({ attempt: attempts[i], ...r }).toEqual({ attempt: attempts[i], output: "", exitCode: 0 });
+          }
+          expect(victim.exitCode).toBe(null);
+        });
 
-      it("gets a clean environment: the agent's env never reaches the shell", async () => {
-        // A host process holding the key in its environment: /proc/<pid>/environ must not give it away.
-        const holder = hostSleeper(user, { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY });
-        cleanup.push(() => holder.kill("SIGKILL"));
-        await new Promise((resolve) => holder.once("spawn", resolve));
-        const [r] = await run([
-          {
-            command: `env; echo key=\${PNO_FAKE_API_KEY-unset}; cat /proc/${holder.pid}/environ /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep PNO_FAKE; true`,
-            cwd: runtimeRoot,
-            env: { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY },
-          },
-        ]);
-        expect(r.exitCode).toBe(0);
-        expect(r.output).not.toContain(FAKE_KEY);
-        expect(r.output).toContain("key=unset\n");
-        expect(r.output).toContain("GREETING=hi\n");
-        expect(r.output).toMatch(/^PATH=.*\/usr\/local\/bin/m);
-        expect(r.output).toMatch(/^HOME=/m);
-      });
+        it("streams, reports 128 + signal, and passes a failing exit code", async () => {
+          const [stream, signal, failing] = await run([
+            { command: "echo a; sleep 0.1; echo b >&2; echo c", cwd: runtimeRoot },
+            { command: "echo before; kill -9 $$", cwd: runtimeRoot },
+            { command: "ls /nonexistent-pno 2>&1; exit 3", cwd: runtimeRoot },
+          ]);
+          expect(stream).toEqual({ output: "a\nb\nc\n", exitCode: 0 });
+          expect(signal).toEqual({ output: "before\n", exitCode: 137 });
+          expect(failing.exitCode).toBe(3);
+          expect(failing.output).toContain("No such file or directory");
+        });
 
-      it("has no network by default; network: true reaches the host's loopback", async () => {
-        const server = await listen();
-        cleanup.push(() => server.close());
-        const { port } = server.address();
-        const probe = {
-          command: `(echo hi > /dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo CONNECTED || echo REFUSED`,
-          cwd: runtimeRoot,
-        };
-        const [off] = await run([probe]);
-        expect(off).toEqual({ output: "REFUSED\n", exitCode: 0 });
-        expect(server.accepted).toBe(0);
-        const [on] = await run([probe], { network: true });
-        expect(on).toEqual({ output: "CONNECTED\n", exitCode: 0 });
-        expect(server.accepted).toBe(1);
-      });
+        it("abort and timeout kill the whole tree", async () => {
+          const [aborted, timedOut] = await run([
+            { command: `(sleep 3107 &) ; sleep 3108 & echo started; wait`, cwd: runtimeRoot, abortOn: "started" },
+            { command: `(setsid sleep 3109 &) ; echo started; sleep 3110`, cwd: runtimeRoot, timeout: 0.5 },
+          ]);
+          expect(aborted).toEqual({ output: "started\n", error: "aborted", code: null });
+          expect(timedOut).toEqual({ output: "started\n", error: "timeout:0.5", code: null });
+          for (const marker of ["sleep 3107", "sleep 3108", "sleep 3109", "sleep 3110"])
+            expect(await untilDead(marker)).toEqual([]);
+        });
 
-      it("cannot kill host processes (namespaces: cannot see them either)", async () => {
-        const victim = hostSleeper(user);
-        cleanup.push(() => victim.kill("SIGKILL"));
-        await new Promise((resolve) => victim.once("spawn", resolve));
-        const [r] = await run([
-          {
-            command: `test -e /proc/${victim.pid} && echo PROC-VISIBLE; kill -9 ${victim.pid} 2>/dev/null && echo KILLED; ps -e -o pid= | wc -l`,
-            cwd: runtimeRoot,
-          },
-        ]);
-        expect(r.output).not.toContain("KILLED");
-        expect(victim.exitCode).toBe(null);
-        expect(victim.signalCode).toBe(null);
-        if (mode === "namespaces") {
-          expect(r.output).not.toContain("PROC-VISIBLE");
-          // Only the sandbox's own few processes.
-          expect(Number(r.output.trim().split("\n").pop())).toBeLessThan(8);
-        }
-      });
+        it("the sandboxed tree dies with the Node process that started it", async () => {
+          const child = startExecAs(
+            user,
+            { root, runtimeRoot, mode },
+            "sleep 3121 & setsid sleep 3122 & echo started; wait",
+            runtimeRoot,
+          );
+          await new Promise((resolve) => child.stdout.on("data", (d) => String(d).includes("started") && resolve()));
+          expect(pidsWith("sleep 3122").length).toBeGreaterThan(0);
+          child.kill("SIGKILL");
+          expect(await untilDead("sleep 312")).toEqual([]);
+        });
 
-      it("mount, unshare, chroot and ptrace escapes fail", async () => {
-        const victim = hostSleeper(user);
-        cleanup.push(() => victim.kill("SIGKILL"));
-        await new Promise((resolve) => victim.once("spawn", resolve));
-        const attempts = [
-          "mount -t tmpfs none /tmp",
-          "mount --bind / /tmp",
-          "unshare -U -r true",
-          "unshare -m true",
-          "chroot / true",
-          // PTRACE_ATTACH (16) of a host process, by raw syscall (x86_64: ptrace is 101).
-          `perl -e 'exit(syscall(101, 16, ${victim.pid}, 0, 0) == 0 ? 0 : 1)'`,
-          // unshare(CLONE_NEWUSER) by raw syscall (x86_64: 272), in case the binary is missing.
-          "perl -e 'exit(syscall(272, 0x10000000) == 0 ? 0 : 1)'",
-        ];
-        const results = await run(
-          attempts.map((a) => ({ command: `${a} 2>/dev/null && echo ESCAPED; true`, cwd: runtimeRoot })),
-        );
-        for (const [i, r] of results.entries()) {
-          expect({ attempt: attempts[i], ...r }).toEqual({ attempt: attempts[i], output: "", exitCode: 0 });
-        }
-        expect(victim.exitCode).toBe(null);
-      });
-
-      it("streams, reports 128 + signal, and passes a failing exit code", async () => {
-        const [stream, signal, failing] = await run([
-          { command: "echo a; sleep 0.1; echo b >&2; echo c", cwd: runtimeRoot },
-          { command: "echo before; kill -9 $$", cwd: runtimeRoot },
-          { command: "ls /nonexistent-pno 2>&1; exit 3", cwd: runtimeRoot },
-        ]);
-        expect(stream).toEqual({ output: "a\nb\nc\n", exitCode: 0 });
-        expect(signal).toEqual({ output: "before\n", exitCode: 137 });
-        expect(failing.exitCode).toBe(3);
-        expect(failing.output).toContain("No such file or directory");
-      });
-
-      it("abort and timeout kill the whole tree", async () => {
-        const [aborted, timedOut] = await run([
-          { command: `(sleep 3107 &) ; sleep 3108 & echo started; wait`, cwd: runtimeRoot, abortOn: "started" },
-          { command: `(setsid sleep 3109 &) ; echo started; sleep 3110`, cwd: runtimeRoot, timeout: 0.5 },
-        ]);
-        expect(aborted).toEqual({ output: "started\n", error: "aborted", code: null });
-        expect(timedOut).toEqual({ output: "started\n", error: "timeout:0.5", code: null });
-        for (const marker of ["sleep 3107", "sleep 3108", "sleep 3109", "sleep 3110"])
-          expect(await untilDead(marker)).toEqual([]);
-      });
-
-      it("the sandboxed tree dies with the Node process that started it", async () => {
-        const child = startExecAs(
-          user,
-          { root, runtimeRoot, mode },
-          "sleep 3121 & setsid sleep 3122 & echo started; wait",
-          runtimeRoot,
-        );
-        await new Promise((resolve) => child.stdout.on("data", (d) => String(d).includes("started") && resolve()));
-        expect(pidsWith("sleep 3122").length).toBeGreaterThan(0);
-        child.kill("SIGKILL");
-        expect(await untilDead("sleep 312")).toEqual([]);
-      });
-
-      it("a fork bomb stays under maxProcesses and dies with abort", { timeout: 30_000 }, async () => {
-        const max = 20;
-        // Namespaces mode: RLIMIT_NPROC in the user namespace is exact, but the kernel exempts root,
-        // whom only the PID namespace's pid_max bounds: the limit + the kernel's 300 reserved pids.
-        const bound = user === "root" ? max + 300 : max;
-        // Each `sleep 3111` is one more process, forked until the limit refuses one.
-        let peak = 0;
-        const sampler = setInterval(() => {
+        it("a fork bomb stays under maxProcesses and dies with abort", { timeout: 30_000 }, async () => {
+          const max = 20;
+          // Namespaces mode: RLIMIT_NPROC in the user namespace is exact, but the kernel exempts root,
+          // whom only the PID namespace's pid_max bounds: the limit + the kernel's 300 reserved pids.
+          const bound = user === "root" ? max + 300 : max;
+          // Each `sleep 3111` is one more process, forked until the limit refuses one.
+          let peak = 0;
+          const sampler = setInterval(() => {
+            peak = Math.max(peak, pidsWith("sleep 3111").length);
+          }, 20);
+          // perl's fork does not retry on EAGAIN as bash's does: the first refusal ends the loop.
+          const forker = `perl -e '$| = 1; my $n = 0; for (1..400) { my $p = fork; if (!defined $p) { print "fork failed: $!\\n"; last } if (!$p) { exec "sleep", "3111" } $n++ } print "forked $n\\n"; sleep 600'`;
+          const [bomb] = await run([{ command: forker, cwd: runtimeRoot, abortOn: "forked" }], { maxProcesses: max });
+          clearInterval(sampler);
           peak = Math.max(peak, pidsWith("sleep 3111").length);
-        }, 20);
-        // perl's fork does not retry on EAGAIN as bash's does: the first refusal ends the loop.
-        const forker = `perl -e '$| = 1; my $n = 0; for (1..400) { my $p = fork; if (!defined $p) { print "fork failed: $!\\n"; last } if (!$p) { exec "sleep", "3111" } $n++ } print "forked $n\\n"; sleep 600'`;
-        const [bomb] = await run([{ command: forker, cwd: runtimeRoot, abortOn: "forked" }], { maxProcesses: max });
-        clearInterval(sampler);
-        peak = Math.max(peak, pidsWith("sleep 3111").length);
-        expect(bomb.error).toBe("aborted");
-        const forked = Number(/forked (\d+)\n$/.exec(bomb.output)?.[1]);
-        expect(forked).toBeGreaterThan(0);
-        if (mode === "namespaces") {
-          expect(bomb.output).toBe(`fork failed: Resource temporarily unavailable\nforked ${forked}\n`);
-          expect(forked).toBeLessThanOrEqual(bound);
-          expect(peak).toBeLessThanOrEqual(bound);
-        } else {
-          // Landlock mode sets no process limit (RLIMIT_NPROC counts the user's processes machine-wide):
-          // only abort's tree kill holds.
-          expect(bomb.output).toBe("forked 400\n");
-        }
-        expect(await untilDead("sleep 3111")).toEqual([]);
-      });
+          expect(bomb.error).toBe("aborted");
+          const forked = Number(/forked (\d+)\n$/.exec(bomb.output)?.[1]);
+          expect(forked).toBeGreaterThan(0);
+          if (mode === "namespaces") {
+            expect(bomb.output).toBe(`fork failed: Resource temporarily unavailable\nforked ${forked}\n`);
+            expect(forked).toBeLessThanOrEqual(bound);
+            expect(peak).toBeLessThanOrEqual(bound);
+          } else {
+            // Landlock mode sets no process limit (RLIMIT_NPROC counts the user's processes machine-wide):
+            // only abort's tree kill holds.
+            expect(bomb.output).toBe("forked 400\n");
+          }
+          expect(await untilDead("sleep 3111")).toEqual([]);
+        });
 
-      it("keeps its process room after many short-lived processes", async () => {
-        // 400 forks in a row, then 20 at once: a limit counting forks made (or PIDs used) would refuse.
-        const command =
-          "for i in $(seq 400); do /bin/true; done; for i in $(seq 20); do sleep 0.5 & done; wait; echo done";
-        const [r] = await run([{ command, cwd: runtimeRoot }], { maxProcesses: 300 });
-        expect(r).toEqual({ output: "done\n", exitCode: 0 });
-      });
-    });
+        it("keeps its process room after many short-lived processes", async () => {
+          // 400 forks in a row, then 20 at once: a limit counting forks made (or PIDs used) would refuse.
+          const command =
+            "for i in $(seq 400); do /bin/true; done; for i in $(seq 20); do sleep 0.5 & done; wait; echo done";
+          const [r] = await run([{ command, cwd: runtimeRoot }], { maxProcesses: 300 });
+          expect(r).toEqual({ output: "done\n", exitCode: 0 });
+        });
+      },
+    );
   }
 }
 
