@@ -412,9 +412,11 @@ describe.skipIf(!support?.auto)("sandbox mode errors and a real fork bomb", () =
 
   it("a real fork bomb is contained and dies with abort", { timeout: 30_000 }, async () => {
     const controller = new AbortController();
-    const ops = pno.createBashOperations({ sandbox: { root, maxProcesses: 32 } });
+    // "auto" may pick Landlock (no user namespaces here), which needs the workspace at its host path.
+    const runtimeRoot = support.auto === "landlock" ? root : "/workspace";
+    const ops = pno.createBashOperations({ sandbox: { root, runtimeRoot, maxProcesses: 32 } });
     let output = "";
-    const running = ops.exec("pnobomb() { pnobomb | pnobomb & }; pnobomb; echo lit; sleep 600", "/workspace", {
+    const running = ops.exec("pnobomb() { pnobomb | pnobomb & }; pnobomb; echo lit; sleep 600", runtimeRoot, {
       onData: (c) => {
         output += c;
         if (output.includes("lit")) setTimeout(() => controller.abort(), 500).unref();
