@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execAllAs, nobody, tempDirFor } from "./helpers/nobody.js";
+import { execAllAs, nobody, removeScripts, tempDirFor } from "./helpers/nobody.js";
 import { pi, piName, runTool } from "./helpers/pi.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
@@ -18,6 +18,7 @@ const bwrapWhy = bwrap.error
     ? `bwrap fails here: ${bwrap.stderr}`
     : null;
 const runtimeRoot = "/workspace";
+afterAll(removeScripts);
 const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
 // The sandbox's clean environment (createBashOperations' sandbox), spelled out for bwrap.
 const cleanEnv = {

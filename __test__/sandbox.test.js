@@ -9,7 +9,7 @@ import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeServer } from "./helpers/fake-server.js";
-import { execAll, execAllAs, nobody, startExecAs, tempDirFor, writeFileAs } from "./helpers/nobody.js";
+import { execAll, execAllAs, nobody, removeScripts, startExecAs, tempDirFor, writeFileAs } from "./helpers/nobody.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
 const FAKE_KEY = `sk-fake-${process.pid}-do-not-leak`;
@@ -62,6 +62,7 @@ async function untilDead(marker) {
 const cleanup = [];
 afterAll(() => {
   for (const fn of cleanup.reverse()) fn();
+  removeScripts();
 });
 
 // The same suite for each user: the refusals must not depend on the sandbox running as root.

@@ -3,7 +3,7 @@
 // takes the same input and gives the same JSON-able results: for each command its output, exit code
 // or the error it rejected with.
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, mkdtempSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -74,11 +74,26 @@ const { execAll } = await import(helper);
 process.stdout.write(JSON.stringify(await execAll(pno, sandbox, commands)));
 `;
 let scriptPath;
+let scripts;
 const children = new Set();
 // setpriv execs node in place, so the child is the nobody Node itself: ending it ends its exec trees.
 process.once("exit", () => {
   for (const child of children) child.kill("SIGKILL");
+  if (scripts) rmSync(scripts, { recursive: true, force: true });
 });
+
+/** Removes the child scripts (each test file's afterAll: vitest may end a worker without "exit"). */
+export function removeScripts() {
+  if (scripts) rmSync(scripts, { recursive: true, force: true });
+  scripts = undefined;
+  scriptPath = undefined;
+}
+
+/** This process's directory of child scripts (readable by nobody), removed at exit. */
+function scriptDir() {
+  scripts ??= tempDirFor("root", "pno-nobody-script-");
+  return scripts;
+}
 
 const streamScript = `
 import { readFileSync } from "node:fs";
@@ -94,7 +109,7 @@ await pno.createBashOperations({ sandbox }).exec(command, cwd, { onData: (c) => 
  * for killing that Node and watching the sandboxed tree go with it.
  */
 export function startExecAs(user, sandbox, command, cwd) {
-  const file = path.join(tempDirFor("root", "pno-stream-script-"), "stream.mjs");
+  const file = path.join(scriptDir(), "stream.mjs");
   writeFileSync(file, streamScript, { mode: 0o644 });
   const argv = [...(user === "nobody" ? nobody.argv : []), process.execPath, file];
   const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "inherit"], cwd: "/" });
@@ -109,7 +124,7 @@ export async function execAllAs(user, pno, sandbox, commands) {
   if (user === "root") return execAll(pno, sandbox, commands);
   if (!nobody.argv) throw new Error(nobody.why);
   if (!scriptPath) {
-    scriptPath = path.join(tempDirFor("root", "pno-nobody-script-"), "run.mjs");
+    scriptPath = path.join(scriptDir(), "run.mjs");
     writeFileSync(scriptPath, childScript, { mode: 0o644 });
   }
   const [file, ...args] = [...nobody.argv, process.execPath, scriptPath];
