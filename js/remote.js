@@ -297,7 +297,6 @@ class Connection {
       if (this.buffered < headerBytes + payloadBytes) return;
       this.frame = null;
       const headerText = this.take(headerBytes, false).toString("utf8");
-      const payload = this.take(payloadBytes, true);
       let header;
       try {
         header = JSON.parse(headerText);
@@ -307,39 +306,41 @@ class Connection {
       if (header === null || typeof header !== "object" || Array.isArray(header)) {
         return this.fail("protocol violation: a frame header is not a JSON object");
       }
-      this.dispatch(header, payload);
+      // Stream data goes to its consumer in the pieces it arrived in: joining a 1 MiB frame from the
+      // transport's 64 KiB reads would copy every byte of a flood once more.
+      if (header.t === "data" && payloadBytes > 0) {
+        for (const piece of this.takePieces(payloadBytes)) this.dispatch(header, piece);
+      } else this.dispatch(header, this.take(payloadBytes, true));
       if (this.closedReason !== null) return;
     }
   }
 
   /** The next `n` buffered bytes; `copy` gives the payload its own memory, not a view of a bigger chunk. */
   take(n, copy) {
-    this.buffered -= n;
     if (n === 0) return Buffer.alloc(0);
-    const first = this.chunks[0];
-    if (first.length === n) {
-      this.chunks.shift();
-      return first;
-    }
-    if (first.length > n) {
-      this.chunks[0] = first.subarray(n);
-      const part = first.subarray(0, n);
-      return copy ? Buffer.from(part) : part;
-    }
-    const parts = [];
+    const whole = this.chunks[0].length === n;
+    const pieces = this.takePieces(n);
+    if (pieces.length > 1) return Buffer.concat(pieces, n);
+    return copy && !whole ? Buffer.from(pieces[0]) : pieces[0];
+  }
+
+  /** The next `n` buffered bytes as views of the chunks they arrived in (none when `n` is 0). */
+  takePieces(n) {
+    this.buffered -= n;
+    const pieces = [];
     let left = n;
     while (left > 0) {
       const chunk = this.chunks[0];
       if (chunk.length <= left) {
-        parts.push(this.chunks.shift());
+        pieces.push(this.chunks.shift());
         left -= chunk.length;
       } else {
-        parts.push(chunk.subarray(0, left));
+        pieces.push(chunk.subarray(0, left));
         this.chunks[0] = chunk.subarray(left);
         left = 0;
       }
     }
-    return Buffer.concat(parts, n);
+    return pieces;
   }
 
   dispatch(header, payload) {
