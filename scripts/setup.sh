@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh checkout: npm dependencies, Node 22 (for pi 1.6.0, from the npm registry) and a
-# release build of the addon. Idempotent; needs only the npm and crates.io registries.
+# release build of the addon and the server. Idempotent; needs only the npm and crates.io registries
+# (and Debian's, for the optional bubblewrap below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
