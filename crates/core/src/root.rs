@@ -144,10 +144,10 @@ impl Root {
         }
     }
 
-    /// Walks `path` beneath the root. `follow_final` expands a symlink in the
-    /// last position; `create_dirs` makes missing directories on the way
-    /// (including the last component).
-    fn resolve(&self, path: &Path, follow_final: bool, create_dirs: bool) -> Result<Entry> {
+    /// Walks `path` beneath the root, a symlink in the last position expanded
+    /// too; `create_dirs` makes missing directories on the way (including the
+    /// last component).
+    fn resolve(&self, path: &Path, create_dirs: bool) -> Result<Entry> {
         let mut pending: VecDeque<OsString> = VecDeque::new();
         push_front_components(&mut pending, self.relative(path)?);
         // Open directories below the root, with their names: our own `..`.
@@ -161,9 +161,6 @@ impl Root {
             }
             let last = pending.is_empty();
             let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
-            if last && !follow_final && !create_dirs {
-                return Ok(self.entry(top, stack_names(&stack), name));
-            }
             let st = match fstatat(top, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) if create_dirs => {
@@ -287,7 +284,7 @@ impl Root {
             if let Some(fd) = self.open_beneath(path, OFlag::O_RDONLY) {
                 return fd.map(File::from);
             }
-            let e = self.resolve(path, true, false)?;
+            let e = self.resolve(path, false)?;
             Ok(openat(&e.parent, e.name.as_os_str(), read_flags(), Mode::empty())?.into())
         })
     }
@@ -315,7 +312,7 @@ impl Root {
     /// Checks that the file exists and grants `access` to the caller.
     pub fn access(&self, path: &Path, access: Access) -> Result<()> {
         named("access", path, || {
-            let e = self.resolve(path, true, false)?;
+            let e = self.resolve(path, false)?;
             let mode = match access {
                 Access::Read => AccessFlags::R_OK,
                 Access::ReadWrite => AccessFlags::R_OK | AccessFlags::W_OK,
@@ -385,7 +382,7 @@ impl Root {
         match fast {
             Some(fd) => Ok(nix::sys::stat::fstat(&fd?)?),
             None => {
-                let e = self.resolve(path, true, false)?;
+                let e = self.resolve(path, false)?;
                 Ok(fstatat(
                     &e.parent,
                     e.name.as_os_str(),
@@ -411,7 +408,7 @@ impl Root {
     }
 
     fn existing(&self, path: &Path) -> Result<(PathBuf, bool)> {
-        let e = self.resolve(path, true, false)?;
+        let e = self.resolve(path, false)?;
         let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
         Ok((self.host.join(&e.rel), file_type(&st) == SFlag::S_IFDIR))
     }
@@ -423,7 +420,7 @@ impl Root {
         named("scandir", path, || match self.open_beneath(path, flags) {
             Some(fd) => fd,
             None => {
-                let e = self.resolve(path, true, false)?;
+                let e = self.resolve(path, false)?;
                 Ok(openat(
                     &e.parent,
                     e.name.as_os_str(),
@@ -468,7 +465,7 @@ impl Root {
             return Ok(());
         }
         named("mkdir", path, || {
-            let e = self.resolve(path, true, true)?;
+            let e = self.resolve(path, true)?;
             // The walk stops on the last component when it is not a directory.
             if e.name != "." {
                 let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
@@ -490,7 +487,7 @@ impl Root {
     }
 
     fn replace(&self, path: &Path, data: &[u8]) -> Result<()> {
-        let e = self.resolve(path, true, false)?;
+        let e = self.resolve(path, false)?;
         if e.name == "." {
             return Err(Errno::EISDIR.into());
         }

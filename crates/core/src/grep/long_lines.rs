@@ -25,7 +25,7 @@ use regex_automata::util::start;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, MatchKind, Span};
 
-use super::search::{Engine, Hit, Limiter};
+use super::search::{Engine, EngineOptions, Hit, Limiter};
 use super::text::{show_line, LINE_PREFIX_BYTES};
 
 /// Lines up to this length are kept whole and matched by the regular matcher.
@@ -53,7 +53,13 @@ fn escape(pattern: &str) -> String {
 }
 
 impl StreamMatcher {
-    pub fn new(pattern: &str, ignore_case: bool, literal: bool) -> Result<Self, String> {
+    /// Compiles `pattern` as the searcher's matcher does; only the matching options of `options` apply.
+    pub fn new(pattern: &str, options: &EngineOptions) -> Result<Self, String> {
+        let EngineOptions {
+            ignore_case,
+            literal,
+            ..
+        } = *options;
         let pattern = if literal {
             escape(pattern)
         } else {
@@ -297,13 +303,13 @@ mod tests {
     use super::*;
 
     fn run(pattern: &str, data: &[u8], context: u64) -> Vec<(u64, String, bool)> {
-        let options = super::super::search::EngineOptions {
+        let options = EngineOptions {
             context,
             limit: 100,
             ..Default::default()
         };
         let engine = Engine::new(pattern, options).unwrap();
-        let stream = StreamMatcher::new(pattern, false, false).unwrap();
+        let stream = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
         search(&engine, &stream, data, true, &|| false)
             .unwrap()
             .into_iter()
@@ -373,7 +379,15 @@ mod tests {
             ("a.b(", false, true, b"a.b("),
             ("NeEdLe", true, false, b"nEEDle"),
         ] {
-            let m = StreamMatcher::new(pattern, ignore_case, literal).unwrap();
+            let m = StreamMatcher::new(
+                pattern,
+                &EngineOptions {
+                    ignore_case,
+                    literal,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             assert!(
                 m.prefilter.is_some(),
                 "{pattern}: a literal every match begins with"
@@ -381,10 +395,17 @@ mod tests {
             agrees_everywhere(&m, needle);
             assert!(scan(&m, needle, &[needle.len() / 2]) || pattern.starts_with(r"\b"));
         }
-        let m = StreamMatcher::new("needle", false, false).unwrap();
+        let m = StreamMatcher::new("needle", &EngineOptions::default()).unwrap();
         assert!(!scan(&m, b"needl needlx eedle", &[]));
         assert!(scan(&m, b"xxxxneedle", &[4, 5, 6, 7, 8, 9]));
-        let m = StreamMatcher::new("NEEDLE", true, false).unwrap();
+        let m = StreamMatcher::new(
+            "NEEDLE",
+            &EngineOptions {
+                ignore_case: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert!(scan(&m, b"a NeEdLe b", &[5]));
         assert!(!scan(&m, b"a NeEdL b", &[]));
     }
@@ -396,7 +417,7 @@ mod tests {
             (r"\w+!", b"--ab!", b"--!"),
             ("[^x]y", b"xay", b"xxy"),
         ] {
-            let m = StreamMatcher::new(pattern, false, false).unwrap();
+            let m = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
             assert!(m.prefilter.is_none(), "{pattern}");
             assert!(scan(&m, hit, &[1]), "{pattern}");
             assert!(!scan(&m, miss, &[1]), "{pattern}");
@@ -406,7 +427,7 @@ mod tests {
     #[test]
     fn a_literal_across_chunk_and_full_line_boundaries() {
         let engine = |p: &str| {
-            let options = super::super::search::EngineOptions {
+            let options = EngineOptions {
                 limit: 100,
                 ..Default::default()
             };
@@ -424,7 +445,7 @@ mod tests {
                 ("needles", 0),
                 ("aneedle", 1),
             ] {
-                let stream = StreamMatcher::new(pattern, false, false).unwrap();
+                let stream = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
                 let got = search(&engine(pattern), &stream, &data[..], true, &|| false).unwrap();
                 assert_eq!(got.len(), hits, "{pattern} at {at}");
                 if hits > 0 {

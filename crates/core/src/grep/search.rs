@@ -106,8 +106,7 @@ pub struct EngineOptions {
 /// The compiled query, shared by all search threads.
 pub struct Engine {
     pattern: String,
-    ignore_case: bool,
-    literal: bool,
+    options: EngineOptions,
     matcher: RegexMatcher,
     stream: OnceLock<Result<StreamMatcher, String>>,
     pub context: u64,
@@ -152,8 +151,7 @@ impl Engine {
             .map_err(|e| Error::invalid_regex(format!("rg: {}", rg_error_text(e.to_string()))))?;
         Ok(Engine {
             pattern: pattern.to_string(),
-            ignore_case,
-            literal,
+            options,
             matcher,
             stream: OnceLock::new(),
             context,
@@ -197,7 +195,7 @@ impl Engine {
 
     fn stream_matcher(&self) -> Result<&StreamMatcher, String> {
         self.stream
-            .get_or_init(|| StreamMatcher::new(&self.pattern, self.ignore_case, self.literal))
+            .get_or_init(|| StreamMatcher::new(&self.pattern, &self.options))
             .as_ref()
             .map_err(Clone::clone)
     }
