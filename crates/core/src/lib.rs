@@ -18,6 +18,9 @@ pub mod find;
 #[cfg(unix)]
 pub mod grep;
 pub mod image;
+// The warm search index: inotify, so Linux only (elsewhere searches walk).
+#[cfg(target_os = "linux")]
+pub mod index;
 #[cfg(unix)]
 pub mod root;
 // System-call helpers shared by the walk, grep and exec (also safe in a
