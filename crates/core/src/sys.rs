@@ -13,20 +13,31 @@ pub(crate) fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>
     while filled < buf.len() {
         let rest = &mut buf[filled..];
         // SAFETY: the kernel writes at most `rest.len()` bytes into `rest`.
-        let n = unsafe { libc::read(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
+        let n = retrying(|| unsafe {
+            libc::read(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len()) as i64
+        })?;
         if n == 0 {
             break;
         }
-        filled += n as usize;
+        filled += n;
     }
     Ok(filled)
+}
+
+/// Runs a raw system call again while it is interrupted by a signal; its
+/// non-negative result, or the `errno` it failed with. Async-signal-safe
+/// (`errno` only, no allocation).
+fn retrying(mut call: impl FnMut() -> i64) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -64,31 +75,22 @@ mod dirent {
         fd: BorrowedFd<'_>,
         buf: &'b mut DirentBuf<BYTES>,
     ) -> io::Result<Option<Dirents<'b>>> {
-        loop {
-            // SAFETY: the kernel writes at most `BYTES` bytes into `buf`.
-            let n = unsafe {
-                libc::syscall(
-                    libc::SYS_getdents64,
-                    fd.as_raw_fd(),
-                    buf.0.as_mut_ptr(),
-                    BYTES,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Ok(None);
-            }
-            let len = (n as usize).min(BYTES);
-            // SAFETY: the kernel initialised the first `n` bytes (`n <= BYTES`).
-            let bytes = unsafe { std::slice::from_raw_parts(buf.0.as_ptr().cast::<u8>(), len) };
-            return Ok(Some(Dirents { bytes }));
+        // SAFETY: the kernel writes at most `BYTES` bytes into `buf`.
+        let n = super::retrying(|| unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.0.as_mut_ptr(),
+                BYTES,
+            )
+        })?;
+        if n == 0 {
+            return Ok(None);
         }
+        let len = n.min(BYTES);
+        // SAFETY: the kernel initialised the first `n` bytes (`n <= BYTES`).
+        let bytes = unsafe { std::slice::from_raw_parts(buf.0.as_ptr().cast::<u8>(), len) };
+        Ok(Some(Dirents { bytes }))
     }
 
     /// The records of one `getdents64` batch, `.` and `..` included.
