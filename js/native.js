@@ -2,19 +2,9 @@
 // platform package (or NAPI_RS_NATIVE_LIBRARY_PATH), and turns its failure into an error
 // that says which platform we are on, what was tried and what to do.
 import { createRequire } from "node:module";
+import { PREBUILT } from "./platforms.js";
 
 const require = createRequire(import.meta.url);
-
-// The prebuilt platform packages this package publishes (npm/<suffix>/, optionalDependencies).
-const PREBUILT = [
-  "linux-x64-gnu",
-  "linux-x64-musl",
-  "linux-arm64-gnu",
-  "linux-arm64-musl",
-  "darwin-x64",
-  "darwin-arm64",
-  "win32-x64-msvc",
-];
 
 /** The napi-rs platform suffix for this process, e.g. `linux-x64-gnu`, `darwin-arm64`. */
 export function platformSuffix() {

@@ -2,6 +2,7 @@
 // Usage: node scripts/pack-check.js <main-pack.json> <platform-pack.json> <main package.json from the tarball>
 // Exits 1 listing every problem found; prints one "size" line per tarball on success.
 import { readFileSync } from "node:fs";
+import { PREBUILT } from "../js/platforms.js";
 
 const [mainJson, platformJson, mainManifestPath] = process.argv.slice(2);
 const [main] = JSON.parse(readFileSync(mainJson, "utf8"));
@@ -21,6 +22,7 @@ const MAIN_REQUIRED = [
   "js/pi.js",
   "js/pi.d.ts",
   "js/args.js",
+  "js/platforms.js",
 ];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],
@@ -43,15 +45,18 @@ for (const path of paths(main)) {
 // The packed manifest must name every platform package at the same version (napi-rs v3 wiring),
 // and have no install hooks: users never compile or download anything at install time.
 const manifest = JSON.parse(readFileSync(mainManifestPath, "utf8"));
-const PLATFORMS = [
-  "linux-x64-gnu",
-  "linux-x64-musl",
-  "linux-arm64-gnu",
-  "linux-arm64-musl",
-  "darwin-x64",
-  "darwin-arm64",
-  "win32-x64-msvc",
-];
+// napi-rs's suffix for a Rust target triple, e.g. x86_64-unknown-linux-gnu -> linux-x64-gnu.
+const suffixOf = (triple) => {
+  const [arch, , os, abi] = triple.split("-");
+  const cpu = { x86_64: "x64", aarch64: "arm64" }[arch] ?? arch;
+  if (os === "darwin") return `darwin-${cpu}`;
+  if (os === "windows") return `win32-${cpu}-${abi}`;
+  return `${os}-${cpu}-${abi}`;
+};
+const targets = (manifest.napi?.targets ?? []).map(suffixOf);
+if (targets.join() !== PREBUILT.join())
+  problems.push(`js/platforms.js lists ${PREBUILT.join(", ")}; package.json napi.targets give ${targets.join(", ")}`);
+const PLATFORMS = PREBUILT;
 for (const suffix of PLATFORMS) {
   const dep = `pi-native-ops-${suffix}`;
   const version = manifest.optionalDependencies?.[dep];
