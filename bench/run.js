@@ -33,7 +33,7 @@ preferOnPath(rg, fd);
 
 const ctx = { pi, piName, corpora, rg, fd, native, log, repo };
 const rows = [];
-for (const capability of ["fs", "bash", "find", "grep", "remote"]) {
+for (const capability of ["fs", "bash", "find", "grep", "remote", "index"]) {
   if (only.length && !only.includes(capability)) continue;
   const file = path.join(here, `${capability}.js`);
   if (!existsSync(file)) {
@@ -47,7 +47,7 @@ for (const capability of ["fs", "bash", "find", "grep", "remote"]) {
     const ratio = row.ratio == null ? "n/a" : `${row.ratio.toFixed(2)}×`;
     const mem =
       row.nativeMemMiB != null
-        ? `, peak RSS native ${row.nativeMemMiB.toFixed(0)} MiB / stock ${row.stockMemMiB?.toFixed(0)} MiB`
+        ? `, peak RSS native ${row.nativeMemMiB.toFixed(0)} MiB${row.stockMemMiB != null ? ` / stock ${row.stockMemMiB.toFixed(0)} MiB` : ""}`
         : "";
     log(
       `${row.operation} [${row.corpus}]: native ${fmt(row.nativeMs)} ms, stock ${fmt(row.stockMs)} ms, ratio ${ratio}${mem}${row.note ? ` (${row.note})` : ""}`,
