@@ -2,6 +2,7 @@
 // and hostile frames written raw, a 1 GiB flood through the connection, many calls in flight at once.
 // Nothing hangs (vitest's test timeout would catch it), nothing crashes, no command tree is left.
 import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -397,6 +398,43 @@ describe.skipIf(!serverPath())("load through one connection", () => {
     expect(growthMiB).toBeLessThan(80);
     expect(serverGrowthMiB).toBeLessThan(80);
   }, 180_000);
+
+  it("command output arrives byte for byte: a large random stream, and pieces of many sizes with pauses", async () => {
+    // The server passes a command's output on from its pipe without reading it (splice): every frame's
+    // length must match the bytes that follow it, in order, or this stream comes out different.
+    const dir = tempDir("pno-faults-noise-");
+    try {
+      const noise = randomBytes(48 * 1024 * 1024 + 4321);
+      writeFileSync(path.join(dir, "noise.bin"), noise);
+      const { connection, stderr } = await captured();
+      const run = async (command) => {
+        const hash = createHash("sha256");
+        let bytes = 0;
+        const result = await connection.bash.exec(command, dir, {
+          onData: (chunk) => {
+            hash.update(chunk);
+            bytes += chunk.length;
+          },
+        });
+        return { result, bytes, sha256: hash.digest("hex") };
+      };
+      const sha256 = (buffer) => createHash("sha256").update(buffer).digest("hex");
+      expect(await run("cat noise.bin")).toEqual({
+        result: { exitCode: 0 },
+        bytes: noise.length,
+        sha256: sha256(noise),
+      });
+      const sizes = [1, 4096, 65536, 1024 * 1024 + 1, 3];
+      const pieces = await run(
+        `for n in ${sizes.join(" ")}; do head -c $n noise.bin; sleep 0.01; done; head -c 5 noise.bin >&2`,
+      );
+      const want = Buffer.concat([...sizes, 5].map((n) => noise.subarray(0, n)));
+      expect(pieces).toEqual({ result: { exitCode: 0 }, bytes: want.length, sha256: sha256(want) });
+      expect(stderr()).toBe("");
+    } finally {
+      removeTree(dir);
+    }
+  });
 
   it("100 concurrent mixed calls all complete correctly", async () => {
     const { connection, stderr } = await captured();

@@ -4,7 +4,7 @@
 //! tokio's blocking pool runs every core call, and one writer owns stdout. A call so crosses two
 //! thread hand-offs: reader to pool, pool to writer.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use pi_native_ops_core::root::Root;
 
 use crate::frame::{read_frame, Frame, ReadError};
 use crate::ops::{self, ExecSite, GrepCancel, Registry, Running, Stream};
-use crate::outbox::{write_frames, Outbox};
+use crate::outbox::{write_frames, Outbox, Output};
 use crate::wire::{self, Failure, Incoming, Op, WireError};
 
 /// At exit, how long the answers already queued may take to reach a client that still reads.
@@ -276,7 +276,7 @@ impl Connection {
 pub fn serve<R, W>(workspace: Arc<Workspace>, mut input: R, output: W, pool: Handle) -> i32
 where
     R: Read,
-    W: Write + Send + 'static,
+    W: Output + Send + 'static,
 {
     let (out, queue) = Outbox::new();
     out.hello(
@@ -329,7 +329,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::sync::mpsc::Receiver;
 
-    use crate::outbox::Out;
+    use crate::outbox::{Out, Output};
 
     fn frame(header: Value, payload: &[u8]) -> Frame {
         Frame {
@@ -348,7 +348,7 @@ mod tests {
                     assert_eq!(lengths[..8], head[..8]);
                     return (header, payload);
                 }
-                Out::Flushed(_) => {}
+                Out::Piped { .. } | Out::Flushed(_) => {}
             }
         }
     }
@@ -659,5 +659,74 @@ mod tests {
         let (err, _) = next(&mut f.queue);
         assert_eq!(err["error"]["kind"], "Aborted");
         assert_eq!(err["id"], 2);
+    }
+
+    /// Plays the writer for a command's output passed on from its pipe: moves each piece (the
+    /// plain way, into a Vec) and answers it. Returns the bytes moved, or the first other frame.
+    fn move_piped(out: Out, moved: &mut Vec<u8>) -> Option<(Value, Vec<u8>)> {
+        match out {
+            Out::Piped {
+                head,
+                from,
+                len,
+                done,
+            } => {
+                let header: Value = serde_json::from_slice(&head[8..]).unwrap();
+                assert_eq!(header["t"], "data");
+                assert_eq!(head[..8], encode_head(&head[8..], len)[..8]);
+                assert!(len <= ops::MAX_DATA);
+                // SAFETY: the exec's thread keeps the pipe open until `done` answers.
+                let from = unsafe { std::os::fd::BorrowedFd::borrow_raw(from) };
+                let _ = done.send(moved.write_from_pipe(from, len));
+                None
+            }
+            Out::Frame { head, payload } => {
+                Some((serde_json::from_slice(&head[8..]).unwrap(), payload))
+            }
+            Out::Flushed(_) => None,
+        }
+    }
+
+    #[test]
+    fn exec_output_waits_for_credit_in_its_pipe_and_stops_on_cancel() {
+        let mut f = fixture();
+        f.conn.handle(frame(
+            json!({"t":"call","id":1,"op":"exec","command":"head -c 100000000 /dev/zero","cwd":"/workspace"}),
+            b"",
+        ));
+        let stream = loop {
+            if let Some(Running::Stream(stream)) = ops::lock(&f.conn.stopper.running).get(&1) {
+                break Arc::clone(stream);
+            }
+            std::thread::yield_now();
+        };
+        let mut moved = Vec::new();
+        // Uncredited, the output stops within the window and waits in the command's pipe.
+        while !stream.is_waiting() {
+            match f.queue.try_recv() {
+                Ok(out) => assert!(move_piped(out, &mut moved).is_none(), "the exec ended"),
+                Err(_) => std::thread::yield_now(),
+            }
+            assert!(moved.len() as u64 <= ops::WINDOW, "ran past the window");
+        }
+        assert!(moved.len() as u64 > ops::WINDOW - ops::MAX_DATA as u64);
+        let before = moved.len();
+        f.conn
+            .handle(frame(json!({"t":"credit","id":1,"bytes":before}), b""));
+        while moved.len() == before {
+            let out = f.queue.recv().unwrap();
+            assert!(move_piped(out, &mut moved).is_none(), "the exec ended");
+        }
+        assert!(moved.iter().all(|&b| b == 0));
+        f.conn.handle(frame(json!({"t":"cancel","id":1}), b""));
+        let (ok, _) = loop {
+            if let Some(answer) = move_piped(f.queue.recv().unwrap(), &mut moved) {
+                break answer;
+            }
+        };
+        assert_eq!(
+            (ok["t"].as_str(), ok["killed"].as_bool()),
+            (Some("ok"), Some(true))
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! The server's side of stdout: every thread queues whole frames on one channel, and one writer
-//! thread owns stdout, writing whatever is queued before each flush (so frames produced together
-//! leave in one write).
+//! thread owns stdout, writing whatever is queued as one gathered write (so frames produced
+//! together leave in one system call, and no payload is copied on its way out).
 
-use std::io::{self, BufWriter, Write};
+use std::fs::File;
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
 use std::sync::mpsc;
 
 use serde_json::{Map, Value};
@@ -10,16 +12,102 @@ use serde_json::{Map, Value};
 use crate::frame::{encode_head, MAX_PAYLOAD};
 use crate::wire::{Outgoing, WireError};
 
-/// Bytes gathered before the writer writes: small frames queued together leave in one write.
-const WRITE_BUFFER: usize = 64 << 10;
+/// Frames gathered into one write at most: two slices each (head, payload), within the 1024
+/// slices `writev` takes at once on Linux and macOS (`IOV_MAX`).
+const MAX_BATCH: usize = 512;
 
 pub enum Out {
     Frame {
         head: Vec<u8>,
         payload: Vec<u8>,
     },
+    /// A frame whose payload is the next `len` bytes of the pipe `from`, which holds at least
+    /// that many: the writer moves them to the output after `head` (without copying them where it
+    /// can), then answers on `done`. The sender owns `from` and neither closes nor reads it until
+    /// `done` answers or drops.
+    Piped {
+        head: Vec<u8>,
+        from: RawFd,
+        len: usize,
+        done: mpsc::Sender<io::Result<()>>,
+    },
     /// Everything queued before it has been written and flushed.
     Flushed(mpsc::Sender<()>),
+}
+
+/// What the writer writes frames to: any `Write`, and a way to pass on bytes waiting in a pipe.
+pub trait Output: Write {
+    /// Writes the next `len` bytes of the pipe `from` (which holds at least that many).
+    fn write_from_pipe(&mut self, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        copy_from_pipe(self, from, len)
+    }
+}
+
+/// The tests' output.
+impl Output for Vec<u8> {}
+
+impl Output for File {
+    /// `splice`: the pipe's pages go to stdout (a socket or a pipe) by reference, never through
+    /// this process's memory; where stdout takes no splice, a plain copy.
+    #[cfg(target_os = "linux")]
+    fn write_from_pipe(&mut self, from: BorrowedFd<'_>, mut len: usize) -> io::Result<()> {
+        while len > 0 {
+            // SAFETY: both descriptors are open (`from` borrowed, `self` owned); null offsets
+            // splice at the current positions.
+            let n = unsafe {
+                libc::splice(
+                    from.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    self.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    len,
+                    libc::SPLICE_F_MOVE,
+                )
+            };
+            if n > 0 {
+                len -= n as usize;
+                continue;
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                // Nothing moved by this call: the rest goes the plain way (a terminal, a file).
+                Some(libc::EINVAL | libc::ENOSYS) => return copy_from_pipe(self, from, len),
+                _ => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes a plain copy from a pipe moves per read.
+const COPY_STEP: usize = 64 << 10;
+
+/// Reads the next `len` bytes of the pipe `from` and writes them to `output`.
+fn copy_from_pipe<W: Write + ?Sized>(
+    output: &mut W,
+    from: BorrowedFd<'_>,
+    mut len: usize,
+) -> io::Result<()> {
+    // SAFETY: a `File` over the borrowed descriptor, never dropped (so never closed by us).
+    let mut pipe = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(from.as_raw_fd()) });
+    let mut buf = vec![0u8; len.min(COPY_STEP)];
+    while len > 0 {
+        let want = len.min(buf.len());
+        match pipe.read(&mut buf[..want]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                output.write_all(&buf[..n])?;
+                len -= n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A cheap handle any thread sends frames through. Sending after the writer has gone (stdout
@@ -75,6 +163,24 @@ impl Outbox {
         self.send(&Outgoing::Data { id }, chunk);
     }
 
+    /// One chunk of a stream, the next `len` bytes waiting in the pipe `from` (which holds at
+    /// least that many, and which nobody else reads): returns once they are written, so a
+    /// stream's later frames follow them. Fails when the output does (the connection is ending).
+    pub fn data_from_pipe(&self, id: u64, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        let header = serde_json::to_vec(&Outgoing::Data { id })?;
+        let (done, written) = mpsc::channel();
+        let piped = Out::Piped {
+            head: encode_head(&header, len),
+            from: from.as_raw_fd(),
+            len,
+            done,
+        };
+        let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the output has closed");
+        self.0.send(piped).map_err(|_| gone())?;
+        // `from` stays borrowed until here: the writer answers (or drops the message) before.
+        written.recv().map_err(|_| gone())?
+    }
+
     /// Answers once every frame queued before it is written (the sender drops unanswered when the
     /// writer is gone).
     pub fn flushed(&self) -> mpsc::Receiver<()> {
@@ -85,25 +191,69 @@ impl Outbox {
 }
 
 /// Writes queued frames to `output` until every sender is gone; fails when `output` does.
-pub fn write_frames<W: Write>(queue: mpsc::Receiver<Out>, output: W) -> io::Result<()> {
-    let mut output = BufWriter::with_capacity(WRITE_BUFFER, output);
+pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io::Result<()> {
+    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut waiting = Vec::new();
     while let Ok(first) = queue.recv() {
         let mut next = Some(first);
         while let Some(out) = next {
             match out {
-                Out::Frame { head, payload } => {
-                    output.write_all(&head)?;
-                    output.write_all(&payload)?;
+                Out::Frame { head, payload } => batch.push((head, payload)),
+                Out::Piped {
+                    head,
+                    from,
+                    len,
+                    done,
+                } => {
+                    batch.push((head, Vec::new()));
+                    write_batch(&mut output, &batch)?;
+                    batch.clear();
+                    // SAFETY: the sender keeps `from` open until `done` answers or drops.
+                    let from = unsafe { BorrowedFd::borrow_raw(from) };
+                    let moved = output.write_from_pipe(from, len);
+                    // After a failure the frame is cut short: the connection cannot go on.
+                    let failed = moved
+                        .as_ref()
+                        .err()
+                        .map(|e| io::Error::new(e.kind(), e.to_string()));
+                    let _ = done.send(moved);
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
                 }
                 Out::Flushed(done) => waiting.push(done),
             }
+            if batch.len() == MAX_BATCH {
+                break;
+            }
             next = queue.try_recv().ok();
         }
+        write_batch(&mut output, &batch)?;
+        batch.clear();
         output.flush()?;
         for done in waiting.drain(..) {
             let _ = done.send(());
         }
     }
     output.flush()
+}
+
+/// Writes every frame of `batch`, heads and payloads in order, with as few `writev` as the output
+/// takes.
+fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = batch
+        .iter()
+        .flat_map(|(head, payload)| [IoSlice::new(head), IoSlice::new(payload)])
+        .filter(|slice| !slice.is_empty())
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        match output.write_vectored(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -1,9 +1,12 @@
 //! The built server over pipes, as a client drives it (docs/protocol.md).
 #![cfg(unix)]
 
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,25 +18,49 @@ const WATCHDOG: Duration = Duration::from_secs(120);
 
 struct Server {
     child: Arc<Mutex<Child>>,
-    stdin: Option<ChildStdin>,
-    stdout: ChildStdout,
+    stdin: Option<File>,
+    stdout: File,
 }
 
 impl Server {
     fn start(root: &Path, runtime_root: Option<&str>) -> Server {
+        Server::start_with(root, runtime_root, false)
+    }
+
+    /// `sockets`: stdin and stdout are Unix stream sockets, as Node gives a child's stdio pipes;
+    /// else plain pipes (ssh, docker exec).
+    fn start_with(root: &Path, runtime_root: Option<&str>, sockets: bool) -> Server {
         let mut cmd = Command::new(BIN);
         cmd.arg("--root").arg(root);
         if let Some(runtime) = runtime_root {
             cmd.args(["--runtime-root", runtime]);
         }
+        let mut ours = None;
+        if sockets {
+            let (stdin, their_stdin) = UnixStream::pair().unwrap();
+            let (stdout, their_stdout) = UnixStream::pair().unwrap();
+            cmd.stdin(OwnedFd::from(their_stdin))
+                .stdout(OwnedFd::from(their_stdout));
+            ours = Some((
+                File::from(OwnedFd::from(stdin)),
+                File::from(OwnedFd::from(stdout)),
+            ));
+        } else {
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        }
         let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the server starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("stdout");
+        // The child's ends close with `cmd`: our reads see the end when the server exits.
+        drop(cmd);
+        let (stdin, stdout) = match ours {
+            Some((stdin, stdout)) => (Some(stdin), stdout),
+            None => (
+                child.stdin.take().map(|s| File::from(OwnedFd::from(s))),
+                File::from(OwnedFd::from(child.stdout.take().expect("stdout"))),
+            ),
+        };
         let child = Arc::new(Mutex::new(child));
         let watched = Arc::downgrade(&child);
         std::thread::spawn(move || {
@@ -199,6 +226,48 @@ fn exec_streams_output_and_answers_the_exit_code() {
     assert_eq!(ok["killed"], true);
     assert_eq!(ok["t"], "ok");
     assert_eq!(server.close(), Some(0));
+}
+
+/// A reproducible pseudo-random stream (xorshift64*): no repeating pattern hides a piece lost,
+/// doubled or moved.
+fn noise(len: usize, mut state: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(len + 8);
+    while bytes.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        bytes.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    bytes.truncate(len);
+    bytes
+}
+
+#[test]
+fn exec_output_arrives_byte_for_byte_over_pipes_and_sockets() {
+    let dir = workspace();
+    // Many largest frames and a ragged end.
+    let noise = noise((24 << 20) + 12_345, 0x9e37_79b9_7f4a_7c15);
+    std::fs::write(dir.path().join("noise.bin"), &noise).unwrap();
+    let cwd = dir.path().to_string_lossy().into_owned();
+    for sockets in [false, true] {
+        let mut server = Server::start_with(dir.path(), None, sockets);
+        let (output, ok) = server.exec(1, "cat noise.bin", &cwd);
+        assert_eq!(ok["exitCode"], 0);
+        assert!(output == noise, "the flood differs (sockets: {sockets})");
+        // Pieces of many sizes with pauses between them, stdout and stderr: each whole, in order.
+        let sizes = [1, 4096, 65_536, (1 << 20) + 1, 3];
+        let command =
+            "for n in 1 4096 65536 1048577 3; do head -c $n noise.bin; sleep 0.01; done; \
+                       head -c 5 noise.bin >&2";
+        let (output, ok) = server.exec(2, command, &cwd);
+        assert_eq!(ok["exitCode"], 0);
+        let mut want = Vec::new();
+        for n in sizes.into_iter().chain([5]) {
+            want.extend_from_slice(&noise[..n]);
+        }
+        assert!(output == want, "the pieces differ (sockets: {sockets})");
+        assert_eq!(server.close(), Some(0));
+    }
 }
 
 fn alive(pid: &str) -> bool {

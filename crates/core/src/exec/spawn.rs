@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -271,6 +271,14 @@ impl Execution {
     /// Streams output to `sink` until the exec is over, then returns how it ended. `sink` may
     /// block (that is the backpressure); returning `false` kills the tree and stops delivery.
     pub fn pump(&mut self, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
+        let control = Arc::clone(&self.control);
+        self.pump_with(&mut |fd| read_chunk(fd.as_raw_fd()).map(|c| control.killed() || sink(c)))
+    }
+
+    /// As `pump`, for a consumer that takes the output from the pipe itself (e.g. `splice`s it
+    /// on without reading it): `take` is called when the pipe is readable and answers `None` at
+    /// end-of-file, else whether to go on (`false` kills the tree).
+    pub fn pump_with(&mut self, take: &mut dyn FnMut(BorrowedFd<'_>) -> Option<bool>) -> Outcome {
         let mut exit_code = None;
         let mut shell_exited = false;
         let mut tree_reaped = false;
@@ -336,12 +344,12 @@ impl Execution {
                 }
             }
             if fds[0].revents != 0 {
-                match read_chunk(self.output.as_raw_fd()) {
-                    Some(chunk) => {
+                match take(self.output.as_fd()) {
+                    Some(go_on) => {
                         if shell_exited {
                             idle_deadline = Instant::now() + OUTPUT_IDLE_GRACE;
                         }
-                        if !self.control.killed() && !sink(chunk) {
+                        if !go_on {
                             self.control.kill();
                         }
                     }
