@@ -11,7 +11,7 @@
 //! by name (a directory before its contents), which is `Path`'s component
 //! ordering, kept while walking on all cores (see `walk`).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -19,6 +19,9 @@ use std::sync::atomic::AtomicBool;
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::Index;
+#[cfg(target_os = "linux")]
+use crate::index::{Child, DirNode, TreeSearch};
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
@@ -192,8 +195,13 @@ impl Prune {
     }
 
     fn is_pruned(&self, entry: &Entry<'_>) -> bool {
-        self.names.iter().any(|n| n.as_os_str() == entry.name())
-            || (!self.globs.is_empty() && self.globs.is_match(entry.rel()))
+        self.is_pruned_at(entry.name(), entry.rel())
+    }
+
+    /// The same for an entry named `name` at `rel` (from the search directory).
+    fn is_pruned_at(&self, name: &OsStr, rel: &Path) -> bool {
+        self.names.iter().any(|n| n.as_os_str() == name)
+            || (!self.globs.is_empty() && self.globs.is_match(rel))
     }
 }
 
@@ -205,7 +213,15 @@ type Found = (PathBuf, bool);
 /// and returns absolute runtime paths, directories with a trailing `/`, in
 /// path order. Fails on a pattern or ignore glob that does not parse, or on
 /// `cwd` outside the root, missing or not a directory (as `scandir` of `cwd`).
-pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString>> {
+///
+/// With `index` (of this root), the walk is answered from its cached tree
+/// when it can be, with the same result.
+pub fn glob(
+    root: &Root,
+    cwd: &Path,
+    search: &Search<'_>,
+    index: Option<&Index>,
+) -> Result<Vec<OsString>> {
     let dir = root.resolve_dir(cwd)?;
     let base = runtime_base(root, cwd, &dir);
     let pattern = Pattern::new(search.pattern, base.clone())?;
@@ -213,17 +229,20 @@ pub fn glob(root: &Root, cwd: &Path, search: &Search<'_>) -> Result<Vec<OsString
     if search.limit == 0 {
         return Ok(Vec::new());
     }
-    let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
-    let rules = Rules::new(&dir, None);
     let mut found = Vec::new();
     let visitor = Matches {
         pattern: &pattern,
         prune: &prune,
     };
-    walk::walk(start, &rules, &visitor, &AtomicBool::new(false), |m| {
-        found.push(m);
-        found.len() < search.limit
-    });
+    if !from_index(index, &dir, &visitor, &mut found, search.limit) {
+        found.clear();
+        let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
+        let rules = Rules::new(&dir, None);
+        walk::walk(start, &rules, &visitor, &AtomicBool::new(false), |m| {
+            found.push(m);
+            found.len() < search.limit
+        });
+    }
     Ok(found
         .into_iter()
         .map(|(rel, is_dir)| {
@@ -257,6 +276,68 @@ impl Visitor for Matches<'_> {
         self.pattern
             .is_match(rel)
             .then(|| (rel.to_path_buf(), entry.kind == Kind::Dir))
+    }
+}
+
+/// Answers the search from `index` when it can (`found` then holds the
+/// matches); `false`: walk live.
+#[cfg(target_os = "linux")]
+fn from_index(
+    index: Option<&Index>,
+    dir: &Path,
+    matches: &Matches<'_>,
+    found: &mut Vec<Found>,
+    limit: usize,
+) -> bool {
+    let Some(index) = index else { return false };
+    let mut cached = Cached {
+        matches,
+        found,
+        limit,
+    };
+    index.walk(dir, &mut cached).is_some()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn from_index(
+    index: Option<&Index>,
+    _: &Path,
+    _: &Matches<'_>,
+    _: &mut Vec<Found>,
+    _: usize,
+) -> bool {
+    match index {
+        Some(never) => match *never {},
+        None => false,
+    }
+}
+
+/// The same search answered from an index's cached tree (left out: the
+/// stored ignore decision, or pruned; matches in walk order up to the limit).
+#[cfg(target_os = "linux")]
+struct Cached<'a, 'm> {
+    matches: &'a Matches<'m>,
+    found: &'a mut Vec<Found>,
+    limit: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl TreeSearch for Cached<'_, '_> {
+    fn left_out(&mut self, rel: &[u8], child: &Child) -> bool {
+        child.ignored
+            || self.matches.prune.is_pruned_at(
+                OsStr::from_bytes(&child.name),
+                Path::new(OsStr::from_bytes(rel)),
+            )
+    }
+
+    fn visit(&mut self, rel: &[u8], child: &Child, _: &DirNode) -> bool {
+        let rel = Path::new(OsStr::from_bytes(rel));
+        if self.matches.pattern.is_match(rel) {
+            self.found
+                .push((rel.to_path_buf(), child.kind == Kind::Dir));
+        }
+        self.found.len() < self.limit
     }
 }
 
@@ -317,7 +398,7 @@ mod tests {
             ignore: &ignore,
             limit,
         };
-        glob(&root, Path::new("/ws"), &search)
+        glob(&root, Path::new("/ws"), &search, None)
             .unwrap()
             .into_iter()
             .map(|p| p.into_string().unwrap())
@@ -490,7 +571,7 @@ mod tests {
             ignore: &[],
             limit: 1,
         };
-        let err = glob(&root, t.path(), &search).unwrap_err();
+        let err = glob(&root, t.path(), &search, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidGlob);
         assert!(err.to_string().contains("\"[abc\""), "{err}");
         let outside = Search {
@@ -498,9 +579,9 @@ mod tests {
             ignore: &[],
             limit: 1,
         };
-        let err = glob(&root, Path::new("/"), &outside).unwrap_err();
+        let err = glob(&root, Path::new("/"), &outside, None).unwrap_err();
         assert_eq!(err.to_string(), "path \"/\" is outside workspace");
-        let err = glob(&root, &t.path().join("a"), &outside).unwrap_err();
+        let err = glob(&root, &t.path().join("a"), &outside, None).unwrap_err();
         let want = format!(
             "ENOTDIR: not a directory, scandir '{}'",
             t.path().join("a").display()

@@ -21,6 +21,12 @@ pub mod image;
 // The warm search index: inotify, so Linux only (elsewhere searches walk).
 #[cfg(target_os = "linux")]
 pub mod index;
+/// Elsewhere there is no index: a type without values keeps find's and
+/// grep's signatures the same on every target.
+#[cfg(not(target_os = "linux"))]
+pub mod index {
+    pub enum Index {}
+}
 #[cfg(unix)]
 pub mod root;
 // System-call helpers shared by the walk, grep and exec (also safe in a

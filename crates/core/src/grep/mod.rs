@@ -5,6 +5,7 @@
 //! (`text::Collector`); when that has enough, the walk stops, so a search
 //! that reaches its limit in the first files never walks the rest of the tree.
 
+mod listed;
 mod long_lines;
 mod search;
 mod text;
@@ -18,13 +19,14 @@ use std::sync::Arc;
 use ignore::overrides::{Override, OverrideBuilder};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::Index;
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-use search::{Engine, EngineOptions, Hit, Worker};
+pub(crate) use search::{Engine, EngineOptions, Hit, Worker};
 use text::Collector;
 
 /// What to search for.
@@ -114,6 +116,7 @@ pub fn run(
     opener: &dyn Opener,
     cancel: &AtomicBool,
     searched: &AtomicU64,
+    index: Option<&Index>,
 ) -> Result<Outcome> {
     let engine = Engine::new(
         &query.pattern,
@@ -139,20 +142,34 @@ pub fn run(
         }
         Target::Dir(dir) => {
             let overrides = overrides(query.glob.as_deref())?;
-            // A directory that cannot be opened has nothing to search, as with rg.
-            if let Ok(start) = opener.open_dir(dir) {
+            let mut file = 0;
+            let mut sink = |rel: &Arc<str>, hits: Vec<Hit>| {
+                for hit in &hits {
+                    collector.line(file, rel, hit.number, &hit.shown, hit.is_match);
+                }
+                file += 1;
+                !collector.done()
+            };
+            if search_indexed(
+                index,
+                dir,
+                query,
+                overrides.as_ref(),
+                &engine,
+                cancel,
+                searched,
+                &mut sink,
+            ) {
+                // Answered from the index's candidates.
+            } else if let Ok(start) = opener.open_dir(dir) {
+                // A directory that cannot be opened has nothing to search, as with rg.
                 let rules = Rules::new(dir, overrides);
                 let visitor = Searching {
                     engine: &engine,
                     searched,
                 };
-                let mut file = 0;
                 walk::walk(start, &rules, &visitor, cancel, |(rel, hits)| {
-                    for hit in &hits {
-                        collector.line(file, &rel, hit.number, &hit.shown, hit.is_match);
-                    }
-                    file += 1;
-                    !collector.done()
+                    sink(&rel, hits)
                 });
             }
         }
@@ -161,6 +178,55 @@ pub fn run(
         return Err(Error::aborted());
     }
     Ok(collector.finish())
+}
+
+/// Searches the files in scope that the index names as candidates (in walk
+/// order, so the output is the walk's), if it can answer; `false`: walk.
+#[cfg(target_os = "linux")]
+#[allow(clippy::too_many_arguments)]
+fn search_indexed(
+    index: Option<&Index>,
+    dir: &Path,
+    query: &Query,
+    overrides: Option<&Override>,
+    engine: &Engine,
+    cancel: &AtomicBool,
+    searched: &AtomicU64,
+    sink: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
+) -> bool {
+    let Some(index) = index else { return false };
+    let Some(found) = index.grep_files(
+        dir,
+        &query.pattern,
+        query.ignore_case,
+        query.literal,
+        overrides,
+    ) else {
+        return false;
+    };
+    let open = |f: &crate::index::GrepFile| found.open(f);
+    listed::search_listed(engine, &found.files, &open, cancel, searched, |f, hits| {
+        sink(&f.shown, hits)
+    });
+    true
+}
+
+#[cfg(not(target_os = "linux"))]
+#[allow(clippy::too_many_arguments)]
+fn search_indexed(
+    index: Option<&Index>,
+    _: &Path,
+    _: &Query,
+    _: Option<&Override>,
+    _: &Engine,
+    _: &AtomicBool,
+    _: &AtomicU64,
+    _: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
+) -> bool {
+    match index {
+        Some(never) => match *never {},
+        None => false,
+    }
 }
 
 /// rg's `--glob`, matched against paths relative to the searched directory

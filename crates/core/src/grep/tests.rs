@@ -16,7 +16,7 @@ fn run(
     opener: &dyn Opener,
     cancel: &AtomicBool,
 ) -> crate::Result<Outcome> {
-    super::run(target, query, opener, cancel, &AtomicU64::new(0))
+    super::run(target, query, opener, cancel, &AtomicU64::new(0), None)
 }
 
 fn lines(out: &Outcome) -> Vec<String> {
@@ -129,16 +129,32 @@ fn counts_the_files_it_searched() {
     let target = Target::Dir(t.path().to_path_buf());
     let cancel = AtomicBool::new(false);
     let searched = AtomicU64::new(0);
-    super::run(&target, &query("needle"), &PlainFs, &cancel, &searched).unwrap();
+    super::run(
+        &target,
+        &query("needle"),
+        &PlainFs,
+        &cancel,
+        &searched,
+        None,
+    )
+    .unwrap();
     // The 40 files not ignored, and .gitignore (hidden files are searched, as pi's rg --hidden does).
     assert_eq!(searched.load(Ordering::Relaxed), 41);
     let named = Target::File(t.path().join("f00.txt"), "f00.txt".into());
     let searched = AtomicU64::new(0);
-    super::run(&named, &query("needle"), &PlainFs, &cancel, &searched).unwrap();
+    super::run(&named, &query("needle"), &PlainFs, &cancel, &searched, None).unwrap();
     assert_eq!(searched.load(Ordering::Relaxed), 1);
     cancel.store(true, Ordering::Relaxed);
     let searched = AtomicU64::new(0);
-    let err = super::run(&target, &query("needle"), &PlainFs, &cancel, &searched).unwrap_err();
+    let err = super::run(
+        &target,
+        &query("needle"),
+        &PlainFs,
+        &cancel,
+        &searched,
+        None,
+    )
+    .unwrap_err();
     assert_eq!(err, crate::Error::aborted());
     assert_eq!(searched.load(Ordering::Relaxed), 0);
 }

@@ -1,9 +1,835 @@
 //! Warm search: a cached walk, n-gram posting lists and inotify watches that
 //! let find and grep read only the files that can match, and never serve a
 //! stale answer (see docs/index.md).
-
-// Skeleton while the parts land; the allow goes when `Index` wires them.
-#![allow(dead_code)]
+//!
+//! One background thread per index builds it (watch, list, read, n-grams),
+//! then waits on the inotify descriptor and a waker, applies events and
+//! re-indexes changed files. Every search first drains the inotify queue and
+//! applies what it holds under the index lock, then answers from the tree;
+//! whenever the index cannot answer exactly (not ready, stepped aside, a walk
+//! that would enter an unindexed directory) the caller walks live.
 
 mod grams;
 mod query;
+mod tree;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+
+use ignore::overrides::Override;
+use ignore::Match;
+
+use crate::root::Root;
+use crate::walk::Kind;
+use grams::{file_grams, Gram, GramScratch, Postings, SegmentBuilder};
+use tree::{open_beneath, Contents, DirtyRef, Tree};
+pub(crate) use tree::{Child, DirNode, FileState, Node, TreeSearch};
+use watch::{poll, Event, Waker};
+
+/// How an index is built.
+#[derive(Debug, Clone)]
+pub struct IndexOptions {
+    /// Directories watched at most (beyond it the index steps aside);
+    /// `None`: only the kernel's limit (`fs.inotify.max_user_watches`).
+    pub max_watches: Option<usize>,
+    /// Larger files are not indexed but always searched.
+    pub max_file_bytes: u64,
+}
+
+/// Files larger than this are always searched instead of indexed: 16 MiB is
+/// far beyond source files, and what is above it is mostly data and build
+/// output whose n-grams would cost memory for little selectivity.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            max_watches: None,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexState {
+    Building,
+    Ready,
+    Aside,
+    Closed,
+}
+
+impl IndexState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexState::Building => "building",
+            IndexState::Ready => "ready",
+            IndexState::Aside => "aside",
+            IndexState::Closed => "closed",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub state: IndexState,
+    /// Why the index stepped aside.
+    pub reason: Option<String>,
+    pub files: u64,
+    pub directories: u64,
+    pub bytes_indexed: u64,
+    pub memory_bytes: u64,
+    /// The last completed (re)build, in milliseconds.
+    pub build_ms: f64,
+    /// When events were last applied (Unix time, milliseconds).
+    pub last_refresh_unix_ms: Option<f64>,
+    pub dirty_files: u64,
+    pub watches: u64,
+}
+
+/// A warm search index of one workspace root. Clones share it; dropping
+/// the last one closes it.
+#[derive(Clone)]
+pub struct Index {
+    handle: Arc<Handle>,
+}
+
+/// Closes the index when the last `Index` goes (the thread holds `Inner`,
+/// not this).
+struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+struct Inner {
+    root: Arc<Root>,
+    options: IndexOptions,
+    shared: Mutex<Shared>,
+    /// Signalled when the state changes (for `wait_ready`).
+    changed: Condvar,
+    waker: Option<Waker>,
+    closing: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Tests: the thread leaves events to the searches, so that freshness
+    /// is proven by a search's own drain, not by the thread winning a race.
+    #[cfg(test)]
+    paused: AtomicBool,
+}
+
+struct Shared {
+    state: IndexState,
+    reason: Option<String>,
+    /// Present once built; dropped only by the index's thread (which polls
+    /// its inotify descriptor without the lock).
+    live: Option<Live>,
+    build_ms: f64,
+    last_refresh_unix_ms: Option<f64>,
+}
+
+struct Live {
+    tree: Tree,
+    content: Content,
+}
+
+/// Content ids: the bytes each stood for, or `DEAD` once retired.
+#[derive(Default)]
+struct Ids {
+    sizes: Vec<u32>,
+    live_bytes: u64,
+}
+
+const DEAD: u32 = u32::MAX;
+
+impl Ids {
+    fn assign(&mut self, bytes: u64) -> u32 {
+        let id = self.sizes.len() as u32;
+        let size = u32::try_from(bytes).unwrap_or(DEAD - 1).min(DEAD - 1);
+        self.sizes.push(size);
+        self.live_bytes += u64::from(size);
+        id
+    }
+
+    fn retire(&mut self, id: u32) {
+        if let Some(size) = self.sizes.get_mut(id as usize) {
+            if *size != DEAD {
+                self.live_bytes -= u64::from(*size);
+                *size = DEAD;
+            }
+        }
+    }
+
+    fn is_live(&self, id: u32) -> bool {
+        self.sizes.get(id as usize).is_some_and(|&s| s != DEAD)
+    }
+}
+
+/// The index's contents: posting lists and the ids they are over.
+struct Content {
+    postings: Postings,
+    ids: Ids,
+}
+
+/// Refreshing: files are marked dirty (the thread re-indexes them).
+struct Refresh<'a>(&'a mut Ids);
+
+impl Contents for Refresh<'_> {
+    fn index_now(&mut self, _dir: BorrowedFd<'_>, _name: &[u8]) -> Option<FileState> {
+        None
+    }
+    fn retire(&mut self, id: u32) {
+        self.0.retire(id);
+    }
+}
+
+/// Reads files and turns them into n-grams.
+struct Reader {
+    max_file_bytes: u64,
+    scratch: GramScratch,
+    buf: Vec<u8>,
+}
+
+/// What reading a file gave.
+enum Read_ {
+    Grams(u64),
+    Always,
+}
+
+impl Reader {
+    fn new(max_file_bytes: u64) -> Reader {
+        Reader {
+            max_file_bytes,
+            scratch: GramScratch::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads `file` and leaves its grams in `grams`; `Always` for a file
+    /// that is searched without asking the index.
+    fn read(&mut self, file: File, grams: &mut Vec<Gram>) -> Read_ {
+        let Ok(st) = fstat(file.as_fd()) else {
+            return Read_::Always;
+        };
+        let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
+        // A hard-linked file can be written through a name outside every
+        // watched directory, unseen: such files are always searched.
+        if !regular || st.st_nlink > 1 || st.st_size as u64 > self.max_file_bytes {
+            return Read_::Always;
+        }
+        self.buf.clear();
+        let limit = self.max_file_bytes + 1;
+        if (&file).take(limit).read_to_end(&mut self.buf).is_err()
+            || self.buf.len() as u64 > self.max_file_bytes
+        {
+            return Read_::Always;
+        }
+        // grep transcodes UTF-16 files (BOM first): their bytes are not
+        // what it matches.
+        if self.buf.starts_with(&[0xFF, 0xFE]) || self.buf.starts_with(&[0xFE, 0xFF]) {
+            return Read_::Always;
+        }
+        file_grams(&self.buf, &mut self.scratch, grams);
+        Read_::Grams(self.buf.len() as u64)
+    }
+}
+
+/// The first build: every file read as it is listed, into one segment.
+struct Building<'a> {
+    reader: Reader,
+    grams: Vec<Gram>,
+    builder: SegmentBuilder,
+    ids: &'a mut Ids,
+    bytes: u64,
+}
+
+impl Contents for Building<'_> {
+    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<FileState> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let name = std::ffi::OsStr::from_bytes(name);
+        let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
+            return Some(FileState::Always);
+        };
+        Some(match self.reader.read(fd.into(), &mut self.grams) {
+            Read_::Grams(bytes) => {
+                let id = self.ids.assign(bytes);
+                self.builder.add(id, &self.grams);
+                self.bytes += bytes;
+                FileState::Indexed(id)
+            }
+            Read_::Always => FileState::Always,
+        })
+    }
+    fn retire(&mut self, id: u32) {
+        self.ids.retire(id);
+    }
+}
+
+/// Dirty files re-read per round of the thread, at most: the lock is taken
+/// once per round to commit them, and a close waits for at most a round.
+const REINDEX_FILES: usize = 256;
+/// Bytes re-read per round at most (their grams are held until the commit).
+const REINDEX_BYTES: u64 = 32 << 20;
+/// Waits before a rebuild after stepping aside: doubling from 1 s to 60 s,
+/// so a tree that keeps overflowing the queue is not rebuilt in a loop.
+const FIRST_BACKOFF_MS: u64 = 1000;
+const MAX_BACKOFF_MS: u64 = 60_000;
+
+fn now_unix_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+impl Index {
+    /// Starts building in the background; never fails (problems show in
+    /// `stats()` and searches walk live).
+    pub fn start(root: Arc<Root>, options: IndexOptions) -> Index {
+        let waker = Waker::new().ok();
+        let failed = waker.is_none();
+        let inner = Arc::new(Inner {
+            root,
+            options,
+            shared: Mutex::new(Shared {
+                state: if failed {
+                    IndexState::Aside
+                } else {
+                    IndexState::Building
+                },
+                reason: failed.then(|| "eventfd unavailable".to_string()),
+                live: None,
+                build_ms: 0.0,
+                last_refresh_unix_ms: None,
+            }),
+            changed: Condvar::new(),
+            waker,
+            closing: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            #[cfg(test)]
+            paused: AtomicBool::new(false),
+        });
+        if !failed {
+            let thread_inner = inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("pi-index".into())
+                .spawn(move || thread_inner.run());
+            match spawned {
+                Ok(handle) => {
+                    *inner.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle)
+                }
+                Err(e) => inner.set_aside(&mut inner.lock(), format!("no thread: {e}")),
+            }
+        }
+        Index {
+            handle: Arc::new(Handle { inner }),
+        }
+    }
+
+    fn inner(&self) -> &Inner {
+        &self.handle.inner
+    }
+
+    /// Blocks until the first build ends (Ready), or the index is Aside or
+    /// Closed. Returns stats then.
+    pub fn wait_ready(&self) -> Stats {
+        let inner = self.inner();
+        let mut shared = inner.lock();
+        while shared.state == IndexState::Building {
+            shared = inner
+                .changed
+                .wait(shared)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        drop(shared);
+        self.stats()
+    }
+
+    /// The figures as of now (pending events applied first, so a root
+    /// deleted a moment ago already shows as the reason to step aside).
+    pub fn stats(&self) -> Stats {
+        let inner = self.inner();
+        let mut shared = inner.lock();
+        if shared.state == IndexState::Ready {
+            if let Err(reason) = inner.refresh(&mut shared) {
+                inner.set_aside(&mut shared, reason);
+            }
+        }
+        let mut stats = Stats {
+            state: shared.state,
+            reason: shared.reason.clone(),
+            files: 0,
+            directories: 0,
+            bytes_indexed: 0,
+            memory_bytes: 0,
+            build_ms: shared.build_ms,
+            last_refresh_unix_ms: shared.last_refresh_unix_ms,
+            dirty_files: 0,
+            watches: 0,
+        };
+        if let (IndexState::Ready, Some(live)) = (shared.state, &shared.live) {
+            let (dirs, files) = live.tree.counts();
+            stats.directories = dirs;
+            stats.files = files;
+            stats.bytes_indexed = live.content.ids.live_bytes;
+            stats.memory_bytes = (live.tree.memory_bytes()
+                + live.content.postings.memory_bytes()
+                + live.content.ids.sizes.capacity() * 4) as u64;
+            stats.dirty_files = live.tree.dirty_count();
+            stats.watches = live.tree.watch_count() as u64;
+        }
+        stats
+    }
+
+    /// Stops the background thread (joins it promptly, also mid-build),
+    /// drops watches and memory. Idempotent.
+    pub fn close(&self) {
+        self.inner().close();
+    }
+
+    /// Runs `f` on the tree after applying every pending event, if the index
+    /// is ready and the directory `dir` (a real host path) is inside its
+    /// root. `None`: walk live.
+    pub(crate) fn answer<T>(
+        &self,
+        dir: &Path,
+        f: impl FnOnce(&Tree, tree::DirId, &Postings, &dyn Fn(u32) -> bool) -> Option<T>,
+    ) -> Option<T> {
+        let inner = self.inner();
+        let rel = dir.strip_prefix(inner.root.host()).ok()?;
+        let mut shared = inner.lock();
+        if shared.state != IndexState::Ready {
+            return None;
+        }
+        if let Err(reason) = inner.refresh(&mut shared) {
+            inner.set_aside(&mut shared, reason);
+            return None;
+        }
+        let live = shared.live.as_ref()?;
+        let start = live.tree.start(rel.as_os_str().as_bytes())?;
+        let ids = &live.content.ids;
+        f(&live.tree, start, &live.content.postings, &|id| {
+            ids.is_live(id)
+        })
+    }
+
+    /// grep's files in scope from `dir` (with its `--glob` overrides) that
+    /// may hold a match of the pattern, in walk order: the indexed files
+    /// whose n-grams satisfy the pattern's query, and every dirty or
+    /// never-indexed one. `None` when the index cannot answer.
+    pub(crate) fn grep_files(
+        &self,
+        dir: &Path,
+        pattern: &str,
+        ignore_case: bool,
+        literal: bool,
+        overrides: Option<&Override>,
+    ) -> Option<GrepFiles> {
+        let plan = query::plan(pattern, ignore_case, literal);
+        self.answer(dir, |tree, start, postings, _| {
+            let candidates = query::candidates(&plan, postings);
+            let mut search = GrepScope {
+                overrides,
+                candidates: candidates.as_ref(),
+                files: Vec::new(),
+            };
+            tree.dfs(start, &mut search)?;
+            let root_fd = tree.root_fd().try_clone_to_owned().ok()?;
+            Some(GrepFiles {
+                root_fd,
+                files: search.files,
+            })
+        })
+    }
+
+    /// Walks the cached tree from `dir` for find or grep (see `TreeSearch`);
+    /// `None` when the index cannot answer.
+    pub(crate) fn walk(&self, dir: &Path, search: &mut dyn TreeSearch) -> Option<()> {
+        self.answer(dir, |tree, start, _, _| tree.dfs(start, search))
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self) {
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// Steps aside: searches walk live until the thread rebuilds.
+    fn set_aside(&self, shared: &mut Shared, reason: String) {
+        if shared.state == IndexState::Closed {
+            return;
+        }
+        shared.state = IndexState::Aside;
+        shared.reason = Some(reason);
+        self.changed.notify_all();
+        self.wake();
+    }
+
+    fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.wake();
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // The thread itself may drop the last handle (never: it holds
+        // `Inner`, not a `Handle`), so joining is safe.
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+        let mut shared = self.lock();
+        shared.state = IndexState::Closed;
+        shared.live = None;
+        self.changed.notify_all();
+    }
+
+    /// Drains the inotify queue and applies it (under the lock).
+    fn refresh(&self, shared: &mut Shared) -> Result<(), String> {
+        let Some(live) = shared.live.as_mut() else {
+            return Ok(());
+        };
+        let mut events: Vec<Event> = Vec::new();
+        live.tree
+            .inotify
+            .drain(&mut events)
+            .map_err(|e| format!("inotify read failed: {e}"))?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let had_dirty = live.tree.dirty.len();
+        live.tree
+            .apply(&events, &mut Refresh(&mut live.content.ids))?;
+        shared.last_refresh_unix_ms = Some(now_unix_ms());
+        if live.tree.dirty.len() > had_dirty {
+            self.wake();
+        }
+        Ok(())
+    }
+
+    /// The index's thread: build, serve, and after stepping aside, rebuild
+    /// after a backoff.
+    fn run(self: Arc<Self>) {
+        let mut backoff_ms = FIRST_BACKOFF_MS;
+        while !self.closing.load(Ordering::SeqCst) {
+            match self.build() {
+                Ok(()) => {}
+                Err(_) if self.closing.load(Ordering::SeqCst) => break,
+                Err(reason) => {
+                    let mut shared = self.lock();
+                    self.set_aside(&mut shared, reason);
+                }
+            }
+            let ready_at = Instant::now();
+            self.serve();
+            if self.closing.load(Ordering::SeqCst) {
+                break;
+            }
+            let reason = {
+                let mut shared = self.lock();
+                shared.live = None;
+                shared.reason.clone().unwrap_or_default()
+            };
+            // Served long enough: this step aside is not part of a loop.
+            if ready_at.elapsed() >= Duration::from_millis(MAX_BACKOFF_MS) {
+                backoff_ms = FIRST_BACKOFF_MS;
+            }
+            // An untrusted filesystem stays so: no rebuild.
+            let wait = if reason.contains("filesystem") {
+                -1
+            } else {
+                backoff_ms as i32
+            };
+            self.sleep(wait);
+            backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+            if !self.closing.load(Ordering::SeqCst) {
+                let mut shared = self.lock();
+                shared.state = IndexState::Building;
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// Waits `ms` (-1: until closed), returning early on close.
+    fn sleep(&self, ms: i32) {
+        let Some(waker) = &self.waker else { return };
+        let deadline = (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64));
+        while !self.closing.load(Ordering::SeqCst) {
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.as_millis().max(1) as i32,
+                    _ => return,
+                },
+                None => -1,
+            };
+            poll(&[waker.raw()], left);
+            waker.clear();
+        }
+    }
+
+    /// Builds the index and installs it (Ready), applying the events that
+    /// arrived meanwhile.
+    fn build(&self) -> Result<(), String> {
+        let started = Instant::now();
+        let root_fd = self
+            .root
+            .open_dir(self.root.host())
+            .map_err(|e| format!("the root cannot be opened: {e}"))?;
+        let mut ids = Ids::default();
+        let mut building = Building {
+            reader: Reader::new(self.options.max_file_bytes),
+            grams: Vec::new(),
+            builder: SegmentBuilder::new(),
+            ids: &mut ids,
+            bytes: 0,
+        };
+        let mut pending = Vec::new();
+        let mut tree = Tree::build(
+            root_fd,
+            self.root.host().to_path_buf(),
+            self.options.max_watches.unwrap_or(usize::MAX),
+            &mut building,
+            &self.closing,
+            &mut pending,
+        )?;
+        let segment = building.builder.finish();
+        let mut postings = Postings::new();
+        postings.push(segment);
+        tree.inotify
+            .drain(&mut pending)
+            .map_err(|e| format!("inotify read failed: {e}"))?;
+        let mut shared = self.lock();
+        if self.closing.load(Ordering::SeqCst) {
+            return Err("closed".into());
+        }
+        tree.apply(&pending, &mut Refresh(&mut ids))?;
+        shared.live = Some(Live {
+            tree,
+            content: Content { postings, ids },
+        });
+        shared.state = IndexState::Ready;
+        shared.reason = None;
+        shared.build_ms = started.elapsed().as_secs_f64() * 1000.0;
+        shared.last_refresh_unix_ms = Some(now_unix_ms());
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// While ready: waits for events or wakes, applies events, re-indexes
+    /// dirty files. Returns when the index stepped aside or is closing.
+    fn serve(&self) {
+        let Some(waker) = &self.waker else { return };
+        let mut reader = Reader::new(self.options.max_file_bytes);
+        loop {
+            let (inotify_fd, busy) = {
+                let shared = self.lock();
+                match (&shared.live, shared.state) {
+                    (Some(live), IndexState::Ready) => {
+                        (live.tree.inotify.raw(), !live.tree.dirty.is_empty())
+                    }
+                    _ => return,
+                }
+            };
+            #[cfg(test)]
+            if self.paused.load(Ordering::SeqCst) && !self.closing.load(Ordering::SeqCst) {
+                // Pause between checks, in milliseconds: only tests pause.
+                poll(&[waker.raw()], 10);
+                waker.clear();
+                continue;
+            }
+            if !busy {
+                poll(&[inotify_fd, waker.raw()], -1);
+            }
+            waker.clear();
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            // Take a round of dirty files (with their paths) under the lock.
+            let batch = {
+                let mut shared = self.lock();
+                if shared.state != IndexState::Ready {
+                    return;
+                }
+                if let Err(reason) = self.refresh(&mut shared) {
+                    self.set_aside(&mut shared, reason);
+                    return;
+                }
+                let Some(live) = shared.live.as_mut() else {
+                    return;
+                };
+                take_dirty(&mut live.tree)
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            self.reindex(&mut reader, batch);
+        }
+    }
+
+    /// Re-reads a round of dirty files without the lock, then commits those
+    /// still dirty with the same generation.
+    fn reindex(&self, reader: &mut Reader, batch: Vec<(DirtyRef, Vec<u8>)>) {
+        let root_fd = match self.root.open_dir(self.root.host()) {
+            Ok(fd) => fd,
+            Err(_) => return,
+        };
+        // Each file with its bytes and grams, or `None`: always a candidate.
+        type Reread = (DirtyRef, Option<(u64, Vec<Gram>)>);
+        let mut done: Vec<Reread> = Vec::new();
+        let mut bytes = 0;
+        let mut batch = batch.into_iter();
+        for (r, path) in batch.by_ref() {
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            let read = match open_beneath(root_fd.as_fd(), &path, false) {
+                Ok(fd) => {
+                    let mut grams = Vec::new();
+                    match reader.read(fd.into(), &mut grams) {
+                        Read_::Grams(n) => {
+                            bytes += n;
+                            Some((n, grams))
+                        }
+                        Read_::Always => None,
+                    }
+                }
+                Err(_) => None,
+            };
+            done.push((r, read));
+            if bytes > REINDEX_BYTES {
+                break;
+            }
+        }
+        let mut shared = self.lock();
+        if shared.state != IndexState::Ready {
+            return;
+        }
+        let Some(live) = shared.live.as_mut() else {
+            return;
+        };
+        // Left for the next round.
+        let rest: Vec<DirtyRef> = batch.map(|(r, _)| r).collect();
+        live.tree.dirty.splice(0..0, rest);
+        let mut builder = SegmentBuilder::new();
+        let mut added = false;
+        for (r, read) in done {
+            if live.tree.dirty_path(&r).is_none() {
+                continue;
+            }
+            let state = match read {
+                Some((n, grams)) => {
+                    let id = live.content.ids.assign(n);
+                    builder.add(id, &grams);
+                    added = true;
+                    FileState::Indexed(id)
+                }
+                None => FileState::Always,
+            };
+            if !live.tree.settle(&r, state) {
+                if let FileState::Indexed(id) = state {
+                    live.content.ids.retire(id);
+                }
+            }
+        }
+        if added {
+            live.content.postings.push(builder.finish());
+        }
+        let ids = &live.content.ids;
+        live.content.postings.merge_small(&|id| ids.is_live(id));
+    }
+}
+
+/// A file grep searches: its path from the root (to open it) and from the
+/// searched directory (as shown).
+pub(crate) struct GrepFile {
+    rel_root: Vec<u8>,
+    pub(crate) shown: Arc<str>,
+}
+
+/// grep's candidates, and the root they are opened beneath.
+pub(crate) struct GrepFiles {
+    root_fd: OwnedFd,
+    pub(crate) files: Vec<GrepFile>,
+}
+
+impl GrepFiles {
+    /// Opens a candidate as the walker opens a file: no symlink anywhere on
+    /// its path (a component swapped for one fails), non-blocking.
+    pub(crate) fn open(&self, file: &GrepFile) -> std::io::Result<File> {
+        Ok(open_beneath(self.root_fd.as_fd(), &file.rel_root, false)?.into())
+    }
+}
+
+/// grep's walk over the tree: what `walk` with grep's visitor would search
+/// (overrides first, then the stored decision; `.git` skipped; files only),
+/// kept when a candidate.
+struct GrepScope<'a> {
+    overrides: Option<&'a Override>,
+    candidates: Option<&'a query::IdSet>,
+    files: Vec<GrepFile>,
+}
+
+impl TreeSearch for GrepScope<'_> {
+    fn left_out(&mut self, rel: &[u8], child: &Child) -> bool {
+        let is_dir = child.kind == Kind::Dir;
+        let rel_path = Path::new(std::ffi::OsStr::from_bytes(rel));
+        let out = match self.overrides.map(|o| o.matched(rel_path, is_dir)) {
+            Some(Match::Ignore(_)) => true,
+            Some(Match::Whitelist(_)) => false,
+            _ => child.ignored,
+        };
+        out || &*child.name == b".git"
+    }
+
+    fn visit(&mut self, rel: &[u8], child: &Child, dir: &DirNode) -> bool {
+        let candidate = match child.node {
+            Node::File(FileState::Indexed(id)) => self.candidates.is_none_or(|c| c.contains(id)),
+            Node::File(_) => true,
+            _ => false,
+        };
+        if candidate && child.kind == Kind::File {
+            // As the walk shows paths: lossy UTF-8, `/` separators.
+            let shown = String::from_utf8_lossy(rel).replace('\\', "/");
+            self.files.push(GrepFile {
+                rel_root: tree::join(&dir.rel, &child.name),
+                shown: Arc::from(shown),
+            });
+        }
+        true
+    }
+}
+
+/// The oldest dirty files still dirty (up to a round's worth), with their
+/// paths from the root; stale entries are dropped.
+fn take_dirty(tree: &mut Tree) -> Vec<(DirtyRef, Vec<u8>)> {
+    let mut batch = Vec::new();
+    let mut taken = 0;
+    for r in &tree.dirty {
+        taken += 1;
+        if let Some(path) = tree.dirty_path(r) {
+            batch.push((r.clone(), path));
+            if batch.len() == REINDEX_FILES {
+                break;
+            }
+        }
+    }
+    tree.dirty.drain(..taken);
+    batch
+}

@@ -14,7 +14,7 @@ use super::{Entry, Halt, Kind};
 use crate::sys::{getdents, DirentBuf};
 
 /// What `name` in `dir` is, without following a symlink.
-pub(super) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
+pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
     let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
     Some(
         match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
@@ -27,23 +27,23 @@ pub(super) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
 }
 
 /// A directory's entries: names in one buffer, sorted by their bytes.
-pub(super) struct Listing {
+pub(crate) struct Listing {
     names: Vec<u8>,
-    pub(super) entries: Vec<Listed>,
-    pub(super) markers: Markers,
+    pub(crate) entries: Vec<Listed>,
+    pub(crate) markers: Markers,
 }
 
-pub(super) struct Listed {
+pub(crate) struct Listed {
     start: usize,
     len: usize,
     /// `None` until known when the directory did not say (`fstatat` tells).
-    kind: Option<Kind>,
+    pub(crate) kind: Option<Kind>,
 }
 
 impl Listing {
     /// The entries of the directory open at `fd`, sorted, each with its kind.
     /// A directory that fails midway is used as far as it was read.
-    pub(super) fn of(fd: BorrowedFd<'_>) -> Listing {
+    pub(crate) fn of(fd: BorrowedFd<'_>) -> Listing {
         let mut listing = Listing::with_room();
         let _ = read_entries(fd, |name, kind| listing.push(name, kind));
         for listed in &mut listing.entries {
@@ -80,7 +80,7 @@ impl Listing {
         self.names.extend_from_slice(name);
     }
 
-    pub(super) fn name(&self, entry: &Listed) -> &[u8] {
+    pub(crate) fn name(&self, entry: &Listed) -> &[u8] {
         &self.names[entry.start..entry.start + entry.len]
     }
 

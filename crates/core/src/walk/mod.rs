@@ -28,8 +28,8 @@
 //! `ignore`'s `Gitignore` and `Override` matchers, combined the way its
 //! walker combines them.
 
-mod listing;
-mod rules;
+pub(crate) mod listing;
+pub(crate) mod rules;
 mod scheduler;
 #[cfg(test)]
 mod tests;
@@ -46,6 +46,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 pub use rules::Rules;
+pub(crate) use scheduler::threads;
 pub use scheduler::walk;
 
 /// What a directory entry is (symlinks are never followed).

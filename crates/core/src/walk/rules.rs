@@ -69,7 +69,7 @@ impl Rules {
 
     /// Whether the entry at `rel` (in a directory whose rules are `level`) is
     /// left out, the way `ignore`'s walker decides.
-    pub(super) fn is_ignored(
+    pub(crate) fn is_ignored(
         &self,
         level: &Level,
         rel: &[u8],
@@ -109,9 +109,14 @@ impl Rules {
         found.is_ignore()
     }
 
+    /// Whether `.gitignore` rules count only inside a repository (see `new`).
+    pub(crate) fn require_git(&self) -> bool {
+        self.require_git
+    }
+
     /// The rules a listing of the start directory chains to: its ancestors',
     /// or none.
-    pub(super) fn above_start(&self) -> Arc<Level> {
+    pub(crate) fn above_start(&self) -> Arc<Level> {
         self.ancestors.clone().unwrap_or_else(|| {
             let none = || Arc::new(Gitignore::empty());
             let place = Place::Above { start: Vec::new() };
@@ -160,7 +165,7 @@ fn decided<T>(m: Match<T>) -> Option<bool> {
 }
 
 /// The rules of one directory's ignore files, chained to its parent's.
-pub(super) struct Level {
+pub(crate) struct Level {
     ignore: Arc<Gitignore>,
     gitignore: Arc<Gitignore>,
     exclude: Arc<Gitignore>,
@@ -189,7 +194,7 @@ enum Place {
 
 /// Which ignore files and repository markers a directory holds.
 #[derive(Default)]
-pub(super) struct Markers {
+pub(crate) struct Markers {
     ignore: bool,
     gitignore: bool,
     git: bool,
@@ -197,7 +202,7 @@ pub(super) struct Markers {
 }
 
 impl Markers {
-    pub(super) fn note(&mut self, name: &[u8]) {
+    pub(crate) fn note(&mut self, name: &[u8]) {
         match name {
             b".ignore" => self.ignore = true,
             b".gitignore" => self.gitignore = true,
@@ -207,7 +212,7 @@ impl Markers {
         }
     }
 
-    pub(super) fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.ignore || self.gitignore || self.git || self.jj
     }
 }
@@ -270,7 +275,7 @@ impl Level {
 
     /// A directory inside the walk, read through its descriptor; `rel` is its
     /// path relative to the start directory.
-    pub(super) fn of_dir(
+    pub(crate) fn of_dir(
         dir: BorrowedFd<'_>,
         rel: &[u8],
         markers: &Markers,

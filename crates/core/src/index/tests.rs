@@ -1,0 +1,539 @@
+//! The index's answers equal the live walk's: for every start directory of
+//! trees full of ignore rules (equivalence), right after every kind of
+//! change (freshness), and when it steps aside or closes.
+
+use super::*;
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use crate::find::{self, Search};
+use crate::grep::{self, Query};
+
+/// Creates `files` (a trailing `/` makes a directory) with `text` as each
+/// file's contents.
+fn populate(dir: &Path, files: &[&str]) {
+    for f in files {
+        if let Some(d) = f.strip_suffix('/') {
+            fs::create_dir_all(dir.join(d)).unwrap();
+        } else {
+            let p = dir.join(f);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, format!("needle in {f}\nhay\n")).unwrap();
+        }
+    }
+}
+
+/// A tree with every kind of rule the walker honours.
+fn rich_tree(repo_at_root: bool) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    populate(
+        d,
+        &[
+            "a.txt",
+            "b.log",
+            "keep.log",
+            "top_only",
+            "sub/top_only",
+            "sub/x.rs",
+            "build/x.txt",
+            "src/main.rs",
+            "src/lib.rs",
+            "src/gen/g.rs",
+            "src/x.tmp",
+            "src/nested/x.tmp",
+            "src/nested/y.rs",
+            "secret.txt",
+            "repo/inner/i.rs",
+            "repo/excluded.rs",
+            "repo/ok.rs",
+            "repo/.git/HEAD",
+            "repo/.git/info/exclude",
+            "node_modules/p/index.js",
+            "d1/d2/d3/f.rs",
+            "empty/",
+            ".hidden/h.rs",
+            "worktree/w.rs",
+        ],
+    );
+    fs::write(
+        d.join(".gitignore"),
+        "*.log\nbuild/\n!keep.log\n/top_only\n",
+    )
+    .unwrap();
+    fs::write(d.join(".ignore"), "secret*\n").unwrap();
+    fs::write(d.join("src/.gitignore"), "gen/\n*.tmp\n").unwrap();
+    fs::write(d.join("src/nested/.ignore"), "!x.tmp\n").unwrap();
+    fs::write(d.join("repo/.gitignore"), "inner/\n").unwrap();
+    fs::write(d.join("repo/.git/info/exclude"), "excluded.rs\n").unwrap();
+    std::os::unix::fs::symlink("src", d.join("link")).unwrap();
+    std::os::unix::fs::symlink("a.txt", d.join("flink")).unwrap();
+    std::os::unix::fs::symlink("nowhere", d.join("dangling")).unwrap();
+    let odd = d.join(OsString::from_vec(b"caf\xe9.rs".to_vec()));
+    fs::write(odd, "needle odd\n").unwrap();
+    if repo_at_root {
+        populate(d, &[".git/HEAD", ".git/info/exclude"]);
+        fs::write(d.join(".git/info/exclude"), "a.txt\n").unwrap();
+    }
+    t
+}
+
+/// Every directory under `dir` (itself first), symlinks not followed.
+fn all_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        let mut subs: Vec<PathBuf> = fs::read_dir(&out[i])
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| e.path())
+            .collect();
+        subs.sort();
+        out.extend(subs);
+        i += 1;
+    }
+    out
+}
+
+fn root_of(t: &Path) -> Arc<Root> {
+    Arc::new(Root::open(t, None).unwrap())
+}
+
+fn find(
+    root: &Root,
+    dir: &Path,
+    pattern: &str,
+    ignore: &[&str],
+    limit: usize,
+    index: Option<&Index>,
+) -> String {
+    let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
+    let search = Search {
+        pattern,
+        ignore: &ignore,
+        limit,
+    };
+    format!("{:?}", find::glob(root, dir, &search, index))
+}
+
+/// A search that records nothing: whether the index answers from `dir`.
+struct Probe;
+impl TreeSearch for Probe {
+    fn left_out(&mut self, _: &[u8], child: &Child) -> bool {
+        child.ignored || &*child.name == b".git" || &*child.name == b"node_modules"
+    }
+    fn visit(&mut self, _: &[u8], _: &Child, _: &DirNode) -> bool {
+        true
+    }
+}
+
+fn answers(index: &Index, dir: &Path) -> bool {
+    let real = fs::canonicalize(dir).unwrap();
+    index.walk(&real, &mut Probe).is_some()
+}
+
+fn grep(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> String {
+    let target = grep::target(Some(root), dir, String::new()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let searched = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{:?}",
+        grep::run(&target, q, root, &cancel, &searched, index)
+    )
+}
+
+fn query(pattern: &str, ignore_case: bool, literal: bool, glob: Option<&str>) -> Query {
+    Query {
+        pattern: pattern.to_string(),
+        ignore_case,
+        literal,
+        glob: glob.map(str::to_string),
+        context: 0,
+        limit: 100,
+        store_cap: None,
+    }
+}
+
+/// grep with and without the index agree from every directory, for
+/// selective and unselective patterns, globs that whitelist ignored files
+/// (and directories: then the index declines), context and limits.
+fn assert_grep_equal(root: &Root, index: &Index, top: &Path, patterns: &[&str]) {
+    let globs = [
+        None,
+        Some("*.rs"),
+        Some("!*.rs"),
+        Some("*.log"),
+        Some("build/**"),
+        Some("**/x.tmp"),
+    ];
+    for dir in all_dirs(top) {
+        for &pattern in patterns {
+            let modes = [
+                (false, false, &globs[..]),
+                (true, false, &[None][..]),
+                (false, true, &[None][..]),
+            ];
+            for (ignore_case, literal, globs) in modes {
+                for &glob in globs {
+                    let mut q = query(pattern, ignore_case, literal, glob);
+                    let live = grep(root, &dir, &q, None);
+                    let warm = grep(root, &dir, &q, Some(index));
+                    assert_eq!(
+                        warm, live,
+                        "grep {pattern:?} -i={ignore_case} -F={literal} {glob:?} in {dir:?}"
+                    );
+                    if glob.is_none() && !literal {
+                        (q.context, q.limit) = (1, 2);
+                        let live = grep(root, &dir, &q, None);
+                        let warm = grep(root, &dir, &q, Some(index));
+                        assert_eq!(warm, live, "grep -C1 -m2 {pattern:?} in {dir:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+const GREP_PATTERNS: &[&str] = &[
+    "needle",
+    "needle in src/main",
+    "NEEDLE IN",
+    // Unicode classes (`\w`) compile slowly in debug builds: ASCII ones.
+    r"ne+dle[ \t]+in[ \t]+[a-z/]+\.rs",
+    r"[a-z]+",
+    "hay",
+    "odd",
+    "changed",
+    "nomatch_xyz",
+    "(x.tmp|g.rs)$",
+];
+
+const PI_PRUNE: &[&str] = &["**/.git/**", "**/node_modules/**"];
+
+/// find with and without the index agree from every directory.
+fn assert_find_equal(root: &Root, index: &Index, top: &Path) -> usize {
+    let patterns = [
+        "", "*", "*.rs", "src/*.rs", "**/x.tmp", "*.log", "f*", "caf*", "*/*",
+    ];
+    let prunes: [&[&str]; 4] = [&[], PI_PRUNE, &["src/**"], &["**/nested/**", "**/.git/**"]];
+    let mut answered = 0;
+    for dir in all_dirs(top) {
+        answered += usize::from(answers(index, &dir));
+        for pattern in patterns {
+            for prune in prunes {
+                for limit in [usize::MAX, 3] {
+                    let live = find(root, &dir, pattern, prune, limit, None);
+                    let warm = find(root, &dir, pattern, prune, limit, Some(index));
+                    assert_eq!(warm, live, "find {pattern:?} {prune:?} {limit} in {dir:?}");
+                }
+            }
+        }
+    }
+    answered
+}
+
+fn ready(root: &Arc<Root>, options: IndexOptions) -> Index {
+    let index = Index::start(root.clone(), options);
+    let stats = index.wait_ready();
+    assert_eq!(stats.state, IndexState::Ready, "{stats:?}");
+    index
+}
+
+#[test]
+fn find_equals_the_live_walk_from_every_directory() {
+    for repo_at_root in [false, true] {
+        let t = rich_tree(repo_at_root);
+        let root = root_of(t.path());
+        let index = ready(&root, IndexOptions::default());
+        let answered = assert_find_equal(&root, &index, t.path());
+        assert_grep_equal(&root, &index, t.path(), GREP_PATTERNS);
+        // Not vacuous: a selective pattern is answered from few candidates.
+        let files = index
+            .grep_files(
+                &root.host().join("src"),
+                "needle in src/main",
+                false,
+                false,
+                None,
+            )
+            .unwrap();
+        let shown: Vec<&str> = files.files.iter().map(|f| &*f.shown).collect();
+        assert_eq!(shown, ["main.rs"]);
+        // Not vacuous: most directories are answered from the tree (not
+        // ignored ones, `.git`, nor the nested repository when git is not
+        // required from the root).
+        assert!(answered >= 10, "answered from {answered} directories");
+        assert!(answers(&index, &t.path().join("src/nested")));
+        assert!(!answers(&index, &t.path().join("build")));
+        assert_eq!(answers(&index, &t.path().join("repo")), repo_at_root);
+        let stats = index.stats();
+        assert!(stats.files > 10 && stats.directories > 5, "{stats:?}");
+        assert!(
+            stats.bytes_indexed > 0 && stats.memory_bytes > 0,
+            "{stats:?}"
+        );
+    }
+}
+
+/// Applies `change`, then checks find (and, from the root, the answer
+/// being the index's) at once, with no wait.
+fn check_fresh(root: &Arc<Root>, index: &Index, top: &Path, what: &str) {
+    for dir in all_dirs(top) {
+        for (pattern, prune) in [
+            ("*", PI_PRUNE),
+            ("*.rs", &[][..]),
+            ("", &["**/.git/**"][..]),
+        ] {
+            let live = find(root, &dir, pattern, prune, usize::MAX, None);
+            let warm = find(root, &dir, pattern, prune, usize::MAX, Some(index));
+            assert_eq!(warm, live, "after {what}: find {pattern:?} in {dir:?}");
+        }
+    }
+    for pattern in ["needle", "changed", "needle in p"] {
+        let q = query(pattern, false, false, None);
+        let live = grep(root, top, &q, None);
+        let warm = grep(root, top, &q, Some(index));
+        assert_eq!(warm, live, "after {what}: grep {pattern:?}");
+    }
+    assert!(answers(index, top), "after {what}: the index answers");
+}
+
+#[test]
+fn the_next_search_sees_every_change() {
+    let t = rich_tree(false);
+    let d = t.path().to_path_buf();
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    index.inner().paused.store(true, Ordering::SeqCst);
+    type Step<'a> = (&'a str, Box<dyn Fn() + 'a>);
+    let steps: Vec<Step> = vec![
+        (
+            "create",
+            Box::new(|| fs::write(d.join("src/new.rs"), "x").unwrap()),
+        ),
+        (
+            "modify",
+            Box::new(|| fs::write(d.join("src/main.rs"), "changed").unwrap()),
+        ),
+        (
+            "delete",
+            Box::new(|| fs::remove_file(d.join("src/lib.rs")).unwrap()),
+        ),
+        (
+            "rename a file",
+            Box::new(|| fs::rename(d.join("a.txt"), d.join("sub/a2.rs")).unwrap()),
+        ),
+        (
+            "rename a directory",
+            Box::new(|| fs::rename(d.join("d1"), d.join("sub/moved")).unwrap()),
+        ),
+        (
+            "mkdir -p with files",
+            Box::new(|| populate(&d, &["p/q/r/s.rs", "p/q/t.rs"])),
+        ),
+        (
+            "a new .gitignore rule",
+            Box::new(|| fs::write(d.join("sub/.gitignore"), "*.rs\n").unwrap()),
+        ),
+        (
+            "an edited .gitignore",
+            Box::new(|| fs::write(d.join(".gitignore"), "*.log\n").unwrap()),
+        ),
+        (
+            "a deleted .gitignore",
+            Box::new(|| fs::remove_file(d.join("src/.gitignore")).unwrap()),
+        ),
+        (
+            "an un-ignored directory filled",
+            Box::new(|| populate(&d, &["build/more/m.rs"])),
+        ),
+        (
+            "rm -r",
+            Box::new(|| fs::remove_dir_all(d.join("sub")).unwrap()),
+        ),
+        (
+            "a directory replaced",
+            Box::new(|| {
+                fs::rename(d.join("p"), d.join("old_p")).unwrap();
+                populate(&d, &["p/other.rs"]);
+            }),
+        ),
+        (
+            "a dir swapped for a symlink",
+            Box::new(|| {
+                fs::rename(d.join("p"), d.join("p2")).unwrap();
+                std::os::unix::fs::symlink("src", d.join("p")).unwrap();
+            }),
+        ),
+        (
+            "git init at the root",
+            Box::new(|| populate(&d, &[".git/HEAD"])),
+        ),
+        (
+            "exclude at the root",
+            Box::new(|| populate(&d, &[".git/info/exclude"])),
+        ),
+    ];
+    for (what, change) in steps {
+        change();
+        check_fresh(&root, &index, &d, what);
+    }
+    assert_eq!(index.stats().state, IndexState::Ready);
+    // The thread re-indexes the dirty files; answers stay the same.
+    assert!(index.stats().dirty_files > 0);
+    index.inner().paused.store(false, Ordering::SeqCst);
+    index.inner().wake();
+    let mut stats = index.stats();
+    for _ in 0..600 {
+        if stats.dirty_files == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        stats = index.stats();
+    }
+    assert_eq!(stats.dirty_files, 0, "{stats:?}");
+    assert_grep_equal(&root, &index, &d, &["needle", "changed", "x"]);
+}
+
+#[test]
+fn changes_during_the_build_are_seen() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().to_path_buf();
+    let files: Vec<String> = (0..3000)
+        .map(|i| format!("d{}/e{}/f{i}.rs", i % 13, i % 7))
+        .collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    populate(&d, &refs);
+    let root = root_of(&d);
+    let index = Index::start(root.clone(), IndexOptions::default());
+    for i in 0..40 {
+        fs::write(d.join(format!("d{}/late{i}.rs", i % 13)), "x").unwrap();
+        if i % 10 == 0 {
+            fs::remove_dir_all(d.join(format!("d{}/e{}", i % 13, i % 7))).unwrap();
+        }
+    }
+    fs::write(d.join(".gitignore"), "d1/\n").unwrap();
+    assert_eq!(index.wait_ready().state, IndexState::Ready);
+    check_fresh(&root, &index, &d, "changes during the build");
+}
+
+#[test]
+fn watch_limit_steps_aside_and_searches_stay_right() {
+    let t = rich_tree(false);
+    let root = root_of(t.path());
+    let options = IndexOptions {
+        max_watches: Some(3),
+        ..IndexOptions::default()
+    };
+    let index = Index::start(root.clone(), options);
+    let stats = index.wait_ready();
+    assert_eq!(stats.state, IndexState::Aside);
+    assert!(
+        stats.reason.as_deref().unwrap().contains("watch limit"),
+        "{stats:?}"
+    );
+    assert!(!answers(&index, t.path()));
+    assert_find_equal(&root, &index, t.path());
+}
+
+#[test]
+fn overflow_steps_aside_then_rebuilds() {
+    let t = rich_tree(false);
+    let d = t.path().to_path_buf();
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    // Hold the index lock (the thread cannot drain) while more events
+    // than the queue holds (16384 by default) arrive.
+    {
+        let _held = index.inner().lock();
+        let max: usize = fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        for i in 0..max / 2 + 100 {
+            // Two events each: IN_CREATE and IN_DELETE.
+            let p = d.join(format!("src/flood{}", i % 50));
+            fs::create_dir(&p).unwrap();
+            fs::remove_dir(&p).unwrap();
+        }
+    }
+    fs::write(d.join("src/after.rs"), "x").unwrap();
+    check_fresh_live(&root, &index, &d);
+    let stats = index.stats();
+    assert_eq!(stats.state, IndexState::Aside, "{stats:?}");
+    assert!(
+        stats.reason.as_deref().unwrap().contains("overflow"),
+        "{stats:?}"
+    );
+    // Rebuilt after the backoff.
+    let mut stats = index.stats();
+    for _ in 0..600 {
+        if stats.state == IndexState::Ready {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        stats = index.stats();
+    }
+    assert_eq!(stats.state, IndexState::Ready, "{stats:?}");
+    check_fresh(&root, &index, &d, "a rebuild");
+}
+
+/// find with and without the index agree (whether or not it answers).
+fn check_fresh_live(root: &Arc<Root>, index: &Index, top: &Path) {
+    for dir in all_dirs(top) {
+        let live = find(root, &dir, "*", PI_PRUNE, usize::MAX, None);
+        let warm = find(root, &dir, "*", PI_PRUNE, usize::MAX, Some(index));
+        assert_eq!(warm, live, "find in {dir:?}");
+    }
+}
+
+#[test]
+fn root_deleted_steps_aside() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("ws");
+    populate(&d, &["a/b.rs", "c.rs"]);
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    fs::remove_dir_all(&d).unwrap();
+    let live = find(&root, &d, "*", &[], usize::MAX, None);
+    let warm = find(&root, &d, "*", &[], usize::MAX, Some(&index));
+    assert_eq!(warm, live);
+    let stats = index.stats();
+    assert_eq!(stats.state, IndexState::Aside, "{stats:?}");
+    assert!(
+        stats.reason.as_deref().unwrap().contains("root"),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn close_mid_build_returns_and_drop_stops_the_thread() {
+    let t = tempfile::tempdir().unwrap();
+    let files: Vec<String> = (0..4000)
+        .map(|i| format!("d{}/e{}/f{i}", i % 17, i % 11))
+        .collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    populate(t.path(), &refs);
+    let root = root_of(t.path());
+    let index = Index::start(root.clone(), IndexOptions::default());
+    index.close();
+    assert_eq!(index.stats().state, IndexState::Closed);
+    assert_eq!(index.wait_ready().state, IndexState::Closed);
+    index.close();
+    // A closed index never answers; searches walk.
+    assert!(!answers(&index, t.path()));
+    let other = Index::start(root.clone(), IndexOptions::default());
+    let inner = Arc::downgrade(&other.handle.inner);
+    let clone = other.clone();
+    drop(other);
+    assert!(inner.upgrade().is_some(), "a clone keeps it open");
+    drop(clone);
+    assert!(
+        inner.upgrade().is_none(),
+        "the thread ended with the last handle"
+    );
+}
