@@ -60,6 +60,15 @@ PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NOD
 step "vitest, remote face: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
 
+# The find and grep suites once more with the warm search index on (__test__/helpers/face.js): each search
+# made through an index that must still be ready after it, and cross-checked byte for byte against the same
+# search without an index. The index's own suites (__test__/index-*.test.js) run in the runs above.
+INDEX_FILES=(__test__/{find,grep}.test.js)
+step "vitest, index on: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
+step "vitest, index on: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
+PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
+
 if [ -f scripts/pack-test.sh ]; then
   step "packaging test"
   bash scripts/pack-test.sh

@@ -2,13 +2,82 @@
 // through a remote connection to a spawned `pi-native-ops-server` when PI_NATIVE_OPS_FACE=remote
 // (scripts/test.sh runs those suites a second time that way), so one suite proves both faces give the
 // same results. Servers started here are closed in the calling file's afterAll.
+//
+// PI_NATIVE_OPS_INDEX=1 (scripts/test.sh runs the find and grep suites a second time that way) turns
+// the warm search index on for every fs made here, built before the fs is handed out, and checks every
+// search made through it: the index must still be ready afterwards (one that stepped aside would make the
+// re-run prove nothing), and its result must equal, byte for byte, that of the same search through an fs
+// without an index over the same tree. Indexes made here are closed in the calling file's afterAll.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import { isDeepStrictEqual } from "node:util";
 import { afterAll } from "vitest";
 import * as pno from "pi-native-ops";
 
 export const face = process.env.PI_NATIVE_OPS_FACE === "remote" ? "remote" : "local";
 export const isRemote = face === "remote";
+export const indexed = process.env.PI_NATIVE_OPS_INDEX === "1";
+
+const indexes = new Set();
+afterAll(async () => {
+  const all = [...indexes];
+  indexes.clear();
+  await Promise.all(all.map((fs) => fs.index.close()));
+});
+
+/** What a search gave: `{ value }`, or `{ error }` (the thrown value). */
+async function settle(promise) {
+  try {
+    return { value: await promise };
+  } catch (error) {
+    return { error };
+  }
+}
+
+/** A settled search as compared: its value, or its error's message and code (what the suites look at). */
+const shown = (r) => ("error" in r ? { error: r.error?.message, code: r.error?.code } : r);
+
+/**
+ * Runs `search` on the indexed object and on its unindexed twin; throws unless the index is still ready
+ * and both gave the same result. Skipped for aborted searches (how far each got before stopping differs).
+ */
+async function crossChecked(index, signal, onIndexed, onPlain) {
+  const got = await settle(onIndexed());
+  if (!signal?.aborted) {
+    const stats = await index.stats();
+    if (stats.state !== "ready") {
+      throw new Error(`index mode: the index is ${stats.state} (${stats.reason}) after a search, not ready`);
+    }
+    const plain = await settle(onPlain());
+    if (!signal?.aborted && !isDeepStrictEqual(shown(got), shown(plain))) {
+      const [a, b] = [got, plain].map((r) => JSON.stringify(shown(r)));
+      throw new Error(`index mode: indexed and unindexed searches differ:\n${a}\n${b}`);
+    }
+  }
+  if ("error" in got) throw got.error;
+  return got.value;
+}
+
+/** createBoundFs(root, opts) with the index on and built (ready), its find.glob cross-checked. */
+async function indexedFs(root, opts) {
+  const fs = pno.createBoundFs(root, { ...opts, index: true });
+  indexes.add(fs);
+  const stats = await fs.index.ready;
+  if (stats.state !== "ready") throw new Error(`index mode: the index of ${root} is ${stats.state} (${stats.reason})`);
+  let plain;
+  const glob = fs.find.glob;
+  fs.find.glob = (...args) =>
+    crossChecked(
+      fs.index,
+      undefined,
+      () => glob(...args),
+      () => {
+        plain ??= pno.createBoundFs(root, opts);
+        return plain.find.glob(...args);
+      },
+    );
+  return fs;
+}
 
 /**
  * The server binary for this machine: PI_NATIVE_OPS_SERVER when set, else what the package reports
@@ -79,7 +148,7 @@ afterAll(() => servers.clear());
  * connection to a server run with `--root root` (and `--runtime-root` from opts), one per root.
  */
 export async function makeFs(root, opts = {}) {
-  if (!isRemote) return pno.createBoundFs(root, opts);
+  if (!isRemote) return indexed ? indexedFs(root, opts) : pno.createBoundFs(root, opts);
   return (await serverFor(root, opts.runtimeRoot)).connection.fs;
 }
 
@@ -100,6 +169,23 @@ export async function makeBash(opts = {}) {
  */
 export async function makeGrepTool(cwd, { root = cwd, runtimeRoot } = {}) {
   if (isRemote) return pno.createRemoteTools(cwd, { connection: (await serverFor(root, runtimeRoot)).connection }).grep;
+  const opts = runtimeRoot === undefined ? {} : { runtimeRoot };
+  if (indexed) {
+    // Always over a bound fs here: the index belongs to one.
+    const fs = await indexedFs(root, opts);
+    const tool = pno.createGrepTool(cwd, { fs });
+    const plain = pno.createGrepTool(cwd, { fs: pno.createBoundFs(root, opts) });
+    return {
+      ...tool,
+      execute: (id, params, signal, ...rest) =>
+        crossChecked(
+          fs.index,
+          signal,
+          () => tool.execute(id, params, signal, ...rest),
+          () => plain.execute(id, params, signal, ...rest),
+        ),
+    };
+  }
   if (root === cwd && runtimeRoot === undefined) return pno.createGrepTool(cwd);
-  return pno.createGrepTool(cwd, { fs: pno.createBoundFs(root, runtimeRoot === undefined ? {} : { runtimeRoot }) });
+  return pno.createGrepTool(cwd, { fs: pno.createBoundFs(root, opts) });
 }

@@ -1,0 +1,225 @@
+// The warm search index when it cannot be trusted or is stopped (issue 16): a watch limit reached, an
+// inotify queue overflow, unreadable directories, the root deleted or moved, close() during a build. In
+// every case searches give exactly what they give without an index (helpers/indexed.js compares with a
+// fresh unindexed fs over the same tree), the index says what happened, and nothing crashes.
+import { spawn } from "node:child_process";
+import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import * as pno from "pi-native-ops";
+import { nobody, tempDirFor } from "./helpers/nobody.js";
+import { expectFresh, run, sh, statsUntil, step, workspace } from "./helpers/indexed.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const isRoot = process.getuid?.() === 0;
+
+const BASE = {
+  ".gitignore": "build/\n",
+  "src/a.ts": "export const a = 1;\n// needle in a\n",
+  "src/deep/c.txt": "deep needle\n",
+  "src/deep/er/d.txt": "deeper\n",
+  "docs/guide.md": "Needle upper\n",
+  "build/out.txt": "needle in build\n",
+  "top.txt": "needle top\n",
+};
+
+const SEARCHES = [
+  ["grep", { pattern: "needle" }],
+  ["grep", { pattern: "needle", path: "src", context: 1 }],
+  ["find", { pattern: "*" }],
+  ["find", { pattern: "**/*.txt" }],
+];
+
+/** A tree big enough that its build is still running a few event-loop turns after it starts. */
+function bigTree() {
+  const spec = {};
+  for (let d = 0; d < 120; d++) {
+    for (let f = 0; f < 80; f++) spec[`d${d}/f${f}.txt`] = `${f ? "hay" : "needle"} ${d}/${f} ${"x ".repeat(150)}\n`;
+  }
+  return spec;
+}
+
+describe.runIf(process.platform === "linux")("the index when it cannot be trusted", () => {
+  // The limit is tested through the maxWatches option, not the max_user_watches sysctl: the inotify
+  // sysctls are global on this machine (even written as root in a user namespace) and a lowered one
+  // would break every other inotify user while it is low; the option takes the same path (a watch
+  // refused) in the index.
+  it("a watch limit reached by the build: aside with the reason, searches exact", async () => {
+    const ws = await workspace(BASE, { index: { maxWatches: 2 }, ready: false });
+    const built = await ws.fs.index.ready;
+    expect(built.state).toBe("aside");
+    expect(built.reason).toMatch(/watch/i);
+    await expectFresh(ws, SEARCHES, { state: null });
+    // Still aside, or trying again (and failing the same way): never ready with too few watches.
+    await step(ws, SEARCHES, () => sh("echo needle new > src/deep/n.txt && mkdir more", ws.root), { state: null });
+    const stats = await ws.fs.index.stats();
+    expect(stats.state).not.toBe("ready");
+  });
+
+  it("a watch limit reached later, by a new directory", async () => {
+    // How many watches this tree takes, from an index without a limit.
+    const probe = await workspace(BASE);
+    const needed = probe.stats.watches;
+    expect(needed).toBeGreaterThan(0);
+    await probe.fs.index.close();
+    const ws = await workspace(BASE, { index: { maxWatches: needed } });
+    expect(ws.stats.watches).toBe(needed);
+    await step(ws, SEARCHES, () => sh("mkdir -p src/new && echo needle new > src/new/n.txt", ws.root), {
+      state: null,
+    });
+    const stats = await ws.fs.index.stats();
+    expect(stats.state).not.toBe("ready");
+    if (stats.state === "aside") expect(stats.reason).toMatch(/watch/i);
+    await step(ws, SEARCHES, () => sh("echo needle more > src/new/m.txt", ws.root), { state: null });
+  });
+
+  // Root only: it lowers the global max_queued_events sysctl for the moment the index's inotify
+  // instance is made (the queue size is taken at inotify_init) and restores it at once, in a finally.
+  const QUEUE = "/proc/sys/fs/inotify/max_queued_events";
+  it.runIf(isRoot)("an inotify queue overflow: aside (or rebuilding), searches exact, ready again", async () => {
+    const saved = readFileSync(QUEUE, "utf8").trim();
+    let ws;
+    try {
+      // 32 events: far fewer than the 3,000 files created below, each of which makes several.
+      writeFileSync(QUEUE, "32");
+      ws = await workspace(BASE, { ready: false });
+      // inotify_init runs in the build: wait for the build to end before restoring.
+      await ws.fs.index.ready;
+    } finally {
+      writeFileSync(QUEUE, saved);
+    }
+    expect(readFileSync(QUEUE, "utf8").trim()).toBe(saved);
+    const built = await ws.fs.index.stats();
+    expect(built.state).toBe("ready");
+    await sh("seq 1 3000 | xargs touch && echo needle flood > src/flood.txt", ws.root);
+    // The next search is exact, whatever the index made of the overflow so far.
+    await expectFresh(ws, SEARCHES, { state: null });
+    const after = await ws.fs.index.stats();
+    // Stepped aside for the overflow, or rebuilding after it, or already rebuilt (a new build time):
+    // never still ready on the first build, which lost events.
+    if (after.state === "aside") expect(after.reason).toMatch(/overflow/i);
+    else if (after.state === "ready") expect(after.buildMs, "no overflow seen, no rebuild").not.toBe(built.buildMs);
+    else expect(after.state).toBe("building");
+    // Rebuilt after its backoff, with the restored queue size, and fresh again.
+    const rebuilt = await statsUntil(ws, (s) => s.state === "ready");
+    expect(rebuilt.files).toBeGreaterThanOrEqual(3000);
+    await expectFresh(ws, SEARCHES);
+    await step(ws, SEARCHES, () => sh("echo needle after > src/after.txt && rm 1 2 3", ws.root));
+  });
+
+  it("unreadable directories: the same results as a walk, made readable or unreadable later", async () => {
+    // Root reads every directory: the scenario runs as nobody then (a child Node process).
+    let phases;
+    if (!isRoot) {
+      const { unreadableScenario } = await import("./helpers/unreadable-scenario.js");
+      const dir = tempDirFor("me", "pno-index-unreadable-");
+      try {
+        phases = await unreadableScenario(dir);
+      } finally {
+        await sh(`chmod -R u+rwX '${dir}'`, "/");
+        rmSync(dir, { recursive: true, force: true });
+      }
+    } else {
+      expect(nobody.why).toBe(null);
+      const dir = tempDirFor("nobody", "pno-index-unreadable-");
+      try {
+        phases = await runAsNobody(dir);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+    expect(phases[0].state, phases[0].reason ?? "").toBe("ready");
+    for (const { phase, indexed, plain, state } of phases.slice(1)) {
+      expect(indexed, phase).toEqual(plain);
+      expect(state, phase).toMatch(/^(ready|aside|building)$/);
+    }
+    // The unreadable directory's contents were not searched, and were once it opened.
+    expect(phases[1].plain[0].text).not.toContain("closed/");
+    expect(phases[2].plain[0].text).toContain("closed/b.txt");
+  });
+
+  it("the root deleted: the same results and errors as without an index, no crash", async () => {
+    const ws = await workspace(BASE);
+    // Both fs objects hold the directory as it was, as an open descriptor.
+    const plain = pno.createBoundFs(ws.root);
+    rmSync(ws.root, { recursive: true });
+    expect(await run(ws.fs, ws.root, SEARCHES)).toEqual(await run(plain, ws.root, SEARCHES));
+    const glob = (fs) => fs.find.glob("*", ws.root, { ignore: [], limit: 100 }).catch((e) => [e.message, e.code]);
+    expect(await glob(ws.fs)).toEqual(await glob(plain));
+    const stats = await statsUntil(ws, (s) => s.state !== "ready" && s.state !== "building", 30);
+    expect(stats.state).toBe("aside");
+    expect(stats.reason).toMatch(/root|delet|gone/i);
+    // Another directory at the same path is not the workspace either.
+    await sh(`mkdir '${ws.root}' && echo needle > '${ws.root}/n.txt'`, "/");
+    expect(await run(ws.fs, ws.root, SEARCHES)).toEqual(await run(plain, ws.root, SEARCHES));
+    await ws.fs.index.close();
+    expect((await ws.fs.index.stats()).state).toBe("closed");
+  });
+
+  it("the root moved: searches follow it as without an index", async () => {
+    const ws = await workspace(BASE);
+    const plain = pno.createBoundFs(ws.root);
+    const moved = `${ws.root}-moved`;
+    try {
+      renameSync(ws.root, moved);
+      expect(await run(ws.fs, ws.root, SEARCHES)).toEqual(await run(plain, ws.root, SEARCHES));
+      writeFileSync(`${moved}/src/new.txt`, "needle after the move\n");
+      const got = await run(ws.fs, ws.root, SEARCHES);
+      expect(got).toEqual(await run(plain, ws.root, SEARCHES));
+      expect(got[0].text).toContain("src/new.txt");
+      expect((await ws.fs.index.stats()).state).not.toBe("ready");
+    } finally {
+      rmSync(moved, { recursive: true, force: true });
+    }
+  });
+
+  it("close() during a build: resolves, ready resolves closed, searches walk", async () => {
+    const ws = await workspace(bigTree(), { ready: false });
+    const ready = ws.fs.index.ready;
+    expect((await ws.fs.index.stats()).state).toBe("building");
+    await ws.fs.index.close();
+    expect(await ready).toMatchObject({ state: "closed" });
+    expect(await ws.fs.index.stats()).toMatchObject({ state: "closed", watches: 0 });
+    const searches = [
+      ["grep", { pattern: "needle 7/" }],
+      ["find", { pattern: "f7*", path: "d7" }],
+    ];
+    await expectFresh(ws, searches, { state: "closed" });
+    await step(ws, searches, () => sh("echo 'needle 7/new' > d7/f7new.txt", ws.root), { state: "closed" });
+    // Idempotent, and ready stays resolved.
+    await ws.fs.index.close();
+    expect((await ws.fs.index.ready).state).toBe("closed");
+  });
+
+  it("close() when ready, ready read only after close, and never rejecting", async () => {
+    const ws = await workspace(BASE);
+    await ws.fs.index.close();
+    expect((await ws.fs.index.stats()).state).toBe("closed");
+    await step(ws, SEARCHES, () => sh("echo needle late > late.txt", ws.root), { state: "closed" });
+    const fresh = pno.createBoundFs(ws.root, { index: true });
+    await fresh.index.close();
+    expect((await fresh.index.ready).state).toBe("closed");
+  });
+});
+
+/** unreadableScenario(dir) in a child Node process run as nobody; its phases. */
+function runAsNobody(dir) {
+  const script = path.join(here, "helpers/unreadable-scenario.js");
+  const [file, ...args] = [...nobody.argv, process.execPath, script, dir];
+  const child = spawn(file, args, { stdio: ["ignore", "pipe", "pipe"], cwd: "/" });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => {
+    stdout += d;
+  });
+  child.stderr.on("data", (d) => {
+    stderr += d;
+  });
+  return new Promise((resolve, reject) => {
+    child.on("close", (code) => {
+      if (code === 0) resolve(JSON.parse(stdout));
+      else reject(new Error(`nobody's run exited ${code}: ${stderr}`));
+    });
+  });
+}
