@@ -24,8 +24,20 @@ export declare class BashExecution {
 
 /** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
-  /** Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees. */
-  constructor(host: string, runtime: string)
+  /**
+   * Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
+   * With `index`, starts building the root's warm search index in the background (Linux).
+   */
+  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null)
+  /**
+   * The index's stats now. In the thread pool: the index applies pending changes first, which
+   * after a burst of them (a checkout) is more than a JS-thread call should do.
+   */
+  indexStats(): Promise<IndexStats>
+  /** Resolves once the index's first build has ended, or it stepped aside or closed. */
+  indexReady(): Promise<IndexStats>
+  /** Stops the index (joins its thread); searches walk from then on. Idempotent. */
+  indexClose(): Promise<void>
   readFile(path: string): Promise<Buffer>
   /**
    * An open read-only descriptor of the file and its size at open time, for a
@@ -144,6 +156,27 @@ export interface GrepResult {
 
 /** Searches like pi's grep tool; bounded by `root` when given. */
 export declare function grepSearch(root: BoundRoot | undefined | null, options: GrepOptions, abort: GrepAbort): Promise<GrepResult>
+
+/** `createBoundFs`'s `index` options, validated by js/args.js (absent: the core's default). */
+export interface IndexConfig {
+  maxWatches?: number
+  maxFileBytes?: number
+}
+
+/** What `fs.index.stats()` reads (js/search-index.js gives every field, `null` when absent). */
+export interface IndexStats {
+  state: 'building' | 'ready' | 'aside' | 'closed'
+  reason?: string
+  files: number
+  directories: number
+  bytesIndexed: number
+  memoryBytes: number
+  buildMs: number
+  /** Milliseconds since the epoch. */
+  lastRefresh?: number
+  dirtyFiles: number
+  watches: number
+}
 
 /** A file opened for reading; the receiver owns `fd`. */
 export interface OpenedFile {

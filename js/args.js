@@ -47,3 +47,42 @@ export function boundRootOf(fs) {
   if (!root) throw new TypeError("expected an object made by createBoundFs()");
   return root;
 }
+
+/** The options the `index` option may hold (crates/core/src/index's IndexOptions). */
+const INDEX_KEYS = ["maxWatches", "maxFileBytes"];
+
+/** A count option of the index: absent, or an integer >= `min`. */
+function checkIndexCount(value, what, min) {
+  if (value === undefined) return undefined;
+  if (!Number.isSafeInteger(value) || value < min) {
+    const shown = typeof value === "number" ? String(value) : value === null ? "null" : typeof value;
+    throw new TypeError(`${what} must be an integer >= ${min}, got ${shown}`);
+  }
+  return value;
+}
+
+/**
+ * Validates the `index` option of createBoundFs(), createNativeTools() and connect(): `undefined` or
+ * `false` (no index, returns null), `true` (the defaults) or `{ maxWatches?, maxFileBytes? }`. Returns
+ * the options with only the given counts (the core's defaults fill the rest).
+ */
+export function checkIndexOption(value, what = "index") {
+  if (value === undefined || value === false) return null;
+  if (value === true) return {};
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    const shown = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
+    throw new TypeError(`${what} must be true, false or an object { maxWatches?, maxFileBytes? }, got ${shown}`);
+  }
+  for (const key of Object.keys(value)) {
+    if (!INDEX_KEYS.includes(key)) {
+      throw new TypeError(`${what}.${key} is not an index option (the options are ${INDEX_KEYS.join(", ")})`);
+    }
+  }
+  const options = {};
+  // A watch limit of 0 could index nothing; a file size of 0 leaves every non-empty file unindexed.
+  const maxWatches = checkIndexCount(value.maxWatches, `${what}.maxWatches`, 1);
+  const maxFileBytes = checkIndexCount(value.maxFileBytes, `${what}.maxFileBytes`, 0);
+  if (maxWatches !== undefined) options.maxWatches = maxWatches;
+  if (maxFileBytes !== undefined) options.maxFileBytes = maxFileBytes;
+  return options;
+}

@@ -5,6 +5,60 @@ import type { BoundGrepOperations } from "./grep.js";
 export interface BoundFsOptions {
   /** Absolute path the agent sees for `root` (e.g. `/workspace` in a sandbox). Default: `root`. */
   runtimeRoot?: string;
+  /**
+   * Keep a warm index of the workspace (Linux: a cached walk, n-gram posting lists and inotify watches)
+   * that find and grep read instead of walking: the same results, byte for byte, never stale. `true` for
+   * the defaults. Off by default. Elsewhere the index stays aside (`fs.index` says why) and searches walk.
+   */
+  index?: boolean | IndexOptions;
+}
+
+/** Options of the warm search index. */
+export interface IndexOptions {
+  /** The most inotify watches (one per indexed directory) it may hold; more steps it aside. Default: the system's limit. */
+  maxWatches?: number;
+  /** Files larger than this many bytes are not indexed, and every grep reads them. Default 16 MiB. */
+  maxFileBytes?: number;
+}
+
+/**
+ * The index's state: `building` (searches walk meanwhile), `ready` (searches read it), `aside` (it cannot be
+ * trusted now, `reason` says why, searches walk; rebuilt after a backoff unless the reason is permanent),
+ * `closed`.
+ */
+export type IndexState = "building" | "ready" | "aside" | "closed";
+
+export interface IndexStats {
+  state: IndexState;
+  /** Why it is aside (or why `ready` ended closed); else null. */
+  reason: string | null;
+  /** Files and directories indexed. */
+  files: number;
+  directories: number;
+  /** Bytes of the files whose contents are indexed. */
+  bytesIndexed: number;
+  /** Memory the index holds, in bytes. */
+  memoryBytes: number;
+  /** Milliseconds the last completed (re)build took. */
+  buildMs: number;
+  /** When changes were last applied (ms since the epoch), or null. */
+  lastRefresh: number | null;
+  /** Files changed since indexed: read by every grep until re-indexed in the background. */
+  dirtyFiles: number;
+  /** inotify watches held. */
+  watches: number;
+}
+
+/** `fs.index`: the warm search index's lifecycle and figures. */
+export interface BoundIndex {
+  /**
+   * Resolves once the first build has ended (state `ready`), or with state `aside` or `closed` when it will
+   * not be ready; never rejects.
+   */
+  readonly ready: Promise<IndexStats>;
+  stats(): Promise<IndexStats>;
+  /** Stops the index (its thread, watches and memory); searches walk from then on. Idempotent. */
+  close(): Promise<void>;
 }
 
 /** What `ls.stat` returns: symlinks followed, still bounded. */
@@ -56,6 +110,8 @@ export interface BoundFs {
   ls: BoundLsOperations;
   find: BoundFindOperations;
   grep: BoundGrepOperations;
+  /** The warm search index, when made with the `index` option; else undefined. */
+  readonly index?: BoundIndex;
 }
 
 /**

@@ -5,10 +5,11 @@
 // called inside async functions, their throws become rejections, as pi's async contract wants.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
-import { checkObject, checkPath, registerBoundFs } from "./args.js";
+import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
+import { createIndexFace, emptyIndexStats } from "./search-index.js";
 
 // Node's file type bits of `mode` (S_IFMT and three of its values).
 const S_IFMT = 0o170000;
@@ -38,9 +39,29 @@ class BoundStats {
 // synchronous and read at once.
 const statValues = new Float64Array(3);
 
+/** Why `index` gives no index here: it is built on inotify. */
+const INDEX_NEEDS_LINUX = "the index needs Linux (inotify)";
+
+/**
+ * `fs.index` of a root made with `index` options: the native index's, or (where there is none) one that
+ * stays aside and lets every search walk, so the option is never an error.
+ */
+function indexFace(bound) {
+  if (process.platform !== "linux") {
+    const aside = () => emptyIndexStats("aside", INDEX_NEEDS_LINUX);
+    return createIndexFace({ ready: async () => aside(), stats: async () => aside(), close: async () => {} });
+  }
+  return createIndexFace({
+    ready: () => bound.indexReady(),
+    stats: () => bound.indexStats(),
+    close: () => bound.indexClose(),
+  });
+}
+
 /**
  * Path-bounded Operations for pi's tools. `root` is the host directory; `runtimeRoot` (default: `root`)
- * is the absolute path the agent sees, e.g. `/workspace` inside a sandbox.
+ * is the absolute path the agent sees, e.g. `/workspace` inside a sandbox. `index` (Linux) keeps a warm
+ * index of the workspace that find and grep read instead of walking it (same results); see `fs.index`.
  */
 export function createBoundFs(root, options = {}) {
   assertBoundedFsSupported("createBoundFs");
@@ -49,7 +70,9 @@ export function createBoundFs(root, options = {}) {
   checkObject(options);
   const hostRoot = path.resolve(root);
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
-  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot));
+  const index = checkIndexOption(options.index);
+  const indexed = index !== null && process.platform === "linux";
+  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined);
 
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
@@ -110,5 +133,6 @@ export function createBoundFs(root, options = {}) {
   registerBoundFs(fs, bound);
   fs.find = createFindOperations(bound, fs);
   fs.grep = createGrepOperations(bound, fs);
+  if (index !== null) fs.index = indexFace(bound);
   return fs;
 }

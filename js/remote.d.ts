@@ -1,7 +1,7 @@
 /// <reference types="node" />
 import type { Readable, Writable } from "node:stream";
 import type { NativeBashOperations } from "./bash.js";
-import type { BoundFs } from "./fs.js";
+import type { BoundFs, IndexOptions } from "./fs.js";
 import type { GrepOptions, GrepResult } from "./grep.js";
 import type { BashSpawnHook } from "./pi.js";
 import type { NativeToolDefinitions, NativeTools } from "./tools.js";
@@ -24,6 +24,12 @@ export interface ConnectOptions {
   forwardEnv?: boolean | ((env: NodeJS.ProcessEnv) => Record<string, string | undefined> | undefined | null);
   /** Aborts the handshake (e.g. a server that never answers). */
   signal?: AbortSignal;
+  /**
+   * Have the server keep a warm search index of its root for find and grep (as createBoundFs's `index`),
+   * and give the connection's `fs.index`. A server started with `--index` already keeps one (then these
+   * options are ignored). `index` needs a Linux server: elsewhere it stays aside and searches walk.
+   */
+  index?: boolean | IndexOptions;
 }
 
 /** What the server said in its hello. */
@@ -41,7 +47,11 @@ export interface RemoteServerInfo {
 /** A connection made by {@link connect}. */
 export interface RemoteConnection {
   readonly server: RemoteServerInfo;
-  /** Shaped as createBoundFs()'s object; `root` and `runtimeRoot` are both the server's root. */
+  /**
+   * Shaped as createBoundFs()'s object; `root` and `runtimeRoot` are both the server's root. `fs.index` is
+   * the server's index when connected with the `index` option (`ready` resolves with state `closed` if the
+   * connection ends first; `close()` of a closed connection resolves).
+   */
   readonly fs: BoundFs;
   /** pi's BashOperations on the server (shell found there as pi finds it). */
   readonly bash: NativeBashOperations;
@@ -64,6 +74,7 @@ export interface RemoteConnection {
 export declare function connect(transport: RemoteTransport, options?: ConnectOptions): Promise<RemoteConnection>;
 
 export interface RemoteToolsOptions {
+  /** The connection the tools run on (made with connect's `index` option for a warm search index). */
   connection: RemoteConnection;
   /** `shellPath` (on the server), plus pi's bash tool options (`spawnHook`, `commandPrefix`). */
   bash?: { shellPath?: string; spawnHook?: BashSpawnHook; commandPrefix?: string };

@@ -6,10 +6,11 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { checkExecArguments, envEntries } from "./bash.js";
-import { checkObject, checkPath, checkString } from "./args.js";
+import { checkIndexOption, checkObject, checkPath, checkString } from "./args.js";
 import { checkOptions } from "./find.js";
 import { abortedError, createGrepOperations, grepToolDefinitionWith, grepWith } from "./grep.js";
 import { platformSuffix } from "./native.js";
+import { createIndexFace, emptyIndexStats } from "./search-index.js";
 import { assembleTools } from "./tools.js";
 
 const require = createRequire(import.meta.url);
@@ -625,6 +626,41 @@ function remoteFs(conn) {
   return fs;
 }
 
+/**
+ * `fs.index` of a connection made with `index` options: starts the server's index (one already running,
+ * from `--index`, is kept as it is) without waiting for the answer, so connecting costs no round trip.
+ * A server that cannot index (one older than the index) gives an index that stays aside.
+ */
+function remoteIndex(conn, options) {
+  const started = conn.call("indexStart", {
+    maxWatches: options.maxWatches ?? null,
+    maxFileBytes: options.maxFileBytes ?? null,
+  });
+  // Its failure is reported by ready/stats, whenever they are asked.
+  started.catch(() => {});
+  const call = async (op) => {
+    try {
+      await started;
+    } catch (err) {
+      if (closedErrors.has(err)) throw err;
+      return emptyIndexStats("aside", `the server cannot index: ${err.message}`);
+    }
+    return conn.call(op, {});
+  };
+  return createIndexFace({
+    ready: () => call("indexReady"),
+    stats: () => call("indexStats"),
+    close: async () => {
+      try {
+        await call("indexClose");
+      } catch (err) {
+        // A closed connection has no index left to close.
+        if (!closedErrors.has(err)) throw err;
+      }
+    },
+  });
+}
+
 /** Validates connect()'s `forwardEnv`: false (default), true, or a function choosing the environment. */
 function checkForwardEnv(value) {
   if (value === undefined || value === false) return false;
@@ -641,6 +677,7 @@ function checkForwardEnv(value) {
 export async function connect(transport, options = {}) {
   checkObject(options);
   const forwardEnv = checkForwardEnv(options.forwardEnv);
+  const index = checkIndexOption(options.index, "options.index");
   const { signal } = options;
   if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
     throw new TypeError("options.signal must be an AbortSignal");
@@ -660,6 +697,7 @@ export async function connect(transport, options = {}) {
     signal?.removeEventListener("abort", onAbort);
   }
   const fs = remoteFs(conn);
+  if (index !== null) fs.index = remoteIndex(conn, index);
   const bash = remoteBashOperations(conn, { forwardEnv });
   const search = remoteSearch(conn);
   return {
@@ -693,6 +731,10 @@ function wireRemote(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   checkObject(options);
   if (options.sandbox !== undefined || options.bash?.sandbox !== undefined) throw new TypeError(REMOTE_SANDBOX);
+  // The connection owns the server's index; an option here that did nothing would mislead.
+  if (options.index !== undefined) {
+    throw new TypeError("index: give it to connect(transport, { index }), whose connection the tools use");
+  }
   const { connection, bash = {} } = options;
   if (!connection || typeof connection[searchKey] !== "function") {
     throw new TypeError("options.connection must be a connection made by connect()");

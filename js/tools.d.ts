@@ -1,4 +1,5 @@
 import type { NativeBashOptions, SandboxOptions } from "./bash.js";
+import type { BoundIndex, IndexOptions } from "./fs.js";
 import type { BashSpawnHook, Pi } from "./pi.js";
 
 export interface NativeToolsOptions {
@@ -14,6 +15,11 @@ export interface NativeToolsOptions {
    * a runtimeRoot anywhere the workspace keeps its host path).
    */
   sandbox?: boolean | (Omit<SandboxOptions, "root"> & { root?: string });
+  /**
+   * A warm search index of `root` for find and grep (createBoundFs's `index` option); the tools object
+   * then has `index` (not enumerable) to await, inspect or close it.
+   */
+  index?: boolean | IndexOptions;
 }
 
 /** pi's tool objects (AgentTool), each as the installed pi's own factory types it. */
@@ -25,6 +31,8 @@ export interface NativeTools {
   grep: ReturnType<Pi["createGrepTool"]>;
   find: ReturnType<Pi["createFindTool"]>;
   ls: ReturnType<Pi["createLsTool"]>;
+  /** With the `index` option: the index (not enumerable, so `Object.values(tools)` is the seven tools). */
+  readonly index?: BoundIndex;
 }
 
 /** pi's tool definitions (ToolDefinition), for `registerTool` or `createAgentSession({ customTools })`. */
@@ -36,6 +44,8 @@ export interface NativeToolDefinitions {
   grep: ReturnType<Pi["createGrepToolDefinition"]>;
   find: ReturnType<Pi["createFindToolDefinition"]>;
   ls: ReturnType<Pi["createLsToolDefinition"]>;
+  /** With the `index` option: the index (not enumerable). */
+  readonly index?: BoundIndex;
 }
 
 /** Like pi's `createAllTools(cwd)`, each tool on native operations. */

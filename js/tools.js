@@ -62,7 +62,10 @@ function wire(cwd, options, kind) {
   const root = options.root ?? sandboxObject.root ?? cwd;
   // Without a runtimeRoot anywhere, the workspace keeps its host path, for the file tools and the shell.
   const runtimeRoot = options.runtimeRoot ?? sandboxObject.runtimeRoot;
-  const fs = createBoundFs(root, runtimeRoot === undefined ? {} : { runtimeRoot });
+  const fs = createBoundFs(root, {
+    ...(runtimeRoot === undefined ? {} : { runtimeRoot }),
+    ...(options.index === undefined ? {} : { index: options.index }),
+  });
   const { shellPath, sandbox: misplaced, ...bashToolOptions } = bash;
   if (misplaced !== undefined) throw new TypeError("bash.sandbox: give the sandbox as the tools' own `sandbox` option");
   const sandbox = sandboxOf(options, path.resolve(root), path.resolve(runtimeRoot ?? root));
@@ -70,7 +73,15 @@ function wire(cwd, options, kind) {
     ...(shellPath === undefined ? {} : { shellPath }),
     ...(sandbox === undefined ? {} : { sandbox }),
   });
-  return assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep: createGrepToolDefinition(cwd, { fs }) });
+  const tools = assembleTools(cwd, kind, {
+    fs,
+    operations,
+    bashToolOptions,
+    grep: createGrepToolDefinition(cwd, { fs }),
+  });
+  // Not enumerable: callers take the tools as Object.values(tools).
+  if (fs.index !== undefined) Object.defineProperty(tools, "index", { value: fs.index });
+  return tools;
 }
 
 /**

@@ -21,6 +21,7 @@ pub fn find_glob(
     ignore: Vec<String>,
     limit: f64,
 ) -> AsyncTask<Blocking<Vec<String>>> {
+    let index = root.search_index();
     let root = root.root.clone();
     // JS validated `limit` (a number >= 0, possibly Infinity); `as` saturates.
     let limit = limit as usize;
@@ -30,7 +31,7 @@ pub fn find_glob(
             ignore: &ignore,
             limit,
         };
-        let paths = find::glob(&root, Path::new(&cwd), &search)?;
+        let paths = find::glob(&root, Path::new(&cwd), &search, index.as_ref())?;
         Ok(paths
             .into_iter()
             .map(|p| p.to_string_lossy().into_owned())

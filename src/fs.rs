@@ -12,8 +12,10 @@ use napi::{sys, Env, Error, Result, Status, ValueType};
 use napi_derive::napi;
 
 use crate::error::to_js;
+use crate::index::{close, ready_of, stats_of, IndexConfig, IndexStats};
 use crate::{blocking, Blocking};
 use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
+use pi_native_ops_core::index::Index;
 use pi_native_ops_core::root::{Access, Root};
 use pi_native_ops_core::Error as CoreError;
 
@@ -39,9 +41,36 @@ fn lossy_names(names: Vec<std::ffi::OsString>) -> Vec<String> {
 #[napi]
 pub struct BoundRoot {
     pub(crate) root: Arc<Root>,
+    /// The warm search index of the root, when made with index options (Linux).
+    index: Option<Index>,
+}
+
+/// A root finalized (collected) closes its index at once, so a forgotten `fs` does not keep its
+/// thread, watches and memory until its last search or `ready` has let go of them too.
+impl Drop for BoundRoot {
+    fn drop(&mut self) {
+        if let Some(index) = &self.index {
+            close(index);
+        }
+    }
 }
 
 impl BoundRoot {
+    /// The index find and grep may read (a clone, for a search that runs in the thread pool).
+    pub(crate) fn search_index(&self) -> Option<Index> {
+        #[cfg(target_os = "linux")]
+        return self.index.clone();
+        // Elsewhere `Index` has no values.
+        #[cfg(not(target_os = "linux"))]
+        self.index.as_ref().map(|index| match *index {})
+    }
+
+    /// The index, for `fs.index`; js/fs.js asks only of a root made with one.
+    fn own_index(&self) -> Result<Index> {
+        self.search_index()
+            .ok_or_else(|| Error::from_reason("this root was made without an index"))
+    }
+
     /// Runs `op` on the root in the thread pool.
     fn run<T, F>(&self, path: String, op: F) -> AsyncTask<Blocking<T>>
     where
@@ -56,13 +85,47 @@ impl BoundRoot {
 #[napi]
 impl BoundRoot {
     /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
+    /// With `index`, starts building the root's warm search index in the background (Linux).
     #[napi(constructor)]
-    pub fn new(env: &Env, host: String, runtime: String) -> Result<Self> {
+    pub fn new(
+        env: &Env,
+        host: String,
+        runtime: String,
+        index: Option<IndexConfig>,
+    ) -> Result<Self> {
         let root =
             Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| to_js(env, &e))?;
-        Ok(BoundRoot {
-            root: Arc::new(root),
-        })
+        let root = Arc::new(root);
+        #[cfg(target_os = "linux")]
+        let index = index.map(|config| Index::start(root.clone(), config.into()));
+        #[cfg(not(target_os = "linux"))]
+        let index = index.and(None);
+        Ok(BoundRoot { root, index })
+    }
+
+    /// The index's stats now. In the thread pool: the index applies pending changes first, which
+    /// after a burst of them (a checkout) is more than a JS-thread call should do.
+    #[napi(ts_return_type = "Promise<IndexStats>")]
+    pub fn index_stats(&self) -> Result<AsyncTask<Blocking<IndexStats>>> {
+        let index = self.own_index()?;
+        Ok(blocking(move || Ok(stats_of(&index))))
+    }
+
+    /// Resolves once the index's first build has ended, or it stepped aside or closed.
+    #[napi(ts_return_type = "Promise<IndexStats>")]
+    pub fn index_ready(&self) -> Result<AsyncTask<Blocking<IndexStats>>> {
+        let index = self.own_index()?;
+        Ok(blocking(move || Ok(ready_of(&index))))
+    }
+
+    /// Stops the index (joins its thread); searches walk from then on. Idempotent.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn index_close(&self) -> Result<AsyncTask<Blocking<()>>> {
+        let index = self.own_index()?;
+        Ok(blocking(move || {
+            close(&index);
+            Ok(())
+        }))
     }
 
     #[napi(ts_return_type = "Promise<Buffer>")]

@@ -91,6 +91,7 @@ pub fn grep_search(
     options: GrepOptions,
     abort: &GrepAbort,
 ) -> AsyncTask<Blocking<GrepResult>> {
+    let index = root.and_then(BoundRoot::search_index);
     let root = root.map(|r| r.root.clone());
     let cancel = abort.flag.clone();
     let searched = abort.searched.clone();
@@ -113,7 +114,7 @@ pub fn grep_search(
             Some(root) => root.as_ref(),
             None => &PlainFs,
         };
-        let out = grep::run(&target, &query, opener, &cancel, &searched)?;
+        let out = grep::run(&target, &query, opener, &cancel, &searched, index.as_ref())?;
         Ok(GrepResult {
             lines: out
                 .lines

@@ -14,6 +14,8 @@ mod fs;
 #[cfg(unix)]
 mod grep;
 #[cfg(unix)]
+mod index;
+#[cfg(unix)]
 mod task;
 
 #[cfg(unix)]

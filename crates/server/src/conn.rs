@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use pi_native_ops_core::root::Root;
 
 use crate::frame::{read_frame, Frame, ReadError};
+use crate::index::WarmIndex;
 use crate::ops::{self, ExecSite, GrepCancel, Registry, Running, Stream};
 use crate::outbox::{write_frames, Outbox, Output};
 use crate::wire::{self, Failure, Incoming, Op, WireError};
@@ -26,6 +27,8 @@ pub struct Workspace {
     pub root: Arc<Root>,
     /// The root as given on the command line, made absolute.
     pub host_root: PathBuf,
+    /// The root's warm search index, once started (`--index`, `indexStart`).
+    pub index: WarmIndex,
 }
 
 /// Whether the connection goes on after a frame.
@@ -252,12 +255,19 @@ impl Connection {
                     return;
                 }
                 self.pool.spawn_blocking(move || {
-                    answer(ops::grep(&workspace.root, req, &cancel));
+                    let index = workspace.index.search();
+                    answer(ops::grep(&workspace.root, index, req, &cancel));
+                });
+            }
+            op @ (Op::IndexStart { .. } | Op::IndexReady | Op::IndexStats | Op::IndexClose) => {
+                self.pool.spawn_blocking(move || {
+                    answer(workspace.index.call(&workspace.root, op));
                 });
             }
             op => {
                 self.pool.spawn_blocking(move || {
-                    answer(ops::simple(&workspace.root, op, payload));
+                    let index = workspace.index.search();
+                    answer(ops::simple(&workspace.root, index, op, payload));
                 });
             }
         }
@@ -369,6 +379,7 @@ mod tests {
         let workspace = Arc::new(Workspace {
             root: Arc::new(root),
             host_root: dir.path().to_path_buf(),
+            index: WarmIndex::default(),
         });
         let (out, queue) = Outbox::new();
         let pool = tokio::runtime::Builder::new_current_thread()
@@ -462,6 +473,81 @@ mod tests {
             json!([{"path":"a.txt","lineNumber":2,"text":"world","isMatch":true}])
         );
         assert_eq!(ok["matchCount"], 1);
+    }
+
+    #[test]
+    fn the_index_starts_once_answers_its_stats_and_closes() {
+        let mut f = fixture();
+        let (err, _) = call(&mut f, json!({"t":"call","id":1,"op":"indexStats"}), b"");
+        assert_eq!(
+            err["error"],
+            json!({"kind":"NoIndex","message":"no index: send indexStart first (or start the server with --index)"})
+        );
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":2,"op":"indexStart","maxWatches":null,"maxFileBytes":null}),
+            b"",
+        );
+        assert_eq!(ok["t"], "ok");
+        let (ready, _) = call(&mut f, json!({"t":"call","id":3,"op":"indexReady"}), b"");
+        let keys: Vec<&str> = ready
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "buildMs",
+                "bytesIndexed",
+                "directories",
+                "dirtyFiles",
+                "files",
+                "id",
+                "lastRefresh",
+                "memoryBytes",
+                "reason",
+                "state",
+                "t",
+                "watches"
+            ]
+        );
+        assert_eq!(
+            (&ready["state"], &ready["files"], &ready["directories"]),
+            (&json!("ready"), &json!(2), &json!(2))
+        );
+        // A second start keeps the running index (a file size limit of 0 would have emptied it).
+        let (again, _) = call(
+            &mut f,
+            json!({"t":"call","id":4,"op":"indexStart","maxFileBytes":0}),
+            b"",
+        );
+        assert_eq!(again["bytesIndexed"], ready["bytesIndexed"]);
+        // grep reads only the candidate file once the index is ready (`searched` counts reads).
+        let grep_reads = |index| {
+            let cancel = GrepCancel::default();
+            let request: wire::GrepRequest = serde_json::from_value(json!({
+                "pattern": "world", "path": "/workspace", "displayName": "workspace", "limit": 100
+            }))
+            .unwrap();
+            let (answer, _) = ops::grep(&f.conn.workspace.root, index, request, &cancel).unwrap();
+            assert_eq!(answer["matchCount"], 1);
+            cancel.searched.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        assert_eq!(grep_reads(None), 2);
+        assert_eq!(grep_reads(f.conn.workspace.index.search()), 1);
+        let (ok, _) = call(&mut f, json!({"t":"call","id":5,"op":"indexClose"}), b"");
+        assert_eq!(ok, json!({"t":"ok","id":5}));
+        let (stats, _) = call(&mut f, json!({"t":"call","id":6,"op":"indexStats"}), b"");
+        assert_eq!(stats["state"], "closed");
+        // Searches walk once it is closed.
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":7,"op":"glob","pattern":"*.rs","cwd":"/workspace","ignore":[],"limit":null}),
+            b"",
+        );
+        assert_eq!(ok["paths"], json!(["/workspace/sub/b.rs"]));
     }
 
     #[test]
@@ -569,7 +655,7 @@ mod tests {
             "pattern": "x", "path": "/workspace", "displayName": "workspace", "limit": 100
         }))
         .unwrap();
-        let err = ops::grep(&f.conn.workspace.root, request, &cancel).unwrap_err();
+        let err = ops::grep(&f.conn.workspace.root, None, request, &cancel).unwrap_err();
         assert_eq!(
             serde_json::to_value(&*err).unwrap(),
             json!({"kind":"Aborted","message":"Operation aborted","filesSearched":0})

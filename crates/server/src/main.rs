@@ -9,6 +9,8 @@ mod conn;
 #[cfg(unix)]
 mod frame;
 #[cfg(unix)]
+mod index;
+#[cfg(unix)]
 mod ops;
 #[cfg(unix)]
 mod outbox;
@@ -20,7 +22,7 @@ use std::path::PathBuf;
 const NAME: &str = "pi-native-ops-server";
 
 const USAGE: &str = "\
-usage: pi-native-ops-server --root DIR [--runtime-root PATH]
+usage: pi-native-ops-server --root DIR [--runtime-root PATH] [--index]
 
 Serves the workspace DIR to one pi-native-ops client over stdin and stdout
 (the protocol of docs/protocol.md); logs go to stderr.
@@ -28,6 +30,9 @@ Serves the workspace DIR to one pi-native-ops client over stdin and stdout
   --root DIR            the workspace directory on this machine
   --runtime-root PATH   the absolute path the agent sees the workspace as
                         (default: DIR)
+  --index               start the warm search index of DIR at once (Linux),
+                        so find and grep are fast from the first calls on;
+                        a client may also start it (connect's index option)
   --version             print the version
   --help                print this help";
 
@@ -36,6 +41,7 @@ enum Command {
     Serve {
         root: PathBuf,
         runtime_root: Option<PathBuf>,
+        index: bool,
     },
     Version,
     Help,
@@ -44,6 +50,7 @@ enum Command {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut root = None;
     let mut runtime_root = None;
+    let mut index = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -53,6 +60,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         let slot = match name.as_str() {
             "--help" | "-h" => return Ok(Command::Help),
             "--version" | "-V" => return Ok(Command::Version),
+            "--index" if inline.is_none() => {
+                index = true;
+                continue;
+            }
+            "--index" => return Err("--index takes no value".into()),
             "--root" => &mut root,
             "--runtime-root" => &mut runtime_root,
             _ => return Err(format!("unknown argument \"{arg}\"")),
@@ -77,7 +89,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             ));
         }
     }
-    Ok(Command::Serve { root, runtime_root })
+    Ok(Command::Serve {
+        root,
+        runtime_root,
+        index,
+    })
 }
 
 fn usage_error(message: &str) -> ! {
@@ -87,7 +103,7 @@ fn usage_error(message: &str) -> ! {
 
 fn main() {
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
-    let (root, runtime_root) = match command {
+    let (root, runtime_root, index) = match command {
         Command::Help => {
             println!("{USAGE}");
             return;
@@ -96,13 +112,17 @@ fn main() {
             println!("{NAME} {}", env!("CARGO_PKG_VERSION"));
             return;
         }
-        Command::Serve { root, runtime_root } => (root, runtime_root),
+        Command::Serve {
+            root,
+            runtime_root,
+            index,
+        } => (root, runtime_root, index),
     };
-    std::process::exit(serve(root, runtime_root));
+    std::process::exit(serve(root, runtime_root, index));
 }
 
 #[cfg(unix)]
-fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
+fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
     use std::os::fd::AsFd;
     use std::sync::Arc;
 
@@ -126,7 +146,12 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
     let workspace = Arc::new(conn::Workspace {
         root: Arc::new(root),
         host_root,
+        index: index::WarmIndex::default(),
     });
+    if index {
+        // In the background: the hello goes out at once, and searches walk until it is ready.
+        workspace.index.start(&workspace.root, None, None);
+    }
     // The blocking pool every core call runs on; the reader (this thread) and the writer are
     // plain threads, so a call crosses only two hand-offs.
     let pool = match tokio::runtime::Builder::new_current_thread().build() {
@@ -166,7 +191,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>) -> i32 {
 }
 
 #[cfg(not(unix))]
-fn serve(_root: PathBuf, _runtime_root: Option<PathBuf>) -> i32 {
+fn serve(_root: PathBuf, _runtime_root: Option<PathBuf>, _index: bool) -> i32 {
     eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
     2
 }
@@ -185,14 +210,28 @@ mod tests {
             parse(&["--root", "/w"]),
             Ok(Command::Serve {
                 root: "/w".into(),
-                runtime_root: None
+                runtime_root: None,
+                index: false
             })
+        );
+        assert_eq!(
+            parse(&["--index", "--root", "/w"]),
+            Ok(Command::Serve {
+                root: "/w".into(),
+                runtime_root: None,
+                index: true
+            })
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--index=yes"]),
+            Err("--index takes no value".into())
         );
         assert_eq!(
             parse(&["--runtime-root=/workspace", "--root=w"]),
             Ok(Command::Serve {
                 root: "w".into(),
-                runtime_root: Some("/workspace".into())
+                runtime_root: Some("/workspace".into()),
+                index: false
             })
         );
         assert_eq!(parse(&["--version"]), Ok(Command::Version));

@@ -17,6 +17,7 @@ use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
 use pi_native_ops_core::root::{Access, Root};
 use pi_native_ops_core::{find, Error as CoreError};
 
+use crate::index::SearchIndex;
 use crate::outbox::Outbox;
 use crate::wire::{kind, ExecRequest, Failure, GrepRequest, Op, WireError};
 
@@ -46,8 +47,14 @@ fn lossy(path: impl AsRef<std::ffi::OsStr>) -> String {
     path.as_ref().to_string_lossy().into_owned()
 }
 
-/// The one-shot operations (every op but readStream, grep and exec).
-pub fn simple(root: &Root, op: Op, payload: Vec<u8>) -> Result<Answer, Failure> {
+/// The one-shot operations (every op but readStream, grep, exec and the index's); find reads
+/// `index` when it can answer.
+pub fn simple(
+    root: &Root,
+    index: SearchIndex<'_>,
+    op: Op,
+    payload: Vec<u8>,
+) -> Result<Answer, Failure> {
     let answer = match op {
         Op::ReadFile { path } => (Map::new(), root.read_file(Path::new(&path))?),
         Op::Access { path, mode } => {
@@ -118,13 +125,19 @@ pub fn simple(root: &Root, op: Op, payload: Vec<u8>) -> Result<Answer, Failure> 
                 ignore: &ignore,
                 limit,
             };
-            let paths: Vec<String> = find::glob(root, Path::new(&cwd), &search)?
+            let paths: Vec<String> = find::glob(root, Path::new(&cwd), &search, index)?
                 .into_iter()
                 .map(lossy)
                 .collect();
             (fields(json!({ "paths": paths })), Vec::new())
         }
-        Op::ReadStream { .. } | Op::Grep(_) | Op::Exec(_) => {
+        Op::ReadStream { .. }
+        | Op::Grep(_)
+        | Op::Exec(_)
+        | Op::IndexStart { .. }
+        | Op::IndexReady
+        | Op::IndexStats
+        | Op::IndexClose => {
             return Err(WireError::protocol("not a one-shot operation").into());
         }
     };
@@ -147,9 +160,14 @@ pub struct GrepCancel {
     pub searched: AtomicU64,
 }
 
-/// pi's grep, bounded by the root. A cancelled search fails with `Aborted`, carrying how many
-/// files it had begun to read.
-pub fn grep(root: &Root, req: GrepRequest, cancel: &GrepCancel) -> Result<Answer, Failure> {
+/// pi's grep, bounded by the root, reading `index` when it can answer. A cancelled search fails
+/// with `Aborted`, carrying how many files it had begun to read.
+pub fn grep(
+    root: &Root,
+    index: SearchIndex<'_>,
+    req: GrepRequest,
+    cancel: &GrepCancel,
+) -> Result<Answer, Failure> {
     let aborted = || {
         let mut e = WireError::from(CoreError::aborted());
         e.files_searched = Some(cancel.searched.load(Ordering::Relaxed));
@@ -166,7 +184,7 @@ pub fn grep(root: &Root, req: GrepRequest, cancel: &GrepCancel) -> Result<Answer
             limit: count(req.limit).max(1),
             store_cap: req.store_cap.map(count),
         };
-        grep::run(&target, &query, root, &cancel.flag, &cancel.searched)
+        grep::run(&target, &query, root, &cancel.flag, &cancel.searched, index)
     };
     let result = run();
     if cancel.flag.load(Ordering::Relaxed) {

@@ -82,6 +82,19 @@ pub enum Op {
     },
     Grep(GrepRequest),
     Exec(ExecRequest),
+    /// Starts the warm search index of the root, unless one runs already (`--index`, an earlier
+    /// call): its options are then ignored. Answers its stats.
+    IndexStart {
+        /// `None`: the core's default.
+        #[serde(default)]
+        max_watches: Option<f64>,
+        #[serde(default)]
+        max_file_bytes: Option<f64>,
+    },
+    /// Answers the index's stats once its first build has ended, or it stepped aside or closed.
+    IndexReady,
+    IndexStats,
+    IndexClose,
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,6 +221,10 @@ pub mod kind {
     pub const SHELL_NOT_FOUND: &str = "ShellNotFound";
     /// The server failed while running a call (a bug: its stderr has the panic).
     pub const INTERNAL: &str = "Internal";
+    /// An index call before any index was started (`indexStart` or `--index`); only Linux
+    /// has one to start.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub const NO_INDEX: &str = "NoIndex";
 }
 
 impl WireError {
@@ -355,6 +372,16 @@ mod tests {
             panic!("grep")
         };
         assert_eq!((grep.limit, grep.context, grep.glob), (5.0, 0.0, None));
+        let (_, op) = call(r#"{"t":"call","id":14,"op":"indexStart","maxWatches":9}"#);
+        assert!(matches!(
+            op,
+            Ok(Op::IndexStart {
+                max_watches: Some(9.0),
+                max_file_bytes: None
+            })
+        ));
+        let (_, op) = call(r#"{"t":"call","id":15,"op":"indexReady"}"#);
+        assert!(matches!(op, Ok(Op::IndexReady)));
         let (_, op) = call(r#"{"t":"call","id":13,"op":"exec","command":"ls","cwd":"/w"}"#);
         assert!(matches!(
             op,

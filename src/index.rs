@@ -1,0 +1,96 @@
+//! napi binding of the warm search index (`pi_native_ops_core::index`, Linux only): its options
+//! in, its stats out. A `BoundRoot` made with index options owns one (`crate::fs`); elsewhere
+//! js/fs.js never asks for one.
+
+use napi_derive::napi;
+
+use pi_native_ops_core::index::Index;
+#[cfg(target_os = "linux")]
+use pi_native_ops_core::index::{IndexOptions, Stats};
+
+/// `createBoundFs`'s `index` options, validated by js/args.js (absent: the core's default).
+#[napi(object)]
+pub struct IndexConfig {
+    pub max_watches: Option<f64>,
+    pub max_file_bytes: Option<f64>,
+}
+
+#[cfg(target_os = "linux")]
+impl From<IndexConfig> for IndexOptions {
+    fn from(config: IndexConfig) -> IndexOptions {
+        let defaults = IndexOptions::default();
+        // JS checked both are integers >= 0 (within 2^53); `as` saturates.
+        IndexOptions {
+            max_watches: config
+                .max_watches
+                .map(|n| n as usize)
+                .or(defaults.max_watches),
+            max_file_bytes: config
+                .max_file_bytes
+                .map_or(defaults.max_file_bytes, |n| n as u64),
+        }
+    }
+}
+
+/// What `fs.index.stats()` reads (js/search-index.js gives every field, `null` when absent).
+#[napi(object)]
+pub struct IndexStats {
+    #[napi(ts_type = "'building' | 'ready' | 'aside' | 'closed'")]
+    pub state: String,
+    pub reason: Option<String>,
+    pub files: f64,
+    pub directories: f64,
+    pub bytes_indexed: f64,
+    pub memory_bytes: f64,
+    pub build_ms: f64,
+    /// Milliseconds since the epoch.
+    pub last_refresh: Option<f64>,
+    pub dirty_files: f64,
+    pub watches: f64,
+}
+
+#[cfg(target_os = "linux")]
+impl From<Stats> for IndexStats {
+    fn from(s: Stats) -> IndexStats {
+        IndexStats {
+            state: s.state.as_str().to_string(),
+            reason: s.reason,
+            files: s.files as f64,
+            directories: s.directories as f64,
+            bytes_indexed: s.bytes_indexed as f64,
+            memory_bytes: s.memory_bytes as f64,
+            build_ms: s.build_ms,
+            last_refresh: s.last_refresh_unix_ms,
+            dirty_files: s.dirty_files as f64,
+            watches: s.watches as f64,
+        }
+    }
+}
+
+// Elsewhere `Index` has no values (no root ever has one), so these are never called.
+
+#[cfg(target_os = "linux")]
+pub fn stats_of(index: &Index) -> IndexStats {
+    index.stats().into()
+}
+#[cfg(target_os = "linux")]
+pub fn ready_of(index: &Index) -> IndexStats {
+    index.wait_ready().into()
+}
+#[cfg(target_os = "linux")]
+pub fn close(index: &Index) {
+    index.close()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn stats_of(index: &Index) -> IndexStats {
+    match *index {}
+}
+#[cfg(not(target_os = "linux"))]
+pub fn ready_of(index: &Index) -> IndexStats {
+    match *index {}
+}
+#[cfg(not(target_os = "linux"))]
+pub fn close(index: &Index) {
+    match *index {}
+}
