@@ -16,6 +16,10 @@ const SEARCHES = [
   ["grep", { pattern: "needle", path: "closed" }],
   ["find", { pattern: "*" }],
   ["find", { pattern: "*", path: "half" }],
+  // Below the root, away from the unreadable directory: searches the index can answer while that one,
+  // never listed, keeps it from answering searches of the whole root.
+  ["grep", { pattern: "needle", path: "open" }],
+  ["find", { pattern: "*", path: "open" }],
 ];
 
 async function run(fs, cwd) {
@@ -53,11 +57,11 @@ export async function unreadableScenario(dir) {
   const phase = async (name) => {
     const indexed = await run(fs, dir);
     const plain = await run(pno.createBoundFs(dir), dir);
-    const { state, reason } = await fs.index.stats();
-    phases.push({ phase: name, indexed, plain, state, reason });
+    const { state, reason, directories } = await fs.index.stats();
+    phases.push({ phase: name, indexed, plain, state, reason, directories });
   };
   const built = await fs.index.ready;
-  phases.push({ phase: "built", state: built.state, reason: built.reason });
+  phases.push({ phase: "built", state: built.state, reason: built.reason, directories: built.directories });
   await phase("one unreadable, one search-only directory");
   chmodSync(path.join(dir, "closed"), 0o755);
   await phase("the unreadable directory made readable");
