@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.BashExecution = nativeBinding.BashExecution
+module.exports.BashSandboxHandle = nativeBinding.BashSandboxHandle
 module.exports.BoundRoot = nativeBinding.BoundRoot
 module.exports.GrepAbort = nativeBinding.GrepAbort
 module.exports.bashSpawn = nativeBinding.bashSpawn

@@ -22,6 +22,17 @@ export declare class BashExecution {
   kill(): void
 }
 
+/**
+ * A sandbox for many commands: what is the same for each of them (namespaces mode: the
+ * template, a user, mount and network namespace with the root already built) is built on the
+ * first `spawn` and kept until this object is garbage-collected.
+ */
+export declare class BashSandboxHandle {
+  constructor(spec: BashSandbox)
+  /** `bashSpawn` in this sandbox (`request.sandbox` is ignored). */
+  spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+}
+
 /** A workspace root: every path is resolved beneath it, race-free. */
 export declare class BoundRoot {
   /**

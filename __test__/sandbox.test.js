@@ -243,6 +243,69 @@ for (const [mode, available, why] of modes) {
           expect(existsSync(path.join(root, `pno-mark-${tag}`))).toBe(false);
         });
 
+        it.runIf(mode === "namespaces")(
+          "leaves nothing for the next command outside the workspace, and cannot change the shared root",
+          async () => {
+            // What every command shares (the template): the root, /dev, the mounts and their options.
+            const view =
+              "ls -a / /dev /tmp /dev/shm | md5sum; awk '{print $4, $5, $6}' /proc/self/mountinfo | sort | md5sum";
+            const attempts = [
+              "echo x > /tmp/pno-left",
+              "echo x > /dev/shm/pno-left",
+              "echo x > /pno-left",
+              "echo x > /dev/pno-left",
+              "mkdir /proc/pno-left",
+              "umount /tmp",
+              "umount -l /proc",
+              "mount -o remount,rw /",
+              "mount -t tmpfs none /mnt",
+              "ln -s /tmp /dev/pno-link",
+            ];
+            const [first, second] = await run([
+              {
+                command: `${view}; ${attempts.map((a) => `(${a}) 2>/dev/null`).join("; ")}; cat /tmp/pno-left /dev/shm/pno-left`,
+                cwd: runtimeRoot,
+              },
+              {
+                command: `${view}; ls -A /tmp /dev/shm; ls -a / /dev | grep pno; awk '$4 == "/" && / - proc /' /proc/self/mountinfo | wc -l`,
+                cwd: runtimeRoot,
+              },
+            ]);
+            const [rootView, mounts] = first.output.split("\n");
+            // The first could write its own /tmp and /dev/shm, nothing else.
+            expect(first).toEqual({ output: `${rootView}\n${mounts}\nx\nx\n`, exitCode: 0 });
+            // The second sees the same root and mounts, empty /tmp and /dev/shm, and one proc: its own
+            // (the host's, which the kernel needs visible to mount a proc, is detached, not hidden).
+            expect(second).toEqual({
+              output: `${rootView}\n${mounts}\n/dev/shm:\n\n/tmp:\n1\n`,
+              exitCode: 0,
+            });
+          },
+        );
+
+        it.runIf(mode === "namespaces")(
+          "two commands at once see neither each other's /tmp nor each other's processes",
+          async () => {
+            const mark = `${runtimeRoot}/.pno-meet-${tag}`;
+            // Each writes its /tmp and starts a sleep, waits until the other has too, then looks.
+            const side = (me, other) => ({
+              command: [
+                `echo ${me} > /tmp/pno-${me}; sleep 314${me === "a" ? 1 : 2} & touch ${mark}-${me}`,
+                `for i in $(seq 400); do test -e ${mark}-${other} && break; sleep 0.05; done`,
+                `test -e ${mark}-${other} && echo met`,
+                "ls /tmp; ps -eo args | grep -c '^sleep 314'",
+                `touch ${mark}-${me}-done`,
+                `for i in $(seq 400); do test -e ${mark}-${other}-done && break; sleep 0.05; done`,
+              ].join("; "),
+              cwd: runtimeRoot,
+            });
+            const [[a, b]] = await run([[side("a", "b"), side("b", "a")]]);
+            for (const name of readdirSync(root)) if (name.startsWith(".pno-meet-")) rmSync(path.join(root, name));
+            expect(a).toEqual({ output: "met\npno-a\n1\n", exitCode: 0 });
+            expect(b).toEqual({ output: "met\npno-b\n1\n", exitCode: 0 });
+          },
+        );
+
         it("gets a clean environment: the agent's env never reaches the shell", async () => {
           // A host process holding the key in its environment: /proc/<pid>/environ must not give it away.
           const holder = hostSleeper(user, { ...process.env, PNO_FAKE_API_KEY: FAKE_KEY });

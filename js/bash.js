@@ -194,6 +194,9 @@ export function createBashOperations(options = {}) {
     throw new TypeError("createBashOperations: shellPath must be a string");
   }
   const sandbox = options.sandbox === undefined ? undefined : checkSandboxOptions(options.sandbox);
+  // What every command's sandbox shares (namespaces mode: the template namespaces with the root
+  // built) is made by the first exec and kept by this handle until these operations are collected.
+  let sandboxHandle;
   return {
     exec: async (command, cwd, execOptions) => {
       if (process.platform === "win32") {
@@ -246,7 +249,12 @@ export function createBashOperations(options = {}) {
         };
         try {
           // A failure to start is Node's `spawn <shell> <CODE>` error, shaped natively.
-          execution = native.bashSpawn(request, onEvent);
+          if (sandbox && typeof native.BashSandboxHandle === "function") {
+            sandboxHandle ??= new native.BashSandboxHandle(sandbox);
+            execution = sandboxHandle.spawn(request, onEvent);
+          } else {
+            execution = native.bashSpawn(request, onEvent);
+          }
         } catch (err) {
           reject(err);
           return;

@@ -188,6 +188,73 @@ pub fn bash_spawn(
     request: BashSpawnRequest,
     on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
 ) -> Result<BashExecution> {
+    let sandbox = match request.sandbox {
+        Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?.into()),
+        None => None,
+    };
+    spawn(
+        env,
+        request.shell,
+        request.command,
+        request.cwd,
+        request.env,
+        sandbox,
+        on_event,
+    )
+}
+
+/// A sandbox for many commands: what is the same for each of them (namespaces mode: the
+/// template, a user, mount and network namespace with the root already built) is built on the
+/// first `spawn` and kept until this object is garbage-collected.
+#[napi]
+pub struct BashSandboxHandle {
+    sandbox: sandbox::Prepared,
+}
+
+#[napi]
+impl BashSandboxHandle {
+    #[napi(constructor)]
+    pub fn new(env: Env, spec: BashSandbox) -> Result<Self> {
+        let spec = core_sandbox(spec).map_err(|e| to_js(&env, &e))?;
+        Ok(BashSandboxHandle {
+            sandbox: sandbox::Prepared::new(spec),
+        })
+    }
+
+    /// `bashSpawn` in this sandbox (`request.sandbox` is ignored).
+    // The event arguments' types are the binding's own, as for `bash_spawn`.
+    #[allow(private_interfaces)]
+    #[napi(
+        ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void"
+    )]
+    pub fn spawn(
+        &self,
+        env: &Env,
+        request: BashSpawnRequest,
+        on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+    ) -> Result<BashExecution> {
+        let sandbox = Some(self.sandbox.clone());
+        spawn(
+            env,
+            request.shell,
+            request.command,
+            request.cwd,
+            request.env,
+            sandbox,
+            on_event,
+        )
+    }
+}
+
+fn spawn(
+    env: &Env,
+    shell: String,
+    command: String,
+    cwd: String,
+    exec_env: Option<Vec<String>>,
+    sandbox: Option<sandbox::Prepared>,
+    on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+) -> Result<BashExecution> {
     let events = on_event
         .build_threadsafe_function::<ExecEvent>()
         .callee_handled::<false>()
@@ -198,7 +265,7 @@ pub fn bash_spawn(
             })
         })?;
     // Node's `spawn <shell> <CODE>` error, for a failure to start or to follow the command.
-    let shell = request.shell.clone();
+    let shell_name = shell.clone();
     let spawn_error = |err: std::io::Error| {
         // A sandbox that cannot be built says so; anything else reads as Node's spawn error.
         if let Some(core) = err.get_ref().and_then(|e| e.downcast_ref::<CoreError>()) {
@@ -206,18 +273,14 @@ pub fn bash_spawn(
         }
         to_js(
             env,
-            &pi_native_ops_core::Error::spawn(&shell, errno_of(&err)),
+            &pi_native_ops_core::Error::spawn(&shell_name, errno_of(&err)),
         )
     };
-    let sandbox = match request.sandbox {
-        Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?),
-        None => None,
-    };
     let mut execution = exec::spawn(&exec::ExecRequest {
-        shell: request.shell,
-        command: request.command,
-        cwd: request.cwd,
-        env: request.env,
+        shell,
+        command,
+        cwd,
+        env: exec_env,
         sandbox,
     })
     .map_err(spawn_error)?;

@@ -38,14 +38,18 @@ export function writeFileAs(user, file, content, mode = 0o644) {
 }
 
 /**
- * Runs `commands` ({ command, cwd, env?, abortOn?, timeout? }) one after another through
+ * Runs `commands` ({ command, cwd, env?, abortOn?, timeout? }, or an array of them run at once) one after another through
  * `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`.
  * `abortOn`: abort once the output contains that text. Shared by both users' runs.
  */
 export async function execAll(pno, sandbox, commands) {
   const ops = pno.createBashOperations({ sandbox });
   const results = [];
-  for (const { command, cwd, env, abortOn, timeout } of commands) {
+  // An array of commands runs them at the same time through the same operations: an array of results.
+  for (const entry of commands) results.push(await (Array.isArray(entry) ? Promise.all(entry.map(one)) : one(entry)));
+  return results;
+
+  async function one({ command, cwd, env, abortOn, timeout }) {
     let output = "";
     const controller = new AbortController();
     const onData = (chunk) => {
@@ -54,12 +58,11 @@ export async function execAll(pno, sandbox, commands) {
     };
     try {
       const { exitCode } = await ops.exec(command, cwd, { onData, env, timeout, signal: controller.signal });
-      results.push({ output, exitCode });
+      return { output, exitCode };
     } catch (err) {
-      results.push({ output, error: err.message, code: err.code ?? null });
+      return { output, error: err.message, code: err.code ?? null };
     }
   }
-  return results;
 }
 
 // The child exits when the test process is gone (a test that timed out, vitest killed), so that its

@@ -88,7 +88,8 @@ pub struct ExecRequest {
     pub env: Option<Vec<String>>,
     /// Run the shell sandboxed (then `env` is ignored: the sandbox's clean environment applies,
     /// and `cwd` is in the sandbox's runtime form). `None`: exactly today's unsandboxed exec.
-    pub sandbox: Option<sandbox::Sandbox>,
+    /// A `Sandbox` converts (`.into()`); reuse one `Prepared` for many execs.
+    pub sandbox: Option<sandbox::Prepared>,
 }
 
 /// How an exec ended.

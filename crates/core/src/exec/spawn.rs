@@ -59,12 +59,20 @@ pub(super) struct Prepared {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) shell_stack: Vec<u8>,
     /// The sandbox, when the request asks for one.
-    pub(super) sandbox: Option<Plan>,
+    pub(super) sandbox: Option<Arc<Plan>>,
+    /// A sandbox's private temp dir, removed once the exec is over (Landlock mode).
+    sandbox_temp: Option<TempDir>,
 }
 
 impl Prepared {
     fn new(request: &ExecRequest) -> io::Result<Self> {
-        let sandbox = request.sandbox.as_ref().map(Plan::new).transpose()?;
+        let (sandbox, sandbox_temp) = match &request.sandbox {
+            Some(prepared) => {
+                let (plan, temp) = prepared.plan()?;
+                (Some(plan), temp)
+            }
+            None => (None, None),
+        };
         let env = match &sandbox {
             Some(plan) => Some(plan.env()),
             None => request.env.as_deref(),
@@ -108,6 +116,7 @@ impl Prepared {
             envp,
             shell_stack: vec![0; SHELL_STACK_BYTES],
             sandbox,
+            sandbox_temp,
         })
     }
 }
@@ -208,7 +217,7 @@ pub struct Execution {
 /// missing cwd as ENOENT) before anything runs.
 pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
     let mut prepared = Prepared::new(request)?;
-    let sandbox_temp = prepared.sandbox.as_mut().and_then(Plan::take_temp_dir);
+    let sandbox_temp = prepared.sandbox_temp.take();
     let (output_read, output_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (control_read, control_write) = pipe()?;

@@ -163,9 +163,10 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
     #[cfg(target_os = "linux")]
     libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
-    // A sandbox's Landlock ruleset descriptor (-1 when none) is applied by the shell's process.
-    let ruleset = prepared.sandbox.as_ref().map_or(-1, |plan| plan.kept_fd());
-    let mut keep = [fds.control, fds.status, fds.output, ruleset];
+    // A sandbox's descriptors (-1 when none): the Landlock ruleset the shell's process applies,
+    // the template's namespaces we join.
+    let [ruleset, user, mnt, net] = prepared.sandbox.as_ref().map_or([-1; 4], |p| p.kept_fds());
+    let mut keep = [fds.control, fds.status, fds.output, ruleset, user, mnt, net];
     keep.sort_unstable();
     close_all_except(&keep);
     let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
@@ -205,7 +206,8 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
         }
         _ => start_shell(&shell_start),
     };
-    let spawn_errno = errno();
+    // Read at once, and only on failure: a sandbox's init shares our memory, errno included.
+    let spawn_errno = if shell < 0 { errno() } else { 0 };
     libc::close(fds.output);
     libc::close(exec_error[1]);
     if shell < 0 {

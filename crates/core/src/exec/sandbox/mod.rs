@@ -1,10 +1,12 @@
 //! The opt-in sandbox of a shell (`ExecRequest::sandbox`). Two modes, both Linux-only:
 //!
-//! - **Namespaces**: the supervisor forks a small init into new user, mount, PID, IPC, UTS (and,
-//!   without network, network) namespaces; it builds a fresh root (the workspace read-write at
-//!   `runtime_root`, system directories read-only, secrets masked, a fresh `/proc`, a minimal
-//!   `/dev`, a private `/tmp`), `pivot_root`s into it and starts the shell as its PID 2. When the
-//!   shell exits, init exits with its code and the kernel kills whatever is left in the namespace.
+//! - **Namespaces**: a template built once per `Prepared` sandbox holds a user, a mount (the
+//!   finished root: the workspace read-write at `runtime_root`, system directories read-only,
+//!   secrets masked, a minimal `/dev`) and, without network, a network namespace. For each command
+//!   the supervisor joins them and starts a small init in new mount, PID, IPC and UTS namespaces,
+//!   which adds a fresh `/proc` and a private `/tmp` and `/dev/shm` and starts the shell as its
+//!   PID 2. When the shell exits, init exits with its code and the kernel kills whatever is left
+//!   in the namespace.
 //! - **Landlock**: no namespaces and no path remapping; the shell is confined by a Landlock
 //!   ruleset (reads and writes only where allowed) and seccomp (no `socket` but `AF_UNIX` when the
 //!   network is off).
@@ -64,6 +66,76 @@ impl Sandbox {
             mode: Mode::Auto,
             max_processes: None,
         }
+    }
+}
+
+/// A sandbox prepared for any number of execs (clones share it): its plan, and in namespaces mode
+/// the template, are built on the first exec and kept until the last clone is dropped. Built
+/// again when the root is no longer the directory it was built on (removed and recreated).
+#[derive(Clone)]
+pub struct Prepared(std::sync::Arc<Shared>);
+
+struct Shared {
+    spec: Sandbox,
+    #[cfg(unix)]
+    built: std::sync::Mutex<Option<Built>>,
+}
+
+#[cfg(unix)]
+struct Built {
+    plan: std::sync::Arc<Plan>,
+    /// The root's device and inode when the plan was built.
+    root: (u64, u64),
+}
+
+impl From<Sandbox> for Prepared {
+    fn from(spec: Sandbox) -> Prepared {
+        Prepared::new(spec)
+    }
+}
+
+impl Prepared {
+    /// Nothing is built yet: the first exec builds.
+    pub fn new(spec: Sandbox) -> Prepared {
+        Prepared(std::sync::Arc::new(Shared {
+            spec,
+            #[cfg(unix)]
+            built: std::sync::Mutex::new(None),
+        }))
+    }
+
+    pub fn spec(&self) -> &Sandbox {
+        &self.0.spec
+    }
+
+    /// The plan of one exec, and (Landlock mode) its private temp dir to remove afterwards.
+    #[cfg(unix)]
+    pub(super) fn plan(&self) -> std::io::Result<(std::sync::Arc<Plan>, Option<TempDir>)> {
+        use std::os::unix::fs::MetadataExt;
+        let root = std::fs::metadata(&self.0.spec.root)
+            .map(|m| (m.dev(), m.ino()))
+            .ok();
+        let mut built = self
+            .0
+            .built
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(b) = built.as_ref() {
+            if Some(b.root) == root {
+                return Ok((std::sync::Arc::clone(&b.plan), None));
+            }
+        }
+        *built = None;
+        let mut plan = Plan::new(&self.0.spec)?;
+        let temp = plan.take_temp_dir();
+        let plan = std::sync::Arc::new(plan);
+        if let (true, Some(root)) = (plan.reusable(), root) {
+            *built = Some(Built {
+                plan: std::sync::Arc::clone(&plan),
+                root,
+            });
+        }
+        Ok((plan, temp))
     }
 }
 
@@ -183,7 +255,10 @@ impl Plan {
     pub(super) fn take_temp_dir(&mut self) -> Option<TempDir> {
         match *self {}
     }
-    pub(super) fn kept_fd(&self) -> std::os::fd::RawFd {
+    pub(super) fn kept_fds(&self) -> [std::os::fd::RawFd; 4] {
+        match *self {}
+    }
+    pub(super) fn reusable(&self) -> bool {
         match *self {}
     }
     pub(super) fn setup_error(&self, _value: i32) -> Option<std::io::Error> {

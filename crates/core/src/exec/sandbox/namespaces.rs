@@ -1,18 +1,45 @@
-//! Namespaces mode: the plan of the sandbox's filesystem (built before the fork) and the init that
-//! carries it out in the new namespaces (run in the forked child: raw system calls only).
+//! Namespaces mode: the plan of the sandbox's filesystem (built before the fork), the template that
+//! carries out its fixed part once, and the init that adds each command's own part (both run in
+//! forked children: raw system calls only).
+//!
+//! The **template** is a user namespace, a mount namespace holding the finished root (system
+//! directories read-only, secrets masked, `/dev`, the workspace and the caller's binds, the whole
+//! root read-only) and, without network, a network namespace with its loopback up. A short-lived
+//! fork of Node builds it on the first exec of a `Prepared` sandbox; Node keeps descriptors of the
+//! three namespaces (they live as long as a descriptor or a process holds them: nothing is left
+//! when Node exits, however it exits) and the builder exits.
+//!
+//! **Each command**: the supervisor joins the template's namespaces (`setns`) and clones the init
+//! into a new mount namespace (a private copy of the template's: nothing it mounts reaches the
+//! template or another command), a new PID namespace (the tree dies totally with the init), and
+//! new IPC and UTS namespaces (SysV IPC objects outlive their processes). The init mounts a fresh
+//! `/proc`, a private tmpfs `/tmp` and `/dev/shm` (the only writable places besides the
+//! workspace and the caller's read-write binds), and starts the shell.
 
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+
 use super::plan::{c_path, invalid_spec, step_error, Step};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
 use crate::exec::supervisor::{errno, set_errno, start_shell, ShellStart};
+use crate::sys::read_full;
 
 /// Where the setup tmpfs is mounted before the first `pivot_root`: a directory every Linux system
 /// has. Once pivoted, the host's root (and its `/tmp`) is reached again under `/oldroot`.
 const SETUP_BASE: &std::ffi::CStr = c"/tmp";
+/// An empty file and directory (mode 000) in the template's `/tmp`, sources of each command's
+/// masks of `/proc` entries; the command's own tmpfs on `/tmp` then hides them.
+const EMPTY_FILE: &str = "/tmp/.pi-sandbox-empty";
+const EMPTY_DIR: &str = "/tmp/.pi-sandbox-emptydir";
+/// Each command's private tmpfs mounts, and where each is mounted first (a directory of the
+/// template), so that binds the template holds under it can be moved onto it before it takes
+/// its place.
+const PRIVATE_TMPFS: &[&str] = &["/tmp", "/dev/shm"];
+const STAGING_NAME: &str = ".pi-sandbox-next";
 /// Host directories bound read-only at the same path (or recreated as the same symlink).
 const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc",
@@ -74,6 +101,9 @@ const RESERVED_PIDS: u32 = 300;
 /// The first kernel that counts RLIMIT_NPROC per user namespace (ucounts, 5.14): before it the
 /// limit counts the user's processes machine-wide and would refuse a busy user's sandbox.
 const NPROC_PER_USERNS: (u32, u32) = (5, 14);
+/// Stack of the sandbox's init: it runs a few frames of raw system calls (its deepest, the
+/// `clone` of the shell, uses a stack of its own), far less than this.
+const INIT_STACK_BYTES: usize = 64 << 10;
 /// `mount_setattr`'s `struct mount_attr` and flags (Linux 5.12).
 #[repr(C)]
 struct MountAttr {
@@ -97,11 +127,17 @@ const KEPT_MOUNT_FLAGS: libc::c_ulong = libc::MS_NOSUID
     | libc::MS_NODIRATIME
     | libc::MS_RELATIME;
 
-/// One step of building the new root, on paths under `/oldroot` (the host) and `/newroot`.
+/// One step of building a root: the template's on paths under `/oldroot` (the host) and
+/// `/newroot`, a command's on its final paths.
 #[derive(Debug)]
 pub(super) enum Action {
     /// `mkdir` (an existing directory is fine).
     Mkdir(CString),
+    /// An empty file or directory with no permissions, a source of masks.
+    Empty {
+        path: CString,
+        dir: bool,
+    },
     /// Bind `src` (recursively) at `dst`, created as a directory or an empty file first.
     Bind {
         src: CString,
@@ -118,19 +154,39 @@ pub(super) enum Action {
         data: CString,
         flags: libc::c_ulong,
     },
-    Proc(CString),
+    /// A fresh proc for the command's PID namespace in place of the template's `/proc`: mounted
+    /// at `staging` first (the kernel lets a user namespace mount proc only while a full proc is
+    /// visible, the template's bind of the host's), then the template's is detached and the
+    /// fresh one moved to `dst`, so the host's proc is not even hidden underneath.
+    Proc {
+        dst: CString,
+        staging: CString,
+    },
     /// Make one of our own tmpfs mounts read-only (not recursive).
     ReadOnly(CString),
+    /// Move the mount at `src` (with everything under it) to `dst`, created as a directory or an
+    /// empty file first.
+    Move {
+        src: CString,
+        dst: CString,
+        dir: bool,
+    },
 }
 
-/// Everything the init needs, prepared before the fork.
+/// Everything the template's builder and each command's init need, prepared before the forks.
 pub(in crate::exec) struct NsPlan {
+    /// The template's namespaces: user, mount and (without network) network.
+    template_flags: libc::c_int,
+    /// Each command's own namespaces, inside the template's user namespace.
     clone_flags: libc::c_int,
     deny_setgroups: bool,
     uid_map: CString,
     gid_map: CString,
-    pub(super) actions: Vec<Action>,
-    /// What each action does, for an error naming the step that failed.
+    /// The template's root, built once.
+    pub(super) template_actions: Vec<Action>,
+    /// Each command's additions, on the template's finished root.
+    pub(super) command_actions: Vec<Action>,
+    /// What each action does (the template's, then the command's), for an error naming the step.
     pub(super) descriptions: Vec<String>,
     network: bool,
     /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): a bound for every caller.
@@ -144,6 +200,17 @@ pub(in crate::exec) struct NsPlan {
     /// kernel's ptrace check, which guards it today, were passed).
     argv_area: Option<(usize, usize)>,
     env_area: Option<(usize, usize)>,
+    /// The stack the init runs on (it shares the supervisor's memory).
+    init_stack: Vec<u8>,
+    /// The template, once built (`build_template`).
+    template: Option<Template>,
+}
+
+/// Descriptors of the template's namespaces: holding them keeps the namespaces alive.
+pub(super) struct Template {
+    user: OwnedFd,
+    mnt: OwnedFd,
+    net: Option<OwnedFd>,
 }
 
 fn newroot(path: &Path) -> io::Result<CString> {
@@ -186,7 +253,7 @@ impl Builder {
         Ok(())
     }
 
-    /// Bind host `src` at `dst` inside; a symlink is recreated as itself when `keep_links`.
+    /// Bind host `src` at `dst` inside.
     fn bind(&mut self, src: &Path, dst: &Path, read_only: bool) -> io::Result<()> {
         let meta = std::fs::metadata(src)?;
         let dir = meta.is_dir();
@@ -309,32 +376,9 @@ impl NsPlan {
                 }
             }
         }
-        b.mkdirs(Path::new("/proc"))?;
-        b.push(
-            Action::Proc(newroot(Path::new("/proc"))?),
-            "mounting /proc for the PID namespace".into(),
-        );
-        for path in PROC_READ_ONLY {
-            let path = Path::new(path);
-            let Ok(meta) = std::fs::metadata(path) else {
-                continue;
-            };
-            // Bound over itself: the sandbox's own /proc, not the host's.
-            b.push(
-                Action::Bind {
-                    src: newroot(path)?,
-                    dst: newroot(path)?,
-                    dir: meta.is_dir(),
-                    read_only: true,
-                },
-                format!("making {} read-only", path.display()),
-            );
-        }
-        for path in PROC_MASKED {
-            if let Ok(meta) = std::fs::metadata(path) {
-                b.mask(Path::new(path), meta.is_dir())?;
-            }
-        }
+        // The host's proc, bound whole: each command's init may mount its own proc only while a
+        // full one is visible in its mount namespace (and detaches this one once it has).
+        b.bind(Path::new("/proc"), Path::new("/proc"), false)?;
         let dev = Path::new("/dev");
         b.tmpfs(dev, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
         for name in DEVICES {
@@ -352,20 +396,23 @@ impl NsPlan {
                 format!("linking /dev/{name}"),
             );
         }
-        b.tmpfs(
-            &dev.join("shm"),
-            "mode=1777",
-            libc::MS_NOSUID | libc::MS_NODEV,
-        )?;
-        b.tmpfs(
-            Path::new("/tmp"),
-            "mode=1777",
-            libc::MS_NOSUID | libc::MS_NODEV,
-        )?;
-        // The workspace and the caller's binds last: one under /tmp or /dev lands on those
-        // tmpfs mounts instead of being hidden by them.
+        for tmpfs in PRIVATE_TMPFS {
+            b.mkdirs(&Path::new(tmpfs).join(STAGING_NAME))?;
+        }
+        for (path, dir) in [(EMPTY_FILE, false), (EMPTY_DIR, true)] {
+            b.push(
+                Action::Empty {
+                    path: newroot(Path::new(path))?,
+                    dir,
+                },
+                format!("creating {path}"),
+            );
+        }
+        // The workspace and the caller's binds last: one under /dev lands on that tmpfs instead
+        // of being hidden by it. (One under /tmp would be hidden by each command's own /tmp.)
         b.bind(root, runtime_root, false)
             .map_err(|e| invalid_spec(format!("cannot bind the root {}: {e}", root.display())))?;
+        let mut binds = vec![(runtime_root.clone(), true)];
         for (paths, read_only) in [(&sandbox.read_only, true), (&sandbox.read_write, false)] {
             for path in paths {
                 if !path.is_absolute() {
@@ -377,6 +424,7 @@ impl NsPlan {
                 let host = std::fs::canonicalize(path)
                     .map_err(|e| invalid_spec(format!("cannot bind {}: {e}", path.display())))?;
                 b.bind(&host, path, read_only)?;
+                binds.push((path.clone(), host.is_dir()));
             }
         }
         b.push(
@@ -387,21 +435,22 @@ impl NsPlan {
             Action::ReadOnly(c"/newroot".to_owned()),
             "making the new root read-only".into(),
         );
+        let template_actions = std::mem::take(&mut b.actions);
+        let (command_actions, command_descriptions) = command_actions(&binds)?;
+        b.descriptions.extend(command_descriptions);
 
         // SAFETY: plain getters.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        // The init writes its own maps, which the kernel limits to one line mapping its own ids
+        // The builder writes its own maps, which the kernel limits to one line mapping its own ids
         // (root included: CAP_SETUID would be needed in the parent namespace). Other owners
         // show as the overflow id (nobody) inside.
         let (uid_map, gid_map) = (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"));
-        let mut clone_flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
+        let mut template_flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
         if !sandbox.network {
-            clone_flags |= libc::CLONE_NEWNET;
+            template_flags |= libc::CLONE_NEWNET;
         }
+        let clone_flags =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         let max = sandbox.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES);
         if max == 0 {
             return Err(invalid_spec("maxProcesses must be at least 1".into()));
@@ -410,19 +459,125 @@ impl NsPlan {
         let nproc =
             (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| libc::rlim_t::from(max));
         Ok(NsPlan {
+            template_flags,
             clone_flags,
             deny_setgroups: true,
             uid_map: CString::new(uid_map).expect("digits"),
             gid_map: CString::new(gid_map).expect("digits"),
-            actions: b.actions,
+            template_actions,
+            command_actions,
             descriptions: b.descriptions,
             network: sandbox.network,
             pid_max: CString::new(pid_max.to_string()).expect("digits"),
             nproc,
             argv_area: stat_area(ARG_START_FIELD),
             env_area: stat_area(ENV_START_FIELD),
+            init_stack: vec![0; INIT_STACK_BYTES],
+            template: None,
         })
     }
+
+    /// The descriptors the supervisor must keep open to join the template (-1: none).
+    pub(in crate::exec) fn kept_fds(&self) -> [RawFd; 3] {
+        match &self.template {
+            Some(t) => [
+                t.user.as_raw_fd(),
+                t.mnt.as_raw_fd(),
+                t.net.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+            ],
+            None => [-1; 3],
+        }
+    }
+}
+
+/// Each command's part of the root, on the template's: a fresh `/proc` (the shared `/tmp` of the
+/// template is its staging point, before the command's own tmpfs covers it), its host-wide entries
+/// read-only or masked, then the private `/tmp` and `/dev/shm` with the template's `binds` (the
+/// workspace's and the caller's, inside paths) under them moved onto them.
+fn command_actions(binds: &[(PathBuf, bool)]) -> io::Result<(Vec<Action>, Vec<String>)> {
+    let mut actions = vec![Action::Proc {
+        dst: c"/proc".to_owned(),
+        staging: c"/tmp".to_owned(),
+    }];
+    let mut descriptions = vec!["mounting /proc for the PID namespace".to_string()];
+    for path in PROC_READ_ONLY {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        // Bound over itself: the sandbox's own /proc, not the host's.
+        actions.push(Action::Bind {
+            src: c_path(Path::new(path))?,
+            dst: c_path(Path::new(path))?,
+            dir: meta.is_dir(),
+            read_only: true,
+        });
+        descriptions.push(format!("making {path} read-only"));
+    }
+    for path in PROC_MASKED {
+        if let Ok(meta) = std::fs::metadata(path) {
+            let src = if meta.is_dir() { EMPTY_DIR } else { EMPTY_FILE };
+            actions.push(Action::Bind {
+                src: c_path(Path::new(src))?,
+                dst: c_path(Path::new(path))?,
+                dir: meta.is_dir(),
+                read_only: true,
+            });
+            descriptions.push(format!("masking {path}"));
+        }
+    }
+    for tmpfs in PRIVATE_TMPFS {
+        let tmpfs = Path::new(tmpfs);
+        // A bind at the tmpfs's place (or above it) is what the caller asked to see there.
+        if binds.iter().any(|(dst, _)| tmpfs.starts_with(dst)) {
+            continue;
+        }
+        let staging = tmpfs.join(STAGING_NAME);
+        actions.push(Action::Tmpfs {
+            dst: c_path(&staging)?,
+            data: CString::new("mode=1777").expect("static"),
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+        });
+        descriptions.push(format!("mounting a tmpfs at {}", tmpfs.display()));
+        let mut made: Vec<PathBuf> = Vec::new();
+        for (dst, dir) in binds {
+            let Ok(relative) = dst.strip_prefix(tmpfs) else {
+                continue;
+            };
+            // One under another bind moves with it.
+            let nested = binds.iter().any(|(outer, _)| {
+                outer != dst && outer.starts_with(tmpfs) && dst.starts_with(outer)
+            });
+            if nested || relative.as_os_str().is_empty() {
+                continue;
+            }
+            let target = staging.join(relative);
+            let mut at = staging.clone();
+            for part in relative.parent().into_iter().flat_map(Path::components) {
+                at.push(part);
+                if !made.contains(&at) {
+                    made.push(at.clone());
+                    actions.push(Action::Mkdir(c_path(&at)?));
+                    descriptions.push(format!("creating {}", at.display()));
+                }
+            }
+            actions.push(Action::Move {
+                src: c_path(dst)?,
+                dst: c_path(&target)?,
+                dir: *dir,
+            });
+            descriptions.push(format!(
+                "moving the bind at {} onto the private tmpfs",
+                dst.display()
+            ));
+        }
+        actions.push(Action::Move {
+            src: c_path(&staging)?,
+            dst: c_path(tmpfs)?,
+            dir: true,
+        });
+        descriptions.push(format!("moving the private tmpfs to {}", tmpfs.display()));
+    }
+    Ok((actions, descriptions))
 }
 
 /// `/proc/self/stat`'s arg_start and env_start fields (Linux 3.5), each followed by its end.
@@ -474,27 +629,255 @@ unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
     ok
 }
 
-/// Creates the init of the sandbox in new namespaces; returns its pid (in our namespace) or -1
-/// with errno holding the encoded failed step. Runs in the supervisor.
+impl NsPlan {
+    /// Builds the template (a fork of this process carries out `template_actions` in new user,
+    /// mount and network namespaces) and keeps descriptors of its namespaces. `Err(code)`: the
+    /// encoded failed step, or an I/O error of ours.
+    pub(super) fn build_template(&mut self) -> Result<(), TemplateError> {
+        let (ready_read, ready_write) = cloexec_pipe()?;
+        let (release_read, release_write) = cloexec_pipe()?;
+        // SAFETY: a fork (raw `clone` for the namespace flags): the child only runs `builder`,
+        // which never returns and sticks to raw system calls on memory prepared before.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (self.template_flags | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        } as libc::pid_t;
+        if pid < 0 {
+            return Err(TemplateError::Step(step_error(
+                Step::Clone,
+                io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            )));
+        }
+        if pid == 0 {
+            // SAFETY: see above.
+            unsafe {
+                // Our copy of the write end would keep `release` open forever.
+                libc::close(release_write.as_raw_fd());
+                builder(self, ready_write.as_raw_fd(), release_read.as_raw_fd())
+            }
+        }
+        drop((ready_write, release_read));
+        let mut message = [0u8; size_of::<i32>()];
+        let result = match read_full(ready_read.as_fd(), &mut message) {
+            Ok(n) if n == message.len() => match i32::from_ne_bytes(message) {
+                0 => self.open_template(pid).map_err(TemplateError::Io),
+                code => Err(TemplateError::Step(code)),
+            },
+            _ => Err(TemplateError::Io(io::Error::other(
+                "the sandbox's template builder died",
+            ))),
+        };
+        // Releases the builder: the namespaces live on in our descriptors.
+        drop(release_write);
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+        result
+    }
+
+    fn open_template(&mut self, pid: libc::pid_t) -> io::Result<()> {
+        let open = |name: &str| -> io::Result<OwnedFd> {
+            Ok(std::fs::File::open(format!("/proc/{pid}/ns/{name}"))?.into())
+        };
+        self.template = Some(Template {
+            user: open("user")?,
+            mnt: open("mnt")?,
+            net: if self.network {
+                None
+            } else {
+                Some(open("net")?)
+            },
+        });
+        Ok(())
+    }
+}
+
+/// Why the template could not be built.
+pub(super) enum TemplateError {
+    /// A setup step failed: `step_error`'s encoding.
+    Step(i32),
+    Io(io::Error),
+}
+
+impl From<io::Error> for TemplateError {
+    fn from(e: io::Error) -> Self {
+        TemplateError::Io(e)
+    }
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: a valid two-element buffer.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The template's builder (a fork of Node in the template's new namespaces): writes its id maps,
+/// builds the root and pivots into it, brings the loopback up, reports 0 (or the failed step) on
+/// `ready`, and waits for Node to have opened its namespaces (end-of-file on `release`).
+unsafe fn builder(plan: &NsPlan, ready: RawFd, release: RawFd) -> ! {
+    // Node's handlers would run in this copy of Node.
+    crate::exec::supervisor::reset_signals();
+    // Only while Node waits for us; a dead Node also closes `release`.
+    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    let fail = |step: Step| -> ! {
+        let code = step_error(step, errno()).to_ne_bytes();
+        libc::write(ready, code.as_ptr().cast(), code.len());
+        libc::_exit(super::plan::EXIT_SETUP_FAILED)
+    };
+    if plan.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
+        fail(Step::Setgroups);
+    }
+    if !write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes()) {
+        fail(Step::UidMap);
+    }
+    if !write_file(c"/proc/self/gid_map", plan.gid_map.as_bytes()) {
+        fail(Step::GidMap);
+    }
+    let null = std::ptr::null::<libc::c_char>();
+    if libc::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        null.cast(),
+    ) != 0
+    {
+        fail(Step::Private);
+    }
+    if libc::mount(
+        c"tmpfs".as_ptr(),
+        SETUP_BASE.as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755".as_ptr().cast(),
+    ) != 0
+    {
+        fail(Step::SetupTmpfs);
+    }
+    if libc::chdir(SETUP_BASE.as_ptr()) != 0
+        || libc::mkdir(c"newroot".as_ptr(), 0o755) != 0
+        || libc::mkdir(c"oldroot".as_ptr(), 0o755) != 0
+        || libc::mkdir(c"emptydir".as_ptr(), 0o000) != 0
+    {
+        fail(Step::SetupTmpfs);
+    }
+    let empty = libc::open(
+        c"empty".as_ptr(),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+        0o000,
+    );
+    if empty < 0 {
+        fail(Step::SetupTmpfs);
+    }
+    libc::close(empty);
+    if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()) != 0
+        || libc::chdir(c"/".as_ptr()) != 0
+    {
+        fail(Step::PivotSetup);
+    }
+    if libc::mount(
+        c"tmpfs".as_ptr(),
+        c"/newroot".as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755".as_ptr().cast(),
+    ) != 0
+    {
+        fail(Step::NewRoot);
+    }
+    for (index, action) in plan.template_actions.iter().enumerate() {
+        if !perform(action) {
+            fail(Step::Action(index));
+        }
+    }
+    if libc::chdir(c"/newroot".as_ptr()) != 0
+        || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+    {
+        fail(Step::PivotNew);
+    }
+    // The host's root now lies over ours at "/": detach it (and everything under it).
+    if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+        fail(Step::DetachHost);
+    }
+    if !plan.network {
+        loopback_up();
+    }
+    let done = 0i32.to_ne_bytes();
+    libc::write(ready, done.as_ptr().cast(), done.len());
+    let mut byte = [0u8; 1];
+    while libc::read(release, byte.as_mut_ptr().cast(), 1) != 0 {
+        if errno() != libc::EINTR {
+            break;
+        }
+    }
+    libc::_exit(0)
+}
+
+/// Joins the template and creates the init of the command's own namespaces; returns its pid (in
+/// our namespace) or -1 with errno holding the encoded failed step. Runs in the supervisor, which
+/// stays in the template's namespaces (it only waits and kills from there on).
+///
+/// The init shares the supervisor's memory (`CLONE_VM`) on a stack of its own: the supervisor is
+/// a copy of Node, and a second copy of Node's page tables (a plain fork) cost more than all the
+/// namespaces and mounts together. The two processes never write the same memory but `errno`,
+/// which each reads only right after a call of its own failed, while the other is blocked: the
+/// supervisor in its read of the exec-error pipe until the shell has exec'd or the init failed,
+/// the init (after that) in `waitpid`, which cannot fail while the shell lives.
 pub(in crate::exec) unsafe fn start(plan: &NsPlan, start: &ShellStart) -> libc::pid_t {
-    // A fork (no shared memory): the init outlives this call. Raw `clone` because it takes the
-    // namespace flags; both processes return here.
-    let pid = libc::syscall(
-        libc::SYS_clone,
-        (plan.clone_flags | libc::SIGCHLD) as libc::c_ulong,
-        0usize,
-        0usize,
-        0usize,
-        0usize,
-    ) as libc::pid_t;
+    /// The ABI's stack alignment at a call (x86-64 and AArch64: 16 bytes).
+    const STACK_ALIGN: usize = 16;
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the supervisor's `ShellStart`, alive while the supervisor runs (it
+        // never returns from `supervise`); the plan it points to was built before the fork.
+        unsafe {
+            let start = &*(arg as *const ShellStart);
+            match start.prepared.sandbox.as_ref().and_then(|p| p.namespaces()) {
+                Some(plan) => init(plan, start),
+                None => libc::_exit(super::plan::EXIT_SETUP_FAILED),
+            }
+        }
+    }
+    let [user, mnt, net] = plan.kept_fds();
+    // The user namespace first: it gives the capabilities the other two need.
+    let joined = user >= 0
+        && libc::setns(user, libc::CLONE_NEWUSER) == 0
+        && libc::setns(mnt, libc::CLONE_NEWNS) == 0
+        && (net < 0 || libc::setns(net, libc::CLONE_NEWNET) == 0);
+    if !joined {
+        let code = if user < 0 { libc::EINVAL } else { errno() };
+        set_errno(step_error(Step::JoinTemplate, code));
+        return -1;
+    }
+    for fd in [user, mnt, net] {
+        if fd >= 0 {
+            libc::close(fd);
+        }
+    }
+    let stack = plan.init_stack.as_ptr() as usize + plan.init_stack.len();
+    let stack_top = (stack & !(STACK_ALIGN - 1)) as *mut libc::c_void;
+    let pid = libc::clone(
+        entry,
+        stack_top,
+        plan.clone_flags | libc::CLONE_VM | libc::SIGCHLD,
+        start as *const ShellStart as *mut libc::c_void,
+    );
     if pid < 0 {
         set_errno(step_error(Step::Clone, errno()));
         return -1;
     }
-    if pid > 0 {
-        return pid;
-    }
-    init(plan, start)
+    pid
 }
 
 unsafe fn fail(start: &ShellStart, step: Step) -> ! {
@@ -503,7 +886,8 @@ unsafe fn fail(start: &ShellStart, step: Step) -> ! {
     libc::_exit(super::plan::EXIT_SETUP_FAILED)
 }
 
-/// PID 1 of the sandbox: builds the root, starts the shell, and exits with its status.
+/// PID 1 of the sandbox: adds the command's part of the root, starts the shell, and exits with its
+/// status.
 unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     crate::exec::supervisor::reset_signals();
     libc::setsid(); // its own group: the supervisor's kill(-pid) reaches it
@@ -517,89 +901,17 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
     if libc::poll(&mut alive, 1, 0) < 0 || alive.revents & libc::POLLERR != 0 {
         libc::_exit(super::plan::EXIT_SETUP_FAILED);
     }
-    if plan.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
-        fail(start, Step::Setgroups);
-    }
-    if !write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes()) {
-        fail(start, Step::UidMap);
-    }
-    if !write_file(c"/proc/self/gid_map", plan.gid_map.as_bytes()) {
-        fail(start, Step::GidMap);
-    }
-    let null = std::ptr::null::<libc::c_char>();
-    if libc::mount(
-        null,
-        c"/".as_ptr(),
-        null,
-        libc::MS_REC | libc::MS_PRIVATE,
-        null.cast(),
-    ) != 0
-    {
-        fail(start, Step::Private);
-    }
-    if libc::mount(
-        c"tmpfs".as_ptr(),
-        SETUP_BASE.as_ptr(),
-        c"tmpfs".as_ptr(),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        c"mode=0755".as_ptr().cast(),
-    ) != 0
-    {
-        fail(start, Step::SetupTmpfs);
-    }
-    if libc::chdir(SETUP_BASE.as_ptr()) != 0
-        || libc::mkdir(c"newroot".as_ptr(), 0o755) != 0
-        || libc::mkdir(c"oldroot".as_ptr(), 0o755) != 0
-        || libc::mkdir(c"emptydir".as_ptr(), 0o000) != 0
-    {
-        fail(start, Step::SetupTmpfs);
-    }
-    let empty = libc::open(
-        c"empty".as_ptr(),
-        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-        0o000,
-    );
-    if empty < 0 {
-        fail(start, Step::SetupTmpfs);
-    }
-    libc::close(empty);
-    if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()) != 0
-        || libc::chdir(c"/".as_ptr()) != 0
-    {
-        fail(start, Step::PivotSetup);
-    }
-    if libc::mount(
-        c"tmpfs".as_ptr(),
-        c"/newroot".as_ptr(),
-        c"tmpfs".as_ptr(),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        c"mode=0755".as_ptr().cast(),
-    ) != 0
-    {
-        fail(start, Step::NewRoot);
-    }
-    for (index, action) in plan.actions.iter().enumerate() {
+    let first = plan.template_actions.len();
+    for (index, action) in plan.command_actions.iter().enumerate() {
         if !perform(action) {
-            fail(start, Step::Action(index));
+            fail(start, Step::Action(first + index));
         }
         // The process bound: pid_max of our PID namespace where the kernel namespaces it
         // (6.14), written before /proc/sys turns read-only. Older kernels refuse the write:
         // then only RLIMIT_NPROC (not for root) limits.
-        if matches!(action, Action::Proc(_)) {
-            write_file(c"/newroot/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
+        if matches!(action, Action::Proc { .. }) {
+            write_file(c"/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
         }
-    }
-    if libc::chdir(c"/newroot".as_ptr()) != 0
-        || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
-    {
-        fail(start, Step::PivotNew);
-    }
-    // The host's root now lies over ours at "/": detach it (and everything under it).
-    if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
-        fail(start, Step::DetachHost);
-    }
-    if !plan.network {
-        loopback_up();
     }
     if let Some(max) = plan.nproc {
         let limit = libc::rlimit {
@@ -612,7 +924,7 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
         std::ptr::write_bytes(start as *mut u8, 0, end - start);
     }
     if let Some((start, end)) = plan.argv_area {
-        // Our own copy of Node's memory (a fork, not shared): pi's command line stays pi's.
+        // Our own copy of Node's memory (the supervisor's, shared): pi's command line stays pi's.
         std::ptr::write_bytes(start as *mut u8, 0, end - start);
         let name = b"pi-sandbox-init";
         std::ptr::copy_nonoverlapping(
@@ -693,16 +1005,49 @@ unsafe fn perform(action: &Action) -> bool {
                 data.as_ptr().cast(),
             ) == 0
         }
-        Action::Proc(dst) => {
+        Action::Empty { path, dir } => {
+            if *dir {
+                libc::mkdir(path.as_ptr(), 0o000) == 0
+            } else {
+                let fd = libc::open(
+                    path.as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o000,
+                );
+                fd >= 0 && libc::close(fd) == 0
+            }
+        }
+        Action::Proc { dst, staging } => {
             libc::mount(
                 c"proc".as_ptr(),
-                dst.as_ptr(),
+                staging.as_ptr(),
                 c"proc".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 null.cast(),
             ) == 0
+                && libc::umount2(dst.as_ptr(), libc::MNT_DETACH) == 0
+                && libc::mount(
+                    staging.as_ptr(),
+                    dst.as_ptr(),
+                    null,
+                    libc::MS_MOVE,
+                    null.cast(),
+                ) == 0
         }
         Action::ReadOnly(dst) => remount_read_only(dst),
+        Action::Move { src, dst, dir } => {
+            let made = if *dir {
+                libc::mkdir(dst.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST
+            } else {
+                let fd = libc::open(
+                    dst.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                fd >= 0 && libc::close(fd) == 0
+            };
+            made && libc::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_MOVE, null.cast()) == 0
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::landlock::{self, Ruleset};
-use super::namespaces::NsPlan;
+use super::namespaces::{NsPlan, TemplateError};
 use super::seccomp;
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
@@ -48,6 +48,7 @@ pub(super) enum Step {
     PivotNew,
     DetachHost,
     StartShell,
+    JoinTemplate,
     /// The n-th action of the namespaces plan.
     Action(usize),
 }
@@ -68,6 +69,7 @@ const FIXED_STEPS: &[(Step, &str)] = &[
     (Step::PivotNew, "pivot_root into the new root"),
     (Step::DetachHost, "detaching the host's root"),
     (Step::StartShell, "starting the shell"),
+    (Step::JoinTemplate, "joining the sandbox's namespaces"),
 ];
 
 fn step_index(step: Step) -> usize {
@@ -109,8 +111,9 @@ pub(in crate::exec) struct Plan {
 }
 
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
-// are none (it is plain data).
+// are none (it is plain data). A built plan is never changed (shared by every exec of a sandbox).
 unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
 
 impl Plan {
     pub(in crate::exec) fn new(sandbox: &Sandbox) -> io::Result<Plan> {
@@ -185,7 +188,24 @@ impl Plan {
             }
         };
         plan.env = clean_env(&home, &sandbox.env)?;
+        if let Some(built) = plan.ns.as_mut().map(NsPlan::build_template) {
+            match built {
+                Ok(()) => {}
+                Err(TemplateError::Io(e)) => return Err(e),
+                Err(TemplateError::Step(code)) => {
+                    return Err(plan
+                        .setup_error(code)
+                        .unwrap_or_else(|| io::Error::from_raw_os_error(code)))
+                }
+            }
+        }
         Ok(plan)
+    }
+
+    /// Whether every exec of the sandbox may use this plan (namespaces mode: the template); a
+    /// Landlock plan holds one exec's private temp dir.
+    pub(in crate::exec) fn reusable(&self) -> bool {
+        self.ns.is_some()
     }
 
     /// The shell's whole environment, `KEY=VALUE`.
@@ -197,9 +217,16 @@ impl Plan {
         self.ns.as_ref()
     }
 
-    /// The descriptor the supervisor must keep open for the shell's process (-1: none).
-    pub(in crate::exec) fn kept_fd(&self) -> std::os::fd::RawFd {
-        self.ruleset.as_ref().map_or(-1, Ruleset::raw_fd)
+    /// The descriptors the supervisor must keep open (-1: none): the Landlock ruleset for the
+    /// shell's process, the template's namespaces to join.
+    pub(in crate::exec) fn kept_fds(&self) -> [std::os::fd::RawFd; 4] {
+        let [user, mnt, net] = self.ns.as_ref().map_or([-1; 3], NsPlan::kept_fds);
+        [
+            self.ruleset.as_ref().map_or(-1, Ruleset::raw_fd),
+            user,
+            mnt,
+            net,
+        ]
     }
 
     /// The private temp dir to remove once the exec is over (Landlock mode).
@@ -388,7 +415,7 @@ fn probe_namespaces() -> Result<(), String> {
         command: ":".into(),
         cwd: "/".into(),
         env: None,
-        sandbox: Some(sandbox),
+        sandbox: Some(sandbox.into()),
     };
     let hint = userns_hint();
     let mut execution = crate::exec::spawn(&request).map_err(|e| {

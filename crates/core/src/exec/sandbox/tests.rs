@@ -5,6 +5,11 @@ use std::path::Path;
 
 /// Runs `command` with bash in `sandbox` at `cwd`, with a caller environment holding a secret.
 fn run(sandbox: &Sandbox, cwd: &str, command: &str) -> std::io::Result<(String, Option<i32>)> {
+    run_in(&sandbox.clone().into(), cwd, command)
+}
+
+/// `run` in a sandbox prepared once for several commands.
+fn run_in(sandbox: &Prepared, cwd: &str, command: &str) -> std::io::Result<(String, Option<i32>)> {
     let mut execution = spawn(&ExecRequest {
         shell: "/bin/bash".into(),
         command: command.into(),
@@ -381,7 +386,7 @@ fn namespaces_kill_takes_the_whole_tree() {
         command: "setsid sleep 4242 & sleep 4243 & echo started; wait".into(),
         cwd: "/workspace".into(),
         env: None,
-        sandbox: Some(ns_sandbox(dir.path())),
+        sandbox: Some(ns_sandbox(dir.path()).into()),
     })
     .unwrap();
     let control = execution.control();
@@ -444,4 +449,77 @@ fn namespaces_bind_extra_paths_read_only_and_read_write() {
     };
     let err = run(&relative, "/workspace", "true").unwrap_err();
     assert!(err.to_string().contains("must be absolute"), "{err}");
+}
+
+#[test]
+fn namespaces_commands_share_the_template_and_nothing_they_write_outside_the_workspace() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let sandbox = Prepared::from(ns_sandbox(dir.path()));
+    let (first, _) = run_in(
+        &sandbox,
+        "/workspace",
+        "echo a > /tmp/left; echo b > /dev/shm/left; cat /tmp/left /dev/shm/left; echo c > out.txt",
+    )
+    .unwrap();
+    assert_eq!(first, "a\nb\n");
+    let (plan, _) = sandbox.plan().unwrap();
+    let (second, _) = run_in(
+        &sandbox,
+        "/workspace",
+        "ls -A /tmp /dev/shm; cat out.txt; tr -d '\\0' < /proc/1/cmdline; echo",
+    )
+    .unwrap();
+    assert_eq!(second, "/dev/shm:\n\n/tmp:\nc\npi-sandbox-init\n");
+    // Built once: the second command used the same plan and template.
+    assert!(std::sync::Arc::ptr_eq(&plan, &sandbox.plan().unwrap().0));
+}
+
+#[test]
+fn namespaces_template_is_built_again_for_a_recreated_root() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let sandbox = Prepared::from(ns_sandbox(dir.path()));
+    assert_eq!(
+        run_in(&sandbox, "/workspace", "cat hello.txt").unwrap().0,
+        "hi from the root\n"
+    );
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    std::fs::create_dir(dir.path()).unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "a new root\n").unwrap();
+    assert_eq!(
+        run_in(&sandbox, "/workspace", "cat hello.txt").unwrap().0,
+        "a new root\n"
+    );
+}
+
+#[test]
+fn namespaces_binds_under_the_private_tmp_stay_visible() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let shared = workspace();
+    let inside = tempfile::tempdir_in("/tmp").unwrap();
+    let runtime_root = format!("/tmp/pno-ws-{}", std::process::id());
+    std::fs::write(inside.path().join("f.txt"), "under tmp\n").unwrap();
+    let sandbox = Prepared::from(Sandbox {
+        read_only: vec![inside.path().to_path_buf()],
+        read_write: vec![shared.path().to_path_buf()],
+        runtime_root: runtime_root.clone().into(),
+        ..ns_sandbox(dir.path())
+    });
+    let command = format!(
+        "cat {i}/f.txt hello.txt; pwd; echo x > /tmp/own && ls /tmp | grep -c own",
+        i = inside.path().display()
+    );
+    for _ in 0..2 {
+        let (out, code) = run_in(&sandbox, &runtime_root, &command).unwrap();
+        let wanted = format!("under tmp\nhi from the root\n{runtime_root}\n1\n");
+        assert_eq!((out, code), (wanted, Some(0)));
+    }
 }
