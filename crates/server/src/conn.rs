@@ -537,6 +537,16 @@ mod tests {
         };
         assert_eq!(grep_reads(None), 2);
         assert_eq!(grep_reads(f.conn.workspace.index.search()), 1);
+        // The connection hands it its index too.
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":8,"op":"grep","pattern":"world","path":"/workspace","displayName":"workspace","limit":100}),
+            b"",
+        );
+        assert_eq!(
+            (&ok["matchCount"], &ok["filesSearched"]),
+            (&json!(1), &json!(1))
+        );
         let (ok, _) = call(&mut f, json!({"t":"call","id":5,"op":"indexClose"}), b"");
         assert_eq!(ok, json!({"t":"ok","id":5}));
         let (stats, _) = call(&mut f, json!({"t":"call","id":6,"op":"indexStats"}), b"");

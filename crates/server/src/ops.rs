@@ -210,6 +210,9 @@ pub fn grep(
         "linesTruncated": out.lines_truncated,
         "outputBytes": out.output_bytes,
         "outputLines": out.output_lines,
+        // As the binding's `GrepAbort.filesSearched` once settled: the files it read (with the
+        // index, only the candidates).
+        "filesSearched": cancel.searched.load(Ordering::Relaxed),
     });
     Ok((fields(answer), Vec::new()))
 }
