@@ -332,6 +332,31 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     }
   });
 
+  it("bursts of new nested directories, removed and made again under the same names, searched at once", async () => {
+    const ws = await workspace(BASE);
+    const searches = [
+      ["grep", { pattern: "burst \\d+ level" }],
+      ["find", { pattern: "**/leaf*.txt" }],
+      ["find", { pattern: "*", path: "src" }],
+    ];
+    for (let i = 1; i <= 12; i++) {
+      const before = await run(ws.fs, ws.root, searches);
+      // In one synchronous burst: the background thread lists these directories while they fill.
+      rmSync(`${ws.root}/src/n`, { recursive: true, force: true });
+      for (let d = 0; d < 4; d++) {
+        const dir = `${ws.root}/src/n/${"abcd"
+          .slice(0, d + 1)
+          .split("")
+          .join("/")}`;
+        mkdirSync(dir, { recursive: true });
+        writeFileSync(`${dir}/leaf${i % 3}-${d}.txt`, `burst ${i} level ${d}\n`);
+      }
+      if (i % 4 === 0) renameSync(`${ws.root}/src/n/a/b`, `${ws.root}/src/n/a/moved`);
+      const after = await expectFresh(ws, searches);
+      expect(after).not.toEqual(before);
+    }
+  });
+
   it("changes made while the index is still being built", async () => {
     // 120 directories of 80 files (9,600 files, about 4 MB): a build that takes long enough for the
     // changes below to land while it runs (the test checks that some did).
