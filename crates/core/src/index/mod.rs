@@ -191,7 +191,7 @@ struct Content {
 struct Refresh<'a>(&'a mut Ids);
 
 impl Contents for Refresh<'_> {
-    fn index_now(&mut self, _dir: BorrowedFd<'_>, _name: &[u8]) -> Option<FileState> {
+    fn index_now(&mut self, _: BorrowedFd<'_>, _: &[u8], _: bool) -> Option<FileState> {
         None
     }
     fn retire(&mut self, id: u32) {
@@ -208,7 +208,9 @@ struct Reader {
 
 /// What reading a file gave.
 enum Read_ {
-    Grams(u64),
+    /// Its bytes (grams in the caller's vector), and whether it has more
+    /// than one link.
+    Grams(u64, bool),
     Always,
 }
 
@@ -222,15 +224,17 @@ impl Reader {
     }
 
     /// Reads `file` and leaves its grams in `grams`; `Always` for a file
-    /// that is searched without asking the index.
-    fn read(&mut self, file: File, grams: &mut Vec<Gram>) -> Read_ {
+    /// that is searched without asking the index. A hard-linked file is
+    /// read only when `links` (its inode is watched).
+    fn read(&mut self, file: File, grams: &mut Vec<Gram>, links: bool) -> Read_ {
         let Ok(st) = fstat(file.as_fd()) else {
             return Read_::Always;
         };
         let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
         // A hard-linked file can be written through a name outside every
-        // watched directory, unseen: such files are always searched.
-        if !regular || st.st_nlink > 1 || st.st_size as u64 > self.max_file_bytes {
+        // watched directory: indexed only with its inode watched.
+        let linked = st.st_nlink > 1;
+        if !regular || (linked && !links) || st.st_size as u64 > self.max_file_bytes {
             return Read_::Always;
         }
         self.buf.clear();
@@ -246,7 +250,7 @@ impl Reader {
             return Read_::Always;
         }
         file_grams(&self.buf, &mut self.scratch, grams);
-        Read_::Grams(self.buf.len() as u64)
+        Read_::Grams(self.buf.len() as u64, linked)
     }
 }
 
@@ -260,14 +264,14 @@ struct Building<'a> {
 }
 
 impl Contents for Building<'_> {
-    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<FileState> {
+    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let name = std::ffi::OsStr::from_bytes(name);
         let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
             return Some(FileState::Always);
         };
-        Some(match self.reader.read(fd.into(), &mut self.grams) {
-            Read_::Grams(bytes) => {
+        Some(match self.reader.read(fd.into(), &mut self.grams, linked) {
+            Read_::Grams(bytes, _) => {
                 let id = self.ids.assign(bytes);
                 self.builder.add(id, &self.grams);
                 self.bytes += bytes;
@@ -691,7 +695,7 @@ impl Inner {
             Err(_) => return,
         };
         // Each file with its bytes and grams, or `None`: always a candidate.
-        type Reread = (DirtyRef, Option<(u64, Vec<Gram>)>);
+        type Reread = (DirtyRef, Option<(u64, bool, Vec<Gram>)>);
         let mut done: Vec<Reread> = Vec::new();
         let mut bytes = 0;
         let mut batch = batch.into_iter();
@@ -702,10 +706,12 @@ impl Inner {
             let read = match open_beneath(root_fd.as_fd(), &path, false) {
                 Ok(fd) => {
                     let mut grams = Vec::new();
-                    match reader.read(fd.into(), &mut grams) {
-                        Read_::Grams(n) => {
+                    // Linked files are read; the commit keeps them only if
+                    // their inode is watched.
+                    match reader.read(fd.into(), &mut grams, true) {
+                        Read_::Grams(n, linked) => {
                             bytes += n;
-                            Some((n, grams))
+                            Some((n, linked, grams))
                         }
                         Read_::Always => None,
                     }
@@ -733,16 +739,16 @@ impl Inner {
             if live.tree.dirty_path(&r).is_none() {
                 continue;
             }
-            let state = match read {
-                Some((n, grams)) => {
+            let (state, linked) = match read {
+                Some((n, linked, grams)) => {
                     let id = live.content.ids.assign(n);
                     builder.add(id, &grams);
                     added = true;
-                    FileState::Indexed(id)
+                    (FileState::Indexed(id), linked)
                 }
-                None => FileState::Always,
+                None => (FileState::Always, false),
             };
-            if !live.tree.settle(&r, state) {
+            if !live.tree.settle(&r, state, linked) {
                 if let FileState::Indexed(id) = state {
                     live.content.ids.retire(id);
                 }

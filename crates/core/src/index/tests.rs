@@ -305,14 +305,39 @@ fn check_fresh(root: &Arc<Root>, index: &Index, top: &Path, what: &str) {
 fn the_next_search_sees_every_change() {
     let t = rich_tree(false);
     let d = t.path().to_path_buf();
+    // Hard links: one from outside the root, two names inside it.
+    let outside = tempfile::tempdir().unwrap();
+    let o = outside.path().to_path_buf();
+    fs::hard_link(d.join("src/nested/y.rs"), o.join("y.rs")).unwrap();
+    fs::hard_link(d.join("worktree/w.rs"), d.join("worktree/w2.rs")).unwrap();
     let root = root_of(&d);
     let index = ready(&root, IndexOptions::default());
+    // Linked files are indexed (their inodes watched), not always searched.
+    let in_src = index
+        .grep_files(
+            &root.host().join("src"),
+            "needle in src/main",
+            false,
+            false,
+            None,
+        )
+        .unwrap();
+    let shown: Vec<&str> = in_src.files.iter().map(|f| &*f.shown).collect();
+    assert_eq!(shown, ["main.rs"]);
     index.inner().paused.store(true, Ordering::SeqCst);
     type Step<'a> = (&'a str, Box<dyn Fn() + 'a>);
     let steps: Vec<Step> = vec![
         (
             "create",
             Box::new(|| fs::write(d.join("src/new.rs"), "x").unwrap()),
+        ),
+        (
+            "a write through a hard link outside the root",
+            Box::new(|| fs::write(o.join("y.rs"), "changed through a link").unwrap()),
+        ),
+        (
+            "a write through another name in the tree",
+            Box::new(|| fs::write(d.join("worktree/w2.rs"), "changed w").unwrap()),
         ),
         (
             "modify",
@@ -536,4 +561,79 @@ fn close_mid_build_returns_and_drop_stops_the_thread() {
         inner.upgrade().is_none(),
         "the thread ended with the last handle"
     );
+}
+
+/// Figures on the kernel corpus (`npm run bench` makes bench/.corpus/linux),
+/// copied once into target/ because the corpus's files are hard links (the
+/// monorepo corpus links to them), which the index always searches. Run:
+/// `cargo test --release -p pi-native-ops-core index::tests::kernel_figures -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn kernel_figures() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = manifest.join("../../bench/.corpus/linux");
+    let copy = manifest.join("../../target/index-figures/linux");
+    if !copy.exists() {
+        fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(&corpus)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    for dir in [&corpus, &copy] {
+        let root = root_of(dir);
+        let t0 = Instant::now();
+        let index = Index::start(root.clone(), IndexOptions::default());
+        let stats = index.wait_ready();
+        println!(
+            "{}: ready in {:.0} ms: {} files, {} dirs, {:.1} MB indexed, memory {:.1} MB ({:.1}%), {} watches",
+            dir.display(),
+            t0.elapsed().as_secs_f64() * 1000.0,
+            stats.files,
+            stats.directories,
+            stats.bytes_indexed as f64 / 1e6,
+            stats.memory_bytes as f64 / 1e6,
+            100.0 * stats.memory_bytes as f64 / stats.bytes_indexed.max(1) as f64,
+            stats.watches
+        );
+        let median = |f: &dyn Fn() -> String| {
+            let mut times: Vec<f64> = (0..7)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64() * 1000.0
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            times[3]
+        };
+        for pattern in ["*.rs", "drivers/**/Kconfig", "no_such_file_xyz"] {
+            let warm = || find(&root, dir, pattern, PI_PRUNE, 1000, Some(&index));
+            let live = || find(&root, dir, pattern, PI_PRUNE, 1000, None);
+            assert_eq!(warm(), live(), "find {pattern}");
+            println!(
+                "  find {pattern}: warm {:.2} ms, live {:.2} ms",
+                median(&warm),
+                median(&live)
+            );
+        }
+        for pattern in [
+            "irq_set_affinity_hint",
+            r"EXPORT_SYMBOL\(usb_",
+            "zzqq_no_match",
+        ] {
+            let q = query(pattern, false, false, None);
+            let warm = || grep(&root, dir, &q, Some(&index));
+            let live = || grep(&root, dir, &q, None);
+            assert_eq!(warm(), live(), "grep {pattern}");
+            println!(
+                "  grep {pattern}: warm {:.2} ms, live {:.2} ms",
+                median(&warm),
+                median(&live)
+            );
+        }
+    }
 }

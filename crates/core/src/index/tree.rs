@@ -16,8 +16,8 @@ use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
 use super::watch::{
-    untrusted_filesystem, Event, Inotify, WatchError, CONTENT_CHANGED, DIR_MASK, NAMES_CHANGED,
-    RULES_MASK, SELF_CHANGED,
+    untrusted_filesystem, Event, Inotify, WatchError, CONTENT_CHANGED, DIR_MASK, LINK_MASK,
+    NAMES_CHANGED, RULES_MASK, SELF_CHANGED,
 };
 use crate::walk::listing::{kind_at, Listing};
 use crate::walk::rules::{Level, Rules};
@@ -68,7 +68,12 @@ pub(crate) struct Child {
     /// The walker's decision from the root, without overrides.
     pub(crate) ignored: bool,
     pub(crate) node: Node,
+    /// The watch on a hard-linked file's inode (`NO_WATCH` if none): a
+    /// write through a link outside every watched directory reports there.
+    link: i32,
 }
+
+const NO_WATCH: i32 = -1;
 
 pub(crate) struct DirNode {
     parent: Option<DirId>,
@@ -88,6 +93,8 @@ pub(crate) struct DirNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Watched {
     Dir(DirId),
+    /// A hard-linked file's inode; its names in the tree are in `links`.
+    Link,
     /// A directory watched for rule files only: events on `names` change the
     /// decisions of `dir`'s subtree (`None`: the whole tree, for ancestors
     /// of the root).
@@ -112,10 +119,15 @@ pub(crate) struct DirtyRef {
 pub(crate) trait Contents {
     /// Indexes the file `name` in `dir` now (the first build), or `None` to
     /// leave it to the background (refreshes: the file is marked dirty).
-    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<FileState>;
+    /// `linked`: the file has more than one link and its inode is watched,
+    /// so it may be indexed even so.
+    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState>;
     /// A content id no file uses any more.
     fn retire(&mut self, id: u32);
 }
+
+/// A name in the tree: its directory and the name in it.
+type Name = (DirId, Box<[u8]>);
 
 /// A directory just indexed, and its subdirectories to index next.
 type Grown = (DirId, Vec<Box<[u8]>>);
@@ -139,6 +151,8 @@ pub(crate) struct Tree {
     /// or moving it takes the root away (the root's own `IN_DELETE_SELF`
     /// waits until its last descriptor closes, and the index holds one).
     on_path: HashMap<i32, Box<[u8]>>,
+    /// Per hard-linked file's watch, its names in the tree.
+    links: HashMap<i32, Vec<Name>>,
     pub(crate) inotify: Inotify,
     max_watches: usize,
     generation: u64,
@@ -203,6 +217,7 @@ impl Tree {
             watches: HashMap::new(),
             ancestor_wds: Vec::new(),
             on_path: HashMap::new(),
+            links: HashMap::new(),
             inotify,
             max_watches,
             generation: 0,
@@ -419,7 +434,7 @@ impl Tree {
             // unindexed (searches through it walk live).
             match other {
                 Watched::Dir(other) => self.unindex(other, contents),
-                Watched::Rules { .. } => return Ok(None),
+                Watched::Rules { .. } | Watched::Link => return Ok(None),
             }
             wd = match self.add_watch(fd.as_fd(), DIR_MASK)? {
                 Some(wd) if !self.watches.contains_key(&wd) => wd,
@@ -525,10 +540,59 @@ impl Tree {
         fd: BorrowedFd<'_>,
         name: &[u8],
         contents: &mut dyn Contents,
-    ) -> FileState {
-        contents
-            .index_now(fd, name)
-            .unwrap_or_else(|| self.mark_dirty(dir, name))
+    ) -> (FileState, i32) {
+        let link = self.watch_link(dir, fd, name);
+        let state = contents
+            .index_now(fd, name, link != NO_WATCH)
+            .unwrap_or_else(|| self.mark_dirty(dir, name));
+        (state, link)
+    }
+
+    /// Watches the inode of file `name` if it has more than one link (before
+    /// it is read). `NO_WATCH` if it has one, or cannot be watched (then it
+    /// is always searched).
+    fn watch_link(&mut self, dir: DirId, fd: BorrowedFd<'_>, name: &[u8]) -> i32 {
+        use nix::fcntl::AtFlags;
+        let Ok(st) = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return NO_WATCH;
+        };
+        if st.st_nlink <= 1 || self.watches.len() >= self.max_watches {
+            return NO_WATCH;
+        }
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(file) = openat(fd, OsStr::from_bytes(name), flags, Mode::empty()) else {
+            return NO_WATCH;
+        };
+        let Ok(wd) = self.inotify.add(file.as_fd(), LINK_MASK) else {
+            return NO_WATCH;
+        };
+        match self.watches.get(&wd) {
+            None => {
+                self.watches.insert(wd, Watched::Link);
+            }
+            Some(Watched::Link) => {}
+            // Not a file we know as linked: leave it unwatched.
+            Some(_) => return NO_WATCH,
+        }
+        self.links.entry(wd).or_default().push((dir, name.into()));
+        wd
+    }
+
+    /// Forgets name `name` of `dir` as a name of the linked file `wd`.
+    fn unlink(&mut self, wd: i32, dir: DirId, name: &[u8]) {
+        if wd == NO_WATCH {
+            return;
+        }
+        if let Some(names) = self.links.get_mut(&wd) {
+            names.retain(|(d, n)| !(*d == dir && **n == *name));
+            if names.is_empty() {
+                self.links.remove(&wd);
+                if self.watches.get(&wd) == Some(&Watched::Link) {
+                    self.watches.remove(&wd);
+                    self.inotify.remove(wd);
+                }
+            }
+        }
     }
 
     fn mark_dirty(&mut self, dir: DirId, name: &[u8]) -> FileState {
@@ -569,7 +633,7 @@ impl Tree {
             let name = listing.name(entry);
             let kind = entry.kind.unwrap_or(Kind::Other);
             while let Some(gone) = old.next_if(|c| *c.name < *name) {
-                self.drop_child(gone, contents);
+                self.drop_child(id, gone, contents);
             }
             let prev = old.next_if(|c| *c.name == *name);
             let is_fresh = fresh.contains(name);
@@ -577,7 +641,8 @@ impl Tree {
             let ignored = self
                 .rules
                 .is_ignored(&level, &rel, kind == Kind::Dir, &mut scratch);
-            let mut keep = |prev: Option<Child>, tree: &mut Tree| -> Option<Node> {
+            let mut link = NO_WATCH;
+            let mut keep = |prev: Option<Child>, tree: &mut Tree, link: &mut i32| -> Option<Node> {
                 let prev = prev?;
                 let same = prev.kind == kind && prev.ignored == ignored && !is_fresh;
                 let kept_node = match prev.node {
@@ -587,16 +652,18 @@ impl Tree {
                     _ => None,
                 };
                 if kept_node.is_none() {
-                    tree.drop_child(prev, contents);
+                    tree.drop_child(id, prev, contents);
+                } else {
+                    *link = prev.link;
                 }
                 kept_node
             };
             let node = match kind {
                 Kind::Dir if name == b".git" || ignored => {
-                    keep(prev, self);
+                    keep(prev, self, &mut link);
                     Node::Unindexed
                 }
-                Kind::Dir => match keep(prev, self) {
+                Kind::Dir => match keep(prev, self, &mut link) {
                     Some(Node::Dir(sub)) => {
                         kept.push(sub);
                         Node::Dir(sub)
@@ -608,15 +675,19 @@ impl Tree {
                     }
                 },
                 Kind::File if ignored => {
-                    keep(prev, self);
+                    keep(prev, self, &mut link);
                     Node::File(FileState::Always)
                 }
-                Kind::File => match keep(prev, self) {
+                Kind::File => match keep(prev, self, &mut link) {
                     Some(node) => node,
-                    None => Node::File(self.new_file(id, fd, name, contents)),
+                    None => {
+                        let (state, watched) = self.new_file(id, fd, name, contents);
+                        link = watched;
+                        Node::File(state)
+                    }
                 },
                 _ => {
-                    keep(prev, self);
+                    keep(prev, self, &mut link);
                     Node::Plain
                 }
             };
@@ -625,16 +696,18 @@ impl Tree {
                 kind,
                 ignored,
                 node,
+                link,
             });
         }
         for gone in old {
-            self.drop_child(gone, contents);
+            self.drop_child(id, gone, contents);
         }
         self.scratch = scratch;
         (out, grow, kept)
     }
 
-    fn drop_child(&mut self, child: Child, contents: &mut dyn Contents) {
+    fn drop_child(&mut self, dir: DirId, child: Child, contents: &mut dyn Contents) {
+        self.unlink(child.link, dir, &child.name);
         match child.node {
             Node::Dir(id) => self.remove_subtree(id, contents),
             Node::File(FileState::Indexed(cid)) => contents.retire(cid),
@@ -656,6 +729,7 @@ impl Tree {
                 self.inotify.remove(wd);
             }
             for child in node.children {
+                self.unlink(child.link, id, &child.name);
                 match child.node {
                     Node::Dir(sub) => stack.push(sub),
                     Node::File(FileState::Indexed(cid)) => contents.retire(cid),
@@ -791,6 +865,7 @@ impl Tree {
         let mut relist: HashSet<DirId> = HashSet::new();
         let mut forced: HashSet<DirId> = HashSet::new();
         let mut written: Vec<(DirId, &[u8])> = Vec::new();
+        let mut linked_writes: Vec<Name> = Vec::new();
         let mut global = false;
         for ev in events {
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
@@ -801,6 +876,17 @@ impl Tree {
             };
             let name = ev.name.as_deref();
             match watched {
+                Watched::Link => {
+                    // Written (through any of its names, in the tree or not):
+                    // every name here is dirty.
+                    if let Some(names) = self.links.get(&ev.wd) {
+                        linked_writes.extend(names.iter().cloned());
+                    }
+                    if ev.mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF) != 0 {
+                        self.links.remove(&ev.wd);
+                        self.watches.remove(&ev.wd);
+                    }
+                }
                 Watched::Dir(id) => {
                     if ev.mask & SELF_CHANGED != 0 {
                         if id == ROOT {
@@ -865,6 +951,7 @@ impl Tree {
                 }
             }
         }
+        written.extend(linked_writes.iter().map(|(d, n)| (*d, &**n)));
         let result = self.apply_changes(global, relist, &changed, &forced, &written, contents);
         self.free.append(&mut self.freed);
         result
@@ -931,7 +1018,9 @@ impl Tree {
 
     /// Records the re-indexed state of dirty file `r`, if it is still dirty
     /// with that generation (else the caller retires what it indexed).
-    pub(crate) fn settle(&mut self, r: &DirtyRef, state: FileState) -> bool {
+    /// `linked`: the read saw more than one link, which is indexable only if
+    /// the file's inode is watched.
+    pub(crate) fn settle(&mut self, r: &DirtyRef, state: FileState, linked: bool) -> bool {
         let Some(node) = self.node_mut(r.dir) else {
             return false;
         };
@@ -940,6 +1029,10 @@ impl Tree {
         };
         let child = &mut node.children[i];
         if child.node != Node::File(FileState::Dirty(r.generation)) {
+            return false;
+        }
+        if linked && child.link == NO_WATCH {
+            child.node = Node::File(FileState::Always);
             return false;
         }
         child.node = Node::File(state);
