@@ -41,12 +41,36 @@ pub trait Output: Write {
     fn write_from_pipe(&mut self, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
         copy_from_pipe(self, from, len)
     }
+
+    /// Readies the output for a stream of large frames, where it can be (best effort).
+    fn widen(&mut self) {}
 }
 
 /// The tests' output.
 impl Output for Vec<u8> {}
 
+/// Send buffer asked for when stdout is a socket (Node gives a child's stdio as Unix sockets): the
+/// whole 4 MiB credit window (`ops::WINDOW`), so the writer hands a frame to the kernel and goes on
+/// instead of waiting for the client's 64 KiB reads; the kernel caps it at `net.core.wmem_max`.
+#[cfg(target_os = "linux")]
+const SOCKET_SEND_BUFFER: libc::c_int = 4 << 20;
+
 impl Output for File {
+    #[cfg(target_os = "linux")]
+    fn widen(&mut self) {
+        let size = SOCKET_SEND_BUFFER;
+        // SAFETY: setsockopt reads one int; on anything but a socket it fails and nothing changes.
+        unsafe {
+            libc::setsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+
     /// `splice`: the pipe's pages go to stdout (a socket or a pipe) by reference, never through
     /// this process's memory; where stdout takes no splice, a plain copy.
     #[cfg(target_os = "linux")]
@@ -192,6 +216,7 @@ impl Outbox {
 
 /// Writes queued frames to `output` until every sender is gone; fails when `output` does.
 pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io::Result<()> {
+    output.widen();
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut waiting = Vec::new();
     while let Ok(first) = queue.recv() {

@@ -346,6 +346,51 @@ fn pipes_are_widened_to_a_whole_data_frame() {
 }
 
 #[test]
+fn a_socket_stdout_gets_a_send_buffer_of_the_whole_window() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let dir = workspace();
+    let server = Server::start_with(dir.path(), None, true);
+    let pid = server.child.lock().unwrap().id() as libc::c_int;
+    // The server's own stdout, duplicated into this process (its parent may).
+    // SAFETY: plain system calls; each returned descriptor is owned below.
+    let stdout = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as libc::c_int;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), 1, 0) as libc::c_int;
+        assert!(fd >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+        OwnedFd::from_raw_fd(fd)
+    };
+    let mut size: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one int.
+    let r = unsafe {
+        libc::getsockopt(
+            stdout.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut size as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0);
+    // Our copy would keep the server's output open past its exit.
+    drop(stdout);
+    // 4 MiB asked, capped at net.core.wmem_max, doubled by the kernel for its bookkeeping.
+    let max: libc::c_int = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(size, 2 * max.min(4 << 20));
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
 fn command_line() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
