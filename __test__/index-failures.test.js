@@ -34,7 +34,7 @@ const SEARCHES = [
 /** A tree big enough that its build is still running a few event-loop turns after it starts. */
 function bigTree() {
   const spec = {};
-  for (let d = 0; d < 120; d++) {
+  for (let d = 0; d < 60; d++) {
     for (let f = 0; f < 80; f++) spec[`d${d}/f${f}.txt`] = `${f ? "hay" : "needle"} ${d}/${f} ${"x ".repeat(150)}\n`;
   }
   return spec;

@@ -358,9 +358,9 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
   });
 
   it("changes made while the index is still being built", async () => {
-    // 120 directories of 80 files (9,600 files, about 4 MB): a build that takes long enough for the
+    // 60 directories of 80 files (4,800 files, about 2 MB): a build that takes long enough for the
     // changes below to land while it runs (the test checks that some did).
-    const DIRS = 120;
+    const DIRS = 60;
     const spec = { ".gitignore": "*.log\n" };
     for (let d = 0; d < DIRS; d++) {
       for (let f = 0; f < 80; f++) {
@@ -370,7 +370,7 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     const ws = await workspace(spec, { ready: false });
     const r = ws.root;
     const changes = [];
-    for (const d of [0, 1, 40, 80, DIRS - 2, DIRS - 1]) {
+    for (const d of [0, 1, 30, DIRS - 2, DIRS - 1]) {
       changes.push(
         () => writeFileSync(`${r}/d${d}/new.txt`, `needle new ${d}\n`),
         () => unlinkSync(`${r}/d${d}/f0.txt`),
