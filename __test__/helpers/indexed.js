@@ -22,13 +22,15 @@ afterEach(async () => {
 /**
  * A temp directory holding `spec` (helpers/tree.js's makeTree) at `<base>/<sub>` (default the base
  * itself), and a bound fs over it with `index` (createBoundFs's option). `ready`: awaits the build and
- * expects state "ready". Returns `{ base, root, fs, stats }`.
+ * expects state "ready". `setup(root)` runs before the index starts. Returns `{ base, root, fs, stats }`.
  */
-export async function workspace(spec, { index = true, ready = true, sub = "", prefix = "pno-index-" } = {}) {
+export async function workspace(spec, { index = true, ready = true, sub = "", prefix = "pno-index-", setup } = {}) {
   const base = tempDir(prefix);
   const root = sub ? `${base}/${sub}` : base;
   makeTree(base, sub ? { [`${sub}/`]: "" } : {});
   makeTree(root, spec);
+  // What makeTree cannot make (hard links), before the index starts.
+  setup?.(root);
   const fs = pno.createBoundFs(root, { index });
   const ws = { base, root, fs, stats: null };
   made.push(ws);
