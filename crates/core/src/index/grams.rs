@@ -1,0 +1,889 @@
+//! N-grams of file contents and their posting lists (docs/index.md,
+//! "N-gram scheme").
+//!
+//! A gram is three bytes of a line, ASCII case folded, packed in the low 24
+//! bits of a `u32`. Folding lets case-insensitive queries use the index; a
+//! case-sensitive query asks for folded grams too, a superset, still sound.
+//! Grams never span a `\n`: grep's matches never hold one.
+//!
+//! Posting lists live in immutable *segments*, each over a range of content
+//! ids; `Postings` is the list of segments.
+
+/// A folded trigram `b0 b1 b2`: `b0 | b1 << 8 | b2 << 16` (one little-endian
+/// load).
+pub(crate) type Gram = u32;
+
+/// Bytes per gram.
+pub(crate) const GRAM_LEN: usize = 3;
+/// Distinct grams: 24 bits.
+const GRAM_SPACE: usize = 1 << (8 * GRAM_LEN);
+const GRAM_MASK: u32 = (GRAM_SPACE - 1) as u32;
+
+/// ASCII lower case; other bytes as they are (UTF-8 case folding is the
+/// query's business: it asks for every byte form a character can take).
+const FOLD: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).to_ascii_lowercase();
+        i += 1;
+    }
+    t
+};
+
+/// Folds one byte as the index does.
+pub(crate) fn fold(b: u8) -> u8 {
+    FOLD[b as usize]
+}
+
+/// The gram of three (unfolded) bytes.
+pub(crate) fn gram_of(b: [u8; 3]) -> Gram {
+    fold(b[0]) as u32 | (fold(b[1]) as u32) << 8 | (fold(b[2]) as u32) << 16
+}
+
+/// A thread's dedupe state for `file_grams`: one bit per possible gram
+/// (2^24 bits = 2 MiB) and the list of words set, so only those are cleared
+/// (never a 2 MiB memset per file).
+pub(crate) struct GramScratch {
+    bits: Vec<u64>,
+    /// Indices of words of `bits` made non-zero; sized for every word plus
+    /// one slot the branch-free push writes past the end.
+    words: Vec<u32>,
+}
+
+impl GramScratch {
+    pub(crate) fn new() -> GramScratch {
+        GramScratch {
+            bits: vec![0; GRAM_SPACE / 64],
+            words: vec![0; GRAM_SPACE / 64 + 1],
+        }
+    }
+}
+
+impl Default for GramScratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether a gram holds a `\n` (or is one of the two made before a file's
+/// third byte, which start with the `\n` the scan starts from).
+fn spans_lines(g: Gram) -> bool {
+    let nl = b'\n' as u32;
+    g >> 16 == nl || (g >> 8) & 0xff == nl || g & 0xff == nl
+}
+
+/// Bytes folded at a time before their grams are taken: a buffer that stays
+/// in L1 cache (4 KiB).
+const BLOCK: usize = 4096;
+
+/// The distinct grams of `content`, in no particular order, into `out`
+/// (cleared first). The scratch is left clear for the next file.
+pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Vec<Gram>) {
+    out.clear();
+    let GramScratch { bits, words } = scratch;
+    let bits: &mut [u64; GRAM_SPACE / 64] = (&mut bits[..]).try_into().expect("sized");
+    let words: &mut [u32; GRAM_SPACE / 64 + 1] = (&mut words[..]).try_into().expect("sized");
+    let mut len = 0usize;
+    // Folded bytes, after the last two of the previous block; the file
+    // starts as if after a line end, so its first two grams span lines and
+    // are dropped with every other gram that does. Four spare bytes let
+    // each gram be one unaligned u32 load.
+    let mut buf = [0u8; BLOCK + 2 + 4];
+    buf[0] = b'\n';
+    buf[1] = b'\n';
+    for block in content.chunks(BLOCK) {
+        for (d, &b) in buf[2..].iter_mut().zip(block) {
+            *d = FOLD[b as usize];
+        }
+        for i in 0..block.len() {
+            let four: [u8; 4] = buf[i..i + 4].try_into().expect("4 bytes");
+            let gram = u32::from_le_bytes(four) & GRAM_MASK;
+            let w = (gram >> 6) as usize;
+            let old = bits[w];
+            bits[w] = old | 1 << (gram & 63);
+            // Branch-free: the slot is always written, kept only for a
+            // word's first bit.
+            words[len] = w as u32;
+            len += (old == 0) as usize;
+        }
+        let n = block.len();
+        buf[0] = buf[n];
+        buf[1] = buf[n + 1];
+    }
+    for &wi in &words[..len] {
+        let mut w = std::mem::take(&mut bits[wi as usize]);
+        while w != 0 {
+            let g = wi * 64 + w.trailing_zeros();
+            w &= w - 1;
+            if !spans_lines(g) {
+                out.push(g);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Varints
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a varint at `*pos`, advancing it.
+fn get_varint(data: &[u8], pos: &mut usize) -> u32 {
+    let mut v = 0u32;
+    let mut shift = 0;
+    loop {
+        let b = data[*pos];
+        *pos += 1;
+        v |= ((b & 0x7f) as u32) << shift;
+        if b < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Segments
+
+/// Top bit of a directory entry's end offset: the list is a bitmap over the
+/// segment's id range rather than delta varints.
+const BITMAP: u32 = 1 << 31;
+
+/// Posting lists of the files with ids in `lo..hi`, for every gram those
+/// files hold. Each list is either delta varints (the first relative to
+/// `lo`) or, when smaller, a bitmap of `hi - lo` bits.
+pub(crate) struct Segment {
+    lo: u32,
+    hi: u32,
+    /// Ids holding at least one gram (files without grams are not counted).
+    files: u32,
+    /// Which ids of `lo..hi` hold grams, one bit each: tells which are dead
+    /// weight once no longer live.
+    held: Box<[u64]>,
+    grams: Box<[Gram]>,
+    /// End of each gram's list in `data` (its start is the previous end),
+    /// `BITMAP` set when it is a bitmap.
+    ends: Box<[u32]>,
+    data: Box<[u8]>,
+    postings: u64,
+}
+
+/// One list of a segment, decodable to ids.
+#[derive(Clone, Copy)]
+pub(crate) struct List<'a> {
+    lo: u32,
+    bitmap: bool,
+    data: &'a [u8],
+}
+
+impl List<'_> {
+    /// Calls `f` with each id, in increasing order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u32)) {
+        if self.bitmap {
+            for (i, &byte) in self.data.iter().enumerate() {
+                let mut b = byte;
+                while b != 0 {
+                    f(self.lo + (i * 8) as u32 + b.trailing_zeros());
+                    b &= b - 1;
+                }
+            }
+        } else {
+            let mut pos = 0;
+            let mut id = self.lo;
+            while pos < self.data.len() {
+                id += get_varint(self.data, &mut pos);
+                f(id);
+            }
+        }
+    }
+}
+
+impl Segment {
+    /// The ids this segment covers.
+    pub(crate) fn id_range(&self) -> std::ops::Range<u32> {
+        self.lo..self.hi
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.grams.len() * 4 + self.ends.len() * 4 + self.data.len() + self.held.len() * 8
+    }
+
+    /// Whether `id` holds grams here.
+    fn holds(&self, id: u32) -> bool {
+        let bit = (id - self.lo) as usize;
+        self.held[bit / 64] >> (bit % 64) & 1 != 0
+    }
+
+    /// (gram, id) pairs stored.
+    #[cfg(test)]
+    pub(crate) fn postings(&self) -> u64 {
+        self.postings
+    }
+
+    /// The list of `gram`, if any file of the segment holds it.
+    pub(crate) fn list(&self, gram: Gram) -> Option<List<'_>> {
+        let i = self.grams.binary_search(&gram).ok()?;
+        Some(self.list_at(i))
+    }
+
+    fn list_at(&self, i: usize) -> List<'_> {
+        let start = if i == 0 {
+            0
+        } else {
+            (self.ends[i - 1] & !BITMAP) as usize
+        };
+        let end = self.ends[i];
+        List {
+            lo: self.lo,
+            bitmap: end & BITMAP != 0,
+            data: &self.data[start..(end & !BITMAP) as usize],
+        }
+    }
+}
+
+/// Encodes sorted ids (within `lo..hi`) as the smaller of delta varints and
+/// a bitmap, appending to `data`; returns whether it is a bitmap.
+fn encode_list(ids: &[u32], lo: u32, hi: u32, data: &mut Vec<u8>) -> bool {
+    let start = data.len();
+    let mut prev = lo;
+    for &id in ids {
+        put_varint(data, id - prev);
+        prev = id;
+    }
+    let bitmap_len = (hi - lo).div_ceil(8) as usize;
+    if data.len() - start <= bitmap_len {
+        return false;
+    }
+    data.truncate(start);
+    data.resize(start + bitmap_len, 0);
+    for &id in ids {
+        let bit = (id - lo) as usize;
+        data[start + bit / 8] |= 1 << (bit % 8);
+    }
+    true
+}
+
+/// Distinct grams a builder maps through a hash table; past that, through
+/// a table indexed by gram (2^24 entries, 64 MiB of address space of which
+/// the OS commits only the pages touched). A small builder (re-indexed
+/// files) never pays for the large table, a whole build never pays for
+/// hashing.
+const HASHED_GRAMS: usize = 1 << 16;
+
+/// A multiplicative hash: grams are already well spread integers.
+#[derive(Default, Clone, Copy)]
+struct GramHasher(u64);
+impl std::hash::Hasher for GramHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("grams hash as u32")
+    }
+    fn write_u32(&mut self, g: u32) {
+        self.0 = (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+type GramMap = std::collections::HashMap<Gram, u32, std::hash::BuildHasherDefault<GramHasher>>;
+
+enum Slots {
+    Hashed(GramMap),
+    /// Index in `lists` + 1 per gram; 0: not seen.
+    Dense(Vec<u32>),
+}
+
+/// One gram's list while it grows: delta varints, the first relative to the
+/// segment's first id.
+struct Growing {
+    gram: Gram,
+    last: u32,
+    count: u32,
+    data: Vec<u8>,
+}
+
+/// Builds a segment from files added in increasing id order: each gram's
+/// list grows in its own buffer, so a file's grams are appended where they
+/// go and nothing is sorted but the (few) distinct grams at the end.
+pub(crate) struct SegmentBuilder {
+    lo: Option<u32>,
+    last: Option<u32>,
+    files: u32,
+    /// Ids (relative to `lo`) holding grams, one bit each.
+    held: Vec<u64>,
+    slots: Slots,
+    lists: Vec<Growing>,
+    postings: u64,
+}
+
+impl Default for SegmentBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SegmentBuilder {
+    pub(crate) fn new() -> SegmentBuilder {
+        SegmentBuilder {
+            lo: None,
+            last: None,
+            files: 0,
+            held: Vec::new(),
+            slots: Slots::Hashed(GramMap::default()),
+            lists: Vec::new(),
+            postings: 0,
+        }
+    }
+
+    /// Adds file `id` (greater than any added before) with its distinct
+    /// grams (as `file_grams` gives them, in any order).
+    pub(crate) fn add(&mut self, id: u32, grams: &[Gram]) {
+        assert!(self.last.is_none_or(|l| id > l), "ids must increase");
+        let lo = *self.lo.get_or_insert(id);
+        self.last = Some(id);
+        if grams.is_empty() {
+            return;
+        }
+        self.files += 1;
+        self.postings += grams.len() as u64;
+        let bit = (id - lo) as usize;
+        if self.held.len() <= bit / 64 {
+            self.held.resize(bit / 64 + 1, 0);
+        }
+        self.held[bit / 64] |= 1 << (bit % 64);
+        if let Slots::Hashed(map) = &self.slots {
+            if map.len() + grams.len() > HASHED_GRAMS {
+                let mut dense = vec![0u32; GRAM_SPACE];
+                for (&g, &i) in map {
+                    dense[g as usize] = i;
+                }
+                self.slots = Slots::Dense(dense);
+            }
+        }
+        let lists = &mut self.lists;
+        let new = |lists: &mut Vec<Growing>, g: Gram| {
+            lists.push(Growing {
+                gram: g,
+                last: lo,
+                count: 0,
+                data: Vec::new(),
+            });
+            lists.len() as u32
+        };
+        match &mut self.slots {
+            Slots::Dense(slot) => {
+                for &g in grams {
+                    let mut i = slot[g as usize];
+                    if i == 0 {
+                        i = new(lists, g);
+                        slot[g as usize] = i;
+                    }
+                    let l = &mut lists[i as usize - 1];
+                    put_varint(&mut l.data, id - l.last);
+                    l.last = id;
+                    l.count += 1;
+                }
+            }
+            Slots::Hashed(map) => {
+                for &g in grams {
+                    let i = *map.entry(g).or_insert_with(|| new(lists, g));
+                    let l = &mut lists[i as usize - 1];
+                    put_varint(&mut l.data, id - l.last);
+                    l.last = id;
+                    l.count += 1;
+                }
+            }
+        }
+    }
+
+    /// The segment of every file added, its lists in gram order, each a
+    /// bitmap where that is smaller.
+    pub(crate) fn finish(self) -> Segment {
+        let lo = self.lo.unwrap_or(0);
+        let hi = self.last.map_or(lo, |l| l + 1);
+        let mut held = self.held;
+        held.resize(((hi - lo) as usize).div_ceil(64), 0);
+        drop(self.slots);
+        let mut lists = self.lists;
+        lists.sort_unstable_by_key(|l| l.gram);
+        let bytes: usize = lists.iter().map(|l| l.data.len()).sum();
+        let mut grams = Vec::with_capacity(lists.len());
+        let mut ends = Vec::with_capacity(lists.len());
+        let mut data = Vec::with_capacity(bytes);
+        let bitmap_len = (hi - lo).div_ceil(8) as usize;
+        let mut ids = Vec::new();
+        for l in lists {
+            let mut end = data.len() as u32 + l.data.len() as u32;
+            if l.data.len() > bitmap_len {
+                ids.clear();
+                List {
+                    lo,
+                    bitmap: false,
+                    data: &l.data,
+                }
+                .for_each(|id| ids.push(id));
+                encode_list(&ids, lo, hi, &mut data);
+                end = data.len() as u32 | BITMAP;
+            } else {
+                data.extend_from_slice(&l.data);
+            }
+            grams.push(l.gram);
+            ends.push(end);
+        }
+        Segment {
+            lo,
+            hi,
+            files: self.files,
+            held: held.into_boxed_slice(),
+            grams: grams.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
+            data: data.into_boxed_slice(),
+            postings: self.postings,
+        }
+    }
+}
+
+/// Merges segments (in id order, ranges disjoint and increasing) into one,
+/// keeping only ids for which `live` holds.
+fn merge(segments: &[Segment], live: &dyn Fn(u32) -> bool) -> Segment {
+    let lo = segments.first().map_or(0, |s| s.lo);
+    let hi = segments.last().map_or(lo, |s| s.hi);
+    let mut grams = Vec::new();
+    let mut ends = Vec::new();
+    let mut data = Vec::new();
+    let mut postings = 0u64;
+    // Liveness asked once per id.
+    let alive: Vec<bool> = (lo..hi).map(live).collect();
+    let mut held = vec![0u64; ((hi - lo) as usize).div_ceil(64)];
+    let mut cursor = vec![0usize; segments.len()];
+    let mut ids = Vec::new();
+    loop {
+        let mut gram = u32::MAX;
+        for (s, seg) in segments.iter().enumerate() {
+            if let Some(&g) = seg.grams.get(cursor[s]) {
+                gram = gram.min(g);
+            }
+        }
+        if gram == u32::MAX {
+            break;
+        }
+        ids.clear();
+        for (s, seg) in segments.iter().enumerate() {
+            if seg.grams.get(cursor[s]) == Some(&gram) {
+                seg.list_at(cursor[s]).for_each(|id| {
+                    if alive[(id - lo) as usize] {
+                        ids.push(id)
+                    }
+                });
+                cursor[s] += 1;
+            }
+        }
+        if ids.is_empty() {
+            continue;
+        }
+        for &id in &ids {
+            let bit = (id - lo) as usize;
+            held[bit / 64] |= 1 << (bit % 64);
+        }
+        postings += ids.len() as u64;
+        let bitmap = encode_list(&ids, lo, hi, &mut data);
+        grams.push(gram);
+        ends.push(data.len() as u32 | if bitmap { BITMAP } else { 0 });
+    }
+    Segment {
+        lo,
+        hi,
+        files: held.iter().map(|w| w.count_ones()).sum(),
+        held: held.into_boxed_slice(),
+        grams: grams.into_boxed_slice(),
+        ends: ends.into_boxed_slice(),
+        data: data.into_boxed_slice(),
+        postings,
+    }
+}
+
+/// Every segment of an index, in id order.
+#[derive(Default)]
+pub(crate) struct Postings {
+    segments: Vec<Segment>,
+}
+
+/// A segment with at most this many files is small: re-indexed files come
+/// in such, and merging them keeps lookups from visiting many segments.
+const SMALL_FILES: u32 = 4096;
+
+impl Postings {
+    pub(crate) fn new() -> Postings {
+        Postings::default()
+    }
+
+    /// Adds a segment of ids above every id held.
+    pub(crate) fn push(&mut self, segment: Segment) {
+        if let Some(last) = self.segments.last() {
+            assert!(segment.lo >= last.hi, "segments must come in id order");
+        }
+        self.segments.push(segment);
+    }
+
+    pub(crate) fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Merges the trailing run of small segments into one (when there are at
+    /// least two), and rewrites any segment at least a quarter of whose
+    /// files are no longer live (`live` false: re-indexed or deleted), so
+    /// dead ids stop costing memory and lookup time. Returns whether
+    /// anything changed.
+    pub(crate) fn merge_small(&mut self, live: &dyn Fn(u32) -> bool) -> bool {
+        let mut changed = false;
+        let first_small = self
+            .segments
+            .iter()
+            .rposition(|s| s.files > SMALL_FILES)
+            .map_or(0, |i| i + 1);
+        if self.segments.len() - first_small >= 2 {
+            let merged = merge(&self.segments[first_small..], live);
+            self.segments.truncate(first_small);
+            self.segments.push(merged);
+            changed = true;
+        }
+        for seg in &mut self.segments {
+            let dead = seg
+                .id_range()
+                .filter(|&id| seg.holds(id) && !live(id))
+                .count() as u64;
+            // A quarter: rewriting costs a pass over the segment, worth it
+            // once that much of it is garbage.
+            if dead > 0 && dead * 4 >= seg.files as u64 {
+                *seg = merge(std::slice::from_ref(seg), live);
+                changed = true;
+            }
+        }
+        self.segments.retain(|s| s.postings > 0 || s.files > 0);
+        changed
+    }
+
+    /// Heap bytes held by the posting lists.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .map(Segment::memory_bytes)
+            .sum::<usize>()
+            + self.segments.capacity() * std::mem::size_of::<Segment>()
+    }
+
+    /// One past the largest id held.
+    pub(crate) fn id_end(&self) -> u32 {
+        self.segments.last().map_or(0, |s| s.hi)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn grams(text: &[u8]) -> Vec<Gram> {
+        let mut scratch = GramScratch::new();
+        let mut out = Vec::new();
+        file_grams(text, &mut scratch, &mut out);
+        out.sort();
+        out
+    }
+
+    /// The distinct folded trigrams within lines, by brute force.
+    fn naive(text: &[u8]) -> Vec<Gram> {
+        let mut v: Vec<Gram> = text
+            .split(|&b| b == b'\n')
+            .flat_map(|line| line.windows(3).map(|w| gram_of([w[0], w[1], w[2]])))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn grams_are_distinct_folded_and_within_lines() {
+        assert_eq!(grams(b"ab"), Vec::<Gram>::new());
+        assert_eq!(grams(b"abC\nABc"), vec![gram_of(*b"abc")]);
+        assert_eq!(grams(b"ab\ncd"), Vec::<Gram>::new());
+        let text =
+            b"Hello, World\nhello world\n\xc3\x89t\xc3\xa9 \xe2\x84\xaa\0\0\0zz\n\n\nab\nabc\n";
+        assert_eq!(grams(text), naive(text));
+    }
+
+    #[test]
+    fn scratch_is_left_clear() {
+        let mut scratch = GramScratch::new();
+        let mut out = Vec::new();
+        file_grams(b"abcdefgh", &mut scratch, &mut out);
+        file_grams(b"xyz\n", &mut scratch, &mut out);
+        assert_eq!(out, vec![gram_of(*b"xyz")]);
+        assert!(scratch.bits.iter().all(|&w| w == 0));
+    }
+
+    fn ids_of(seg: &Segment, gram: Gram) -> Vec<u32> {
+        let mut v = Vec::new();
+        if let Some(list) = seg.list(gram) {
+            list.for_each(|id| v.push(id));
+        }
+        v
+    }
+
+    /// A small deterministic PRNG (xorshift64*).
+    pub(crate) struct Rng(pub(crate) u64);
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Files with random grams from a small space (so some grams are dense
+    /// and become bitmaps), built through runs and checked against a map.
+    fn random_files(rng: &mut Rng, first: u32, n: u32) -> Vec<(u32, Vec<Gram>)> {
+        (0..n)
+            .map(|i| {
+                let mut g: Vec<Gram> = (0..rng.below(40))
+                    .map(|_| {
+                        let r = rng.below(100);
+                        if r < 50 {
+                            (r % 5) as u32
+                        } else {
+                            rng.below(1 << 24) as u32
+                        }
+                    })
+                    .collect();
+                g.sort();
+                g.dedup();
+                (first + i * 2, g)
+            })
+            .collect()
+    }
+
+    fn build(files: &[(u32, Vec<Gram>)]) -> Segment {
+        let mut b = SegmentBuilder::new();
+        for (id, g) in files {
+            b.add(*id, g);
+        }
+        b.finish()
+    }
+
+    fn expected(files: &[(u32, Vec<Gram>)], gram: Gram, live: &dyn Fn(u32) -> bool) -> Vec<u32> {
+        files
+            .iter()
+            .filter(|(id, g)| live(*id) && g.contains(&gram))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    #[test]
+    fn segments_round_trip_lists_and_bitmaps() {
+        let mut rng = Rng(7);
+        let files = random_files(&mut rng, 10, 500);
+        let seg = build(&files);
+        let mut saw_bitmap = false;
+        for i in 0..seg.grams.len() {
+            saw_bitmap |= seg.list_at(i).bitmap;
+        }
+        assert!(saw_bitmap, "dense grams should be bitmaps");
+        for (_, g) in files.iter().take(50) {
+            for &gram in g {
+                assert_eq!(ids_of(&seg, gram), expected(&files, gram, &|_| true));
+            }
+        }
+        assert_eq!(ids_of(&seg, 77), expected(&files, 77, &|_| true));
+        assert_eq!(seg.id_range(), 10..10 + 499 * 2 + 1);
+    }
+
+    #[test]
+    fn many_grams_switch_to_the_dense_table() {
+        let mut rng = Rng(11);
+        let files: Vec<(u32, Vec<Gram>)> = (0..40)
+            .map(|i| {
+                let mut g: Vec<Gram> = (0..5000).map(|_| rng.below(1 << 24) as u32).collect();
+                g.push(i % 3);
+                g.sort();
+                g.dedup();
+                (i * 3, g)
+            })
+            .collect();
+        let mut b = SegmentBuilder::new();
+        for (id, g) in &files {
+            b.add(*id, g);
+        }
+        assert!(matches!(b.slots, Slots::Dense(_)));
+        let seg = b.finish();
+        for gram in 0..3 {
+            assert_eq!(ids_of(&seg, gram), expected(&files, gram, &|_| true));
+        }
+        for &gram in files[7].1.iter().take(100) {
+            assert_eq!(ids_of(&seg, gram), expected(&files, gram, &|_| true));
+        }
+    }
+
+    #[test]
+    fn merge_small_drops_dead_ids() {
+        let mut rng = Rng(3);
+        let mut postings = Postings::new();
+        let mut all = Vec::new();
+        for k in 0..5 {
+            let files = random_files(&mut rng, 1000 * k, 100);
+            postings.push(build(&files));
+            all.extend(files);
+        }
+        let live = |id: u32| !id.is_multiple_of(3);
+        assert!(postings.merge_small(&live));
+        assert_eq!(postings.segments().len(), 1);
+        let seg = &postings.segments()[0];
+        for gram in 0..60 {
+            assert_eq!(ids_of(seg, gram), expected(&all, gram, &live));
+        }
+        let before = postings.memory_bytes();
+        assert!(!postings.merge_small(&live));
+        // Kill most: the one segment is rewritten.
+        let live2 = |id: u32| live(id) && id.is_multiple_of(4);
+        assert!(postings.merge_small(&live2));
+        assert!(postings.memory_bytes() < before);
+        for gram in 0..60 {
+            assert_eq!(
+                ids_of(&postings.segments()[0], gram),
+                expected(&all, gram, &live2)
+            );
+        }
+    }
+}
+
+/// Build figures on a real tree, for docs/index.md ("N-gram scheme"). Run:
+/// `PI_INDEX_CORPUS=bench/.corpus/linux cargo test --release -p
+/// pi-native-ops-core index::grams::measure -- --ignored --nocapture`
+#[cfg(test)]
+pub(crate) mod measure {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    /// This thread's CPU time: the machine is shared, so wall time would
+    /// measure the neighbours.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Instant(f64);
+    impl Instant {
+        pub(crate) fn now() -> Instant {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid out-pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            Instant(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+        }
+        pub(crate) fn elapsed(&self) -> std::time::Duration {
+            Instant::now() - *self
+        }
+    }
+    impl std::ops::Sub for Instant {
+        type Output = std::time::Duration;
+        fn sub(self, o: Instant) -> std::time::Duration {
+            std::time::Duration::from_secs_f64((self.0 - o.0).max(0.0))
+        }
+    }
+
+    /// Regular files under `dir` (no `.git`, symlinks not followed), sorted.
+    pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let Ok(t) = e.file_type() else { continue };
+                if t.is_dir() && e.file_name() != ".git" {
+                    stack.push(e.path());
+                } else if t.is_file() {
+                    out.push(e.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub(crate) fn corpus() -> PathBuf {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let rel = std::env::var("PI_INDEX_CORPUS").unwrap_or("bench/.corpus/linux".into());
+        root.join(rel)
+    }
+
+    /// The index of a tree: (postings, files, bytes indexed).
+    pub(crate) fn build_tree(files: &[PathBuf], report: bool) -> (Postings, u64) {
+        let t0 = Instant::now();
+        let mut scratch = GramScratch::new();
+        let mut grams = Vec::new();
+        let mut buf = Vec::new();
+        let mut builder = SegmentBuilder::new();
+        let (mut bytes, mut t_read, mut t_grams, mut t_add) = (0u64, 0f64, 0f64, 0f64);
+        for (id, path) in files.iter().enumerate() {
+            let t = Instant::now();
+            buf.clear();
+            let Ok(mut f) = std::fs::File::open(path) else {
+                continue;
+            };
+            if std::io::Read::read_to_end(&mut f, &mut buf).is_err() {
+                continue;
+            }
+            let t1 = Instant::now();
+            bytes += buf.len() as u64;
+            file_grams(&buf, &mut scratch, &mut grams);
+            let t2 = Instant::now();
+            builder.add(id as u32, &grams);
+            let t3 = Instant::now();
+            t_read += (t1 - t).as_secs_f64();
+            t_grams += (t2 - t1).as_secs_f64();
+            t_add += (t3 - t2).as_secs_f64();
+        }
+        let t4 = Instant::now();
+        let seg = builder.finish();
+        let t_finish = t4.elapsed().as_secs_f64();
+        let mut postings = Postings::new();
+        postings.push(seg);
+        if report {
+            let seg = &postings.segments()[0];
+            let mem = postings.memory_bytes();
+            let bitmaps = (0..seg.grams.len())
+                .filter(|&i| seg.list_at(i).bitmap)
+                .count();
+            println!(
+                "files {} bytes {} ({:.1} MB) | grams {} bitmaps {} postings {} | memory {:.1} MB = {:.1}% (dir {:.1} MB, data {:.1} MB)",
+                files.len(), bytes, bytes as f64 / 1e6, seg.grams.len(), bitmaps, seg.postings(),
+                mem as f64 / 1e6, 100.0 * mem as f64 / bytes as f64,
+                (seg.grams.len() * 8) as f64 / 1e6, seg.data.len() as f64 / 1e6
+            );
+            println!(
+                "thread CPU time total {:.2} s: read {:.2} s, grams {:.2} s ({:.2} GB/s), add {:.2} s, finish {:.2} s; grams+segment {:.2} GB/s",
+                t0.elapsed().as_secs_f64(), t_read, t_grams, bytes as f64 / t_grams / 1e9, t_add, t_finish,
+                bytes as f64 / (t_grams + t_add + t_finish) / 1e9
+            );
+        }
+        (postings, bytes)
+    }
+
+    #[test]
+    #[ignore]
+    fn build_figures() {
+        let files = files_under(&corpus());
+        // Twice: the first run warms the page cache.
+        build_tree(&files, false);
+        build_tree(&files, true);
+    }
+}

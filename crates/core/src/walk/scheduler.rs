@@ -134,7 +134,7 @@ const MAX_CORES: usize = 8;
 /// Threads per walk: one per core (at most `MAX_CORES`) besides the calling
 /// thread, which waits whenever another thread holds the task it needs next;
 /// the extra thread keeps every core busy then.
-fn threads() -> usize {
+pub(crate) fn threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     cores.clamp(1, MAX_CORES) + 1
 }
