@@ -285,6 +285,9 @@ mod tests {
             &searched,
             |_, _| {
                 n += 1;
+                // A slow sink gives the other threads every chance to run
+                // ahead: only the window holds them.
+                std::thread::sleep(std::time::Duration::from_millis(30));
                 n < 3
             },
         );
