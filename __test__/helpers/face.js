@@ -18,11 +18,13 @@ export const face = process.env.PI_NATIVE_OPS_FACE === "remote" ? "remote" : "lo
 export const isRemote = face === "remote";
 export const indexed = process.env.PI_NATIVE_OPS_INDEX === "1";
 
-const indexes = new Set();
+// One indexed fs per root (and runtime root), shared by the file's tests: each index holds an inotify
+// instance, of which a user has only max_user_instances (128 by default) across all its processes.
+const indexes = new Map();
 afterAll(async () => {
-  const all = [...indexes];
+  const all = [...indexes.values()];
   indexes.clear();
-  await Promise.all(all.map((fs) => fs.index.close()));
+  await Promise.all(all.map(async (made) => (await made.catch(() => null))?.index.close()));
 });
 
 /** What a search gave: `{ value }`, or `{ error }` (the thrown value). */
@@ -58,12 +60,20 @@ async function crossChecked(index, signal, onIndexed, onPlain) {
   return got.value;
 }
 
-/** createBoundFs(root, opts) with the index on and built (ready), its find.glob cross-checked. */
-async function indexedFs(root, opts) {
+/** createBoundFs(root, opts) with the index on and built (ready), its find.glob cross-checked; one per root. */
+function indexedFs(root, opts) {
+  const key = JSON.stringify([root, opts.runtimeRoot ?? null]);
+  if (!indexes.has(key)) indexes.set(key, makeIndexedFs(root, opts));
+  return indexes.get(key);
+}
+
+async function makeIndexedFs(root, opts) {
   const fs = pno.createBoundFs(root, { ...opts, index: true });
-  indexes.add(fs);
   const stats = await fs.index.ready;
-  if (stats.state !== "ready") throw new Error(`index mode: the index of ${root} is ${stats.state} (${stats.reason})`);
+  if (stats.state !== "ready") {
+    await fs.index.close();
+    throw new Error(`index mode: the index of ${root} is ${stats.state} (${stats.reason})`);
+  }
   let plain;
   const glob = fs.find.glob;
   fs.find.glob = (...args) =>
