@@ -261,12 +261,18 @@ struct Building<'a> {
     builder: SegmentBuilder,
     ids: &'a mut Ids,
     bytes: u64,
+    /// Raised by `close()`: files are no longer read (the build then ends
+    /// at the next directory), so a close mid-directory is prompt too.
+    cancel: &'a AtomicBool,
 }
 
 impl Contents for Building<'_> {
     fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let name = std::ffi::OsStr::from_bytes(name);
+        if self.cancel.load(Ordering::Relaxed) {
+            return Some(FileState::Always);
+        }
         let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
             return Some(FileState::Always);
         };
@@ -603,6 +609,7 @@ impl Inner {
             builder: SegmentBuilder::new(),
             ids: &mut ids,
             bytes: 0,
+            cancel: &self.closing,
         };
         let mut pending = Vec::new();
         let mut tree = Tree::build(
