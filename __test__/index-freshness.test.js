@@ -375,6 +375,38 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     }
   });
 
+  it("searches racing a stream of changes: each answers, and the first after the stream is exact", async () => {
+    const ws = await workspace(BASE);
+    // 120 rounds of create, write, rename and delete of files and directories, in one shell.
+    const stream = sh(
+      `for i in $(seq 1 120); do mkdir -p "s/d$((i % 7))/e"; echo "needle $i" > "s/d$((i % 7))/e/f$i.txt"; ` +
+        `mv "s/d$((i % 7))/e/f$i.txt" "s/d$(((i + 1) % 7))/g$i.txt"; ` +
+        `[ $((i % 5)) = 0 ] && rm -r "s/d$((i % 7))/e"; [ $((i % 11)) = 0 ] && mv s/d1 s/d1x && mv s/d1x s/d1; ` +
+        "done; true",
+      ws.root,
+    );
+    let done = false;
+    const end = () => {
+      done = true;
+    };
+    stream.then(end, end);
+    let searches = 0;
+    while (!done) {
+      const [grep, find] = await run(ws.fs, ws.root, [
+        ["grep", { pattern: "needle \\d+$", limit: 1000 }],
+        ["find", { pattern: "**/g*.txt", limit: 1000 }],
+      ]);
+      expect(grep.error).toBeUndefined();
+      expect(find.error).toBeUndefined();
+      searches++;
+    }
+    await stream;
+    expect(searches).toBeGreaterThan(0);
+    await expectFresh(ws, [...SEARCHES, ["grep", { pattern: "needle \\d+$", limit: 1000 }]]);
+    await reindexed(ws);
+    await expectFresh(ws, [...SEARCHES, ["find", { pattern: "**/g*.txt", limit: 1000 }]]);
+  });
+
   it("changes made while the index is still being built", async () => {
     // 60 directories of 80 files (4,800 files, about 2 MB): a build that takes long enough for the
     // changes below to land while it runs (the test checks that some did).
