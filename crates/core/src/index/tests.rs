@@ -637,3 +637,71 @@ fn kernel_figures() {
         }
     }
 }
+
+/// Random changes (files written, moved, deleted; directories made, moved,
+/// removed; ignore files written and removed; symlinks), each followed by
+/// searches that must equal the live walk's. The thread runs in the second
+/// half (events then race between it and the searches).
+#[test]
+fn random_changes_never_show_stale_answers() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().to_path_buf();
+    populate(&d, &["a/x.rs", "a/b/y.rs", "c/z.txt", "c/d/e/w.rs"]);
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    index.inner().paused.store(true, Ordering::SeqCst);
+    // A small linear congruential generator: the same run every time.
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |n: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 33) as usize) % n
+    };
+    let names = [
+        "a", "b", "c", "d", "e", "x.rs", "y.rs", "z.txt", "w.rs", "n.log",
+    ];
+    let mut answered = 0;
+    for step in 0..240 {
+        if step == 120 {
+            index.inner().paused.store(false, Ordering::SeqCst);
+            index.inner().wake();
+        }
+        let dirs = all_dirs(&d);
+        let dir = &dirs[next(dirs.len())];
+        let name = names[next(names.len())];
+        let p = dir.join(name);
+        let other = dirs[next(dirs.len())].join(names[next(names.len())]);
+        let what = next(9);
+        let _ = match what {
+            0 | 1 => fs::write(&p, format!("needle {step}\n")),
+            2 => fs::create_dir(&p),
+            3 => fs::remove_file(&p),
+            4 => fs::remove_dir_all(&p),
+            5 if !other.starts_with(&p) => fs::rename(&p, &other),
+            6 => fs::write(dir.join(".gitignore"), format!("{name}\n")),
+            7 => fs::remove_file(dir.join(".gitignore")),
+            _ => std::os::unix::fs::symlink(name, &p),
+        };
+        let sub = &all_dirs(&d)[next(all_dirs(&d).len())];
+        for at in [&d, sub] {
+            answered += usize::from(answers(&index, at));
+            let live = find(&root, at, "*", PI_PRUNE, usize::MAX, None);
+            let warm = find(&root, at, "*", PI_PRUNE, usize::MAX, Some(&index));
+            assert_eq!(
+                warm, live,
+                "step {step} (change {what} at {p:?}): find in {at:?}"
+            );
+            let q = query("needle", false, false, None);
+            let live = grep(&root, at, &q, None);
+            let warm = grep(&root, at, &q, Some(&index));
+            assert_eq!(
+                warm, live,
+                "step {step} (change {what} at {p:?}): grep in {at:?}"
+            );
+        }
+    }
+    assert_eq!(index.stats().state, IndexState::Ready);
+    // Not vacuous: most searches were answered from the tree.
+    assert!(answered > 240, "answered {answered} of 480");
+}
