@@ -278,6 +278,11 @@ impl Tree {
         }
         // A hash table entry: key, value and control byte, at 7/8 load.
         bytes += self.watches.capacity() * (std::mem::size_of::<(i32, Watched)>() + 1);
+        for names in self.links.values() {
+            bytes += names.capacity() * std::mem::size_of::<Name>();
+            bytes += names.iter().map(|(_, n)| n.len()).sum::<usize>();
+        }
+        bytes += self.links.capacity() * (std::mem::size_of::<(i32, Vec<Name>)>() + 1);
         bytes + self.dirty.capacity() * std::mem::size_of::<DirtyRef>()
     }
 
