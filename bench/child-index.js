@@ -1,39 +1,46 @@
-// The index build measured in its own process, so its memory is not mixed with other rows': opens
-// `dir` with the warm search index, waits until it is ready, and prints as JSON the wall time, the index's
-// stats, this process's RSS growth (when ready, at its peak during the build, sampled every 10 ms) and its
-// RSS after close().
-const [dir, timeoutArg] = process.argv.slice(2);
-const { createBoundFs } = await import("pi-native-ops");
+// One corpus's index rows in their own process (bench/index.js runs it): opens the corpus with the warm
+// search index and measures the build (wall time to ready, the index's stats, this process's RSS growth
+// when ready and at its peak during the build, sampled every 10 ms: no other row's memory in it), then
+// runs the corpus's search rows on that index, closes it, and prints `{ rows }` as JSON on stdout.
+// Usage: node bench/child-index.js <small|kernel|monorepo> <dir>
+import path from "node:path";
+import { findBinary } from "../scripts/node-tools.js";
+import { BUILD_TIMEOUT_MS, corpusRows } from "./index.js";
+
+const [corpus, dir] = process.argv.slice(2);
+const { requirePi } = await import("../js/pi.js");
+const { module: pi, name: piName } = requirePi();
+const native = await import("pi-native-ops");
+const ctx = { pi, piName, native, rg: findBinary("rg"), fd: findBinary("fd"), log: (m) => console.error(`  ${m}`) };
+for (const bin of [ctx.rg, ctx.fd])
+  if (bin) process.env.PATH = `${path.dirname(bin)}${path.delimiter}${process.env.PATH}`;
+process.env.PI_OFFLINE = "1"; // stock find must never download fd
+
 const MiB = 2 ** 20;
 const rss = () => process.memoryUsage.rss();
 const before = rss();
 let peak = before;
 const sampler = setInterval(() => (peak = Math.max(peak, rss())), 10);
 const started = process.hrtime.bigint();
-const fs = createBoundFs(dir, { index: true });
-if (!fs.index) {
-  console.log(JSON.stringify({ noIndex: true }));
-  process.exit(0);
-}
-const timeoutMs = Number(timeoutArg);
+const fs = native.createBoundFs(dir, { index: true });
 const stats = await Promise.race([
   fs.index.ready,
-  new Promise((resolve) => setTimeout(() => resolve(null), timeoutMs).unref()),
+  new Promise((resolve) => setTimeout(() => resolve(null), BUILD_TIMEOUT_MS[corpus]).unref()),
 ]);
 const wallMs = Number(process.hrtime.bigint() - started) / 1e6;
 clearInterval(sampler);
 const ready = rss();
 peak = Math.max(peak, ready);
-const final = stats ?? (await fs.index.stats());
-await fs.index.close();
-const closed = rss();
-console.log(
-  JSON.stringify({
-    wallMs,
-    timedOut: stats === null,
-    stats: final,
-    rssGrowthMiB: (ready - before) / MiB,
-    peakGrowthMiB: (peak - before) / MiB,
-    afterCloseGrowthMiB: (closed - before) / MiB,
-  }),
-);
+const build = {
+  wallMs,
+  timedOut: stats === null,
+  stats: stats ?? (await fs.index.stats()),
+  rssGrowthMiB: (ready - before) / MiB,
+  peakGrowthMiB: (peak - before) / MiB,
+};
+try {
+  const rows = await corpusRows(ctx, corpus, dir, fs, build);
+  console.log(JSON.stringify({ rows }));
+} finally {
+  await fs.index.close();
+}

@@ -1,18 +1,20 @@
-// Bench: the warm search index (issue 16). Each search row times three sides alternated call by call in
-// this process, through the same tools as the find and grep rows: pi's grep/find tool on a createBoundFs
-// opened with `{ index: true }` (indexed, once ready), the same tool without the index (non-indexed, today's
-// search), and pi's stock tool (rg / fd). The ratio column is indexed / stock; the note gives the
-// non-indexed time and whether the indexed output is byte-identical to it. Build rows: wall time and
-// memory from a child process (bench/child-index.js), and the index's own stats.
+// Bench: the warm search index (issue 16). Each corpus's rows run in one child process
+// (bench/child-index.js) that builds the index once: first the build row (wall time, the index's stats,
+// the child's RSS growth, apart from other rows' memory), then the search rows on that index. Each search
+// row times three sides alternated call by call, through the same tools as the find and grep rows: pi's
+// grep/find tool on a createBoundFs opened with `{ index: true }` (indexed, once ready), the same tool
+// without the index (non-indexed, today's search), and pi's stock tool (rg / fd). The ratio column is
+// indexed / stock; the note gives the non-indexed time and whether the indexed output is byte-identical.
 // Standalone: node bench/run.js index
-import { writeFileSync, rmSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { prepareMonorepo } from "./corpus.js";
 import { runChild, timeBoth } from "./lib.js";
 
-const here = path.dirname(new URL(import.meta.url).pathname);
+const here = path.dirname(fileURLToPath(import.meta.url));
 /** How long a build may take before its row says so and the rows go on (the monorepo's is the longest). */
-const BUILD_TIMEOUT_MS = { small: 30_000, kernel: 60_000, monorepo: 240_000 };
+export const BUILD_TIMEOUT_MS = { small: 30_000, kernel: 120_000, monorepo: 480_000 };
 
 // runs: alternated calls per row; fewer where the non-indexed and stock sides read the whole tree
 // (~0.3–1.5 s a call here), so the index rows add about a minute to the full run.
@@ -63,21 +65,22 @@ export async function bench(ctx) {
 
   const noIndex = await indexMissing(native, corpora.small ?? corpora.kernel);
   const mono = noIndex ? {} : prepareMonorepo(corpora.kernel, log);
-  const plan = [
-    ["small", corpora.small, () => smallRows(ctx, corpora.small)],
-    ["kernel", corpora.kernel, () => kernelRows(ctx, corpora.kernel)],
-    ["monorepo", mono.dir, () => monorepoRows(ctx, mono.dir)],
-  ];
   const rows = [];
-  for (const [corpus, dir, run] of plan) {
-    if (!dir || noIndex) {
-      const why = noIndex
-        ? `skipped: no index (${noIndex})`
-        : `skipped: ${corpus === "monorepo" ? mono.why : "corpus not present"}`;
-      rows.push(...plannedRows(corpus).map((operation) => ({ ...empty(operation, corpus), note: why })));
-      continue;
+  for (const [corpus, dir] of [
+    ["small", corpora.small],
+    ["kernel", corpora.kernel],
+    ["monorepo", mono.dir],
+  ]) {
+    const skip = (why) => plannedRows(corpus).map((operation) => ({ ...empty(operation, corpus), note: why }));
+    if (noIndex) rows.push(...skip(`skipped: no index (${noIndex})`));
+    else if (!dir) rows.push(...skip(`skipped: ${corpus === "monorepo" ? mono.why : "corpus not present"}`));
+    else {
+      try {
+        rows.push(...(await runChild(path.join(here, "child-index.js"), [corpus, dir])).rows);
+      } catch (err) {
+        rows.push(...skip(`failed: ${err.message}`));
+      }
     }
-    rows.push(...(await run()));
   }
   return rows;
 }
@@ -99,7 +102,7 @@ async function indexMissing(native, dir) {
 
 /** The operations each corpus's rows measure, for the rows written when they cannot run. */
 function plannedRows(corpus) {
-  const build = ["index build (child process)"];
+  const build = ["index build"];
   if (corpus === "small") return [...build, ...SMALL_GREP.map((q) => `indexed grep: ${q.label}`)];
   if (corpus === "kernel")
     return [
@@ -110,7 +113,6 @@ function plannedRows(corpus) {
     ];
   return [
     ...build,
-    "first grep while the index builds",
     ...MONOREPO_GREP.map((q) => `indexed grep: ${q.label}`),
     ...MONOREPO_FIND.map((q) => `indexed find: ${q.label}`),
   ];
@@ -124,14 +126,20 @@ const fmtMs = (ms) => (ms == null ? "n/a" : ms < 1 ? ms.toFixed(3) : ms.toFixed(
 const mb = (bytes) => `${(bytes / 1e6).toFixed(0)} MB`;
 const textOf = (result) => result.content.map((c) => c.text ?? "").join("\n");
 
-/** The index build in a child process: its row. */
-async function buildRow(ctx, corpus, dir) {
-  let r;
-  try {
-    r = await runChild(path.join(here, "child-index.js"), [dir, String(BUILD_TIMEOUT_MS[corpus])]);
-  } catch (err) {
-    return { ...empty("index build (child process)", corpus), note: `build failed: ${err.message}` };
-  }
+/**
+ * The rows of `corpus` (run by child-index.js in its process): the build row from `build`, its measure of
+ * the index build, then the search rows on `fs`, the ready index.
+ */
+export async function corpusRows(ctx, corpus, dir, fs, build) {
+  const rows = [buildRow(ctx, corpus, build)];
+  const { state, reason } = build.stats;
+  const why = state === "ready" ? null : `index ${state}${reason ? ` (${reason})` : ""}`;
+  const search = { small: smallRows, kernel: kernelRows, monorepo: monorepoRows }[corpus];
+  rows.push(...(await search(ctx, dir, fs, why)));
+  return rows;
+}
+
+function buildRow(ctx, corpus, r) {
   const s = r.stats;
   const share = s.bytesIndexed ? s.memoryBytes / s.bytesIndexed : null;
   const notes = [
@@ -140,32 +148,16 @@ async function buildRow(ctx, corpus, dir) {
     `${s.files} files, ${s.directories} directories, ${mb(s.bytesIndexed)} indexed, ${s.watches} watches`,
     `stats.buildMs ${fmtMs(s.buildMs)}`,
     `index memory (stats.memoryBytes) ${mb(s.memoryBytes)}${share == null ? "" : ` = ${(share * 100).toFixed(1)}% of the bytes indexed`}`,
-    `RSS growth when ready ${r.rssGrowthMiB.toFixed(0)} MiB (peak during the build ${r.peakGrowthMiB.toFixed(0)} MiB, after close ${r.afterCloseGrowthMiB.toFixed(0)} MiB)`,
+    `RSS growth when ready ${r.rssGrowthMiB.toFixed(0)} MiB (peak during the build ${r.peakGrowthMiB.toFixed(0)} MiB)`,
   ].filter(Boolean);
   ctx.log(`${corpus} index build: ${fmtMs(r.wallMs)} ms; ${notes.join("; ")}`);
   return {
-    ...empty("index build (child process)", corpus),
+    ...empty("index build", corpus),
     nativeMs: r.wallMs,
     nativeMemMiB: r.rssGrowthMiB,
     target: corpus === "kernel" ? "≤ 4 s; memory ≤ 25% of bytes indexed" : "report",
-    note: `wall time from createBoundFs to ready; ${notes.join("; ")}; native peak MiB = RSS growth`,
-    indexStats: s,
+    note: `wall time from createBoundFs to ready, in a child process that then runs this corpus's rows; ${notes.join("; ")}; native peak MiB = RSS growth when ready`,
   };
-}
-
-/** An indexed boundFs on `dir`, ready (or a note why not), in this process. */
-async function openIndexed(ctx, corpus, dir) {
-  const started = process.hrtime.bigint();
-  const fs = ctx.native.createBoundFs(dir, { index: true });
-  const stats = await Promise.race([
-    fs.index.ready,
-    new Promise((resolve) => setTimeout(() => resolve(null), BUILD_TIMEOUT_MS[corpus]).unref()),
-  ]);
-  const wallMs = Number(process.hrtime.bigint() - started) / 1e6;
-  const now = stats ?? (await fs.index.stats());
-  const state = now.state === "ready" ? null : `index ${now.state}${now.reason ? ` (${now.reason})` : ""}`;
-  ctx.log(`${corpus}: index opened in this process, ${now.state} after ${fmtMs(wallMs)} ms`);
-  return { fs, wallMs, state };
 }
 
 /** pi's grep tool three ways: indexed, non-indexed, stock. */
@@ -216,67 +208,59 @@ async function threeWay(ctx, { operation, corpus, sides, params, runs, target, s
   return row;
 }
 
-async function smallRows(ctx, dir) {
-  const rows = [await buildRow(ctx, "small", dir)];
-  const { fs, state } = await openIndexed(ctx, "small", dir);
-  try {
-    const sides = grepSides(ctx, dir, fs);
-    for (const q of SMALL_GREP) {
-      rows.push(
-        await threeWay(ctx, {
-          operation: `indexed grep: ${q.label}`,
-          corpus: "small",
-          sides,
-          params: q.params,
-          runs: 40,
-          target: "≤ 2 ms",
-          state,
-        }),
-      );
-    }
-  } finally {
-    await fs.index.close();
+async function smallRows(ctx, dir, fs, state) {
+  const rows = [];
+  const sides = grepSides(ctx, dir, fs);
+  for (const q of SMALL_GREP) {
+    const params = q.params;
+    rows.push(
+      await threeWay(ctx, {
+        operation: `indexed grep: ${q.label}`,
+        corpus: "small",
+        sides,
+        params,
+        runs: 40,
+        target: "≤ 2 ms",
+        state,
+      }),
+    );
   }
   return rows;
 }
 
-async function kernelRows(ctx, dir) {
-  const rows = [await buildRow(ctx, "kernel", dir)];
-  const { fs, wallMs, state } = await openIndexed(ctx, "kernel", dir);
-  try {
-    const grep = grepSides(ctx, dir, fs);
-    for (const q of KERNEL_GREP) {
-      rows.push(
-        await threeWay(ctx, {
-          operation: `indexed grep: ${q.label}`,
-          corpus: "kernel",
-          sides: grep,
-          params: q.params,
-          runs: q.runs,
-          target: q.target,
-          state,
-        }),
-      );
-    }
-    const find = findSides(ctx, dir, fs);
-    for (const q of KERNEL_FIND) {
-      rows.push(
-        await threeWay(ctx, {
-          operation: `indexed find: ${q.label}`,
-          corpus: "kernel",
-          sides: find,
-          params: { pattern: q.pattern },
-          runs: 9,
-          target: "≤ 5 ms",
-          state,
-        }),
-      );
-    }
-    rows.push(await freshnessRow(ctx, dir, grep.indexed, state));
-    rows[0].note += `; a second build, in this process for the search rows: ${fmtMs(wallMs)} ms`;
-  } finally {
-    await fs.index.close();
+async function kernelRows(ctx, dir, fs, state) {
+  const rows = [];
+  const grep = grepSides(ctx, dir, fs);
+  for (const q of KERNEL_GREP) {
+    const { params, runs, target } = q;
+    rows.push(
+      await threeWay(ctx, {
+        operation: `indexed grep: ${q.label}`,
+        corpus: "kernel",
+        sides: grep,
+        params,
+        runs,
+        target,
+        state,
+      }),
+    );
   }
+  const find = findSides(ctx, dir, fs);
+  for (const q of KERNEL_FIND) {
+    const params = { pattern: q.pattern };
+    rows.push(
+      await threeWay(ctx, {
+        operation: `indexed find: ${q.label}`,
+        corpus: "kernel",
+        sides: find,
+        params,
+        runs: 9,
+        target: "≤ 5 ms",
+        state,
+      }),
+    );
+  }
+  rows.push(await freshnessRow(ctx, dir, grep.indexed, state));
   return rows;
 }
 
@@ -328,60 +312,42 @@ async function freshnessRow(ctx, dir, tool, state) {
   return row;
 }
 
-async function monorepoRows(ctx, dir) {
-  const rows = [await buildRow(ctx, "monorepo", dir)];
-  // A search issued at once on a new index walks live while the background build competes for the cores.
-  const q = MONOREPO_GREP[0];
-  const started = process.hrtime.bigint();
-  const fs = ctx.native.createBoundFs(dir, { index: true });
-  const tool = ctx.native.createGrepTool(dir, { fs });
-  await tool.execute("bench", q.params);
-  const firstMs = Number(process.hrtime.bigint() - started) / 1e6;
-  const buildState = (await fs.index.stats()).state;
-  rows.push({
-    ...empty("first grep while the index builds", "monorepo"),
-    nativeMs: firstMs,
-    target: "report",
-    note: `${q.label} \`${q.params.pattern}\` issued right after createBoundFs({ index: true }), one call (index ${buildState} when it ended)`,
-  });
-  ctx.log(`monorepo first grep while building: ${fmtMs(firstMs)} ms (index ${buildState} at its end)`);
-  const ready = await Promise.race([
-    fs.index.ready,
-    new Promise((resolve) => setTimeout(() => resolve(null), BUILD_TIMEOUT_MS.monorepo).unref()),
-  ]);
-  const now = ready ?? (await fs.index.stats());
-  const state = now.state === "ready" ? null : `index ${now.state}${now.reason ? ` (${now.reason})` : ""}`;
-  try {
-    const grep = grepSides(ctx, dir, fs);
-    for (const g of MONOREPO_GREP) {
-      rows.push(
-        await threeWay(ctx, {
-          operation: `indexed grep: ${g.label}`,
-          corpus: "monorepo",
-          sides: grep,
-          params: g.params,
-          runs: 3,
-          target: "report: warm (indexed) vs cold (non-indexed, stock)",
-          state,
-        }),
-      );
-    }
-    const find = findSides(ctx, dir, fs);
-    for (const f of MONOREPO_FIND) {
-      rows.push(
-        await threeWay(ctx, {
-          operation: `indexed find: ${f.label}`,
-          corpus: "monorepo",
-          sides: find,
-          params: { pattern: f.pattern },
-          runs: 5,
-          target: "report: warm (indexed) vs cold (non-indexed, stock)",
-          state,
-        }),
-      );
-    }
-  } finally {
-    await fs.index.close();
+/**
+ * Warm (indexed) against cold: the non-indexed search (what a search issued before the index is ready
+ * does too) and stock's.
+ */
+async function monorepoRows(ctx, dir, fs, state) {
+  const rows = [];
+  const target = "report: warm (indexed) vs cold (non-indexed, stock)";
+  const grep = grepSides(ctx, dir, fs);
+  for (const q of MONOREPO_GREP) {
+    const params = q.params;
+    rows.push(
+      await threeWay(ctx, {
+        operation: `indexed grep: ${q.label}`,
+        corpus: "monorepo",
+        sides: grep,
+        params,
+        runs: 3,
+        target,
+        state,
+      }),
+    );
+  }
+  const find = findSides(ctx, dir, fs);
+  for (const q of MONOREPO_FIND) {
+    const params = { pattern: q.pattern };
+    rows.push(
+      await threeWay(ctx, {
+        operation: `indexed find: ${q.label}`,
+        corpus: "monorepo",
+        sides: find,
+        params,
+        runs: 5,
+        target,
+        state,
+      }),
+    );
   }
   return rows;
 }
