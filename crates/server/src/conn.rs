@@ -340,6 +340,7 @@ mod tests {
     use std::sync::mpsc::Receiver;
 
     use crate::outbox::{Out, Output};
+    use std::os::fd::AsFd;
 
     fn frame(header: Value, payload: &[u8]) -> Frame {
         Frame {
@@ -771,9 +772,7 @@ mod tests {
                 assert_eq!(header["t"], "data");
                 assert_eq!(head[..8], encode_head(&head[8..], len)[..8]);
                 assert!(len <= ops::MAX_DATA);
-                // SAFETY: the exec's thread keeps the pipe open until `done` answers.
-                let from = unsafe { std::os::fd::BorrowedFd::borrow_raw(from) };
-                let _ = done.send(moved.write_from_pipe(from, len));
+                let _ = done.send(moved.write_from_pipe(from.as_fd(), len));
                 None
             }
             Out::Frame { head, payload } => {
@@ -824,5 +823,32 @@ mod tests {
             (ok["t"].as_str(), ok["killed"].as_bool()),
             (Some("ok"), Some(true))
         );
+    }
+
+    #[test]
+    fn a_cancelled_exec_ends_while_the_writer_still_holds_its_piece() {
+        let mut f = fixture();
+        f.conn.handle(frame(
+            json!({"t":"call","id":1,"op":"exec","command":"head -c 100000000 /dev/zero","cwd":"/workspace"}),
+            b"",
+        ));
+        // A writer stuck on a client that no longer reads: the first piece is never answered.
+        let stuck = loop {
+            match f.queue.recv().unwrap() {
+                out @ Out::Piped { .. } => break out,
+                Out::Frame { head, .. } => panic!("{}", String::from_utf8_lossy(&head[8..])),
+                Out::Flushed(_) => {}
+            }
+        };
+        f.conn.handle(frame(json!({"t":"cancel","id":1}), b""));
+        let (ok, _) = next(&mut f.queue);
+        assert_eq!(
+            (ok["t"].as_str(), ok["killed"].as_bool()),
+            (Some("ok"), Some(true))
+        );
+        // The piece is still whole in the writer's own descriptor of the pipe.
+        let mut moved = Vec::new();
+        assert!(move_piped(stuck, &mut moved).is_none());
+        assert!(!moved.is_empty() && moved.iter().all(|&b| b == 0));
     }
 }

@@ -484,10 +484,15 @@ fn take_output(
         ready = now;
     }
     let len = ready.min(MAX_DATA);
+    // The writer's own descriptor: a cancelled stream leaves before its piece is written.
+    let Ok(from) = pipe.try_clone_to_owned() else {
+        return read_output(out, id, stream, pipe);
+    };
     if !stream.acquire(len as u64) {
         return Some(false);
     }
-    Some(out.data_from_pipe(id, pipe, len).is_ok())
+    let stopped = || stream.is_cancelled();
+    Some(out.data_from_pipe(id, from, len, &stopped).is_ok())
 }
 
 /// Bytes waiting in a pipe (0 when it cannot tell).

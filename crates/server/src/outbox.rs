@@ -4,8 +4,9 @@
 
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -21,13 +22,13 @@ pub enum Out {
         head: Vec<u8>,
         payload: Vec<u8>,
     },
-    /// A frame whose payload is the next `len` bytes of the pipe `from`, which holds at least
-    /// that many: the writer moves them to the output after `head` (without copying them where it
-    /// can), then answers on `done`. The sender owns `from` and neither closes nor reads it until
-    /// `done` answers or drops.
+    /// A frame whose payload is the next `len` bytes of the pipe `from` (a duplicate of the
+    /// command's), which holds at least that many: the writer moves them to the output after
+    /// `head` (without copying them where it can), then answers on `done`. Nobody reads the pipe
+    /// meanwhile.
     Piped {
         head: Vec<u8>,
-        from: RawFd,
+        from: OwnedFd,
         len: usize,
         done: mpsc::Sender<io::Result<()>>,
     },
@@ -106,6 +107,11 @@ impl Output for File {
         Ok(())
     }
 }
+
+/// While the writer moves a stream's piece, how often its producer looks whether the stream was
+/// cancelled: a client that stopped reading must not hold the command's thread (and so the
+/// server's exit, which waits for every command) until the transport breaks.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// Bytes a plain copy from a pipe moves per read.
 const COPY_STEP: usize = 64 << 10;
@@ -187,22 +193,38 @@ impl Outbox {
         self.send(&Outgoing::Data { id }, chunk);
     }
 
-    /// One chunk of a stream, the next `len` bytes waiting in the pipe `from` (which holds at
-    /// least that many, and which nobody else reads): returns once they are written, so a
-    /// stream's later frames follow them. Fails when the output does (the connection is ending).
-    pub fn data_from_pipe(&self, id: u64, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+    /// One chunk of a stream, the next `len` bytes waiting in the pipe `from` (a duplicate of
+    /// the command's, which holds at least that many and which nobody else reads): returns once
+    /// they are written, so the stream's later frames follow them, or early with `Interrupted`
+    /// once `stopped()` (the writer still moves them, from its own descriptor, before any frame
+    /// queued later). Fails when the output does (the connection is ending).
+    pub fn data_from_pipe(
+        &self,
+        id: u64,
+        from: OwnedFd,
+        len: usize,
+        stopped: &dyn Fn() -> bool,
+    ) -> io::Result<()> {
         let header = serde_json::to_vec(&Outgoing::Data { id })?;
         let (done, written) = mpsc::channel();
         let piped = Out::Piped {
             head: encode_head(&header, len),
-            from: from.as_raw_fd(),
+            from,
             len,
             done,
         };
         let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the output has closed");
         self.0.send(piped).map_err(|_| gone())?;
-        // `from` stays borrowed until here: the writer answers (or drops the message) before.
-        written.recv().map_err(|_| gone())?
+        loop {
+            match written.recv_timeout(STOP_CHECK) {
+                Ok(moved) => return moved,
+                Err(mpsc::RecvTimeoutError::Timeout) if stopped() => {
+                    return Err(io::ErrorKind::Interrupted.into())
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(gone()),
+            }
+        }
     }
 
     /// Answers once every frame queued before it is written (the sender drops unanswered when the
@@ -233,9 +255,7 @@ pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io:
                     batch.push((head, Vec::new()));
                     write_batch(&mut output, &batch)?;
                     batch.clear();
-                    // SAFETY: the sender keeps `from` open until `done` answers or drops.
-                    let from = unsafe { BorrowedFd::borrow_raw(from) };
-                    let moved = output.write_from_pipe(from, len);
+                    let moved = output.write_from_pipe(from.as_fd(), len);
                     // After a failure the frame is cut short: the connection cannot go on.
                     let failed = moved
                         .as_ref()
