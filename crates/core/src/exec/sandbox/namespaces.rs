@@ -154,14 +154,8 @@ pub(super) enum Action {
         data: CString,
         flags: libc::c_ulong,
     },
-    /// A fresh proc for the command's PID namespace in place of the template's `/proc`: mounted
-    /// at `staging` first (the kernel lets a user namespace mount proc only while a full proc is
-    /// visible, the template's bind of the host's), then the template's is detached and the
-    /// fresh one moved to `dst`, so the host's proc is not even hidden underneath.
-    Proc {
-        dst: CString,
-        staging: CString,
-    },
+    /// A proc of the PID namespace of the process mounting it.
+    Proc(CString),
     /// Make one of our own tmpfs mounts read-only (not recursive).
     ReadOnly(CString),
     /// Move the mount at `src` (with everything under it) to `dst`, created as a directory or an
@@ -376,9 +370,14 @@ impl NsPlan {
                 }
             }
         }
-        // The host's proc, bound whole: each command's init may mount its own proc only while a
-        // full one is visible in its mount namespace (and detaches this one once it has).
-        b.bind(Path::new("/proc"), Path::new("/proc"), false)?;
+        // A proc of the template's own PID namespace (only the builder, gone once built): the
+        // kernel lets a user namespace mount a proc only while a full one is visible in its mount
+        // namespace, so each command's proc goes on top of this one, which shows no process.
+        b.mkdirs(Path::new("/proc"))?;
+        b.push(
+            Action::Proc(newroot(Path::new("/proc"))?),
+            "mounting the template's /proc".into(),
+        );
         let dev = Path::new("/dev");
         b.tmpfs(dev, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
         for name in DEVICES {
@@ -445,7 +444,8 @@ impl NsPlan {
         // (root included: CAP_SETUID would be needed in the parent namespace). Other owners
         // show as the overflow id (nobody) inside.
         let (uid_map, gid_map) = (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n"));
-        let mut template_flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+        // A PID namespace of its own for the template's /proc (see there).
+        let mut template_flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
         if !sandbox.network {
             template_flags |= libc::CLONE_NEWNET;
         }
@@ -490,15 +490,11 @@ impl NsPlan {
     }
 }
 
-/// Each command's part of the root, on the template's: a fresh `/proc` (the shared `/tmp` of the
-/// template is its staging point, before the command's own tmpfs covers it), its host-wide entries
-/// read-only or masked, then the private `/tmp` and `/dev/shm` with the template's `binds` (the
+/// Each command's part of the root, on the template's: a fresh `/proc` (over the template's), its
+/// host-wide entries read-only or masked, then the private `/tmp` and `/dev/shm` with the template's `binds` (the
 /// workspace's and the caller's, inside paths) under them moved onto them.
 fn command_actions(binds: &[(PathBuf, bool)]) -> io::Result<(Vec<Action>, Vec<String>)> {
-    let mut actions = vec![Action::Proc {
-        dst: c"/proc".to_owned(),
-        staging: c"/tmp".to_owned(),
-    }];
+    let mut actions = vec![Action::Proc(c"/proc".to_owned())];
     let mut descriptions = vec!["mounting /proc for the PID namespace".to_string()];
     for path in PROC_READ_ONLY {
         let Ok(meta) = std::fs::metadata(path) else {
@@ -909,7 +905,7 @@ unsafe fn init(plan: &NsPlan, start: &ShellStart) -> ! {
         // The process bound: pid_max of our PID namespace where the kernel namespaces it
         // (6.14), written before /proc/sys turns read-only. Older kernels refuse the write:
         // then only RLIMIT_NPROC (not for root) limits.
-        if matches!(action, Action::Proc { .. }) {
+        if matches!(action, Action::Proc(_)) {
             write_file(c"/proc/sys/kernel/pid_max", plan.pid_max.as_bytes());
         }
     }
@@ -1017,22 +1013,14 @@ unsafe fn perform(action: &Action) -> bool {
                 fd >= 0 && libc::close(fd) == 0
             }
         }
-        Action::Proc { dst, staging } => {
+        Action::Proc(dst) => {
             libc::mount(
                 c"proc".as_ptr(),
-                staging.as_ptr(),
+                dst.as_ptr(),
                 c"proc".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 null.cast(),
             ) == 0
-                && libc::umount2(dst.as_ptr(), libc::MNT_DETACH) == 0
-                && libc::mount(
-                    staging.as_ptr(),
-                    dst.as_ptr(),
-                    null,
-                    libc::MS_MOVE,
-                    null.cast(),
-                ) == 0
         }
         Action::ReadOnly(dst) => remount_read_only(dst),
         Action::Move { src, dst, dir } => {
