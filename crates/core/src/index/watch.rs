@@ -27,13 +27,11 @@ pub(crate) const DIR_MASK: u32 = libc::IN_CREATE
 /// ancestors, `.git` and `.git/info`): the same, but its mode is irrelevant.
 pub(crate) const RULES_MASK: u32 = DIR_MASK & !libc::IN_ATTRIB;
 
-/// Events on a hard-linked file's inode: written (through any name), its
-/// link count changed, or gone.
-pub(crate) const LINK_MASK: u32 = libc::IN_MODIFY
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_ATTRIB
-    | libc::IN_DELETE_SELF
-    | libc::IN_EXCL_UNLINK;
+/// Events on a hard-linked file's inode: written (through any name), or
+/// gone. Not `IN_ATTRIB`: a link made or removed elsewhere (`cp -al` of the
+/// tree) changes no contents and would send every file to be re-read.
+pub(crate) const LINK_MASK: u32 =
+    libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_DELETE_SELF | libc::IN_EXCL_UNLINK;
 
 /// Events that change which names a directory holds.
 pub(crate) const NAMES_CHANGED: u32 =
