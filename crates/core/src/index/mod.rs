@@ -516,6 +516,11 @@ impl Inner {
         let Some(live) = shared.live.as_mut() else {
             return Ok(());
         };
+        if let Some(mounts) = live.tree.mounts.as_mut() {
+            if mounts.changed_inside().unwrap_or(true) {
+                return Err("a filesystem was mounted or unmounted inside the root".into());
+            }
+        }
         let mut events: Vec<Event> = Vec::new();
         live.tree
             .inotify

@@ -705,3 +705,49 @@ fn random_changes_never_show_stale_answers() {
     // Not vacuous: most searches were answered from the tree.
     assert!(answered > 240, "answered {answered} of 480");
 }
+
+/// A tmpfs mounted on an indexed directory raises no inotify event: the
+/// index notices the mount table and steps aside. Needs the right to mount
+/// (root); skipped otherwise. The mount is removed when the test ends.
+#[test]
+fn a_mount_inside_the_root_steps_aside() {
+    struct Mounted(std::ffi::CString);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            // SAFETY: a valid path; detaching never blocks.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let t = tempfile::tempdir().unwrap();
+    let d = fs::canonicalize(t.path()).unwrap();
+    populate(&d, &["sub/a.rs", "b.rs"]);
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    let target = std::ffi::CString::new(d.join("sub").as_os_str().as_bytes()).unwrap();
+    let tmpfs = std::ffi::CString::new("tmpfs").unwrap();
+    // SAFETY: valid NUL-terminated strings; no data.
+    let rc = unsafe {
+        libc::mount(
+            tmpfs.as_ptr(),
+            target.as_ptr(),
+            tmpfs.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        eprintln!(
+            "skipped: cannot mount ({})",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    let _mounted = Mounted(target);
+    let live = find(&root, &d, "*", &[], usize::MAX, None);
+    let warm = find(&root, &d, "*", &[], usize::MAX, Some(&index));
+    assert_eq!(warm, live);
+    assert!(!live.contains("a.rs"), "{live}");
+    let stats = index.stats();
+    assert_eq!(stats.state, IndexState::Aside, "{stats:?}");
+    assert!(stats.reason.unwrap().contains("mounted"));
+}

@@ -16,7 +16,7 @@ use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
 use super::watch::{
-    untrusted_filesystem, Event, Inotify, WatchError, CONTENT_CHANGED, DIR_MASK, LINK_MASK,
+    untrusted_filesystem, Event, Inotify, Mounts, WatchError, CONTENT_CHANGED, DIR_MASK, LINK_MASK,
     NAMES_CHANGED, RULES_MASK, SELF_CHANGED,
 };
 use crate::walk::listing::{kind_at, Listing};
@@ -154,6 +154,8 @@ pub(crate) struct Tree {
     /// Per hard-linked file's watch, its names in the tree.
     links: HashMap<i32, Vec<Name>>,
     pub(crate) inotify: Inotify,
+    /// `None` where /proc is not mounted (mounts are then not noticed).
+    pub(crate) mounts: Option<Mounts>,
     max_watches: usize,
     generation: u64,
     /// Files marked dirty, oldest first (entries may be stale: check the
@@ -219,12 +221,15 @@ impl Tree {
             on_path: HashMap::new(),
             links: HashMap::new(),
             inotify,
+            mounts: None,
             max_watches,
             generation: 0,
             dirty: Vec::new(),
             scratch: Vec::new(),
         };
         tree.watch_ancestors()?;
+        // Read before listing: a mount made during the build is a change.
+        tree.mounts = Mounts::new(&tree.root_host).ok();
         let fd = open_beneath(tree.root_fd.as_fd(), b"", true)
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
         let above = tree.rules.above_start();

@@ -203,6 +203,91 @@ pub(crate) fn untrusted_filesystem(dir: BorrowedFd<'_>) -> Option<&'static str> 
         .map(|(_, name)| *name)
 }
 
+/// The mount table, watched for changes: mounting a filesystem on a
+/// directory (or unmounting one) raises no inotify event, yet changes what
+/// the directory holds.
+pub(crate) struct Mounts {
+    file: std::fs::File,
+    /// Mount points strictly inside the root when last read.
+    inside: Vec<Vec<u8>>,
+    root: Vec<u8>,
+}
+
+impl Mounts {
+    pub(crate) fn new(root: &std::path::Path) -> io::Result<Mounts> {
+        use std::os::unix::ffi::OsStrExt;
+        let file = std::fs::File::open("/proc/self/mountinfo")?;
+        let mut mounts = Mounts {
+            file,
+            inside: Vec::new(),
+            root: root.as_os_str().as_bytes().to_vec(),
+        };
+        mounts.inside = mounts.read_inside()?;
+        Ok(mounts)
+    }
+
+    /// Whether a filesystem was mounted or unmounted inside the root since
+    /// the last call. The kernel flags the open table (`POLLPRI`) at any
+    /// change of the mount namespace; only then is it read again.
+    pub(crate) fn changed_inside(&mut self) -> io::Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.file.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        if n <= 0 || p.revents & (libc::POLLPRI | libc::POLLERR) == 0 {
+            return Ok(false);
+        }
+        let inside = self.read_inside()?;
+        let changed = inside != self.inside;
+        self.inside = inside;
+        Ok(changed)
+    }
+
+    fn read_inside(&mut self) -> io::Result<Vec<Vec<u8>>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut text = Vec::new();
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.read_to_end(&mut text)?;
+        let mut inside: Vec<Vec<u8>> = text
+            .split(|&b| b == b'\n')
+            .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+            .map(unescape)
+            .filter(|point| {
+                point.len() > self.root.len()
+                    && point.starts_with(&self.root)
+                    && (point[self.root.len()] == b'/' || self.root == b"/")
+            })
+            .collect();
+        inside.sort();
+        Ok(inside)
+    }
+}
+
+/// A mountinfo path: space, tab, newline and backslash are octal escapes.
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Waits until `fds` has a readable descriptor or `timeout_ms` passed (-1:
 /// forever); returns which are readable.
 pub(crate) fn poll(fds: &[RawFd], timeout_ms: i32) -> Vec<bool> {
