@@ -2,7 +2,7 @@
 // - small: a copy of the installed pi-coding-agent package (~1.3k files), a small real repository;
 // - kernel: the Linux source from Debian's linux-source tarball (/usr/src/linux-source-*.tar.xz), with
 //   Debian's "ignore everything at the top level" block stripped from .gitignore, as upstream has it;
-// - monorepo (made only by the index rows, prepareMonorepo below): hard-linked copies of the kernel.
+// - monorepo (made only by the index rows, prepareMonorepo below): copies of the kernel.
 import { execFileSync } from "node:child_process";
 import {
   cpSync,
@@ -55,14 +55,17 @@ export async function prepareCorpora(log) {
 /** Copies of the kernel in the monorepo: 4 × 78.6k files = 314k searched files, over the issue's 300k. */
 const MONOREPO_COPIES = 4;
 /** Written last into a finished monorepo; a different or missing stamp makes the bench remake it. */
-const MONOREPO_STAMP = `monorepo v1: ${MONOREPO_COPIES} hard-linked kernel copies + node_modules, git init`;
+const MONOREPO_STAMP = `monorepo v2: ${MONOREPO_COPIES} kernel copies + node_modules, git init`;
 
 /**
- * A large monorepo under bench/.corpus/monorepo, made from the kernel corpus in ~5 s and reused by later
- * runs: a git repository (`git init`, no commits, so `.gitignore` rules apply as in a checkout) holding
- * `packages/linux-1..4`, each `cp -al` of the kernel (hard links: no file data is copied, only ~20k
- * directories are made), and a git-ignored `node_modules/` hard-linked from this repository's own
- * (a dependency tree on disk that searches must skip). Returns `{ dir }` or `{ why }`.
+ * A large monorepo under bench/.corpus/monorepo, made from the kernel corpus once (~1 min) and reused by
+ * later runs: a git repository (`git init`, no commits, so `.gitignore` rules apply as in a checkout)
+ * holding `packages/linux-1..4`, each a copy of the kernel, and a git-ignored `node_modules/` copied from
+ * this repository's own (a dependency tree on disk that searches must skip). Real copies, not hard links:
+ * the index watches every file that has more than one link (an edit through another of its names fires no
+ * event on the directory it watches), so hard-linked copies would cost a watch per file, here and in the
+ * kernel corpus they link to, and would share one page cache between the copies. Returns `{ dir }` or
+ * `{ why }`.
  */
 export function prepareMonorepo(kernel, log) {
   const mono = path.join(dir, "monorepo");
@@ -70,11 +73,11 @@ export function prepareMonorepo(kernel, log) {
   const stamp = path.join(mono, ".git", "bench-stamp");
   if (existsSync(stamp) && readFileSync(stamp, "utf8") === MONOREPO_STAMP) return { dir: mono };
   if (!kernel) return { why: "monorepo corpus: no kernel corpus to copy" };
-  // Hard links need no data blocks; the directories and inodes need ~100 MB. Ask for a margin.
+  // 4 copies of the kernel's 1.3 GB and a 0.5 GB node_modules take ~6 GB; ask for a margin.
   const { bavail, bsize } = statfsSync(dir);
-  if (bavail * bsize < 2 * 2 ** 30) return { why: "monorepo corpus: less than 2 GiB free under bench/.corpus" };
+  if (bavail * bsize < 10 * 2 ** 30) return { why: "monorepo corpus: less than 10 GiB free under bench/.corpus" };
   const started = Date.now();
-  log(`making the monorepo corpus (${MONOREPO_COPIES} hard-linked kernel copies + node_modules, ~5 s)`);
+  log(`making the monorepo corpus (${MONOREPO_COPIES} kernel copies + node_modules, ~1 min, ~6 GB)`);
   // Made under a temporary name and renamed when complete, so an interrupted run leaves nothing reusable.
   const tmp = `${mono}.partial`;
   rmSync(tmp, { recursive: true, force: true });
@@ -83,10 +86,10 @@ export function prepareMonorepo(kernel, log) {
   execFileSync("git", ["init", "-q", tmp]);
   writeFileSync(path.join(tmp, ".gitignore"), "node_modules/\n");
   for (let i = 1; i <= MONOREPO_COPIES; i++) {
-    execFileSync("cp", ["-al", kernel, path.join(tmp, "packages", `linux-${i}`)]);
+    execFileSync("cp", ["-a", kernel, path.join(tmp, "packages", `linux-${i}`)]);
   }
   const modules = path.join(here, "..", "node_modules");
-  if (existsSync(modules)) execFileSync("cp", ["-al", modules, path.join(tmp, "node_modules")]);
+  if (existsSync(modules)) execFileSync("cp", ["-a", modules, path.join(tmp, "node_modules")]);
   writeFileSync(path.join(tmp, ".git", "bench-stamp"), MONOREPO_STAMP);
   renameSync(tmp, mono);
   log(`monorepo corpus made in ${((Date.now() - started) / 1000).toFixed(1)} s`);
