@@ -291,6 +291,11 @@ impl Contents for Building<'_> {
     }
 }
 
+/// A grep whose candidates are more than 1/BROAD_SHARE of the indexed files
+/// walks live instead: reading most files anyway, the walk's early stop at
+/// the limit wins over the index's listing of the whole scope.
+const BROAD_SHARE: usize = 4;
+
 /// Dirty files re-read per round of the thread, at most: the lock is taken
 /// once per round to commit them, and a close waits for at most a round.
 const REINDEX_FILES: usize = 256;
@@ -451,8 +456,18 @@ impl Index {
         overrides: Option<&Override>,
     ) -> Option<GrepFiles> {
         let plan = query::plan(pattern, ignore_case, literal);
+        // Nothing to narrow by (`\w+`, `.`): the live walk, which stops at
+        // the limit, beats listing every file in scope first.
+        if matches!(plan, query::GramQuery::All) {
+            return None;
+        }
         self.answer(dir, |tree, start, postings, _| {
-            let candidates = query::candidates(&plan, postings);
+            let candidates = query::candidates(&plan, postings)?;
+            // Likewise when the n-grams leave most files (`static`).
+            if candidates.len() * BROAD_SHARE > postings.id_end() as usize {
+                return None;
+            }
+            let candidates = Some(candidates);
             let mut search = GrepScope {
                 overrides,
                 candidates: candidates.as_ref(),

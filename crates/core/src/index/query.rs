@@ -436,6 +436,10 @@ impl IdSet {
         self.bits.iter().all(|&w| w == 0)
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.bits.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
     fn and_with(&mut self, o: &IdSet) {
         for (a, b) in self.bits.iter_mut().zip(&o.bits) {
             *a &= b;
