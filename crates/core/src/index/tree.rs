@@ -452,17 +452,7 @@ impl Tree {
             };
         }
         let listing = Listing::of(fd.as_fd());
-        let level = if listing.markers.any() {
-            Arc::new(Level::of_dir(
-                fd.as_fd(),
-                &rel,
-                &listing.markers,
-                &self.rules,
-                above,
-            ))
-        } else {
-            above
-        };
+        let level = Level::for_listing(fd.as_fd(), &rel, &listing.markers, &self.rules, above);
         let id = self.alloc(DirNode {
             parent,
             name: name.into(),
@@ -813,17 +803,7 @@ impl Tree {
         let force = force || replaced;
         if force {
             let above = self.above(parent);
-            let level = if listing.markers.any() {
-                Arc::new(Level::of_dir(
-                    fd.as_fd(),
-                    &rel,
-                    &listing.markers,
-                    &self.rules,
-                    above,
-                ))
-            } else {
-                above
-            };
+            let level = Level::for_listing(fd.as_fd(), &rel, &listing.markers, &self.rules, above);
             let rule_wds = match self.node_mut(id) {
                 Some(node) => {
                     node.level = level;

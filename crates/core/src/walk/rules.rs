@@ -273,6 +273,23 @@ impl Level {
         )
     }
 
+    /// The rules a listed directory's entries are judged by: a level of its
+    /// own when its listing holds an ignore file or a repository marker, else
+    /// its parent's (most directories hold neither).
+    pub(crate) fn for_listing(
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        markers: &Markers,
+        rules: &Rules,
+        parent: Arc<Level>,
+    ) -> Arc<Level> {
+        if markers.any() {
+            Arc::new(Level::of_dir(dir, rel, markers, rules, parent))
+        } else {
+            parent
+        }
+    }
+
     /// A directory inside the walk, read through its descriptor; `rel` is its
     /// path relative to the start directory.
     pub(crate) fn of_dir(

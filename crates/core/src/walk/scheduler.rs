@@ -312,17 +312,7 @@ impl<V: Visitor> Shared<'_, V> {
         local: &mut V::Local,
     ) -> Vec<Part<V::Out>> {
         let listing = Listing::of(fd.as_fd());
-        let level = if listing.markers.any() {
-            Arc::new(Level::of_dir(
-                fd.as_fd(),
-                &rel,
-                &listing.markers,
-                self.rules,
-                above,
-            ))
-        } else {
-            above
-        };
+        let level = Level::for_listing(fd.as_fd(), &rel, &listing.markers, self.rules, above);
         let dir = Arc::new(Dir {
             fd,
             rel,
