@@ -295,6 +295,9 @@ impl Contents for Building<'_> {
 /// walks live instead: reading most files anyway, the walk's early stop at
 /// the limit wins over the index's listing of the whole scope.
 const BROAD_SHARE: usize = 4;
+/// Not below this many candidates: listing a thousand files
+/// costs well under a millisecond, and the index still spares the rest.
+const BROAD_MIN_FILES: usize = 1000;
 
 /// Dirty files re-read per round of the thread, at most: the lock is taken
 /// once per round to commit them, and a close waits for at most a round.
@@ -464,7 +467,8 @@ impl Index {
         self.answer(dir, |tree, start, postings, _| {
             let candidates = query::candidates(&plan, postings)?;
             // Likewise when the n-grams leave most files (`static`).
-            if candidates.len() * BROAD_SHARE > postings.id_end() as usize {
+            let broad = candidates.len();
+            if broad > BROAD_MIN_FILES && broad * BROAD_SHARE > postings.id_end() as usize {
                 return None;
             }
             let candidates = Some(candidates);
