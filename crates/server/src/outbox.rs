@@ -26,6 +26,8 @@ pub enum Out {
     /// command's), which holds at least that many: the writer moves them to the output after
     /// `head` (without copying them where it can), then answers on `done`. Nobody reads the pipe
     /// meanwhile.
+    // Only Linux streams output by pipe (ops.rs); elsewhere every piece is a `Frame`.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     Piped {
         head: Vec<u8>,
         from: OwnedFd,
@@ -111,6 +113,7 @@ impl Output for File {
 /// While the writer moves a stream's piece, how often its producer looks whether the stream was
 /// cancelled: a client that stopped reading must not hold the command's thread (and so the
 /// server's exit, which waits for every command) until the transport breaks.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// Bytes a plain copy from a pipe moves per read.
@@ -198,6 +201,7 @@ impl Outbox {
     /// they are written, so the stream's later frames follow them, or early with `Interrupted`
     /// once `stopped()` (the writer still moves them, from its own descriptor, before any frame
     /// queued later). Fails when the output does (the connection is ending).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub fn data_from_pipe(
         &self,
         id: u64,

@@ -5,6 +5,8 @@
 //! (`text::Collector`); when that has enough, the walk stops, so a search
 //! that reaches its limit in the first files never walks the rest of the tree.
 
+// The index's candidates (Linux only, as the index).
+#[cfg(target_os = "linux")]
 mod listed;
 mod long_lines;
 mod search;

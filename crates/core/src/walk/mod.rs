@@ -46,6 +46,8 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 pub use rules::Rules;
+// The index's candidate search runs on as many threads as a walk.
+#[cfg(target_os = "linux")]
 pub(crate) use scheduler::threads;
 pub use scheduler::walk;
 

@@ -110,6 +110,7 @@ impl Rules {
     }
 
     /// Whether `.gitignore` rules count only inside a repository (see `new`).
+    #[cfg(target_os = "linux")]
     pub(crate) fn require_git(&self) -> bool {
         self.require_git
     }
