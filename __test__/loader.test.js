@@ -39,7 +39,8 @@ try {
 function bareCopy(parent, name) {
   const dir = join(parent, name);
   mkdirSync(join(dir, "js"), { recursive: true });
-  for (const file of ["package.json", "native.cjs", "js/native.js", "js/platforms.js"]) copyFileSync(join(repo, file), join(dir, file));
+  for (const file of ["package.json", "native.cjs", "js/native.js", "js/platforms.js"])
+    copyFileSync(join(repo, file), join(dir, file));
   writeFileSync(join(dir, "probe.mjs"), PROBE);
   return dir;
 }
