@@ -535,6 +535,44 @@ fn root_deleted_steps_aside() {
     );
 }
 
+/// A root rule file's change re-watches the root's ancestors, and the
+/// events still queued for their old watches are lost: a root deleted
+/// between that change's drain and the new watches must still be noticed.
+#[test]
+fn root_deleted_while_its_ancestors_are_rewatched() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("ws");
+    populate(&d, &["a/b.rs", "c.rs"]);
+    fs::write(d.join(".gitignore"), "*.log\n").unwrap();
+    let root = root_of(&d);
+    let fd = root.open_dir(root.host()).unwrap();
+    let mut ids = Ids::default();
+    let mut pending = Vec::new();
+    let cancel = AtomicBool::new(false);
+    let mut tree = Tree::build(
+        fd,
+        d.clone(),
+        usize::MAX,
+        &mut Refresh(&mut ids),
+        &cancel,
+        &mut pending,
+    )
+    .unwrap();
+    tree.inotify.drain(&mut pending).unwrap();
+    tree.apply(&pending, &mut Refresh(&mut ids)).unwrap();
+    fs::remove_file(d.join(".gitignore")).unwrap();
+    let mut first = Vec::new();
+    tree.inotify.drain(&mut first).unwrap();
+    fs::remove_dir_all(&d).unwrap();
+    let mut second = Vec::new();
+    let outcome = tree.apply(&first, &mut Refresh(&mut ids)).and_then(|()| {
+        tree.inotify.drain(&mut second).unwrap();
+        tree.apply(&second, &mut Refresh(&mut ids))
+    });
+    let reason = outcome.expect_err("the deleted root went unnoticed");
+    assert!(reason.contains("root"), "{reason}");
+}
+
 #[test]
 fn close_mid_build_returns_and_drop_stops_the_thread() {
     let t = tempfile::tempdir().unwrap();

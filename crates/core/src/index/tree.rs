@@ -228,6 +228,8 @@ impl Tree {
             scratch: Vec::new(),
         };
         tree.watch_ancestors()?;
+        // Read again now that they are watched: a change after is an event.
+        tree.rules = Rules::new(&tree.root_host, None);
         // Read before listing: a mount made during the build is a change.
         tree.mounts = Mounts::new(&tree.root_host).ok();
         let fd = open_beneath(tree.root_fd.as_fd(), b"", true)
@@ -364,7 +366,14 @@ impl Tree {
                 first = false;
             }
         }
-        Ok(())
+        // Watches replaced here lose the events still queued for them (a
+        // root removed meanwhile, say): the root is checked by path instead.
+        let at_path = nix::sys::stat::stat(&self.root_host);
+        let held = nix::sys::stat::fstat(self.root_fd.as_fd());
+        match (at_path, held) {
+            (Ok(a), Ok(h)) if (a.st_dev, a.st_ino) == (h.st_dev, h.st_ino) => Ok(()),
+            _ => Err("the root was deleted or moved".to_string()),
+        }
     }
 
     /// Watches `.git` and `.git/info` in the directory open at `fd` (when
@@ -957,8 +966,9 @@ impl Tree {
         contents: &mut dyn Contents,
     ) -> Result<(), Aside> {
         if global {
-            self.rules = Rules::new(&self.root_host, None);
+            // Watched before read: a change after the read is an event.
             self.watch_ancestors()?;
+            self.rules = Rules::new(&self.root_host, None);
             self.reconcile(ROOT, &Fresh::None, true, contents)?;
         }
         // Parents first: a subtree they drop needs no re-listing.
