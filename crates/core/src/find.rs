@@ -122,6 +122,14 @@ impl Pattern {
         Ok(Pattern { target, base, tail })
     }
 
+    /// Whether an entry named `name` may match (`false`: it cannot). The
+    /// tail holds no `/`, so a path ending with it has a last component,
+    /// the name, ending with it.
+    #[cfg(target_os = "linux")]
+    fn may_match_name(&self, name: &[u8]) -> bool {
+        self.tail.as_ref().is_none_or(|t| t.ends(name))
+    }
+
     fn is_match(&self, rel: &Path) -> bool {
         if let Some(tail) = &self.tail {
             if !tail.ends(rel.as_os_str().as_bytes()) {
@@ -331,6 +339,10 @@ impl TreeSearch for Cached<'_, '_> {
             )
     }
 
+    fn wanted(&mut self, child: &Child) -> bool {
+        self.matches.pattern.may_match_name(&child.name)
+    }
+
     fn visit(&mut self, rel: &[u8], child: &Child, _: &DirNode) -> bool {
         let rel = Path::new(OsStr::from_bytes(rel));
         if self.matches.pattern.is_match(rel) {
@@ -398,11 +410,26 @@ mod tests {
             ignore: &ignore,
             limit,
         };
-        glob(&root, Path::new("/ws"), &search, None)
+        let found: Vec<String> = glob(&root, Path::new("/ws"), &search, None)
             .unwrap()
             .into_iter()
             .map(|p| p.into_string().unwrap())
-            .collect()
+            .collect();
+        // The same search answered from an index: the same answer.
+        #[cfg(target_os = "linux")]
+        {
+            use crate::index::{IndexOptions, IndexState};
+            let root = std::sync::Arc::new(root);
+            let index = Index::start(root.clone(), IndexOptions::default());
+            assert_eq!(index.wait_ready().state, IndexState::Ready);
+            let indexed: Vec<String> = glob(&root, Path::new("/ws"), &search, Some(&index))
+                .unwrap()
+                .into_iter()
+                .map(|p| p.into_string().unwrap())
+                .collect();
+            assert_eq!(indexed, found, "indexed find of {pattern:?}");
+        }
+        found
     }
 
     #[test]

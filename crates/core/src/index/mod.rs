@@ -50,10 +50,13 @@ pub struct IndexOptions {
     pub max_file_bytes: u64,
 }
 
-/// Files larger than this are always searched instead of indexed: 16 MiB is
-/// far beyond source files, and what is above it is mostly data and build
-/// output whose n-grams would cost memory for little selectivity.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
+/// Files larger than this are always searched instead of indexed, so read
+/// by every search: 64 MiB indexes generated sources of tens of MB (the
+/// kernel's largest header is 24 MB, which unindexed cost each search more
+/// than the rest of it), while the build's read buffer, which holds one
+/// file, stays bounded. A file's postings are bounded by the gram space
+/// whatever its size, so large files cost the index little memory.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
 impl Default for IndexOptions {
     fn default() -> Self {
@@ -835,13 +838,12 @@ impl TreeSearch for GrepScope<'_> {
         out || &*child.name == b".git"
     }
 
+    fn wanted(&mut self, child: &Child) -> bool {
+        self.candidate(child)
+    }
+
     fn visit(&mut self, rel: &[u8], child: &Child, dir: &DirNode) -> bool {
-        let candidate = match child.node {
-            Node::File(FileState::Indexed(id)) => self.candidates.is_none_or(|c| c.contains(id)),
-            Node::File(_) => true,
-            _ => false,
-        };
-        if candidate && child.kind == Kind::File {
+        if self.candidate(child) {
             // As the walk shows paths: lossy UTF-8, `/` separators.
             let shown = String::from_utf8_lossy(rel).replace('\\', "/");
             self.files.push(GrepFile {
@@ -850,6 +852,19 @@ impl TreeSearch for GrepScope<'_> {
             });
         }
         true
+    }
+}
+
+impl GrepScope<'_> {
+    /// A file grep searches if it is in scope: a candidate of the query,
+    /// dirty or never indexed.
+    fn candidate(&self, child: &Child) -> bool {
+        let candidate = match child.node {
+            Node::File(FileState::Indexed(id)) => self.candidates.is_none_or(|c| c.contains(id)),
+            Node::File(_) => true,
+            _ => false,
+        };
+        candidate && child.kind == Kind::File
     }
 }
 

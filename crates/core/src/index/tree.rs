@@ -63,7 +63,7 @@ pub(crate) enum Node {
 /// One entry of a directory's listing.
 #[derive(Debug)]
 pub(crate) struct Child {
-    pub(crate) name: Box<[u8]>,
+    pub(crate) name: ChildName,
     pub(crate) kind: Kind,
     /// The walker's decision from the root, without overrides.
     pub(crate) ignored: bool,
@@ -74,6 +74,47 @@ pub(crate) struct Child {
 }
 
 const NO_WATCH: i32 = -1;
+
+/// Bytes of a name kept inside its `Child` (most names are shorter): a walk
+/// of the tree then reads each directory's names in one run of memory, not
+/// through a pointer per entry (a cache miss each, most of a warm find's
+/// time on a large tree). 22 makes the name 24 bytes, as its tag fits.
+const INLINE_NAME: usize = 22;
+
+/// A child's name: inline up to `INLINE_NAME` bytes, else on the heap.
+#[derive(Clone)]
+pub(crate) enum ChildName {
+    Inline(u8, [u8; INLINE_NAME]),
+    Heap(Box<[u8]>),
+}
+
+impl From<&[u8]> for ChildName {
+    fn from(name: &[u8]) -> ChildName {
+        if name.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name);
+            ChildName::Inline(name.len() as u8, bytes)
+        } else {
+            ChildName::Heap(name.into())
+        }
+    }
+}
+
+impl std::ops::Deref for ChildName {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ChildName::Inline(len, bytes) => &bytes[..*len as usize],
+            ChildName::Heap(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Debug for ChildName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
+}
 
 pub(crate) struct DirNode {
     parent: Option<DirId>,
@@ -281,7 +322,12 @@ impl Tree {
         for node in self.nodes.iter().flatten() {
             bytes += node.rel.capacity() + node.name.len();
             bytes += node.children.capacity() * std::mem::size_of::<Child>();
-            bytes += node.children.iter().map(|c| c.name.len()).sum::<usize>();
+            bytes += node
+                .children
+                .iter()
+                .filter(|c| matches!(c.name, ChildName::Heap(_)))
+                .map(|c| c.name.len())
+                .sum::<usize>();
         }
         // A hash table entry: key, value and control byte, at 7/8 load.
         bytes += self.watches.capacity() * (std::mem::size_of::<(i32, Watched)>() + 1);
@@ -1091,6 +1137,9 @@ impl Tree {
                 continue;
             };
             top.1 += 1;
+            if child.kind != Kind::Dir && !search.wanted(child) {
+                continue;
+            }
             rel.truncate(len);
             if len > 0 {
                 rel.push(b'/');
@@ -1148,6 +1197,13 @@ pub(crate) trait TreeSearch {
     /// Whether the entry at `rel` (from the start) is left out with
     /// everything below it (`child.ignored` is the stored decision).
     fn left_out(&mut self, rel: &[u8], child: &Child) -> bool;
+    /// Whether a child that is no directory can matter to the search:
+    /// `false` only when `left_out` and `visit` would do nothing with it
+    /// (find: its name cannot match; grep: no candidate), so the walk passes
+    /// it without building its path (most entries, on a large tree).
+    fn wanted(&mut self, _child: &Child) -> bool {
+        true
+    }
     /// An entry not left out, in walk order; `false` ends the walk.
     fn visit(&mut self, rel: &[u8], child: &Child, dir: &DirNode) -> bool;
 }
