@@ -1,35 +1,75 @@
 //! N-grams of file contents and their posting lists (docs/index.md,
 //! "N-gram scheme").
 //!
-//! A gram is three bytes of a line, ASCII case folded, packed in the low 24
-//! bits of a `u32`. Folding lets case-insensitive queries use the index; a
-//! case-sensitive query asks for folded grams too, a superset, still sound.
+//! A gram is three bytes of a line, each folded to one of 64 character
+//! classes, packed in the low 18 bits of a `u32`. Letters fold case-free, so
+//! case-insensitive queries use the index; a case-sensitive query asks for
+//! folded grams too, a superset, still sound. Rare punctuation and every
+//! non-ASCII byte share classes: grams of identifiers and code punctuation
+//! stay exact, while the whole gram space (2^18) keeps a file's dedupe
+//! bitmap in L1 cache and binary or minified files from filling the index
+//! with millions of distinct grams.
 //! Grams never span a `\n`: grep's matches never hold one.
 //!
 //! Posting lists live in immutable *segments*, each over a range of content
 //! ids; `Postings` is the list of segments.
 
-/// A folded trigram `b0 b1 b2`: `b0 | b1 << 8 | b2 << 16` (one little-endian
-/// load).
+/// A folded trigram `c0 c1 c2`: `c0 | c1 << 6 | c2 << 12`.
 pub(crate) type Gram = u32;
 
 /// Bytes per gram.
 pub(crate) const GRAM_LEN: usize = 3;
-/// Distinct grams: 24 bits.
-const GRAM_SPACE: usize = 1 << (8 * GRAM_LEN);
-const GRAM_MASK: u32 = (GRAM_SPACE - 1) as u32;
+/// Bits per folded byte: 64 classes.
+const CLASS_BITS: u32 = 6;
+/// Distinct grams: 18 bits.
+const GRAM_SPACE: usize = 1 << (CLASS_BITS as usize * GRAM_LEN);
 
-/// ASCII lower case; other bytes as they are (UTF-8 case folding is the
-/// query's business: it asks for every byte form a character can take).
+/// The character classes: each letter (either case), digit, `_` and common
+/// code punctuation its own; `\n` its own (grams holding it are dropped);
+/// blanks one; every non-ASCII byte one; rarer punctuation and control
+/// bytes one. (UTF-8 case folding is the query's business: it asks for
+/// every byte form a character can take.)
 const FOLD: [u8; 256] = {
+    const OWN: &[u8] = b"\n_()[]{};,.:=+-*/&|<>\"'#!";
     let mut t = [0u8; 256];
+    let mut next = 1u8; // 0: rare punctuation and control bytes
     let mut i = 0;
-    while i < 256 {
-        t[i] = (i as u8).to_ascii_lowercase();
+    while i < OWN.len() {
+        t[OWN[i] as usize] = next;
+        next += 1;
         i += 1;
     }
+    let mut c = 0;
+    while c < 26 {
+        t[(b'a' + c) as usize] = next;
+        t[(b'A' + c) as usize] = next;
+        next += 1;
+        c += 1;
+    }
+    let mut d = 0;
+    while d < 10 {
+        t[(b'0' + d) as usize] = next;
+        next += 1;
+        d += 1;
+    }
+    let blank = next;
+    t[b' ' as usize] = blank;
+    t[b'\t' as usize] = blank;
+    t[b'\r' as usize] = blank;
+    t[0x0b] = blank;
+    t[0x0c] = blank;
+    let high = next + 1;
+    let mut h = 0x80;
+    while h < 256 {
+        t[h] = high;
+        h += 1;
+    }
+    assert!(high < 1 << CLASS_BITS, "64 classes at most");
     t
 };
+
+/// The class of `\n`.
+pub(crate) const NL: u8 = FOLD[b'\n' as usize];
 
 /// Folds one byte as the index does.
 pub(crate) fn fold(b: u8) -> u8 {
@@ -37,13 +77,19 @@ pub(crate) fn fold(b: u8) -> u8 {
 }
 
 /// The gram of three (unfolded) bytes.
+#[cfg(test)]
 pub(crate) fn gram_of(b: [u8; 3]) -> Gram {
-    fold(b[0]) as u32 | (fold(b[1]) as u32) << 8 | (fold(b[2]) as u32) << 16
+    pack(fold(b[0]), fold(b[1]), fold(b[2]))
+}
+
+/// The gram of three folded bytes (`fold`'s classes).
+pub(crate) fn pack(c0: u8, c1: u8, c2: u8) -> Gram {
+    c0 as u32 | (c1 as u32) << CLASS_BITS | (c2 as u32) << (2 * CLASS_BITS)
 }
 
 /// A thread's dedupe state for `file_grams`: one bit per possible gram
-/// (2^24 bits = 2 MiB) and the list of words set, so only those are cleared
-/// (never a 2 MiB memset per file).
+/// (2^18 bits = 32 KiB, in L1 cache) and the list of words set, so only those are cleared
+/// (never a 32 KiB memset per file: most files are small).
 pub(crate) struct GramScratch {
     bits: Vec<u64>,
     /// Indices of words of `bits` made non-zero; sized for every word plus
@@ -69,8 +115,8 @@ impl Default for GramScratch {
 /// Whether a gram holds a `\n` (or is one of the two made before a file's
 /// third byte, which start with the `\n` the scan starts from).
 fn spans_lines(g: Gram) -> bool {
-    let nl = b'\n' as u32;
-    g >> 16 == nl || (g >> 8) & 0xff == nl || g & 0xff == nl
+    let class = |i: u32| (g >> (i * CLASS_BITS)) & ((1 << CLASS_BITS) - 1);
+    (0..3).any(|i| class(i) == NL as u32)
 }
 
 /// Bytes folded at a time before their grams are taken: a buffer that stays
@@ -87,18 +133,17 @@ pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Ve
     let mut len = 0usize;
     // Folded bytes, after the last two of the previous block; the file
     // starts as if after a line end, so its first two grams span lines and
-    // are dropped with every other gram that does. Four spare bytes let
-    // each gram be one unaligned u32 load.
-    let mut buf = [0u8; BLOCK + 2 + 4];
-    buf[0] = b'\n';
-    buf[1] = b'\n';
+    // are dropped with every other gram that does.
+    let mut buf = [0u8; BLOCK + 2];
+    buf[0] = NL;
+    buf[1] = NL;
     for block in content.chunks(BLOCK) {
         for (d, &b) in buf[2..].iter_mut().zip(block) {
             *d = FOLD[b as usize];
         }
-        for i in 0..block.len() {
-            let four: [u8; 4] = buf[i..i + 4].try_into().expect("4 bytes");
-            let gram = u32::from_le_bytes(four) & GRAM_MASK;
+        let n = block.len();
+        for ((&c0, &c1), &c2) in buf[..n].iter().zip(&buf[1..n + 1]).zip(&buf[2..n + 2]) {
+            let gram = pack(c0, c1, c2);
             let w = (gram >> 6) as usize;
             let old = bits[w];
             bits[w] = old | 1 << (gram & 63);
@@ -107,7 +152,6 @@ pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Ve
             words[len] = w as u32;
             len += (old == 0) as usize;
         }
-        let n = block.len();
         buf[0] = buf[n];
         buf[1] = buf[n + 1];
     }
@@ -271,11 +315,9 @@ fn encode_list(ids: &[u32], lo: u32, hi: u32, data: &mut Vec<u8>) -> bool {
     true
 }
 
-/// Distinct grams a builder maps through a hash table; past that, through
-/// a table indexed by gram (2^24 entries, 64 MiB of address space of which
-/// the OS commits only the pages touched). A small builder (re-indexed
-/// files) never pays for the large table, a whole build never pays for
-/// hashing.
+/// Distinct grams a builder keeps in a hash table; past that, a list per
+/// possible gram (`Lists::Direct`). A small builder (re-indexed files)
+/// never pays for the large table, a whole build never pays for hashing.
 const HASHED_GRAMS: usize = 1 << 16;
 
 /// A multiplicative hash: grams are already well spread integers.
@@ -292,21 +334,27 @@ impl std::hash::Hasher for GramHasher {
         self.0 = (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
-type GramMap = std::collections::HashMap<Gram, u32, std::hash::BuildHasherDefault<GramHasher>>;
 
-enum Slots {
-    Hashed(GramMap),
-    /// Index in `lists` + 1 per gram; 0: not seen.
-    Dense(Vec<u32>),
+/// The lists while they grow: a few grams' in a map; past `HASHED_GRAMS`
+/// (or once text is added in bulk), a list per possible gram, the gram its
+/// index (8 MiB), so lists are found without a lookup and in gram order.
+enum Lists {
+    Hashed(std::collections::HashMap<Gram, Growing, std::hash::BuildHasherDefault<GramHasher>>),
+    Direct(Vec<Growing>),
 }
 
 /// One gram's list while it grows: delta varints, the first relative to the
 /// segment's first id.
 struct Growing {
-    gram: Gram,
     last: u32,
-    count: u32,
     data: Vec<u8>,
+}
+
+impl Growing {
+    fn push(&mut self, id: u32) {
+        put_varint(&mut self.data, id - self.last);
+        self.last = id;
+    }
 }
 
 /// Builds a segment from files added in increasing id order: each gram's
@@ -318,9 +366,40 @@ pub(crate) struct SegmentBuilder {
     files: u32,
     /// Ids (relative to `lo`) holding grams, one bit each.
     held: Vec<u64>,
-    slots: Slots,
-    lists: Vec<Growing>,
+    lists: Lists,
     postings: u64,
+    /// Files added as text, not yet in `lists`.
+    chunk: Option<Box<Chunk>>,
+}
+
+/// Ids in a chunk: one bit each in a `u64`.
+const CHUNK_IDS: u32 = 64;
+
+/// Files added as text (`add_text`), up to `CHUNK_IDS` ids at a time, as a
+/// bit matrix: per gram, a bit per id of the chunk. A byte costs one bit
+/// set, with no per-file dedupe; the chunk's grams come out in gram order,
+/// each list touched once per chunk rather than once per file.
+struct Chunk {
+    /// Its first id, relative to the builder's `lo` (a multiple of
+    /// `CHUNK_IDS`); `None` while it holds no file.
+    base: Option<u32>,
+    /// 2^18 words: 2 MiB, allocated once per builder.
+    bits: Vec<u64>,
+    /// The flush's grams and their ids.
+    touched: Vec<(Gram, u64)>,
+}
+
+/// Asks the CPU to bring the cache line at `p` in (a hint: no effect on
+/// what the program does).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl Default for SegmentBuilder {
@@ -336,9 +415,25 @@ impl SegmentBuilder {
             last: None,
             files: 0,
             held: Vec::new(),
-            slots: Slots::Hashed(GramMap::default()),
-            lists: Vec::new(),
+            lists: Lists::Hashed(Default::default()),
             postings: 0,
+            chunk: None,
+        }
+    }
+
+    /// A list per possible gram from now on.
+    fn go_direct(&mut self, lo: u32) {
+        if let Lists::Hashed(map) = &mut self.lists {
+            let mut direct: Vec<Growing> = (0..GRAM_SPACE)
+                .map(|_| Growing {
+                    last: lo,
+                    data: Vec::new(),
+                })
+                .collect();
+            for (g, l) in map.drain() {
+                direct[g as usize] = l;
+            }
+            self.lists = Lists::Direct(direct);
         }
     }
 
@@ -346,6 +441,7 @@ impl SegmentBuilder {
     /// grams (as `file_grams` gives them, in any order).
     pub(crate) fn add(&mut self, id: u32, grams: &[Gram]) {
         assert!(self.last.is_none_or(|l| id > l), "ids must increase");
+        self.flush_chunk();
         let lo = *self.lo.get_or_insert(id);
         self.last = Some(id);
         if grams.is_empty() {
@@ -358,68 +454,138 @@ impl SegmentBuilder {
             self.held.resize(bit / 64 + 1, 0);
         }
         self.held[bit / 64] |= 1 << (bit % 64);
-        if let Slots::Hashed(map) = &self.slots {
+        if let Lists::Hashed(map) = &self.lists {
             if map.len() + grams.len() > HASHED_GRAMS {
-                let mut dense = vec![0u32; GRAM_SPACE];
-                for (&g, &i) in map {
-                    dense[g as usize] = i;
-                }
-                self.slots = Slots::Dense(dense);
+                self.go_direct(lo);
             }
         }
-        let lists = &mut self.lists;
-        let new = |lists: &mut Vec<Growing>, g: Gram| {
-            lists.push(Growing {
-                gram: g,
-                last: lo,
-                count: 0,
-                data: Vec::new(),
-            });
-            lists.len() as u32
-        };
-        match &mut self.slots {
-            Slots::Dense(slot) => {
+        match &mut self.lists {
+            Lists::Direct(direct) => {
                 for &g in grams {
-                    let mut i = slot[g as usize];
-                    if i == 0 {
-                        i = new(lists, g);
-                        slot[g as usize] = i;
-                    }
-                    let l = &mut lists[i as usize - 1];
-                    put_varint(&mut l.data, id - l.last);
-                    l.last = id;
-                    l.count += 1;
+                    direct[g as usize].push(id);
                 }
             }
-            Slots::Hashed(map) => {
+            Lists::Hashed(map) => {
                 for &g in grams {
-                    let i = *map.entry(g).or_insert_with(|| new(lists, g));
-                    let l = &mut lists[i as usize - 1];
-                    put_varint(&mut l.data, id - l.last);
-                    l.last = id;
-                    l.count += 1;
+                    map.entry(g)
+                        .or_insert_with(|| Growing {
+                            last: lo,
+                            data: Vec::new(),
+                        })
+                        .push(id);
                 }
             }
         }
     }
 
+    /// Adds file `id` (greater than any added before) with its contents:
+    /// the grams `file_grams` would give, taken in bulk (the first build).
+    pub(crate) fn add_text(&mut self, id: u32, content: &[u8]) {
+        assert!(self.last.is_none_or(|l| id > l), "ids must increase");
+        let lo = *self.lo.get_or_insert(id);
+        self.last = Some(id);
+        let base = (id - lo) / CHUNK_IDS * CHUNK_IDS;
+        if self.chunk.as_ref().is_some_and(|c| c.base != Some(base)) {
+            self.flush_chunk();
+        }
+        let chunk = self.chunk.get_or_insert_with(|| {
+            Box::new(Chunk {
+                base: None,
+                bits: vec![0; GRAM_SPACE],
+                touched: Vec::new(),
+            })
+        });
+        chunk.base = Some(base);
+        let bits: &mut [u64; GRAM_SPACE] = (&mut chunk.bits[..]).try_into().expect("sized");
+        let bit = 1u64 << (id - lo - base);
+        // The file starts as if after a line end (as in `file_grams`): its
+        // first two grams hold `\n` and are dropped at the flush.
+        let mut gram = pack(0, NL, NL);
+        for &b in content {
+            gram = gram >> CLASS_BITS | (FOLD[b as usize] as u32) << (2 * CLASS_BITS);
+            bits[gram as usize] |= bit;
+        }
+    }
+
+    /// Moves the chunk's postings to the lists, in gram order, and clears
+    /// it for the next chunk.
+    fn flush_chunk(&mut self) {
+        let Some(base) = self.chunk.as_mut().and_then(|c| c.base.take()) else {
+            return;
+        };
+        let lo = self.lo.expect("a chunk has ids");
+        self.go_direct(lo);
+        let Lists::Direct(direct) = &mut self.lists else {
+            unreachable!("made direct above")
+        };
+        let chunk = self.chunk.as_mut().expect("has a base");
+        // First the chunk's grams, so the second pass knows which lists
+        // come next and fetches their ends ahead: they are all over memory.
+        let touched = &mut chunk.touched;
+        touched.clear();
+        let mut held = 0u64;
+        for (g, word) in chunk.bits.iter_mut().enumerate() {
+            if *word == 0 {
+                continue;
+            }
+            let ids = std::mem::take(word);
+            if !spans_lines(g as Gram) {
+                held |= ids;
+                touched.push((g as Gram, ids));
+            }
+        }
+        /// Lists whose ends are fetched ahead.
+        const AHEAD: usize = 8;
+        for k in 0..touched.len() {
+            if let Some(&(g, _)) = touched.get(k + AHEAD) {
+                let data = &direct[g as usize].data;
+                prefetch(data.as_ptr().wrapping_add(data.len()));
+            }
+            let (g, mut ids) = touched[k];
+            self.postings += u64::from(ids.count_ones());
+            let list = &mut direct[g as usize];
+            while ids != 0 {
+                list.push(lo + base + ids.trailing_zeros());
+                ids &= ids - 1;
+            }
+        }
+        let word = (base / CHUNK_IDS) as usize;
+        if self.held.len() <= word {
+            self.held.resize(word + 1, 0);
+        }
+        self.held[word] |= held;
+        self.files += held.count_ones();
+    }
+
     /// The segment of every file added, its lists in gram order, each a
     /// bitmap where that is smaller.
-    pub(crate) fn finish(self) -> Segment {
+    pub(crate) fn finish(mut self) -> Segment {
+        self.flush_chunk();
+        self.chunk = None;
         let lo = self.lo.unwrap_or(0);
         let hi = self.last.map_or(lo, |l| l + 1);
         let mut held = self.held;
         held.resize(((hi - lo) as usize).div_ceil(64), 0);
-        drop(self.slots);
-        let mut lists = self.lists;
-        lists.sort_unstable_by_key(|l| l.gram);
-        let bytes: usize = lists.iter().map(|l| l.data.len()).sum();
+        let lists: Vec<(Gram, Growing)> = match self.lists {
+            Lists::Direct(direct) => direct
+                .into_iter()
+                .enumerate()
+                .filter(|(_, l)| !l.data.is_empty())
+                .map(|(g, l)| (g as Gram, l))
+                .collect(),
+            Lists::Hashed(map) => {
+                let mut lists: Vec<(Gram, Growing)> = map.into_iter().collect();
+                lists.sort_unstable_by_key(|(g, _)| *g);
+                lists
+            }
+        };
+        let bytes: usize = lists.iter().map(|(_, l)| l.data.len()).sum();
         let mut grams = Vec::with_capacity(lists.len());
         let mut ends = Vec::with_capacity(lists.len());
         let mut data = Vec::with_capacity(bytes);
         let bitmap_len = (hi - lo).div_ceil(8) as usize;
         let mut ids = Vec::new();
-        for l in lists {
+        for (gram, l) in lists {
             let mut end = data.len() as u32 + l.data.len() as u32;
             if l.data.len() > bitmap_len {
                 ids.clear();
@@ -434,7 +600,7 @@ impl SegmentBuilder {
             } else {
                 data.extend_from_slice(&l.data);
             }
-            grams.push(l.gram);
+            grams.push(gram);
             ends.push(end);
         }
         Segment {
@@ -661,7 +827,7 @@ pub(crate) mod tests {
                         if r < 50 {
                             (r % 5) as u32
                         } else {
-                            rng.below(1 << 24) as u32
+                            rng.below(GRAM_SPACE as u64) as u32
                         }
                     })
                     .collect();
@@ -688,6 +854,48 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// Random text: short and long lines, every class, non-ASCII bytes,
+    /// empty and tiny files.
+    fn random_text(rng: &mut Rng) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"aAbBzZ09_ \t\n\r(){};.,=<>\"'#!$%@~\\`\x00\x7f\x80\xc3\xa9\xff";
+        let len = match rng.below(4) {
+            0 => rng.below(4),
+            1 => rng.below(64),
+            _ => rng.below(3000),
+        };
+        (0..len)
+            .map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize])
+            .collect()
+    }
+
+    #[test]
+    fn text_in_bulk_gives_the_segment_of_its_grams() {
+        let mut rng = Rng(23);
+        let mut scratch = GramScratch::new();
+        let mut grams = Vec::new();
+        let (mut by_text, mut by_grams) = (SegmentBuilder::new(), SegmentBuilder::new());
+        let mut id = 5;
+        let mut files = Vec::new();
+        // Gaps in the ids cross chunk boundaries, and skip whole chunks.
+        for _ in 0..700 {
+            id += 1 + rng.below(3) as u32 + if rng.below(50) == 0 { 200 } else { 0 };
+            let text = random_text(&mut rng);
+            file_grams(&text, &mut scratch, &mut grams);
+            by_text.add_text(id, &text);
+            by_grams.add(id, &grams);
+            files.push((id, grams.clone()));
+        }
+        let (a, b) = (by_text.finish(), by_grams.finish());
+        assert_eq!(a.id_range(), b.id_range());
+        assert_eq!((a.files, a.postings), (b.files, b.postings));
+        assert_eq!(a.held, b.held);
+        assert_eq!(a.grams, b.grams);
+        for &gram in a.grams.iter() {
+            assert_eq!(ids_of(&a, gram), expected(&files, gram, &|_| true));
+        }
+        assert!(a.grams.len() > 1000, "{} grams", a.grams.len());
+    }
+
     #[test]
     fn segments_round_trip_lists_and_bitmaps() {
         let mut rng = Rng(7);
@@ -712,7 +920,9 @@ pub(crate) mod tests {
         let mut rng = Rng(11);
         let files: Vec<(u32, Vec<Gram>)> = (0..40)
             .map(|i| {
-                let mut g: Vec<Gram> = (0..5000).map(|_| rng.below(1 << 24) as u32).collect();
+                let mut g: Vec<Gram> = (0..5000)
+                    .map(|_| rng.below(GRAM_SPACE as u64) as u32)
+                    .collect();
                 g.push(i % 3);
                 g.sort();
                 g.dedup();
@@ -723,7 +933,7 @@ pub(crate) mod tests {
         for (id, g) in &files {
             b.add(*id, g);
         }
-        assert!(matches!(b.slots, Slots::Dense(_)));
+        assert!(matches!(b.lists, Lists::Direct(_)));
         let seg = b.finish();
         for gram in 0..3 {
             assert_eq!(ids_of(&seg, gram), expected(&files, gram, &|_| true));
@@ -828,8 +1038,6 @@ pub(crate) mod measure {
     /// The index of a tree: (postings, files, bytes indexed).
     pub(crate) fn build_tree(files: &[PathBuf], report: bool) -> (Postings, u64) {
         let t0 = Instant::now();
-        let mut scratch = GramScratch::new();
-        let mut grams = Vec::new();
         let mut buf = Vec::new();
         let mut builder = SegmentBuilder::new();
         let (mut bytes, mut t_read, mut t_grams, mut t_add) = (0u64, 0f64, 0f64, 0f64);
@@ -844,9 +1052,8 @@ pub(crate) mod measure {
             }
             let t1 = Instant::now();
             bytes += buf.len() as u64;
-            file_grams(&buf, &mut scratch, &mut grams);
             let t2 = Instant::now();
-            builder.add(id as u32, &grams);
+            builder.add_text(id as u32, &buf);
             let t3 = Instant::now();
             t_read += (t1 - t).as_secs_f64();
             t_grams += (t2 - t1).as_secs_f64();

@@ -211,9 +211,9 @@ struct Reader {
 
 /// What reading a file gave.
 enum Read_ {
-    /// Its bytes (grams in the caller's vector), and whether it has more
-    /// than one link.
-    Grams(u64, bool),
+    /// Its contents (in the reader's `buf`), and whether it has more than
+    /// one link.
+    Read(bool),
     Always,
 }
 
@@ -226,10 +226,10 @@ impl Reader {
         }
     }
 
-    /// Reads `file` and leaves its grams in `grams`; `Always` for a file
-    /// that is searched without asking the index. A hard-linked file is
-    /// read only when `links` (its inode is watched).
-    fn read(&mut self, file: File, grams: &mut Vec<Gram>, links: bool) -> Read_ {
+    /// Reads `file` into `buf`; `Always` for a file that is searched
+    /// without asking the index. A hard-linked file is read only when
+    /// `links` (its inode is watched).
+    fn read(&mut self, file: File, links: bool) -> Read_ {
         let Ok(st) = fstat(file.as_fd()) else {
             return Read_::Always;
         };
@@ -252,15 +252,13 @@ impl Reader {
         if self.buf.starts_with(&[0xFF, 0xFE]) || self.buf.starts_with(&[0xFE, 0xFF]) {
             return Read_::Always;
         }
-        file_grams(&self.buf, &mut self.scratch, grams);
-        Read_::Grams(self.buf.len() as u64, linked)
+        Read_::Read(linked)
     }
 }
 
 /// The first build: every file read as it is listed, into one segment.
 struct Building<'a> {
     reader: Reader,
-    grams: Vec<Gram>,
     builder: SegmentBuilder,
     ids: &'a mut Ids,
     bytes: u64,
@@ -279,10 +277,11 @@ impl Contents for Building<'_> {
         let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
             return Some(FileState::Always);
         };
-        Some(match self.reader.read(fd.into(), &mut self.grams, linked) {
-            Read_::Grams(bytes, _) => {
+        Some(match self.reader.read(fd.into(), linked) {
+            Read_::Read(_) => {
+                let bytes = self.reader.buf.len() as u64;
                 let id = self.ids.assign(bytes);
-                self.builder.add(id, &self.grams);
+                self.builder.add_text(id, &self.reader.buf);
                 self.bytes += bytes;
                 FileState::Indexed(id)
             }
@@ -632,7 +631,6 @@ impl Inner {
         let mut ids = Ids::default();
         let mut building = Building {
             reader: Reader::new(self.options.max_file_bytes),
-            grams: Vec::new(),
             builder: SegmentBuilder::new(),
             ids: &mut ids,
             bytes: 0,
@@ -739,11 +737,13 @@ impl Inner {
             }
             let read = match open_beneath(root_fd.as_fd(), &path, false) {
                 Ok(fd) => {
-                    let mut grams = Vec::new();
                     // Linked files are read; the commit keeps them only if
                     // their inode is watched.
-                    match reader.read(fd.into(), &mut grams, true) {
-                        Read_::Grams(n, linked) => {
+                    match reader.read(fd.into(), true) {
+                        Read_::Read(linked) => {
+                            let mut grams = Vec::new();
+                            file_grams(&reader.buf, &mut reader.scratch, &mut grams);
+                            let n = reader.buf.len() as u64;
                             bytes += n;
                             Some((n, linked, grams))
                         }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use regex_syntax::ast::parse::ParserBuilder;
 use regex_syntax::hir::{self, Class, Hir, HirKind};
 
-use super::grams::{fold, gram_of, Gram, Postings, GRAM_LEN};
+use super::grams::{fold, pack, Gram, Postings, GRAM_LEN, NL};
 
 /// What every file holding a match must contain.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,10 +168,10 @@ fn string_query(s: &[u8]) -> GramQuery {
     and(s
         .windows(GRAM_LEN)
         .map(|w| {
-            if w.contains(&b'\n') {
+            if w.contains(&NL) {
                 GramQuery::All
             } else {
-                GramQuery::Gram(gram_of([w[0], w[1], w[2]]))
+                GramQuery::Gram(pack(w[0], w[1], w[2]))
             }
         })
         .collect())

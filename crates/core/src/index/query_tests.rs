@@ -3,7 +3,7 @@ use std::collections::HashSet;
 use super::*;
 use crate::grep::{Engine, EngineOptions};
 use crate::index::grams::tests::Rng;
-use crate::index::grams::{file_grams, GramScratch, SegmentBuilder};
+use crate::index::grams::{file_grams, gram_of, GramScratch, SegmentBuilder};
 
 fn g(s: &str) -> GramQuery {
     let b = s.as_bytes();
@@ -149,7 +149,10 @@ fn case_insensitive_non_ascii() {
     sound_on("éé", true, false, "ÉÉ");
     sound_on("k", true, false, "\u{212A}");
     // Without -i, non-ASCII bytes are taken as they are.
-    assert_eq!(plan("xÉ", false, false), string_query("xÉ".as_bytes()));
+    assert_eq!(
+        plan("xÉ", false, false),
+        string_query(&folded("xÉ".as_bytes()))
+    );
     assert_ne!(plan("kelvin", true, false), GramQuery::All);
 }
 
