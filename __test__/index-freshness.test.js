@@ -335,7 +335,7 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     const big = `${ws.root}/big.txt`;
     const file = `${ws.root}/src/hot.txt`;
     for (let i = 1; i <= 20; i++) {
-      // 8 MiB of text the n-grams of which take the thread a while (below the 16 MiB default limit).
+      // 8 MiB of text the n-grams of which take the thread a while (below the 64 MiB default limit).
       writeFileSync(
         big,
         Buffer.alloc(8 << 20, `lorem ipsum ${i} dolor sit amet ${"abcdefghijklmnopqrstuvwxyz".slice(i)}\n`),

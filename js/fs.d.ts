@@ -17,7 +17,7 @@ export interface BoundFsOptions {
 export interface IndexOptions {
   /** The most inotify watches (one per indexed directory) it may hold; more steps it aside. Default: the system's limit. */
   maxWatches?: number;
-  /** Files larger than this many bytes are not indexed, and every grep reads them. Default 16 MiB. */
+  /** Files larger than this many bytes are not indexed, and every grep reads them. Default 64 MiB. */
   maxFileBytes?: number;
 }
 
