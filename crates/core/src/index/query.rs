@@ -422,10 +422,6 @@ impl IdSet {
         }
     }
 
-    fn insert(&mut self, id: u32) {
-        self.bits[id as usize / 64] |= 1 << (id % 64);
-    }
-
     pub(crate) fn contains(&self, id: u32) -> bool {
         self.bits
             .get(id as usize / 64)
@@ -434,6 +430,20 @@ impl IdSet {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.bits.iter().all(|&w| w == 0)
+    }
+
+    /// The ids in the set, in increasing order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.bits.iter().enumerate().flat_map(|(i, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let bit = w.trailing_zeros();
+                    w &= w - 1;
+                    i as u32 * 64 + bit
+                })
+            })
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -464,7 +474,7 @@ pub(crate) fn candidates(q: &GramQuery, postings: &Postings) -> Option<IdSet> {
             let mut set = IdSet::empty(end);
             for seg in postings.segments() {
                 if let Some(list) = seg.list(*g) {
-                    list.for_each(|id| set.insert(id));
+                    list.or_into(&mut set.bits);
                 }
             }
             Some(set)
@@ -497,3 +507,62 @@ pub(crate) fn candidates(q: &GramQuery, postings: &Postings) -> Option<IdSet> {
 #[cfg(test)]
 #[path = "query_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod id_set_tests {
+    use super::*;
+    use crate::index::grams::SegmentBuilder;
+
+    /// Lists of every density (bitmaps and delta lists), in segments that
+    /// start on and off word and byte boundaries, give each id exactly
+    /// once they hold, whether decoded id by id or a byte at a time.
+    #[test]
+    fn lists_into_sets_as_their_ids() {
+        for (lo, n) in [(0, 200), (3, 200), (61, 130), (64, 64), (100, 7), (5, 1)] {
+            let mut postings = Postings::new();
+            // A first segment before `lo`, so later ones sit at an offset.
+            if lo > 0 {
+                let mut b = SegmentBuilder::new();
+                for id in 0..lo {
+                    b.add(id, &[1, 2]);
+                }
+                postings.push(b.finish());
+            }
+            let mut b = SegmentBuilder::new();
+            let grams = |id: u32| -> Vec<Gram> {
+                let mut g = vec![1];
+                if id.is_multiple_of(3) {
+                    g.push(2);
+                }
+                if id % 50 == 7 {
+                    g.push(3);
+                }
+                if id == lo + n - 1 {
+                    g.push(4);
+                }
+                g
+            };
+            for id in lo..lo + n {
+                b.add(id, &grams(id));
+            }
+            postings.push(b.finish());
+            let end = postings.id_end();
+            for g in [1, 2, 3, 4, 5] {
+                let want: Vec<u32> = (0..end)
+                    .filter(|&id| {
+                        if id < lo {
+                            g <= 2
+                        } else {
+                            grams(id).contains(&g)
+                        }
+                    })
+                    .collect();
+                let set = candidates(&GramQuery::Gram(g), &postings).unwrap();
+                let got: Vec<u32> = (0..end + 64).filter(|&id| set.contains(id)).collect();
+                assert_eq!(got, want, "gram {g}, segment at {lo} of {n} ids");
+                assert_eq!(set.iter().collect::<Vec<u32>>(), want);
+                assert_eq!(set.len(), want.len());
+            }
+        }
+    }
+}

@@ -203,7 +203,30 @@ pub(crate) struct Tree {
     /// generation).
     pub(crate) dirty: Vec<DirtyRef>,
     scratch: Vec<u8>,
+    /// Raised by every change of the tree (`apply`, `settle`, the only
+    /// ways to change it once built): what is derived from the tree (its
+    /// `Places`) holds for one version.
+    version: u64,
+    places: Option<Places>,
 }
+
+/// Where the files a selective grep may read are, derived from the tree
+/// at one version (rebuilt by a pass over it when the tree changed):
+/// enough to list a few candidates in walk order without walking it all.
+pub(crate) struct Places {
+    version: u64,
+    /// Per content id, the directory of the file indexed under it
+    /// (`NO_DIR`: none).
+    dir_of: Vec<DirId>,
+    /// Directories holding a file searched whatever the query (dirty or
+    /// never indexed), or a second file under an id already placed.
+    always: Vec<DirId>,
+    /// Directories holding a subdirectory a walk would enter but that is
+    /// not indexed (a walk through one is not answered from the tree).
+    blocked: Vec<DirId>,
+}
+
+const NO_DIR: DirId = DirId::MAX;
 
 /// Opens a directory below the root fd by its path from the root, never
 /// through a symlink (as the walker, which opens each level `O_NOFOLLOW`).
@@ -267,6 +290,8 @@ impl Tree {
             generation: 0,
             dirty: Vec::new(),
             scratch: Vec::new(),
+            version: 0,
+            places: None,
         };
         tree.watch_ancestors()?;
         // Read again now that they are watched: a change after is an event.
@@ -336,6 +361,9 @@ impl Tree {
             bytes += names.iter().map(|(_, n)| n.len()).sum::<usize>();
         }
         bytes += self.links.capacity() * (std::mem::size_of::<(i32, Vec<Name>)>() + 1);
+        if let Some(p) = &self.places {
+            bytes += (p.dir_of.capacity() + p.always.capacity() + p.blocked.capacity()) * 4;
+        }
         bytes + self.dirty.capacity() * std::mem::size_of::<DirtyRef>()
     }
 
@@ -906,6 +934,7 @@ impl Tree {
         events: &[Event],
         contents: &mut dyn Contents,
     ) -> Result<(), Aside> {
+        self.version += 1;
         let mut changed: HashMap<DirId, HashSet<Box<[u8]>>> = HashMap::new();
         let mut relist: HashSet<DirId> = HashSet::new();
         let mut forced: HashSet<DirId> = HashSet::new();
@@ -1067,6 +1096,7 @@ impl Tree {
     /// `linked`: the read saw more than one link, which is indexable only if
     /// the file's inode is watched.
     pub(crate) fn settle(&mut self, r: &DirtyRef, state: FileState, linked: bool) -> bool {
+        self.version += 1;
         let Some(node) = self.node_mut(r.dir) else {
             return false;
         };
@@ -1125,7 +1155,7 @@ impl Tree {
     /// listing order, a directory before its contents), asking `search`
     /// what is left out and handing it what is not. `None` when the walk
     /// would have to enter an unindexed directory.
-    pub(crate) fn dfs(&self, start: DirId, search: &mut dyn TreeSearch) -> Option<()> {
+    pub(crate) fn dfs<S: TreeSearch + ?Sized>(&self, start: DirId, search: &mut S) -> Option<()> {
         // (directory, next child, length of its path from `start`)
         let mut stack: Vec<(DirId, usize, usize)> = vec![(start, 0, 0)];
         let mut rel: Vec<u8> = Vec::new();
@@ -1158,6 +1188,127 @@ impl Tree {
             }
         }
         Some(())
+    }
+}
+
+impl Tree {
+    /// The tree's `Places`, from `cache` if it is of this version, else
+    /// from a pass over every directory (left in `cache`).
+    fn places<'c>(&self, cache: &'c mut Option<Places>) -> &'c Places {
+        if cache.as_ref().is_some_and(|p| p.version == self.version) {
+            return cache.as_ref().expect("checked");
+        }
+        let mut places = Places {
+            version: self.version,
+            dir_of: Vec::new(),
+            always: Vec::new(),
+            blocked: Vec::new(),
+        };
+        for (d, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            let d = d as DirId;
+            let (mut always, mut blocked) = (false, false);
+            for child in &node.children {
+                if child.ignored || &*child.name == b".git" {
+                    continue;
+                }
+                match child.node {
+                    Node::File(FileState::Indexed(id)) => {
+                        let id = id as usize;
+                        if places.dir_of.len() <= id {
+                            places.dir_of.resize(id + 1, NO_DIR);
+                        }
+                        match places.dir_of[id] {
+                            NO_DIR => places.dir_of[id] = d,
+                            other => always |= other != d,
+                        }
+                    }
+                    Node::File(_) => always = true,
+                    Node::Unindexed | Node::Pending if child.kind == Kind::Dir => blocked = true,
+                    _ => {}
+                }
+            }
+            if always {
+                places.always.push(d);
+            }
+            if blocked {
+                places.blocked.push(d);
+            }
+        }
+        cache.insert(places)
+    }
+
+    /// Whether directory `d` is `start` or below it.
+    fn within(&self, mut d: DirId, start: DirId) -> bool {
+        loop {
+            if d == start {
+                return true;
+            }
+            match self.node(d).and_then(|n| n.parent) {
+                Some(p) => d = p,
+                None => return false,
+            }
+        }
+    }
+
+    /// What a walk from `start` leaving out only ignored entries and `.git`
+    /// (grep's without `--glob`) would visit among the files `wanted`
+    /// accepts, in walk order, with their paths from the root, found
+    /// through `places` for the content ids in `ids` (and the files searched
+    /// whatever the query) instead of walking everything. `None` when such
+    /// a walk would enter an unindexed directory (as `dfs`).
+    pub(crate) fn locate(
+        &mut self,
+        start: DirId,
+        ids: impl Iterator<Item = u32>,
+        wanted: &mut dyn FnMut(&Child) -> bool,
+    ) -> Option<Vec<Vec<u8>>> {
+        let mut cache = self.places.take();
+        let found = self.locate_in(start, self.places(&mut cache), ids, wanted);
+        self.places = cache;
+        found
+    }
+
+    fn locate_in(
+        &self,
+        start: DirId,
+        places: &Places,
+        ids: impl Iterator<Item = u32>,
+        wanted: &mut dyn FnMut(&Child) -> bool,
+    ) -> Option<Vec<Vec<u8>>> {
+        if places.blocked.iter().any(|&d| self.within(d, start)) {
+            return None;
+        }
+        let mut dirs: Vec<DirId> = ids
+            .filter_map(|id| places.dir_of.get(id as usize).copied())
+            .filter(|&d| d != NO_DIR)
+            .chain(places.always.iter().copied())
+            .collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        // Sort keys: the path with `/` as 0, below every byte a name can
+        // hold, so byte order is the walk's (siblings by name, a directory
+        // before its contents).
+        let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for d in dirs {
+            if !self.within(d, start) {
+                continue;
+            }
+            let Some(node) = self.node(d) else { continue };
+            for child in &node.children {
+                if child.ignored || &*child.name == b".git" || !wanted(child) {
+                    continue;
+                }
+                let path = join(&node.rel, &child.name);
+                let key = path
+                    .iter()
+                    .map(|&b| if b == b'/' { 0 } else { b })
+                    .collect();
+                found.push((key, path));
+            }
+        }
+        found.sort_unstable();
+        Some(found.into_iter().map(|(_, path)| path).collect())
     }
 }
 
