@@ -240,9 +240,7 @@ impl Reader {
         if !regular || (linked && !links) || st.st_size as u64 > self.max_file_bytes {
             return Read_::Always;
         }
-        self.buf.clear();
-        let limit = self.max_file_bytes + 1;
-        if (&file).take(limit).read_to_end(&mut self.buf).is_err()
+        if read_up_to(&file, st.st_size as usize, self.max_file_bytes, &mut self.buf).is_err()
             || self.buf.len() as u64 > self.max_file_bytes
         {
             return Read_::Always;
@@ -254,6 +252,30 @@ impl Reader {
         }
         Read_::Read(linked)
     }
+}
+
+/// Reads `file` into `buf` (replacing its contents): the `size` bytes fstat
+/// gave in one read, then on to the end if it has grown meanwhile, stopping
+/// past `max` bytes. (`read_to_end` without a size hint reads 8 KiB first
+/// and doubles: three reads for a typical source file.)
+fn read_up_to(mut file: &File, size: usize, max: u64, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    // One byte more than the size: a read that fills it has grown.
+    buf.resize(size + 1, 0);
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    if filled > size {
+        let rest = (max + 1).saturating_sub(filled as u64);
+        file.take(rest).read_to_end(buf)?;
+    }
+    Ok(())
 }
 
 /// The first build: every file read as it is listed, into one segment.

@@ -789,3 +789,28 @@ fn a_mount_inside_the_root_steps_aside() {
     assert_eq!(stats.state, IndexState::Aside, "{stats:?}");
     assert!(stats.reason.unwrap().contains("mounted"));
 }
+
+/// A file read for the index: its size as fstat gave it, more if it grew
+/// since, and never much past the limit.
+#[test]
+fn files_are_read_whole_up_to_the_limit() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("f");
+    fs::write(&p, b"0123456789").unwrap();
+    let mut buf = b"stale".to_vec();
+    let file = fs::File::open(&p).unwrap();
+    read_up_to(&file, 10, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"0123456789");
+    // Grown since its size was taken: read on to the end.
+    let file = fs::File::open(&p).unwrap();
+    read_up_to(&file, 4, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"0123456789");
+    // Grown past the limit: one byte more than the limit, so it shows.
+    let file = fs::File::open(&p).unwrap();
+    read_up_to(&file, 4, 6, &mut buf).unwrap();
+    assert_eq!(buf, b"0123456");
+    // Shrunk since.
+    let file = fs::File::open(&p).unwrap();
+    read_up_to(&file, 50, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"0123456789");
+}
