@@ -1182,7 +1182,12 @@ impl Tree {
                 return Some(());
             }
             match child.node {
-                Node::Dir(sub) => stack.push((sub, 0, rel.len())),
+                Node::Dir(sub) => {
+                    if let Some(node) = self.node(sub) {
+                        prefetch(&node.children);
+                    }
+                    stack.push((sub, 0, rel.len()))
+                }
                 Node::Unindexed | Node::Pending => return None,
                 _ => {}
             }
@@ -1309,6 +1314,24 @@ impl Tree {
         }
         found.sort_unstable();
         Some(found.into_iter().map(|(_, path)| path).collect())
+    }
+}
+
+/// Asks the CPU to load a directory's listing into cache, all of it at
+/// once: a walk reads each listing from start to end, and listings lie
+/// apart in memory, so loaded one entry at a time each costs a wait.
+#[inline]
+fn prefetch(children: &[Child]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let start = children.as_ptr().cast::<i8>();
+        let bytes = std::mem::size_of_val(children);
+        // One cache line (64 bytes) at a time.
+        for at in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch never faults; the address is within the slice.
+            unsafe { _mm_prefetch(start.add(at), _MM_HINT_T0) };
+        }
     }
 }
 
