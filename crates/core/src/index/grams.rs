@@ -525,8 +525,25 @@ impl SegmentBuilder {
         // The file starts as if after a line end (as in `file_grams`): its
         // first two grams hold `\n` and are dropped at the flush.
         let mut gram = pack(0, NL, NL);
-        for &b in content {
-            gram = gram >> CLASS_BITS | (FOLD[b as usize] as u32) << (2 * CLASS_BITS);
+        let next =
+            |gram: Gram, b: u8| gram >> CLASS_BITS | (FOLD[b as usize] as u32) << (2 * CLASS_BITS);
+        // Four grams loaded before any is stored: the loads overlap rather
+        // than each waiting on the store before it (a repeated gram, as in
+        // indentation, gets the same bit from each copy: still right).
+        let mut quads = content.chunks_exact(4);
+        for q in &mut quads {
+            let g0 = next(gram, q[0]);
+            let g1 = next(g0, q[1]);
+            let g2 = next(g1, q[2]);
+            let g3 = next(g2, q[3]);
+            let words = [g0, g1, g2, g3].map(|g| bits[g as usize]);
+            for (g, w) in [g0, g1, g2, g3].into_iter().zip(words) {
+                bits[g as usize] = w | bit;
+            }
+            gram = g3;
+        }
+        for &b in quads.remainder() {
+            gram = next(gram, b);
             bits[gram as usize] |= bit;
         }
     }

@@ -240,7 +240,13 @@ impl Reader {
         if !regular || (linked && !links) || st.st_size as u64 > self.max_file_bytes {
             return Read_::Always;
         }
-        if read_up_to(&file, st.st_size as usize, self.max_file_bytes, &mut self.buf).is_err()
+        if read_up_to(
+            &file,
+            st.st_size as usize,
+            self.max_file_bytes,
+            &mut self.buf,
+        )
+        .is_err()
             || self.buf.len() as u64 > self.max_file_bytes
         {
             return Read_::Always;
