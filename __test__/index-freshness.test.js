@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import * as pno from "pi-native-ops";
 import { serverPath } from "./helpers/face.js";
 import { pi, runTool } from "./helpers/pi.js";
-import { expectFresh, reindexed, run, sh, step, workspace } from "./helpers/indexed.js";
+import { expectFresh, reindexed, run, sh, statsUntil, step, workspace } from "./helpers/indexed.js";
 import { makeTree, tempDir } from "./helpers/tree.js";
 
 const BASE = {
@@ -263,6 +263,29 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     await reindexed(ws);
     await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/u16.txt`, utf16("needle changed\r\nneedle\r\n")));
     await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/small.txt`, "needle small again\n"));
+  });
+
+  it("large files (256 KiB and up, with exact trigram filters) written with a literal their filter lacked", async () => {
+    const regs = Array.from({ length: 9000 }, (_, i) => `#define IRQ_SET_AFFINITY_${i} 0x${i.toString(16)}\n`).join("");
+    expect(regs.length).toBeGreaterThan(256 * 1024);
+    const ws = await workspace({ ...BASE, "regs.h": regs });
+    // The filter is made after the build, by the background thread: its memory shows in the stats.
+    const built = ws.stats.memoryBytes;
+    await statsUntil(ws, (s) => s.memoryBytes >= built + 16 * 1024, 30);
+    const searches = [
+      ["grep", { pattern: "irq_set_affinity" }],
+      ["grep", { pattern: "irq_set_affinity", ignoreCase: true, limit: 3 }],
+      ["grep", { pattern: "set_affinity here", literal: true }],
+      ["grep", { pattern: "IRQ_SET_AFFINITY_8999 0x" }],
+    ];
+    const before = await expectFresh(ws, searches);
+    expect(before[0].text).not.toContain("regs.h");
+    expect(before[1].text).toContain("regs.h");
+    await step(ws, searches, () => sh("echo 'irq_set_affinity here' >> regs.h", ws.root));
+    await reindexed(ws);
+    const after = await expectFresh(ws, searches);
+    expect(after[0].text).toContain("regs.h");
+    await step(ws, searches, () => sh("sed -i 's/irq_set_affinity here/gone/' regs.h", ws.root));
   });
 
   it("grep's ignoreCase, literal, glob, context and limit, before and after re-indexing", async () => {

@@ -28,6 +28,7 @@ impl From<IndexConfig> for IndexOptions {
             max_file_bytes: config
                 .max_file_bytes
                 .map_or(defaults.max_file_bytes, |n| n as u64),
+            ..defaults
         }
     }
 }

@@ -33,6 +33,7 @@ fn options(max_watches: Option<f64>, max_file_bytes: Option<f64>) -> IndexOption
     IndexOptions {
         max_watches: max_watches.map(|n| n as usize).or(defaults.max_watches),
         max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |n| n as u64),
+        ..defaults
     }
 }
 

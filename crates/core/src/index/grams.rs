@@ -167,6 +167,62 @@ pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Ve
     }
 }
 
+/// A large file's exact byte trigrams, as a Bloom filter: the index's grams
+/// fold case and punctuation, so a file of generated upper-case names
+/// (`IRQ_..._AFFINITY_..._HINT`) holds every gram of `irq_set_affinity_hint`
+/// and is read by every such search; this lets an exact literal pass it by.
+/// Never a false "absent"; sometimes a false "present".
+pub(crate) struct RawBloom {
+    bits: Box<[u64]>,
+}
+
+impl RawBloom {
+    /// Bits per byte of the file at least: a quarter (rounded up to a power
+    /// of two, so at most a half). Two bits a trigram, so a file whose
+    /// trigrams are mostly distinct fills it, while source and generated
+    /// headers, which repeat, leave it sparse enough that a literal's dozen
+    /// or more trigrams rarely all hit by chance.
+    const BYTES_PER_BIT: usize = 4;
+
+    pub(crate) fn of(content: &[u8]) -> RawBloom {
+        let len = (content.len() / Self::BYTES_PER_BIT)
+            .next_power_of_two()
+            .max(64 * 64);
+        let mut bits = vec![0u64; len / 64].into_boxed_slice();
+        let mask = len as u64 - 1;
+        let mut gram = 0u32;
+        for (i, &b) in content.iter().enumerate() {
+            gram = (gram << 8 | b as u32) & 0xff_ffff;
+            if i >= 2 {
+                for bit in Self::bits_of(gram, mask) {
+                    bits[(bit / 64) as usize] |= 1 << (bit % 64);
+                }
+            }
+        }
+        RawBloom { bits }
+    }
+
+    fn bits_of(gram: u32, mask: u64) -> [u64; 2] {
+        let h = (gram as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        [h & mask, (h >> 32) & mask]
+    }
+
+    /// Whether every trigram of `literal` may be in the file.
+    pub(crate) fn may_hold(&self, literal: &[u8]) -> bool {
+        let mask = (self.bits.len() * 64) as u64 - 1;
+        literal.windows(3).all(|w| {
+            let gram = (w[0] as u32) << 16 | (w[1] as u32) << 8 | w[2] as u32;
+            Self::bits_of(gram, mask)
+                .iter()
+                .all(|&bit| self.bits[(bit / 64) as usize] >> (bit % 64) & 1 != 0)
+        })
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Varints
 
@@ -907,6 +963,30 @@ pub(crate) mod tests {
         (0..len)
             .map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize])
             .collect()
+    }
+
+    #[test]
+    fn raw_blooms_never_miss_and_pass_by_other_cases() {
+        let mut rng = Rng(31);
+        for _ in 0..200 {
+            let text = random_text(&mut rng);
+            let bloom = RawBloom::of(&text);
+            for _ in 0..20 {
+                let at = rng.below(text.len() as u64 + 1) as usize;
+                let end = (at + rng.below(12) as usize).min(text.len());
+                assert!(bloom.may_hold(&text[at..end]), "{:?}", &text[at..end]);
+            }
+        }
+        let mut header = Vec::new();
+        for i in 0..20_000 {
+            header.extend_from_slice(
+                format!("#define IRQ_SET_AFFINITY_HINT_{i} 0x{i:x}\n").as_bytes(),
+            );
+        }
+        let bloom = RawBloom::of(&header);
+        assert!(bloom.may_hold(b"IRQ_SET_AFFINITY_HINT_1999 0x"));
+        assert!(!bloom.may_hold(b"irq_set_affinity_hint"));
+        assert!(bloom.may_hold(b"ir"), "too short to say");
     }
 
     #[test]

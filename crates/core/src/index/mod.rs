@@ -17,6 +17,7 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -35,7 +36,7 @@ use ignore::Match;
 
 use crate::root::Root;
 use crate::walk::Kind;
-use grams::{file_grams, Gram, GramScratch, Postings, SegmentBuilder};
+use grams::{file_grams, Gram, GramScratch, Postings, RawBloom, SegmentBuilder};
 use tree::{open_beneath, Contents, DirtyRef, Tree};
 pub(crate) use tree::{Child, DirNode, FileState, Node, TreeSearch};
 use watch::{poll, Event, Waker};
@@ -48,6 +49,9 @@ pub struct IndexOptions {
     pub max_watches: Option<usize>,
     /// Larger files are not indexed but always searched.
     pub max_file_bytes: u64,
+    /// Files at least this large also get an exact trigram filter
+    /// (`RawBloom`), after the build.
+    pub exact_min_bytes: u64,
 }
 
 /// Files larger than this are always searched instead of indexed, so read
@@ -58,11 +62,18 @@ pub struct IndexOptions {
 /// whatever its size, so large files cost the index little memory.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
+/// Files from 256 KiB up get an exact trigram filter: a third of the
+/// kernel's bytes in 263 files, among them the generated register headers
+/// whose folded grams make them candidates for most lower-case names, at
+/// a filter of 1/32 to 1/16 of their size.
+pub const DEFAULT_EXACT_MIN_BYTES: u64 = 256 << 10;
+
 impl Default for IndexOptions {
     fn default() -> Self {
         IndexOptions {
             max_watches: None,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            exact_min_bytes: DEFAULT_EXACT_MIN_BYTES,
         }
     }
 }
@@ -185,9 +196,26 @@ impl Ids {
 }
 
 /// The index's contents: posting lists and the ids they are over.
-struct Content {
+pub(crate) struct Content {
     postings: Postings,
     ids: Ids,
+    /// Large files' exact trigram filters, by content id.
+    exact: HashMap<u32, RawBloom>,
+}
+
+impl Content {
+    /// Drops `candidates` that a large file's exact filter shows cannot
+    /// hold every one of `pieces`.
+    fn pass_by(&self, candidates: &mut query::IdSet, pieces: &[Vec<u8>]) {
+        if pieces.is_empty() {
+            return;
+        }
+        for (&id, bloom) in &self.exact {
+            if candidates.contains(id) && !pieces.iter().all(|p| bloom.may_hold(p)) {
+                candidates.remove(id);
+            }
+        }
+    }
 }
 
 /// Refreshing: files are marked dirty (the thread re-indexes them).
@@ -444,6 +472,12 @@ impl Index {
             stats.bytes_indexed = live.content.ids.live_bytes;
             stats.memory_bytes = (live.tree.memory_bytes()
                 + live.content.postings.memory_bytes()
+                + live
+                    .content
+                    .exact
+                    .values()
+                    .map(RawBloom::memory_bytes)
+                    .sum::<usize>()
                 + live.content.ids.sizes.capacity() * 4) as u64;
             stats.dirty_files = live.tree.dirty_count();
             stats.watches = live.tree.watch_count() as u64;
@@ -463,7 +497,7 @@ impl Index {
     pub(crate) fn answer<T>(
         &self,
         dir: &Path,
-        f: impl FnOnce(&mut Tree, tree::DirId, &Postings, &dyn Fn(u32) -> bool) -> Option<T>,
+        f: impl FnOnce(&mut Tree, tree::DirId, &Content) -> Option<T>,
     ) -> Option<T> {
         let inner = self.inner();
         let rel = dir.strip_prefix(inner.root.host()).ok()?;
@@ -477,8 +511,7 @@ impl Index {
         }
         let Live { tree, content } = shared.live.as_mut()?;
         let start = tree.start(rel.as_os_str().as_bytes())?;
-        let ids = &content.ids;
-        f(tree, start, &content.postings, &|id| ids.is_live(id))
+        f(tree, start, content)
     }
 
     /// grep's files in scope from `dir` (with its `--glob` overrides) that
@@ -499,8 +532,11 @@ impl Index {
         if matches!(plan, query::GramQuery::All) {
             return None;
         }
-        self.answer(dir, |tree, start, postings, _| {
-            let candidates = query::candidates(&plan, postings)?;
+        let pieces = query::exact_pieces(pattern, ignore_case, literal);
+        self.answer(dir, |tree, start, content| {
+            let mut candidates = query::candidates(&plan, &content.postings)?;
+            content.pass_by(&mut candidates, &pieces);
+            let postings = &content.postings;
             // Likewise when the n-grams leave most files (`static`).
             let broad = candidates.len();
             if broad > BROAD_MIN_FILES && broad * BROAD_SHARE > postings.id_end() as usize {
@@ -517,7 +553,7 @@ impl Index {
     /// Walks the cached tree from `dir` for find or grep (see `TreeSearch`);
     /// `None` when the index cannot answer.
     pub(crate) fn walk<S: TreeSearch>(&self, dir: &Path, search: &mut S) -> Option<()> {
-        self.answer(dir, |tree, start, _, _| tree.dfs(start, search))
+        self.answer(dir, |tree, start, _| tree.dfs(start, search))
     }
 }
 
@@ -684,7 +720,11 @@ impl Inner {
         tree.apply(&pending, &mut Refresh(&mut ids))?;
         shared.live = Some(Live {
             tree,
-            content: Content { postings, ids },
+            content: Content {
+                postings,
+                ids,
+                exact: HashMap::new(),
+            },
         });
         shared.state = IndexState::Ready;
         shared.reason = None;
@@ -699,13 +739,23 @@ impl Inner {
     fn serve(&self) {
         let Some(waker) = &self.waker else { return };
         let mut reader = Reader::new(self.options.max_file_bytes);
+        // The large files still without an exact filter: found once, after
+        // the build, and filtered in rounds while nothing else is to do.
+        let mut unfiltered = {
+            let shared = self.lock();
+            match &shared.live {
+                Some(live) => large_files(&live.tree, &live.content, self.options.exact_min_bytes),
+                None => return,
+            }
+        };
         loop {
             let (inotify_fd, busy) = {
                 let shared = self.lock();
                 match (&shared.live, shared.state) {
-                    (Some(live), IndexState::Ready) => {
-                        (live.tree.inotify.raw(), !live.tree.dirty.is_empty())
-                    }
+                    (Some(live), IndexState::Ready) => (
+                        live.tree.inotify.raw(),
+                        !live.tree.dirty.is_empty() || !unfiltered.is_empty(),
+                    ),
                     _ => return,
                 }
             };
@@ -739,9 +789,46 @@ impl Inner {
                 take_dirty(&mut live.tree)
             };
             if batch.is_empty() {
+                self.filter_large(&mut reader, &mut unfiltered);
                 continue;
             }
             self.reindex(&mut reader, batch);
+        }
+    }
+
+    /// Reads a round of large files (without the lock) and keeps their
+    /// exact filters for the ids still live (a file changed since is dirty
+    /// with its id retired: the filter is not kept).
+    fn filter_large(&self, reader: &mut Reader, unfiltered: &mut Vec<(u32, Vec<u8>)>) {
+        let Ok(root_fd) = self.root.open_dir(self.root.host()) else {
+            unfiltered.clear();
+            return;
+        };
+        let mut made = Vec::new();
+        let mut bytes = 0;
+        while let Some((id, path)) = unfiltered.pop() {
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(fd) = open_beneath(root_fd.as_fd(), &path, false) else {
+                continue;
+            };
+            if let Read_::Read(_) = reader.read(fd.into(), true) {
+                bytes += reader.buf.len() as u64;
+                made.push((id, RawBloom::of(&reader.buf)));
+            }
+            if bytes > REINDEX_BYTES {
+                break;
+            }
+        }
+        let mut shared = self.lock();
+        if let Some(live) = shared.live.as_mut() {
+            let content = &mut live.content;
+            for (id, bloom) in made {
+                if content.ids.is_live(id) {
+                    content.exact.insert(id, bloom);
+                }
+            }
         }
     }
 
@@ -752,8 +839,9 @@ impl Inner {
             Ok(fd) => fd,
             Err(_) => return,
         };
-        // Each file with its bytes and grams, or `None`: always a candidate.
-        type Reread = (DirtyRef, Option<(u64, bool, Vec<Gram>)>);
+        // Each file with its bytes, grams and exact filter if large, or
+        // `None`: always a candidate.
+        type Reread = (DirtyRef, Option<(u64, bool, Vec<Gram>, Option<RawBloom>)>);
         let mut done: Vec<Reread> = Vec::new();
         let mut bytes = 0;
         let mut batch = batch.into_iter();
@@ -771,7 +859,9 @@ impl Inner {
                             file_grams(&reader.buf, &mut reader.scratch, &mut grams);
                             let n = reader.buf.len() as u64;
                             bytes += n;
-                            Some((n, linked, grams))
+                            let exact = (n >= self.options.exact_min_bytes)
+                                .then(|| RawBloom::of(&reader.buf));
+                            Some((n, linked, grams, exact))
                         }
                         Read_::Always => None,
                     }
@@ -800,9 +890,12 @@ impl Inner {
                 continue;
             }
             let (state, linked) = match read {
-                Some((n, linked, grams)) => {
+                Some((n, linked, grams, exact)) => {
                     let id = live.content.ids.assign(n);
                     builder.add(id, &grams);
+                    if let Some(bloom) = exact {
+                        live.content.exact.insert(id, bloom);
+                    }
                     added = true;
                     (FileState::Indexed(id), linked)
                 }
@@ -819,7 +912,47 @@ impl Inner {
         }
         let ids = &live.content.ids;
         live.content.postings.merge_small(&|id| ids.is_live(id));
+        live.content.exact.retain(|&id, _| ids.is_live(id));
     }
+}
+
+/// The indexed files of at least `min` bytes without an exact filter, with
+/// their paths from the root.
+fn large_files(tree: &Tree, content: &Content, min: u64) -> Vec<(u32, Vec<u8>)> {
+    struct Large<'a> {
+        content: &'a Content,
+        min: u64,
+        found: Vec<(u32, Vec<u8>)>,
+    }
+    impl TreeSearch for Large<'_> {
+        fn left_out(&mut self, _: &[u8], child: &Child) -> bool {
+            child.ignored || &*child.name == b".git"
+        }
+        fn visit(&mut self, rel: &[u8], child: &Child, _: &DirNode) -> bool {
+            if let Node::File(FileState::Indexed(id)) = child.node {
+                let size = self
+                    .content
+                    .ids
+                    .sizes
+                    .get(id as usize)
+                    .copied()
+                    .unwrap_or(0);
+                if u64::from(size) >= self.min && !self.content.exact.contains_key(&id) {
+                    self.found.push((id, rel.to_vec()));
+                }
+            }
+            true
+        }
+    }
+    let mut search = Large {
+        content,
+        min,
+        found: Vec::new(),
+    };
+    // An unindexed directory ends the walk early: the files found so far
+    // are filtered, the rest are searched as before.
+    let _ = tree.dfs(tree::ROOT, &mut search);
+    search.found
 }
 
 /// A file grep searches: its path from the root (to open it) and from the
@@ -1050,8 +1183,8 @@ mod locate_tests {
                 for (pattern, ic, lit) in queries {
                     // Both ways under one hold of the lock: the same tree.
                     let plan = query::plan(pattern, ic, lit);
-                    let both = index.answer(at, |tree, start, postings, _| {
-                        let c = query::candidates(&plan, postings)?;
+                    let both = index.answer(at, |tree, start, content| {
+                        let c = query::candidates(&plan, &content.postings)?;
                         let by_walk = files(grep_scope(tree, start, &c, None, false));
                         let by_places = files(grep_scope(tree, start, &c, None, true));
                         Some((by_walk, by_places))
@@ -1071,8 +1204,8 @@ mod locate_tests {
         let both_ways = || {
             let plan = query::plan("needle", false, false);
             index
-                .answer(&d, |tree, start, postings, _| {
-                    let c = query::candidates(&plan, postings)?;
+                .answer(&d, |tree, start, content| {
+                    let c = query::candidates(&plan, &content.postings)?;
                     let by_walk = files(grep_scope(tree, start, &c, None, false));
                     let by_places = files(grep_scope(tree, start, &c, None, true));
                     Some((by_walk, by_places))

@@ -409,6 +409,32 @@ pub(crate) fn plan(pattern: &str, ignore_case: bool, literal: bool) -> GramQuery
     }
 }
 
+/// Byte strings every match holds exactly, case and all (the literal
+/// pieces of the pattern's top-level concatenation), for the large files'
+/// exact trigram filters; empty when the search ignores case or nothing is
+/// known.
+pub(crate) fn exact_pieces(pattern: &str, ignore_case: bool, literal: bool) -> Vec<Vec<u8>> {
+    if ignore_case {
+        return Vec::new();
+    }
+    let Some(hir) = parse(pattern, false, literal) else {
+        return Vec::new();
+    };
+    let parts = match hir.kind() {
+        HirKind::Concat(parts) => parts.as_slice(),
+        _ => std::slice::from_ref(&hir),
+    };
+    parts
+        .iter()
+        .filter_map(|h| match h.kind() {
+            HirKind::Literal(hir::Literal(bytes)) if bytes.len() >= GRAM_LEN => {
+                Some(bytes.to_vec())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// A set of content ids, one bit each.
 #[derive(Debug, Clone)]
 pub(crate) struct IdSet {
@@ -444,6 +470,12 @@ impl IdSet {
                 })
             })
         })
+    }
+
+    pub(crate) fn remove(&mut self, id: u32) {
+        if let Some(w) = self.bits.get_mut(id as usize / 64) {
+            *w &= !(1 << (id % 64));
+        }
     }
 
     pub(crate) fn len(&self) -> usize {

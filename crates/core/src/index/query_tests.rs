@@ -289,6 +289,7 @@ fn soundness_cases(seed: u64, patterns: usize) -> (usize, Vec<String>) {
             continue;
         };
         let q = plan(&pattern, ignore_case, literal);
+        let pieces = exact_pieces(&pattern, ignore_case, literal);
         for _ in 0..80 {
             // Texts often hold the pattern's own pieces, so matches are common.
             let mut text = gen_text(&mut rng);
@@ -301,6 +302,15 @@ fn soundness_cases(seed: u64, patterns: usize) -> (usize, Vec<String>) {
                 if !holds(&q, &grams_of(&text)) {
                     failures.push(format!(
                         "{pattern:?} i={ignore_case} F={literal} q={q:?} text={text:?}"
+                    ));
+                }
+                let bytes = text.as_bytes();
+                if let Some(p) = pieces
+                    .iter()
+                    .find(|p| !bytes.windows(p.len()).any(|w| w == p.as_slice()))
+                {
+                    failures.push(format!(
+                        "{pattern:?} F={literal}: piece {p:?} not in {text:?}"
                     ));
                 }
             }
@@ -364,4 +374,31 @@ fn selectivity() {
         assert_eq!(missed, 0, "a matching file was not a candidate");
     }
     let _ = bytes;
+}
+
+#[test]
+fn exact_pieces_are_the_literal_parts_of_a_case_sensitive_pattern() {
+    let pieces = |p: &str, i: bool, f: bool| -> Vec<String> {
+        exact_pieces(p, i, f)
+            .into_iter()
+            .map(|b| String::from_utf8(b).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        pieces("irq_set_affinity_hint", false, false),
+        ["irq_set_affinity_hint"]
+    );
+    assert_eq!(
+        pieces(r"EXPORT_SYMBOL\(usb_", false, false),
+        ["EXPORT_SYMBOL(usb_"]
+    );
+    assert_eq!(pieces("a.b(c", false, true), ["a.b(c"]);
+    assert_eq!(pieces(r"\bfoo_bar\w+", false, false), ["foo_bar"]);
+    assert_eq!(pieces("abc.*defg", false, false), ["abc", "defg"]);
+    assert_eq!(pieces("xÉy", false, false), ["xÉy"]);
+    assert!(pieces("irq_set_affinity_hint", true, false).is_empty());
+    assert!(pieces("(?i)kelvin", false, false).is_empty());
+    assert!(pieces("foo|barbaz", false, false).is_empty());
+    assert!(pieces("ab", false, false).is_empty());
+    assert!(pieces("(unclosed", false, false).is_empty());
 }

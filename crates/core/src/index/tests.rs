@@ -637,6 +637,23 @@ fn kernel_figures() {
             100.0 * stats.memory_bytes as f64 / stats.bytes_indexed.max(1) as f64,
             stats.watches
         );
+        let t1 = Instant::now();
+        wait_for("large files filtered", || {
+            let shared = index.inner().lock();
+            let live = shared.live.as_ref().unwrap();
+            large_files(
+                &live.tree,
+                &live.content,
+                index.inner().options.exact_min_bytes,
+            )
+            .is_empty()
+        });
+        println!(
+            "  exact filters: {} made in {:.0} ms more; memory now {:.1} MB",
+            exact_filters(&index),
+            t1.elapsed().as_secs_f64() * 1000.0,
+            index.stats().memory_bytes as f64 / 1e6
+        );
         let median = |f: &dyn Fn() -> String| {
             let mut times: Vec<f64> = (0..7)
                 .map(|_| {
@@ -813,4 +830,89 @@ fn files_are_read_whole_up_to_the_limit() {
     let file = fs::File::open(&p).unwrap();
     read_up_to(&file, 50, 100, &mut buf).unwrap();
     assert_eq!(buf, b"0123456789");
+}
+
+/// Exact filters made so far (after the build, in rounds).
+fn exact_filters(index: &Index) -> usize {
+    let shared = index.inner().lock();
+    shared.live.as_ref().map_or(0, |l| l.content.exact.len())
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Files grep reads, and its output.
+fn grep_counted(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> (u64, String) {
+    let target = grep::target(Some(root), dir, String::new()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let searched = std::sync::atomic::AtomicU64::new(0);
+    let out = format!(
+        "{:?}",
+        grep::run(&target, q, root, &cancel, &searched, index)
+    );
+    (searched.load(Ordering::SeqCst), out)
+}
+
+/// A large file whose folded grams hold a literal but whose bytes do not
+/// is passed by (not read); ignoring case it is read; written with the
+/// literal, the next search finds it, and its new filter holds it.
+#[test]
+fn exact_filters_pass_by_large_files_without_the_literal() {
+    let t = rich_tree(false);
+    let d = t.path();
+    let regs: String = (0..2000)
+        .map(|i| format!("#define IRQ_SET_AFFINITY_{i} 0x{i:x}\n"))
+        .collect();
+    fs::write(d.join("regs.h"), &regs).unwrap();
+    let root = root_of(d);
+    let options = IndexOptions {
+        exact_min_bytes: 4096,
+        ..IndexOptions::default()
+    };
+    let index = ready(&root, options);
+    wait_for("regs.h filtered", || exact_filters(&index) == 1);
+    let check = |pattern: &str, ignore_case: bool, reads: u64| {
+        let q = query(pattern, ignore_case, false, None);
+        let (n, warm) = grep_counted(&root, d, &q, Some(&index));
+        assert_eq!(warm, grep(&root, d, &q, None), "{pattern} -i={ignore_case}");
+        assert_eq!(n, reads, "files read for {pattern} -i={ignore_case}");
+        warm
+    };
+    check("irq_set_affinity", false, 0);
+    check(r"irq_set_affinity_\d", false, 0);
+    check("irq_set_affinity", true, 1);
+    check("IRQ_SET_AFFINITY_1999", false, 1);
+    fs::write(d.join("regs.h"), format!("{regs}irq_set_affinity here\n")).unwrap();
+    assert!(check("irq_set_affinity", false, 1).contains("here"));
+    wait_for("regs.h re-indexed", || index.stats().dirty_files == 0);
+    assert_eq!(exact_filters(&index), 1, "re-indexed with a new filter");
+    assert!(check("irq_set_affinity", false, 1).contains("here"));
+}
+
+/// With every file filtered, grep still agrees with the live walk.
+#[test]
+fn exact_filters_keep_grep_equal_to_the_walk() {
+    let t = rich_tree(true);
+    let root = root_of(t.path());
+    let options = IndexOptions {
+        exact_min_bytes: 0,
+        ..IndexOptions::default()
+    };
+    let index = ready(&root, options);
+    wait_for("every indexed file filtered", || {
+        let shared = index.inner().lock();
+        let live = shared.live.as_ref().unwrap();
+        large_files(&live.tree, &live.content, 0).is_empty()
+    });
+    assert!(
+        exact_filters(&index) >= 15,
+        "{} filters",
+        exact_filters(&index)
+    );
+    assert_grep_equal(&root, &index, t.path(), GREP_PATTERNS);
 }
