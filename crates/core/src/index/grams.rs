@@ -177,17 +177,33 @@ pub(crate) struct RawBloom {
 }
 
 impl RawBloom {
-    /// Bits per byte of the file at least: a quarter (rounded up to a power
-    /// of two, so at most a half). Two bits a trigram, so a file whose
-    /// trigrams are mostly distinct fills it, while source and generated
-    /// headers, which repeat, leave it sparse enough that a literal's dozen
-    /// or more trigrams rarely all hit by chance.
+    /// Bits per byte of the file to start with: a quarter (rounded up to a
+    /// power of two, so at most a half), two bits a trigram. Source and
+    /// generated headers repeat their trigrams and leave that sparse.
     const BYTES_PER_BIT: usize = 4;
+    /// A filter fuller than this is made again four times larger (up to a
+    /// bit per byte): minified or high-entropy files have about a distinct
+    /// trigram every few bytes, and a full filter says "may hold" to all.
+    /// Half full, a literal's trigram passes by chance a quarter of the
+    /// time, so a dozen of them rarely do.
+    const MAX_FILL: f64 = 0.5;
 
     pub(crate) fn of(content: &[u8]) -> RawBloom {
-        let len = (content.len() / Self::BYTES_PER_BIT)
+        let most = content.len().next_power_of_two().max(64 * 64);
+        let mut len = (content.len() / Self::BYTES_PER_BIT)
             .next_power_of_two()
             .max(64 * 64);
+        loop {
+            let bloom = Self::sized(content, len);
+            let ones: u64 = bloom.bits.iter().map(|w| u64::from(w.count_ones())).sum();
+            if ones as f64 <= Self::MAX_FILL * len as f64 || len >= most {
+                return bloom;
+            }
+            len = (len * 4).min(most);
+        }
+    }
+
+    fn sized(content: &[u8], len: usize) -> RawBloom {
         let mut bits = vec![0u64; len / 64].into_boxed_slice();
         let mask = len as u64 - 1;
         let mut gram = 0u32;
@@ -987,6 +1003,19 @@ pub(crate) mod tests {
         assert!(bloom.may_hold(b"IRQ_SET_AFFINITY_HINT_1999 0x"));
         assert!(!bloom.may_hold(b"irq_set_affinity_hint"));
         assert!(bloom.may_hold(b"ir"), "too short to say");
+        // High entropy: a trigram every byte. The filter grows until it
+        // tells strings apart (but not past a bit per byte).
+        let noise: Vec<u8> = (0..300_000).map(|_| rng.below(256) as u8).collect();
+        let bloom = RawBloom::of(&noise);
+        assert!(bloom.memory_bytes() <= noise.len().next_power_of_two() / 8);
+        let passed = (0..200)
+            .filter(|_| {
+                let probe: Vec<u8> = (0..12).map(|_| rng.below(256) as u8).collect();
+                bloom.may_hold(&probe)
+            })
+            .count();
+        assert!(passed <= 10, "{passed} of 200 random strings may be held");
+        assert!(bloom.may_hold(&noise[1000..1012]));
     }
 
     #[test]
