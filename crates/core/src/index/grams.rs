@@ -167,25 +167,32 @@ pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Ve
     }
 }
 
-/// A large file's exact byte trigrams, as a Bloom filter: the index's grams
-/// fold case and punctuation, so a file of generated upper-case names
-/// (`IRQ_..._AFFINITY_..._HINT`) holds every gram of `irq_set_affinity_hint`
-/// and is read by every such search; this lets an exact literal pass it by.
+/// A large file's exact byte trigrams and 5-grams, as a Bloom filter: the
+/// index's grams fold case and punctuation, so a file of generated
+/// upper-case names (`IRQ_..._AFFINITY_..._HINT`) holds every gram of
+/// `irq_set_affinity_hint` and is read by every such search; this lets an
+/// exact literal pass it by. The 5-grams say which trigrams are adjacent:
+/// a minified bundle holds every trigram of `truncateHead` (`tru`, `teH`,
+/// `eHe`, ...) scattered over its names, but rarely its 5-grams.
 /// Never a false "absent"; sometimes a false "present".
 pub(crate) struct RawBloom {
     bits: Box<[u64]>,
 }
 
 impl RawBloom {
+    /// The longer n-gram: on the small bench corpus, 9 large bundles hold
+    /// every trigram of `truncateHead` without holding it; 4 of them hold
+    /// its 4-grams too, none its 5-grams.
+    const LONG: usize = 5;
     /// Bits per byte of the file to start with: a quarter (rounded up to a
-    /// power of two, so at most a half), two bits a trigram. Source and
-    /// generated headers repeat their trigrams and leave that sparse.
+    /// power of two, so at most a half), two bits a key. Source and
+    /// generated headers repeat their n-grams and leave that sparse.
     const BYTES_PER_BIT: usize = 4;
     /// A filter fuller than this is made again four times larger (up to a
     /// bit per byte): minified or high-entropy files have about a distinct
-    /// trigram every few bytes, and a full filter says "may hold" to all.
-    /// Half full, a literal's trigram passes by chance a quarter of the
-    /// time, so a dozen of them rarely do.
+    /// 5-gram every few bytes, and a full filter says "may hold" to all.
+    /// Half full, a literal's n-gram passes by chance a quarter of the
+    /// time, so a handful of them rarely do.
     const MAX_FILL: f64 = 0.5;
 
     pub(crate) fn of(content: &[u8]) -> RawBloom {
@@ -206,31 +213,50 @@ impl RawBloom {
     fn sized(content: &[u8], len: usize) -> RawBloom {
         let mut bits = vec![0u64; len / 64].into_boxed_slice();
         let mask = len as u64 - 1;
-        let mut gram = 0u32;
+        let mut set = |key: u64| {
+            for bit in Self::bits_of(key, mask) {
+                bits[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        };
+        let mut window = 0u64;
         for (i, &b) in content.iter().enumerate() {
-            gram = (gram << 8 | b as u32) & 0xff_ffff;
-            if i >= 2 {
-                for bit in Self::bits_of(gram, mask) {
-                    bits[(bit / 64) as usize] |= 1 << (bit % 64);
-                }
+            window = window << 8 | b as u64;
+            if i + 1 >= GRAM_LEN {
+                set(Self::key(window, GRAM_LEN));
+            }
+            if i + 1 >= Self::LONG {
+                set(Self::key(window, Self::LONG));
             }
         }
         RawBloom { bits }
     }
 
-    fn bits_of(gram: u32, mask: u64) -> [u64; 2] {
-        let h = (gram as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    /// The key of the `n` bytes that end `window`: the bytes, and a bit
+    /// above them that tells a trigram from a 5-gram.
+    fn key(window: u64, n: usize) -> u64 {
+        window & ((1 << (8 * n)) - 1) | 1 << (8 * n)
+    }
+
+    /// Two bit positions from a full mix of the key (splitmix64's
+    /// finalizer): a plain multiply leaves the low bits depending on the
+    /// last bytes alone.
+    fn bits_of(key: u64, mask: u64) -> [u64; 2] {
+        let h = (key ^ key >> 30).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let h = (h ^ h >> 27).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let h = h ^ h >> 31;
         [h & mask, (h >> 32) & mask]
     }
 
-    /// Whether every trigram of `literal` may be in the file.
+    /// Whether every trigram and 5-gram of `literal` may be in the file.
     pub(crate) fn may_hold(&self, literal: &[u8]) -> bool {
         let mask = (self.bits.len() * 64) as u64 - 1;
-        literal.windows(3).all(|w| {
-            let gram = (w[0] as u32) << 16 | (w[1] as u32) << 8 | w[2] as u32;
-            Self::bits_of(gram, mask)
-                .iter()
-                .all(|&bit| self.bits[(bit / 64) as usize] >> (bit % 64) & 1 != 0)
+        [GRAM_LEN, Self::LONG].into_iter().all(|n| {
+            literal.windows(n).all(|w| {
+                let window = w.iter().fold(0u64, |acc, &b| acc << 8 | b as u64);
+                Self::bits_of(Self::key(window, n), mask)
+                    .iter()
+                    .all(|&bit| self.bits[(bit / 64) as usize] >> (bit % 64) & 1 != 0)
+            })
         })
     }
 
@@ -1003,6 +1029,19 @@ pub(crate) mod tests {
         assert!(bloom.may_hold(b"IRQ_SET_AFFINITY_HINT_1999 0x"));
         assert!(!bloom.may_hold(b"irq_set_affinity_hint"));
         assert!(bloom.may_hold(b"ir"), "too short to say");
+        // Every trigram of the literal, none of them adjacent, as in a
+        // minified bundle's names: its 5-grams tell it apart.
+        let mut bundle = Vec::new();
+        for i in 0..5_000 {
+            for t in [
+                "tru", "run", "unc", "nca", "cat", "ate", "teH", "eHe", "Hea", "ead",
+            ] {
+                bundle.extend_from_slice(format!("{t}{i},").as_bytes());
+            }
+        }
+        let bloom = RawBloom::of(&bundle);
+        assert!(bloom.may_hold(b"teH4999,ead"));
+        assert!(!bloom.may_hold(b"truncateHead"));
         // High entropy: a trigram every byte. The filter grows until it
         // tells strings apart (but not past a bit per byte).
         let noise: Vec<u8> = (0..300_000).map(|_| rng.below(256) as u8).collect();

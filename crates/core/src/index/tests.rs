@@ -605,13 +605,18 @@ fn close_mid_build_returns_and_drop_stops_the_thread() {
 /// copied once into target/ because the corpus's files are hard links (the
 /// monorepo corpus links to them), which the index always searches. Run:
 /// `cargo test --release -p pi-native-ops-core index::tests::kernel_figures -- --ignored --nocapture`
+/// (`PI_INDEX_CORPUS=<absolute dir>` measures that directory instead).
 #[test]
 #[ignore]
 fn kernel_figures() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = manifest.join("../../bench/.corpus/linux");
     let copy = manifest.join("../../target/index-figures/linux");
-    if !copy.exists() {
+    let dirs = match std::env::var_os("PI_INDEX_CORPUS") {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => vec![corpus.clone(), copy.clone()],
+    };
+    if dirs.contains(&copy) && !copy.exists() {
         fs::create_dir_all(copy.parent().unwrap()).unwrap();
         let ok = std::process::Command::new("cp")
             .arg("-r")
@@ -621,7 +626,7 @@ fn kernel_figures() {
             .unwrap();
         assert!(ok.success());
     }
-    for dir in [&corpus, &copy] {
+    for dir in &dirs {
         let root = root_of(dir);
         let t0 = Instant::now();
         let index = Index::start(root.clone(), IndexOptions::default());
@@ -678,15 +683,21 @@ fn kernel_figures() {
         for pattern in [
             "irq_set_affinity_hint",
             r"EXPORT_SYMBOL\(usb_",
+            "truncateHead",
             "zzqq_no_match",
         ] {
             let q = query(pattern, false, false, None);
             let warm = || grep(&root, dir, &q, Some(&index));
             let live = || grep(&root, dir, &q, None);
             assert_eq!(warm(), live(), "grep {pattern}");
+            let target = grep::target(Some(&root), dir, String::new()).unwrap();
+            let searched = std::sync::atomic::AtomicU64::new(0);
+            let cancel = AtomicBool::new(false);
+            let _ = grep::run(&target, &q, &*root, &cancel, &searched, Some(&index));
             println!(
-                "  grep {pattern}: warm {:.2} ms, live {:.2} ms",
+                "  grep {pattern}: warm {:.2} ms ({} files read), live {:.2} ms",
                 median(&warm),
+                searched.into_inner(),
                 median(&live)
             );
         }
