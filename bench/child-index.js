@@ -2,7 +2,7 @@
 // search index and measures the build (wall time to ready, the index's stats, this process's RSS growth
 // when ready and at its peak during the build, sampled every 10 ms: no other row's memory in it), then
 // runs the corpus's search rows on that index, closes it, and prints `{ rows }` as JSON on stdout.
-// Usage: node bench/child-index.js <small|kernel|monorepo> <dir>
+// Usage: node bench/child-index.js <small|pi-mono|kernel|monorepo> <dir>
 import path from "node:path";
 import { findBinary } from "../scripts/node-tools.js";
 import { BUILD_TIMEOUT_MS, corpusRows } from "./index.js";

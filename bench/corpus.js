@@ -1,5 +1,7 @@
 // Benchmark corpora, prepared once under bench/.corpus/ (git-ignored):
-// - small: a copy of the installed pi-coding-agent package (~1.3k files), a small real repository;
+// - small: a copy of the installed pi-coding-agent package (~1.3k files, with its minified bundles);
+// - pi-mono: a clone of pi's own repository (~700 files), the issue's "small repository", when a git copy
+//   of it is on this machine (BENCH_PIMONO_GIT, or the library's mirror); the bench has no network;
 // - kernel: the Linux source from Debian's linux-source tarball (/usr/src/linux-source-*.tar.xz), with
 //   Debian's "ignore everything at the top level" block stripped from .gitignore, as upstream has it;
 // - monorepo (made only by the index rows, prepareMonorepo below): copies of the kernel.
@@ -32,6 +34,7 @@ export async function prepareCorpora(log) {
     cpSync(src, small, { recursive: true, verbatimSymlinks: true });
     execFileSync("git", ["init", "-q", small]);
   }
+  const { piMono, piMonoWhy } = preparePiMono(log);
   let kernel = process.env.BENCH_KERNEL_DIR || path.join(dir, "linux");
   let kernelWhy = null;
   if (!existsSync(kernel)) {
@@ -49,7 +52,19 @@ export async function prepareCorpora(log) {
       if (cut > 0) writeFileSync(gi, `${text.slice(0, cut).trimEnd()}\n`);
     }
   }
-  return { small, kernel, kernelWhy };
+  return { small, piMono, piMonoWhy, kernel, kernelWhy };
+}
+
+const PIMONO_GIT = process.env.BENCH_PIMONO_GIT || "/work/.mirror/badlogic+pi-mono/repo";
+
+function preparePiMono(log) {
+  const piMono = path.join(dir, "pi-mono");
+  if (existsSync(piMono)) return { piMono, piMonoWhy: null };
+  if (!existsSync(PIMONO_GIT))
+    return { piMono: null, piMonoWhy: `pi-mono corpus: no git copy at ${PIMONO_GIT} (set BENCH_PIMONO_GIT)` };
+  log(`cloning pi-mono from ${PIMONO_GIT}`);
+  execFileSync("git", ["clone", "-q", PIMONO_GIT, piMono]);
+  return { piMono, piMonoWhy: null };
 }
 
 /** Copies of the kernel in the monorepo: 4 × 78.6k files = 314k searched files, over the issue's 300k. */

@@ -14,7 +14,7 @@ import { runChild, timeBoth } from "./lib.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** How long a build may take before its row says so and the rows go on (the monorepo's is the longest). */
-export const BUILD_TIMEOUT_MS = { small: 30_000, kernel: 120_000, monorepo: 480_000 };
+export const BUILD_TIMEOUT_MS = { small: 30_000, "pi-mono": 30_000, kernel: 120_000, monorepo: 480_000 };
 
 // runs: alternated calls per row; fewer where the non-indexed and stock sides read the whole tree
 // (~0.3–1.5 s a call here), so the index rows add about a minute to the full run; 25 where the
@@ -70,13 +70,16 @@ export async function bench(ctx) {
   const rows = [];
   for (const [corpus, dir] of [
     ["small", corpora.small],
+    ["pi-mono", corpora.piMono],
     ["kernel", corpora.kernel],
     ["monorepo", mono.dir],
   ]) {
     const skip = (why) => plannedRows(corpus).map((operation) => ({ ...empty(operation, corpus), note: why }));
     if (noIndex) rows.push(...skip(`skipped: no index (${noIndex})`));
-    else if (!dir) rows.push(...skip(`skipped: ${corpus === "monorepo" ? mono.why : "corpus not present"}`));
-    else {
+    else if (!dir) {
+      const why = { monorepo: mono.why, "pi-mono": corpora.piMonoWhy }[corpus] ?? "corpus not present";
+      rows.push(...skip(`skipped: ${why}`));
+    } else {
       try {
         rows.push(...(await runChild(path.join(here, "child-index.js"), [corpus, dir])).rows);
       } catch (err) {
@@ -105,7 +108,8 @@ async function indexMissing(native, dir) {
 /** The operations each corpus's rows measure, for the rows written when they cannot run. */
 function plannedRows(corpus) {
   const build = ["index build"];
-  if (corpus === "small") return [...build, ...SMALL_GREP.map((q) => `indexed grep: ${q.label}`)];
+  if (corpus === "small" || corpus === "pi-mono")
+    return [...build, ...SMALL_GREP.map((q) => `indexed grep: ${q.label}`)];
   if (corpus === "kernel")
     return [
       ...build,
@@ -136,8 +140,8 @@ export async function corpusRows(ctx, corpus, dir, fs, build) {
   const rows = [buildRow(ctx, corpus, build)];
   const { state, reason } = build.stats;
   const why = state === "ready" ? null : `index ${state}${reason ? ` (${reason})` : ""}`;
-  const search = { small: smallRows, kernel: kernelRows, monorepo: monorepoRows }[corpus];
-  rows.push(...(await search(ctx, dir, fs, why)));
+  const search = { small: smallRows, "pi-mono": smallRows, kernel: kernelRows, monorepo: monorepoRows }[corpus];
+  rows.push(...(await search(ctx, corpus, dir, fs, why)));
   return rows;
 }
 
@@ -210,7 +214,7 @@ async function threeWay(ctx, { operation, corpus, sides, params, runs, target, s
   return row;
 }
 
-async function smallRows(ctx, dir, fs, state) {
+async function smallRows(ctx, corpus, dir, fs, state) {
   const rows = [];
   const sides = grepSides(ctx, dir, fs);
   for (const q of SMALL_GREP) {
@@ -218,7 +222,7 @@ async function smallRows(ctx, dir, fs, state) {
     rows.push(
       await threeWay(ctx, {
         operation: `indexed grep: ${q.label}`,
-        corpus: "small",
+        corpus,
         sides,
         params,
         runs: 40,
@@ -230,7 +234,7 @@ async function smallRows(ctx, dir, fs, state) {
   return rows;
 }
 
-async function kernelRows(ctx, dir, fs, state) {
+async function kernelRows(ctx, _corpus, dir, fs, state) {
   const rows = [];
   const grep = grepSides(ctx, dir, fs);
   for (const q of KERNEL_GREP) {
@@ -318,7 +322,7 @@ async function freshnessRow(ctx, dir, tool, state) {
  * Warm (indexed) against cold: the non-indexed search (what a search issued before the index is ready
  * does too) and stock's.
  */
-async function monorepoRows(ctx, dir, fs, state) {
+async function monorepoRows(ctx, _corpus, dir, fs, state) {
   const rows = [];
   const target = "report: warm (indexed) vs cold (non-indexed, stock)";
   const grep = grepSides(ctx, dir, fs);
