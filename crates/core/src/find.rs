@@ -21,7 +21,7 @@ use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::Index;
 #[cfg(target_os = "linux")]
-use crate::index::{Child, DirNode, TreeSearch};
+use crate::index::{Child, DirNode, NameEnds, TreeSearch};
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
@@ -341,6 +341,10 @@ impl TreeSearch for Cached<'_, '_> {
 
     fn wanted(&mut self, child: &Child) -> bool {
         self.matches.pattern.may_match_name(&child.name)
+    }
+
+    fn wants_any(&mut self, ends: &NameEnds) -> bool {
+        (self.matches.pattern.tail.as_ref()).is_none_or(|t| ends.may_end_with(&t.bytes))
     }
 
     fn visit(&mut self, rel: &[u8], child: &Child, _: &DirNode) -> bool {

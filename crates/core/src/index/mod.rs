@@ -38,7 +38,7 @@ use crate::root::Root;
 use crate::walk::Kind;
 use grams::{file_grams, Gram, GramScratch, Postings, RawBloom, SegmentBuilder};
 use tree::{open_beneath, Contents, DirtyRef, Tree};
-pub(crate) use tree::{Child, DirNode, FileState, Node, TreeSearch};
+pub(crate) use tree::{Child, DirNode, FileState, NameEnds, Node, TreeSearch};
 use watch::{poll, Event, Waker};
 
 /// How an index is built.

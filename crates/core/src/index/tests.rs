@@ -704,6 +704,52 @@ fn kernel_figures() {
     }
 }
 
+/// The first build alone, three times over (the first also warms the page
+/// cache): `PI_INDEX_CORPUS=<absolute dir> cargo test --release -p
+/// pi-native-ops-core index::tests::build_figures -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn build_figures() {
+    let dir = PathBuf::from(std::env::var_os("PI_INDEX_CORPUS").expect("PI_INDEX_CORPUS"));
+    let root = root_of(&dir);
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let options = IndexOptions {
+            exact_min_bytes: u64::MAX,
+            ..IndexOptions::default()
+        };
+        let stats = Index::start(root.clone(), options).wait_ready();
+        println!(
+            "ready in {:.0} ms ({} files, {:.1} MB)",
+            t0.elapsed().as_secs_f64() * 1000.0,
+            stats.files,
+            stats.bytes_indexed as f64 / 1e6
+        );
+    }
+}
+
+/// Warm finds alone, many times over (for a profiler):
+/// `PI_INDEX_CORPUS=<absolute dir> PI_FIND=<glob> cargo test --release -p
+/// pi-native-ops-core index::tests::find_figures -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn find_figures() {
+    let dir = PathBuf::from(std::env::var_os("PI_INDEX_CORPUS").expect("PI_INDEX_CORPUS"));
+    let pattern = std::env::var("PI_FIND").unwrap_or("drivers/**/Kconfig".into());
+    let root = root_of(&dir);
+    let index = Index::start(root.clone(), IndexOptions::default());
+    index.wait_ready();
+    let runs = 500;
+    let t0 = Instant::now();
+    for _ in 0..runs {
+        find(&root, &dir, &pattern, PI_PRUNE, 1000, Some(&index));
+    }
+    println!(
+        "find {pattern}: {:.3} ms a call",
+        t0.elapsed().as_secs_f64() * 1000.0 / runs as f64
+    );
+}
+
 /// Random changes (files written, moved, deleted; directories made, moved,
 /// removed; ignore files written and removed; symlinks), each followed by
 /// searches that must equal the live walk's. The thread runs in the second

@@ -125,9 +125,67 @@ pub(crate) struct DirNode {
     level: Arc<Level>,
     /// Sorted by name, as the walker lists.
     pub(crate) children: Vec<Child>,
+    /// The ends of its other entries' names, and where its directories are
+    /// in `children`: a find for names ending otherwise visits only these.
+    ends: NameEnds,
+    dirs: Vec<u32>,
     wd: i32,
     /// Watches on `.git` and `.git/info`, for the exclude file.
     rule_wds: Vec<i32>,
+}
+
+impl DirNode {
+    /// The only way its children change (their names and kinds, that is:
+    /// a child's `node` changes in place), so `ends` and `dirs` stay true.
+    fn set_children(&mut self, children: Vec<Child>) {
+        let files = children.iter().filter(|c| c.kind != Kind::Dir);
+        self.ends = NameEnds::of(files.map(|c| &*c.name));
+        self.dirs = (children.iter().enumerate())
+            .filter(|(_, c)| c.kind == Kind::Dir)
+            .map(|(i, _)| i as u32)
+            .collect();
+        self.children = children;
+    }
+}
+
+/// The last two and three bytes (ASCII case folded) of a directory's names
+/// that are no directory's, as a 256-bit Bloom filter: most directories
+/// hold no name ending with a find's literal tail (`Kconfig`, `.rs`), and
+/// passing them by spares reading every entry. 256 bits keep a typical
+/// directory (15 entries, 2 bits each) under an eighth full.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct NameEnds([u64; 4]);
+
+impl NameEnds {
+    fn of<'a>(names: impl Iterator<Item = &'a [u8]>) -> NameEnds {
+        let mut ends = NameEnds::default();
+        for name in names {
+            for n in [2, 3] {
+                if let Some(at) = name.len().checked_sub(n) {
+                    let bit = Self::bit(&name[at..]);
+                    ends.0[bit / 64] |= 1 << (bit % 64);
+                }
+            }
+        }
+        ends
+    }
+
+    fn bit(end: &[u8]) -> usize {
+        let key = end.iter().fold(end.len() as u64, |k, b| {
+            k << 8 | u64::from(b.to_ascii_lowercase())
+        });
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize
+    }
+
+    /// Whether a name that is no directory's may end with `tail` (in any
+    /// ASCII case); `true` for a tail shorter than two bytes.
+    pub(crate) fn may_end_with(&self, tail: &[u8]) -> bool {
+        if tail.len() < 2 {
+            return true;
+        }
+        let bit = Self::bit(&tail[tail.len() - tail.len().min(3)..]);
+        self.0[bit / 64] >> (bit % 64) & 1 != 0
+    }
 }
 
 /// What a watch descriptor watches.
@@ -542,6 +600,8 @@ impl Tree {
             rel,
             level,
             children: Vec::new(),
+            ends: NameEnds::default(),
+            dirs: Vec::new(),
             wd,
             rule_wds: Vec::new(),
         });
@@ -557,7 +617,7 @@ impl Tree {
         );
         let rule_wds = self.watch_git(id, fd.as_fd())?;
         if let Some(node) = self.node_mut(id) {
-            node.children = children;
+            node.set_children(children);
             node.rule_wds = rule_wds;
         }
         Ok(Some((id, grow)))
@@ -914,7 +974,7 @@ impl Tree {
         let (children, grow, kept) =
             self.children(id, fd.as_fd(), &listing, old, fresh, force, contents);
         if let Some(node) = self.node_mut(id) {
-            node.children = children;
+            node.set_children(children);
         }
         drop(fd);
         self.grow_all(id, grow, contents, None)?;
@@ -1156,13 +1216,20 @@ impl Tree {
     /// what is left out and handing it what is not. `None` when the walk
     /// would have to enter an unindexed directory.
     pub(crate) fn dfs<S: TreeSearch + ?Sized>(&self, start: DirId, search: &mut S) -> Option<()> {
-        // (directory, next child, length of its path from `start`)
-        let mut stack: Vec<(DirId, usize, usize)> = vec![(start, 0, 0)];
+        // (directory, next child, length of its path from `start`, whether
+        // only its directories are visited: `i` then counts in `dirs`)
+        let only_dirs = |search: &mut S, node: &DirNode| !search.wants_any(&node.ends);
+        let first = only_dirs(search, self.node(start)?);
+        let mut stack: Vec<(DirId, usize, usize, bool)> = vec![(start, 0, 0, first)];
         let mut rel: Vec<u8> = Vec::new();
         while let Some(top) = stack.last_mut() {
-            let (id, i, len) = *top;
+            let (id, i, len, dirs) = *top;
             let node = self.node(id)?;
-            let Some(child) = node.children.get(i) else {
+            let next = match dirs {
+                true => node.dirs.get(i).map(|&at| &node.children[at as usize]),
+                false => node.children.get(i),
+            };
+            let Some(child) = next else {
                 stack.pop();
                 continue;
             };
@@ -1183,10 +1250,15 @@ impl Tree {
             }
             match child.node {
                 Node::Dir(sub) => {
-                    if let Some(node) = self.node(sub) {
-                        prefetch(&node.children);
-                    }
-                    stack.push((sub, 0, rel.len()))
+                    let dirs = match self.node(sub) {
+                        Some(node) if only_dirs(search, node) => true,
+                        Some(node) => {
+                            prefetch(&node.children);
+                            false
+                        }
+                        None => false,
+                    };
+                    stack.push((sub, 0, rel.len(), dirs))
                 }
                 Node::Unindexed | Node::Pending => return None,
                 _ => {}
@@ -1378,6 +1450,43 @@ pub(crate) trait TreeSearch {
     fn wanted(&mut self, _child: &Child) -> bool {
         true
     }
+    /// Whether any child that is no directory can be `wanted` in a
+    /// directory whose names end as `ends` says: `false` passes them all by.
+    fn wants_any(&mut self, _ends: &NameEnds) -> bool {
+        true
+    }
     /// An entry not left out, in walk order; `false` ends the walk.
     fn visit(&mut self, rel: &[u8], child: &Child, dir: &DirNode) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NameEnds;
+
+    #[test]
+    fn name_ends_never_miss_and_pass_directories_by() {
+        let names: [&[u8]; 6] = [b"Kconfig", b"Makefile", b"main.C", b"x.h", b"ab", b"q"];
+        let ends = NameEnds::of(names.iter().copied());
+        for name in names {
+            for at in 0..=name.len() {
+                let tail = &name[at..];
+                assert!(
+                    ends.may_end_with(tail),
+                    "{:?}",
+                    String::from_utf8_lossy(tail)
+                );
+                assert!(ends.may_end_with(&tail.to_ascii_uppercase()), "any case");
+            }
+        }
+        assert!(ends.may_end_with(b"x"), "one byte: cannot say");
+        let passed = [
+            &b".rs"[..],
+            b".no-such-extension",
+            b".py",
+            b"Kbuild",
+            b".json",
+        ];
+        assert!(passed.iter().all(|t| !ends.may_end_with(t)));
+        assert!(!NameEnds::of(std::iter::empty()).may_end_with(b"Kconfig"));
+    }
 }
