@@ -116,8 +116,11 @@ pub(super) unsafe fn reset_signals() {
     libc::sigprocmask(libc::SIG_SETMASK, &empty, ptr::null_mut());
 }
 
-/// Closes every descriptor above stderr except `keep` (sorted ascending).
-unsafe fn close_all_except(keep: &[RawFd]) {
+/// Closes every descriptor above stderr except `keep` (sorted ascending; -1 entries are ignored).
+/// A fork of a multi-threaded process holds every descriptor the parent had, other threads' pipes
+/// included (close-on-exec does not help a child that never execs or has not yet): each forked
+/// child of Node calls this first, or another spawn's end-of-file waits for it.
+pub(super) unsafe fn close_all_except(keep: &[RawFd]) {
     let mut next = libc::STDERR_FILENO + 1;
     for &fd in keep.iter().chain(std::iter::once(&RawFd::MAX)) {
         if fd >= next {

@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::plan::{c_path, invalid_spec, step_error, Step};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
-use crate::exec::supervisor::{errno, set_errno, start_shell, ShellStart};
+use crate::exec::supervisor::{close_all_except, errno, set_errno, start_shell, ShellStart};
 use crate::sys::read_full;
 
 /// Where the setup tmpfs is mounted before the first `pivot_root`: a directory every Linux system
@@ -653,9 +653,12 @@ impl NsPlan {
         if pid == 0 {
             // SAFETY: see above.
             unsafe {
-                // Our copy of the write end would keep `release` open forever.
-                libc::close(release_write.as_raw_fd());
-                builder(self, ready_write.as_raw_fd(), release_read.as_raw_fd())
+                // Only our two ends: a copy of `release`'s write end, or of another thread's pipes
+                // (a concurrent build or exec), would keep an end-of-file from coming, ours or
+                // theirs, for as long as we wait.
+                let (ready, release) = (ready_write.as_raw_fd(), release_read.as_raw_fd());
+                close_all_except(&[ready.min(release), ready.max(release)]);
+                builder(self, ready, release)
             }
         }
         drop((ready_write, release_read));

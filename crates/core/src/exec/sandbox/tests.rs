@@ -523,3 +523,51 @@ fn namespaces_binds_under_the_private_tmp_stay_visible() {
         assert_eq!((out, code), (wanted, Some(0)));
     }
 }
+
+/// Sandboxes built and run from several threads at once (Node runs commands on libuv's pool): a
+/// forked child must not keep another spawn's pipe ends, or that spawn's end-of-file never comes
+/// and both wait forever. A hang fails the test through the watchdog instead of blocking the suite.
+#[test]
+fn namespaces_concurrent_spawns_do_not_hold_each_others_pipes() {
+    use std::sync::mpsc::RecvTimeoutError;
+    /// Threads building at once, and the sandboxes each builds (each a fork for its template):
+    /// enough overlapping forks that an inherited pipe end shows at once (8 x 100 hung in the
+    /// first rounds every time before).
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 100;
+    /// How long all of them may take: far beyond what they need on a loaded machine, far below
+    /// forever.
+    const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
+    if !namespaces_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let (done, finished) = std::sync::mpsc::channel();
+    for _ in 0..THREADS {
+        let root = dir.path().to_path_buf();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for round in 0..ROUNDS {
+                let sandbox = Prepared::from(ns_sandbox(&root));
+                sandbox.plan().unwrap();
+                if round % 10 == 0 {
+                    // Execs overlap the other threads' builds (and each other) too.
+                    let result = run_in(&sandbox, "/workspace", "cat hello.txt");
+                    assert_eq!(result.unwrap(), ("hi from the root\n".into(), Some(0)));
+                }
+            }
+            done.send(()).unwrap();
+        });
+    }
+    drop(done);
+    for _ in 0..THREADS {
+        match finished.recv_timeout(WATCHDOG) {
+            Ok(()) => {}
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "concurrent sandbox spawns still running after {WATCHDOG:?}: hung on each \
+                 other's pipes"
+            ),
+            Err(RecvTimeoutError::Disconnected) => panic!("a spawning thread failed (above)"),
+        }
+    }
+}
