@@ -128,11 +128,13 @@ export declare function findExists(root: BoundRoot, path: string): Promise<boole
 
 /**
  * Absolute runtime paths of the entries matching `pattern` below `cwd`, in
- * path order, directories with a trailing `/`, at most `limit` of them.
+ * path order, directories with a trailing `/`, at most `limit` of them,
+ * each followed by a NUL (no path holds one): one string crosses to JS
+ * rather than one per path, which cost more than a warm search.
  * Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
  * find reads fd's output), never dropped.
  */
-export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit: number): Promise<string[]>
+export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit: number): Promise<string>
 
 export interface GrepLine {
   path: string

@@ -177,6 +177,20 @@ describe("fs.find", () => {
     expect(await bfs.find.glob("*.bin", root, { ignore: [], limit: 10 })).toEqual([path.join(root, "f\uFFFD.bin")]);
   });
 
+  it("returns names holding newlines and separators whole, and no entry for no match", async () => {
+    const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-names-"));
+    try {
+      for (const name of ["a\nb.txt", "c d.txt", "e,f.txt"]) fs.writeFileSync(path.join(base, name), "");
+      const bfs = await makeFs(base);
+      const found = await bfs.find.glob("*.txt", base, { ignore: [], limit: 10 });
+      expect([...found].sort()).toEqual(["a\nb.txt", "c d.txt", "e,f.txt"].map((n) => path.join(base, n)));
+      expect(await bfs.find.glob("*.none", base, { ignore: [], limit: 10 })).toEqual([]);
+      expect(await bfs.find.glob("*.txt", base, { ignore: [], limit: 1 })).toHaveLength(1);
+    } finally {
+      fs.rmSync(base, { recursive: true, force: true });
+    }
+  });
+
   it("survives symlink loops and skips unreadable directories", async () => {
     const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-perm-"));
     try {

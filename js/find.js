@@ -20,12 +20,15 @@ export function checkOptions(options) {
   return { ignore, limit: Math.floor(limit) };
 }
 
+/** The native search's paths, each ended by a NUL, as an array. */
+const splitPaths = (joined) => (joined === "" ? [] : joined.slice(0, -1).split("\0"));
+
 function search(bound, pattern, cwd, options) {
   try {
     checkString(pattern, "pattern");
     cwd = checkAbsolute(cwd, "cwd");
     const { ignore, limit } = checkOptions(options);
-    return native.findGlob(bound, pattern, cwd, ignore, limit);
+    return native.findGlob(bound, pattern, cwd, ignore, limit).then(splitPaths);
   } catch (err) {
     return Promise.reject(err);
   }
