@@ -167,31 +167,33 @@ pub(crate) fn file_grams(content: &[u8], scratch: &mut GramScratch, out: &mut Ve
     }
 }
 
-/// A large file's exact byte trigrams and 5-grams, as a Bloom filter: the
-/// index's grams fold case and punctuation, so a file of generated
-/// upper-case names (`IRQ_..._AFFINITY_..._HINT`) holds every gram of
+/// A large file's exact byte 5-grams, as a Bloom filter: the index's
+/// grams fold case and punctuation, so a file of generated upper-case
+/// names (`IRQ_..._AFFINITY_..._HINT`) holds every gram of
 /// `irq_set_affinity_hint` and is read by every such search; this lets an
-/// exact literal pass it by. The 5-grams say which trigrams are adjacent:
+/// exact literal pass it by. 5-grams also say which trigrams are adjacent:
 /// a minified bundle holds every trigram of `truncateHead` (`tru`, `teH`,
-/// `eHe`, ...) scattered over its names, but rarely its 5-grams.
+/// `eHe`, ...) scattered over its names, but rarely its 5-grams. A literal
+/// holding every 5-gram holds every trigram, so trigrams would only speak
+/// for literals of three or four bytes, which large files hold anyway.
 /// Never a false "absent"; sometimes a false "present".
 pub(crate) struct RawBloom {
     bits: Box<[u64]>,
 }
 
 impl RawBloom {
-    /// The longer n-gram: on the small bench corpus, 9 large bundles hold
-    /// every trigram of `truncateHead` without holding it; 4 of them hold
-    /// its 4-grams too, none its 5-grams.
-    const LONG: usize = 5;
-    /// Bits per byte of the file to start with: a quarter (rounded up to a
-    /// power of two, so at most a half), two bits a key. Source and
-    /// generated headers repeat their n-grams and leave that sparse.
-    const BYTES_PER_BIT: usize = 4;
+    /// On the small bench corpus, 9 large bundles hold every trigram of
+    /// `truncateHead` without holding it; 4 of them hold its 4-grams too,
+    /// none its 5-grams.
+    const GRAM: usize = 5;
+    /// Bits per byte of the file to start with: an eighth (rounded up to a
+    /// power of two, so at most a quarter), two bits a 5-gram. Source and
+    /// generated headers repeat their 5-grams and leave that sparse.
+    const BYTES_PER_BIT: usize = 8;
     /// A filter fuller than this is made again four times larger (up to a
     /// bit per byte): minified or high-entropy files have about a distinct
     /// 5-gram every few bytes, and a full filter says "may hold" to all.
-    /// Half full, a literal's n-gram passes by chance a quarter of the
+    /// Half full, a literal's 5-gram passes by chance a quarter of the
     /// time, so a handful of them rarely do.
     const MAX_FILL: f64 = 0.5;
 
@@ -213,50 +215,37 @@ impl RawBloom {
     fn sized(content: &[u8], len: usize) -> RawBloom {
         let mut bits = vec![0u64; len / 64].into_boxed_slice();
         let mask = len as u64 - 1;
-        let mut set = |key: u64| {
-            for bit in Self::bits_of(key, mask) {
-                bits[(bit / 64) as usize] |= 1 << (bit % 64);
-            }
-        };
         let mut window = 0u64;
         for (i, &b) in content.iter().enumerate() {
             window = window << 8 | b as u64;
-            if i + 1 >= GRAM_LEN {
-                set(Self::key(window, GRAM_LEN));
-            }
-            if i + 1 >= Self::LONG {
-                set(Self::key(window, Self::LONG));
+            if i + 1 >= Self::GRAM {
+                for bit in Self::bits_of(window, mask) {
+                    bits[(bit / 64) as usize] |= 1 << (bit % 64);
+                }
             }
         }
         RawBloom { bits }
     }
 
-    /// The key of the `n` bytes that end `window`: the bytes, and a bit
-    /// above them that tells a trigram from a 5-gram.
-    fn key(window: u64, n: usize) -> u64 {
-        window & ((1 << (8 * n)) - 1) | 1 << (8 * n)
-    }
-
-    /// Two bit positions from a full mix of the key (splitmix64's
-    /// finalizer): a plain multiply leaves the low bits depending on the
-    /// last bytes alone.
-    fn bits_of(key: u64, mask: u64) -> [u64; 2] {
-        let h = (key ^ key >> 30).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        let h = (h ^ h >> 27).wrapping_mul(0x94d0_49bb_1331_11eb);
-        let h = h ^ h >> 31;
+    /// Two bit positions for the 5-gram that ends `window`, from a folded
+    /// multiply (the two halves of a 128-bit product, xored): every bit of
+    /// it depends on every byte, at one multiply a byte.
+    fn bits_of(window: u64, mask: u64) -> [u64; 2] {
+        let key = window & ((1 << (8 * Self::GRAM)) - 1);
+        let product = u128::from(key) * 0x9e37_79b9_7f4a_7c15;
+        let h = (product >> 64) as u64 ^ product as u64;
         [h & mask, (h >> 32) & mask]
     }
 
-    /// Whether every trigram and 5-gram of `literal` may be in the file.
+    /// Whether every 5-gram of `literal` may be in the file (a literal
+    /// shorter than a 5-gram may always be).
     pub(crate) fn may_hold(&self, literal: &[u8]) -> bool {
         let mask = (self.bits.len() * 64) as u64 - 1;
-        [GRAM_LEN, Self::LONG].into_iter().all(|n| {
-            literal.windows(n).all(|w| {
-                let window = w.iter().fold(0u64, |acc, &b| acc << 8 | b as u64);
-                Self::bits_of(Self::key(window, n), mask)
-                    .iter()
-                    .all(|&bit| self.bits[(bit / 64) as usize] >> (bit % 64) & 1 != 0)
-            })
+        literal.windows(Self::GRAM).all(|w| {
+            let window = w.iter().fold(0u64, |acc, &b| acc << 8 | b as u64);
+            Self::bits_of(window, mask)
+                .iter()
+                .all(|&bit| self.bits[(bit / 64) as usize] >> (bit % 64) & 1 != 0)
         })
     }
 
@@ -1050,7 +1039,7 @@ pub(crate) mod tests {
         let bloom = RawBloom::of(&bundle);
         assert!(bloom.may_hold(b"teH4999,ead"));
         assert!(!bloom.may_hold(b"truncateHead"));
-        // High entropy: a trigram every byte. The filter grows until it
+        // High entropy: a new 5-gram every byte. The filter grows until it
         // tells strings apart (but not past a bit per byte).
         let noise: Vec<u8> = (0..300_000).map(|_| rng.below(256) as u8).collect();
         let bloom = RawBloom::of(&noise);

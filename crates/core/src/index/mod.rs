@@ -49,7 +49,7 @@ pub struct IndexOptions {
     pub max_watches: Option<usize>,
     /// Larger files are not indexed but always searched.
     pub max_file_bytes: u64,
-    /// Files at least this large also get an exact trigram filter
+    /// Files at least this large also get an exact 5-gram filter
     /// (`RawBloom`), after the build.
     pub exact_min_bytes: u64,
 }
@@ -62,10 +62,10 @@ pub struct IndexOptions {
 /// whatever its size, so large files cost the index little memory.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// Files from 256 KiB up get an exact trigram filter: a third of the
+/// Files from 256 KiB up get an exact 5-gram filter: a third of the
 /// kernel's bytes in 263 files, among them the generated register headers
 /// whose folded grams make them candidates for most lower-case names, at
-/// a filter of 1/32 to 1/16 of their size.
+/// a filter of 1/64 to 1/32 of their size.
 pub const DEFAULT_EXACT_MIN_BYTES: u64 = 256 << 10;
 
 impl Default for IndexOptions {
@@ -199,7 +199,7 @@ impl Ids {
 pub(crate) struct Content {
     postings: Postings,
     ids: Ids,
-    /// Large files' exact trigram filters, by content id.
+    /// Large files' exact 5-gram filters, by content id.
     exact: HashMap<u32, RawBloom>,
 }
 

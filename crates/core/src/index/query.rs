@@ -411,7 +411,7 @@ pub(crate) fn plan(pattern: &str, ignore_case: bool, literal: bool) -> GramQuery
 
 /// Byte strings every match holds exactly, case and all (the literal
 /// pieces of the pattern's top-level concatenation), for the large files'
-/// exact trigram filters; empty when the search ignores case or nothing is
+/// exact 5-gram filters; empty when the search ignores case or nothing is
 /// known.
 pub(crate) fn exact_pieces(pattern: &str, ignore_case: bool, literal: bool) -> Vec<Vec<u8>> {
     if ignore_case {
