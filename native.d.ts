@@ -188,6 +188,7 @@ export interface IndexStats {
   /** Milliseconds since the epoch. */
   lastRefresh?: number
   dirtyFiles: number
+  unfilteredFiles: number
   watches: number
 }
 

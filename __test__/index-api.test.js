@@ -10,6 +10,7 @@ import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import * as pno from "pi-native-ops";
 import { fakeServer } from "./helpers/fake-server.js";
+import { statsUntil } from "./helpers/indexed.js";
 import { runTool } from "./helpers/pi.js";
 import { boundRootOf } from "../js/args.js";
 import { native } from "../js/native.js";
@@ -26,6 +27,7 @@ const STATS_KEYS = [
   "buildMs",
   "lastRefresh",
   "dirtyFiles",
+  "unfilteredFiles",
   "watches",
 ].sort();
 
@@ -138,6 +140,7 @@ describe.runIf(linux)("fs.index", () => {
       directories: DIR_COUNT,
       bytesIndexed: BYTES,
       dirtyFiles: 0,
+      unfilteredFiles: 0,
     });
     // One per indexed directory, and the root's ancestors' (their ignore files apply too).
     expect(stats.watches).toBeGreaterThanOrEqual(DIR_COUNT);
@@ -146,6 +149,21 @@ describe.runIf(linux)("fs.index", () => {
     expect(stats.lastRefresh === null || typeof stats.lastRefresh === "number").toBe(true);
     // stats() agrees once ready.
     expect(await fs.index.stats()).toMatchObject({ state: "ready", files: FILE_COUNT, bytesIndexed: BYTES });
+  });
+
+  it("counts the large files still owed an exact filter down to 0, while grep stays exact", async () => {
+    // Three files of 256 KiB and up (the threshold for an exact filter), one holding the needle.
+    const big = (word) => `${word}_${"x".repeat(60)}\n`.repeat(5000);
+    const root = tree({ ...FILES, "gen/a.h": big("IRQ_NEEDLE"), "gen/b.h": big("hay"), "gen/c.h": `${big("hay")}needle\n` });
+    const fs = indexedFs(root);
+    const ready = await fs.index.ready;
+    expect(ready.unfilteredFiles).toBeGreaterThanOrEqual(0);
+    expect(ready.unfilteredFiles).toBeLessThanOrEqual(3);
+    const warm = await statsUntil({ fs }, (s) => s.unfilteredFiles === 0, 30);
+    expect(warm).toMatchObject({ state: "ready", files: FILE_COUNT + 3, unfilteredFiles: 0 });
+    const live = pno.createBoundFs(root);
+    for (const pattern of ["needle", "IRQ_NEEDLE", "hay_x"])
+      expect(await pno.grep({ fs, pattern, path: root }), pattern).toEqual(await pno.grep({ fs: live, pattern, path: root }));
   });
 
   it("stats() after a change: the search after it sees it, and the refresh is recorded", async () => {
@@ -292,6 +310,7 @@ describe("where there is no inotify", () => {
       buildMs: 0,
       lastRefresh: null,
       dirtyFiles: 0,
+      unfilteredFiles: 0,
       watches: 0,
     };
     expect(await fs.index.ready).toEqual(aside);
@@ -316,6 +335,7 @@ describe("remote: a server that cannot index", () => {
       buildMs: 0,
       lastRefresh: null,
       dirtyFiles: 0,
+      unfilteredFiles: 0,
       watches: 0,
     };
     expect(await connection.fs.index.ready).toEqual(aside);

@@ -45,6 +45,11 @@ export interface IndexStats {
   lastRefresh: number | null;
   /** Files changed since indexed: read by every grep until re-indexed in the background. */
   dirtyFiles: number;
+  /**
+   * Files of 256 KiB and up still waiting for their exact filter (made in the background after the build;
+   * until then grep may read them when it would not need to). 0 once the index is fully warm.
+   */
+  unfilteredFiles: number;
   /** inotify watches held. */
   watches: number;
 }

@@ -14,6 +14,7 @@ export function indexStatsOf(raw) {
     buildMs: raw.buildMs,
     lastRefresh: raw.lastRefresh ?? null,
     dirtyFiles: raw.dirtyFiles,
+    unfilteredFiles: raw.unfilteredFiles ?? 0,
     watches: raw.watches,
   };
 }
@@ -29,6 +30,7 @@ export function emptyIndexStats(state, reason) {
     memoryBytes: 0,
     buildMs: 0,
     dirtyFiles: 0,
+    unfilteredFiles: 0,
     watches: 0,
   });
 }

@@ -47,6 +47,7 @@ pub struct IndexStats {
     /// Milliseconds since the epoch.
     pub last_refresh: Option<f64>,
     pub dirty_files: f64,
+    pub unfiltered_files: f64,
     pub watches: f64,
 }
 
@@ -63,6 +64,7 @@ impl From<Stats> for IndexStats {
             build_ms: s.build_ms,
             last_refresh: s.last_refresh_unix_ms,
             dirty_files: s.dirty_files as f64,
+            unfiltered_files: s.unfiltered_files as f64,
             watches: s.watches as f64,
         }
     }

@@ -511,6 +511,7 @@ mod tests {
                 "reason",
                 "state",
                 "t",
+                "unfilteredFiles",
                 "watches"
             ]
         );

@@ -50,6 +50,7 @@ fn stats_answer(s: Stats) -> Answer {
         "buildMs": s.build_ms,
         "lastRefresh": s.last_refresh_unix_ms,
         "dirtyFiles": s.dirty_files,
+        "unfilteredFiles": s.unfiltered_files,
         "watches": s.watches,
     }))
 }
@@ -123,6 +124,7 @@ impl WarmIndex {
                 "buildMs": 0,
                 "lastRefresh": null,
                 "dirtyFiles": 0,
+                "unfilteredFiles": 0,
                 "watches": 0,
             }))),
             Op::IndexClose => Ok((Map::new(), Vec::new())),

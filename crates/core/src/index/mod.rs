@@ -111,6 +111,9 @@ pub struct Stats {
     /// When events were last applied (Unix time, milliseconds).
     pub last_refresh_unix_ms: Option<f64>,
     pub dirty_files: u64,
+    /// Large files whose exact filter the thread has still to make (read
+    /// by every search their folded grams allow until then): 0 once warm.
+    pub unfiltered_files: u64,
     pub watches: u64,
 }
 
@@ -156,6 +159,7 @@ struct Shared {
     live: Option<Live>,
     build_ms: f64,
     last_refresh_unix_ms: Option<f64>,
+    unfiltered_files: u64,
 }
 
 struct Live {
@@ -399,6 +403,7 @@ impl Index {
                 live: None,
                 build_ms: 0.0,
                 last_refresh_unix_ms: None,
+                unfiltered_files: 0,
             }),
             changed: Condvar::new(),
             waker,
@@ -463,6 +468,7 @@ impl Index {
             build_ms: shared.build_ms,
             last_refresh_unix_ms: shared.last_refresh_unix_ms,
             dirty_files: 0,
+            unfiltered_files: 0,
             watches: 0,
         };
         if let (IndexState::Ready, Some(live)) = (shared.state, &shared.live) {
@@ -480,6 +486,7 @@ impl Index {
                     .sum::<usize>()
                 + live.content.ids.sizes.capacity() * 4) as u64;
             stats.dirty_files = live.tree.dirty_count();
+            stats.unfiltered_files = shared.unfiltered_files;
             stats.watches = live.tree.watch_count() as u64;
         }
         stats
@@ -627,16 +634,17 @@ impl Inner {
     fn run(self: Arc<Self>) {
         let mut backoff_ms = FIRST_BACKOFF_MS;
         while !self.closing.load(Ordering::SeqCst) {
-            match self.build() {
-                Ok(()) => {}
+            let unfiltered = match self.build() {
+                Ok(unfiltered) => unfiltered,
                 Err(_) if self.closing.load(Ordering::SeqCst) => break,
                 Err(reason) => {
                     let mut shared = self.lock();
                     self.set_aside(&mut shared, reason);
+                    Vec::new()
                 }
-            }
+            };
             let ready_at = Instant::now();
-            self.serve();
+            self.serve(unfiltered);
             if self.closing.load(Ordering::SeqCst) {
                 break;
             }
@@ -683,8 +691,10 @@ impl Inner {
     }
 
     /// Builds the index and installs it (Ready), applying the events that
-    /// arrived meanwhile.
-    fn build(&self) -> Result<(), String> {
+    /// arrived meanwhile. Returns the large files still to be given an
+    /// exact filter, counted in the same step so `stats` never shows a
+    /// ready index as warm before they are.
+    fn build(&self) -> Result<Vec<(u32, Vec<u8>)>, String> {
         let started = Instant::now();
         let root_fd = self
             .root
@@ -718,36 +728,29 @@ impl Inner {
             return Err("closed".into());
         }
         tree.apply(&pending, &mut Refresh(&mut ids))?;
-        shared.live = Some(Live {
-            tree,
-            content: Content {
-                postings,
-                ids,
-                exact: HashMap::new(),
-            },
-        });
+        let content = Content {
+            postings,
+            ids,
+            exact: HashMap::new(),
+        };
+        let unfiltered = large_files(&tree, &content, self.options.exact_min_bytes);
+        shared.unfiltered_files = unfiltered.len() as u64;
+        shared.live = Some(Live { tree, content });
         shared.state = IndexState::Ready;
         shared.reason = None;
         shared.build_ms = started.elapsed().as_secs_f64() * 1000.0;
         shared.last_refresh_unix_ms = Some(now_unix_ms());
         self.changed.notify_all();
-        Ok(())
+        Ok(unfiltered)
     }
 
     /// While ready: waits for events or wakes, applies events, re-indexes
     /// dirty files. Returns when the index stepped aside or is closing.
-    fn serve(&self) {
+    /// `unfiltered`: the large files still without an exact filter, given
+    /// theirs in rounds while nothing else is to do.
+    fn serve(&self, mut unfiltered: Vec<(u32, Vec<u8>)>) {
         let Some(waker) = &self.waker else { return };
         let mut reader = Reader::new(self.options.max_file_bytes);
-        // The large files still without an exact filter: found once, after
-        // the build, and filtered in rounds while nothing else is to do.
-        let mut unfiltered = {
-            let shared = self.lock();
-            match &shared.live {
-                Some(live) => large_files(&live.tree, &live.content, self.options.exact_min_bytes),
-                None => return,
-            }
-        };
         loop {
             let (inotify_fd, busy) = {
                 let shared = self.lock();
@@ -802,6 +805,7 @@ impl Inner {
     fn filter_large(&self, reader: &mut Reader, unfiltered: &mut Vec<(u32, Vec<u8>)>) {
         let Ok(root_fd) = self.root.open_dir(self.root.host()) else {
             unfiltered.clear();
+            self.lock().unfiltered_files = 0;
             return;
         };
         let mut made = Vec::new();
@@ -822,6 +826,7 @@ impl Inner {
             }
         }
         let mut shared = self.lock();
+        shared.unfiltered_files = unfiltered.len() as u64;
         if let Some(live) = shared.live.as_mut() {
             let content = &mut live.content;
             for (id, bloom) in made {
