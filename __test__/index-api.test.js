@@ -154,7 +154,12 @@ describe.runIf(linux)("fs.index", () => {
   it("counts the large files still owed an exact filter down to 0, while grep stays exact", async () => {
     // Three files of 256 KiB and up (the threshold for an exact filter), one holding the needle.
     const big = (word) => `${word}_${"x".repeat(60)}\n`.repeat(5000);
-    const root = tree({ ...FILES, "gen/a.h": big("IRQ_NEEDLE"), "gen/b.h": big("hay"), "gen/c.h": `${big("hay")}needle\n` });
+    const root = tree({
+      ...FILES,
+      "gen/a.h": big("IRQ_NEEDLE"),
+      "gen/b.h": big("hay"),
+      "gen/c.h": `${big("hay")}needle\n`,
+    });
     const fs = indexedFs(root);
     const ready = await fs.index.ready;
     expect(ready.unfilteredFiles).toBeGreaterThanOrEqual(0);
@@ -163,7 +168,9 @@ describe.runIf(linux)("fs.index", () => {
     expect(warm).toMatchObject({ state: "ready", files: FILE_COUNT + 3, unfilteredFiles: 0 });
     const live = pno.createBoundFs(root);
     for (const pattern of ["needle", "IRQ_NEEDLE", "hay_x"])
-      expect(await pno.grep({ fs, pattern, path: root }), pattern).toEqual(await pno.grep({ fs: live, pattern, path: root }));
+      expect(await pno.grep({ fs, pattern, path: root }), pattern).toEqual(
+        await pno.grep({ fs: live, pattern, path: root }),
+      );
   });
 
   it("stats() after a change: the search after it sees it, and the refresh is recorded", async () => {
