@@ -44,12 +44,26 @@ function median(xs) {
   return s[Math.floor(s.length / 2)];
 }
 
-/** Medians of `runs` timed calls of each side, alternated so that load from elsewhere hits both alike. */
+/** Every order of the indexes 0..n-1. */
+function orders(n) {
+  if (n === 0) return [[]];
+  return orders(n - 1).flatMap((order) =>
+    order.map((_, at) => [...order.slice(0, at), n - 1, ...order.slice(at)]).concat([[...order, n - 1]]),
+  );
+}
+
+/**
+ * Medians of `runs` timed calls of each side, alternated so that load from elsewhere hits both alike; each
+ * round takes the sides in the next of their orders, so each side runs after each other side alike (after a
+ * stock tool's child process has just exited, say), not always after the same one.
+ */
 export async function timeBoth(sides, runs) {
   for (const fn of sides) if (fn) await fn(); // warm the page cache and the code paths
   const ms = sides.map(() => []);
+  const rounds = orders(sides.length);
   for (let i = 0; i < runs; i++) {
-    for (const [k, fn] of sides.entries()) {
+    for (const k of rounds[i % rounds.length]) {
+      const fn = sides[k];
       if (!fn) continue;
       const t = process.hrtime.bigint();
       await fn();
