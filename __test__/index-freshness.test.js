@@ -265,7 +265,7 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/small.txt`, "needle small again\n"));
   });
 
-  it("large files (256 KiB and up, with exact trigram filters) written with a literal their filter lacked", async () => {
+  it("large files (256 KiB and up, with exact 5-gram filters) written with a literal their filter lacked", async () => {
     const regs = Array.from({ length: 9000 }, (_, i) => `#define IRQ_SET_AFFINITY_${i} 0x${i.toString(16)}\n`).join("");
     expect(regs.length).toBeGreaterThan(256 * 1024);
     const ws = await workspace({ ...BASE, "regs.h": regs });

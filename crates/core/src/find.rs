@@ -54,6 +54,9 @@ struct Pattern {
     /// The literal every match of a relative pattern ends with, checked
     /// before the glob's regex (most entries fail it).
     tail: Option<Tail>,
+    /// The literal directories every match of a relative path pattern lies
+    /// below: the walk does not enter others.
+    prefix: Option<Prefix>,
 }
 
 /// Characters with a meaning in globset's glob syntax (wildcards, classes,
@@ -90,6 +93,42 @@ impl Tail {
     }
 }
 
+/// The leading components of a path glob free of metacharacters, but for
+/// its last (`drivers` of `drivers/**/Kconfig`). globset's regex matches
+/// them literally (and `*` never crosses `/`), so an entry whose path leaves
+/// them (`arch`, `drivers2/x`) matches nothing at or below it.
+#[derive(Debug)]
+struct Prefix {
+    components: Vec<Vec<u8>>,
+    ignore_case: bool,
+}
+
+impl Prefix {
+    fn of(glob: &str, ignore_case: bool) -> Option<Prefix> {
+        let (dirs, _last) = glob.rsplit_once('/')?;
+        let components: Vec<Vec<u8>> = dirs
+            .split('/')
+            .take_while(|c| !c.contains(GLOB_SPECIAL))
+            .map(|c| c.as_bytes().to_vec())
+            .collect();
+        (!components.is_empty()).then_some(Prefix {
+            components,
+            ignore_case,
+        })
+    }
+
+    /// Whether anything at or below `rel` (from the search directory) may
+    /// match: its components agree with the prefix as far as both go.
+    fn may_lead_to(&self, rel: &[u8]) -> bool {
+        rel.split(|&b| b == b'/')
+            .zip(&self.components)
+            .all(|(have, want)| match self.ignore_case {
+                true => have.eq_ignore_ascii_case(want),
+                false => have == want.as_slice(),
+            })
+    }
+}
+
 impl Pattern {
     fn new(pattern: &str, base: PathBuf) -> Result<Pattern> {
         let effective = strip_dot_slash(pattern);
@@ -98,6 +137,7 @@ impl Pattern {
                 target: Target::All,
                 base,
                 tail: None,
+                prefix: None,
             });
         }
         // fd's smart case; pi decides it from the pattern's letters.
@@ -119,7 +159,22 @@ impl Pattern {
             Target::FileName(_) | Target::RelativePath(_) => Tail::of(effective, ignore_case),
             _ => None,
         };
-        Ok(Pattern { target, base, tail })
+        let prefix = match target {
+            Target::RelativePath(_) => Prefix::of(effective, ignore_case),
+            _ => None,
+        };
+        Ok(Pattern {
+            target,
+            base,
+            tail,
+            prefix,
+        })
+    }
+
+    /// Whether a directory at `rel` can be left out with everything below
+    /// it: nothing there can match.
+    fn rules_out_dir(&self, rel: &[u8]) -> bool {
+        self.prefix.as_ref().is_some_and(|p| !p.may_lead_to(rel))
     }
 
     /// Whether an entry named `name` may match (`false`: it cannot). The
@@ -277,6 +332,10 @@ impl Visitor for Matches<'_> {
 
     fn skip(&self, entry: &Entry<'_>) -> bool {
         self.prune.is_pruned(entry)
+            || (entry.kind == Kind::Dir
+                && self
+                    .pattern
+                    .rules_out_dir(entry.rel().as_os_str().as_bytes()))
     }
 
     fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<Found> {
@@ -333,6 +392,7 @@ struct Cached<'a, 'm> {
 impl TreeSearch for Cached<'_, '_> {
     fn left_out(&mut self, rel: &[u8], child: &Child) -> bool {
         child.ignored
+            || (child.kind == Kind::Dir && self.matches.pattern.rules_out_dir(rel))
             || self.matches.prune.is_pruned_at(
                 OsStr::from_bytes(&child.name),
                 Path::new(OsStr::from_bytes(rel)),
@@ -543,6 +603,109 @@ mod tests {
                     plain.is_match_candidate(&Candidate::from_bytes(subject)),
                     "{pattern} on {c}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn literal_leading_directories_bound_the_walk() {
+        let t = tree(&[
+            "drivers/Kconfig",
+            "drivers/a/Kconfig",
+            "drivers/a/b/Kconfig",
+            "drivers2/Kconfig",
+            "Drivers/c/Kconfig",
+            "arch/x/Kconfig",
+            "arch/drivers/Kconfig",
+        ]);
+        let all = [
+            "/ws/drivers/Kconfig",
+            "/ws/drivers/a/Kconfig",
+            "/ws/drivers/a/b/Kconfig",
+        ];
+        assert_eq!(run(&t, "drivers/**/Kconfig", &[], 10), all);
+        assert_eq!(run(&t, "drivers/a/*/Kconfig", &[], 10), [all[2]]);
+        assert_eq!(run(&t, "drivers/*/Kconfig", &[], 10), [all[1]]);
+        assert_eq!(
+            run(&t, "drivers/*", &[], 10),
+            ["/ws/Drivers/c/", all[0], "/ws/drivers/a/"]
+        );
+        // Smart case: lower case folds the directories too (ASCII only).
+        assert_eq!(
+            run(&t, "drivers/**/kconfig", &[], 10),
+            ["/ws/Drivers/c/Kconfig", all[0], all[1], all[2]]
+        );
+        let p = Pattern::new("drivers/**/Kconfig", PathBuf::from("/ws")).unwrap();
+        assert!(p.rules_out_dir(b"arch") && p.rules_out_dir(b"drivers2"));
+        assert!(p.rules_out_dir(b"Drivers/c"));
+        assert!(!p.rules_out_dir(b"drivers") && !p.rules_out_dir(b"drivers/a/b"));
+    }
+
+    /// Whatever a prefix rules out, the glob matches nothing at or below.
+    #[test]
+    fn leading_directories_never_rule_out_a_match() {
+        let patterns = [
+            "drivers/**/Kconfig",
+            "drivers/kconfig",
+            "a/b/*.h",
+            "a/*/c",
+            "a/{b,c}/d",
+            "a/[b]/d",
+            "é/x",
+            "a\\/b",
+            "a//b",
+            "a/./b",
+            "../a/b",
+            "**/a/b",
+            "a/**",
+            "a/b/",
+        ];
+        let dirs = [
+            "a",
+            "A",
+            "a/b",
+            "a/B",
+            "a/c",
+            "b",
+            "drivers",
+            "Drivers",
+            "drivers/x",
+            "é",
+            "É",
+            "ab",
+            "a/b/c",
+            "..",
+        ];
+        let below = [
+            "",
+            "/b",
+            "/d",
+            "/x/y",
+            "/Kconfig",
+            "/c/Kconfig",
+            "/b/d",
+            "/b/x.h",
+        ];
+        for pattern in patterns {
+            let p = Pattern::new(pattern, PathBuf::from("/ws")).unwrap();
+            let ignore_case = pattern == pattern.to_lowercase();
+            let plain = GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .case_insensitive(ignore_case)
+                .build()
+                .unwrap()
+                .compile_matcher();
+            for dir in dirs {
+                if !p.rules_out_dir(dir.as_bytes()) {
+                    continue;
+                }
+                for tail in below {
+                    let path = format!("{dir}{tail}");
+                    assert!(
+                        !plain.is_match(&path),
+                        "{pattern} rules out {dir}, matches {path}"
+                    );
+                }
             }
         }
     }
