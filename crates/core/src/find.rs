@@ -539,6 +539,18 @@ mod tests {
         assert_eq!(run(&t, "a/", &[], 10), Vec::<String>::new());
     }
 
+    /// `pattern` compiled here, and by globset alone with pi's smart case.
+    fn ours_and_globset(pattern: &str) -> (Pattern, GlobMatcher) {
+        let ignore_case = pattern == pattern.to_lowercase();
+        let plain = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .case_insensitive(ignore_case)
+            .build()
+            .unwrap()
+            .compile_matcher();
+        (Pattern::new(pattern, PathBuf::from("/ws")).unwrap(), plain)
+    }
+
     #[test]
     fn literal_tail_never_changes_an_answer() {
         let patterns = [
@@ -584,14 +596,7 @@ mod tests {
             ".c",
         ];
         for pattern in patterns {
-            let p = Pattern::new(pattern, PathBuf::from("/ws")).unwrap();
-            let ignore_case = pattern == pattern.to_lowercase();
-            let plain = GlobBuilder::new(pattern)
-                .literal_separator(true)
-                .case_insensitive(ignore_case)
-                .build()
-                .unwrap()
-                .compile_matcher();
+            let (p, plain) = ours_and_globset(pattern);
             for c in candidates {
                 let subject = if pattern.contains('/') {
                     c.as_bytes()
@@ -687,14 +692,7 @@ mod tests {
             "/b/x.h",
         ];
         for pattern in patterns {
-            let p = Pattern::new(pattern, PathBuf::from("/ws")).unwrap();
-            let ignore_case = pattern == pattern.to_lowercase();
-            let plain = GlobBuilder::new(pattern)
-                .literal_separator(true)
-                .case_insensitive(ignore_case)
-                .build()
-                .unwrap()
-                .compile_matcher();
+            let (p, plain) = ours_and_globset(pattern);
             for dir in dirs {
                 if !p.rules_out_dir(dir.as_bytes()) {
                     continue;
