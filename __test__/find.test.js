@@ -5,10 +5,11 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { glob } from "pi-native-ops";
+import { createBoundFs, glob } from "pi-native-ops";
 import { makeFs } from "./helpers/face.js";
 import { pi, isPi1, runTool } from "./helpers/pi.js";
 import { buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
+import { makeTree, tempDir } from "./helpers/tree.js";
 
 // The find tool must never reach for fd with fs.find; if it did, it must not download it.
 process.env.PI_OFFLINE = "1";
@@ -253,5 +254,48 @@ describe("glob (plain function)", () => {
       path.join(root, "link-dir/util/"),
       path.join(root, "link-dir/util/c.ts"),
     ]);
+  });
+});
+
+describe("a path pattern's literal leading directories", () => {
+  // Only directories on the pattern's literal path are entered; smart case folds them too (ASCII only).
+  const FILES = [
+    "drivers/Kconfig",
+    "drivers/a/Kconfig",
+    "drivers/a/b/Kconfig",
+    "drivers2/Kconfig",
+    "Drivers/c/Kconfig",
+    "arch/x/Kconfig",
+    "arch/drivers/Kconfig",
+    "É/x/Kconfig",
+    "é/y/Kconfig",
+  ];
+  const CASES = [
+    ["drivers/**/Kconfig", ["drivers/Kconfig", "drivers/a/Kconfig", "drivers/a/b/Kconfig"]],
+    ["drivers/**/kconfig", ["Drivers/c/Kconfig", "drivers/Kconfig", "drivers/a/Kconfig", "drivers/a/b/Kconfig"]],
+    ["drivers/*/Kconfig", ["drivers/a/Kconfig"]],
+    ["drivers/*", ["Drivers/c/", "drivers/Kconfig", "drivers/a/"]],
+    ["é/*/kconfig", ["é/y/Kconfig"]],
+    ["arch/drivers/*", ["arch/drivers/Kconfig"]],
+  ];
+
+  it.runIf(process.platform === "linux")("bound the walk, with the index and without, to the same answer", async () => {
+    const root = tempDir("pno-find-prefix-");
+    try {
+      makeTree(root, Object.fromEntries(FILES.map((f) => [f, "x\n"])));
+      const indexed = createBoundFs(root, { index: true });
+      expect((await indexed.index.ready).state).toBe("ready");
+      const live = createBoundFs(root);
+      const options = { ignore: ["**/node_modules/**", "**/.git/**"], limit: 100 };
+      for (const [pattern, want] of CASES) {
+        const expected = want.map((rel) => `${root}/${rel}`);
+        expect(await live.find.glob(pattern, root, options), pattern).toEqual(expected);
+        expect(await indexed.find.glob(pattern, root, options), `${pattern}, indexed`).toEqual(expected);
+        expect(await glob(pattern, root), `${pattern}, glob`).toEqual(expected);
+      }
+      await indexed.index.close();
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
   });
 });
