@@ -4,14 +4,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { compare } from "./lib.js";
+import { compare, median } from "./lib.js";
 
 const GiB = 1024 ** 3;
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
-}
 
 async function roundTrip(ops, runs) {
   const times = [];

@@ -38,7 +38,7 @@ const stats = await Promise.race([
   fs.index.ready,
   new Promise((resolve) => setTimeout(() => resolve(null), BUILD_TIMEOUT_MS[corpus]).unref()),
 ]);
-const wallMs = Number(process.hrtime.bigint() - started) / 1e6;
+const wallMs = elapsedMs();
 const ready = rss();
 peak = Math.max(peak, ready);
 // Then warm: the large files' exact filters made (the thread's work after ready), which the searches'

@@ -7,7 +7,7 @@ import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import readline from "node:readline";
-import { runChild, timeBoth } from "./lib.js";
+import { median, runChild, timeBoth } from "./lib.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -153,13 +153,13 @@ export async function bench(ctx) {
       });
     }
     if (ratios.length === QUERIES.length) {
-      const median = [...ratios].sort((a, b) => a - b)[Math.floor(ratios.length / 2)];
+      const middle = median(ratios);
       rows.push({
         operation: "grep: median of the five queries",
         corpus,
         nativeMs: null,
         stockMs: null,
-        ratio: median,
+        ratio: middle,
         target,
         note: "the target is on this median",
       });

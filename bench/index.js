@@ -10,7 +10,7 @@ import { rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { prepareMonorepo } from "./corpus.js";
-import { runChild, timeBoth } from "./lib.js";
+import { median, runChild, timeBoth } from "./lib.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** How long a build may take before its row says so and the rows go on (the monorepo's is the longest). */
@@ -147,8 +147,7 @@ export async function corpusRows(ctx, corpus, dir, fs, build) {
 
 function buildRow(ctx, corpus, r) {
   const s = r.stats;
-  const sorted = [...r.buildsMs].sort((x, y) => x - y);
-  const wallMs = sorted[Math.floor(sorted.length / 2)];
+  const wallMs = median(r.buildsMs);
   // Memory once warm: with the large files' exact filters, the index's full size.
   const m = r.warmMs == null ? s : r.warmStats;
   const share = m.bytesIndexed ? m.memoryBytes / m.bytesIndexed : null;
@@ -309,7 +308,6 @@ async function freshnessRow(ctx, dir, tool, state) {
     rmSync(file, { force: true });
   }
   const gone = !textOf(await tool.execute("bench", params)).includes("bench-index-freshness.c");
-  const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
   const row = {
     ...empty("indexed grep right after a file write", "kernel"),
     nativeMs: median(afterWrite),

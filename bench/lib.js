@@ -39,7 +39,8 @@ export function runChild(script, args, env = {}) {
   });
 }
 
-function median(xs) {
+/** The middle of `xs` (the upper one of an even count). */
+export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
 }
