@@ -3,7 +3,7 @@
 // takes the same input and gives the same JSON-able results: for each command its output, exit code
 // or the error it rejected with.
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -30,6 +30,13 @@ export function tempDirFor(user, prefix, mode = 0o755) {
   return dir;
 }
 
+/** Makes the directory `dir` and hands it to `user`. */
+export function mkdirAs(user, dir, mode = 0o755) {
+  mkdirSync(dir, { mode });
+  chmodSync(dir, mode);
+  if (user === "nobody") chownSync(dir, NOBODY_UID, NOGROUP_GID);
+}
+
 /** Writes `content` to `file` and hands it to `user`. */
 export function writeFileAs(user, file, content, mode = 0o644) {
   writeFileSync(file, content, { mode });
@@ -38,18 +45,34 @@ export function writeFileAs(user, file, content, mode = 0o644) {
 }
 
 /**
- * Runs `commands` ({ command, cwd, env?, abortOn?, timeout? }, or an array of them run at once) one after another through
- * `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`.
- * `abortOn`: abort once the output contains that text. Shared by both users' runs.
+ * Runs `commands` ({ command, cwd, env?, abortOn?, timeout?, sandbox? }, or an array of them run at once) one after
+ * another through `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`, or
+ * `[{ created: false, error, code }]` when createBashOperations throws. `abortOn`: abort once the output contains
+ * that text; `sandbox`: options merged over the shared ones, for a command run through other operations (made once).
+ * Shared by both users' runs.
  */
 export async function execAll(pno, sandbox, commands) {
-  const ops = pno.createBashOperations({ sandbox });
+  let ops;
+  try {
+    ops = pno.createBashOperations({ sandbox });
+  } catch (err) {
+    // Refused when made: one result, no command run.
+    return [{ created: false, error: err.message, code: err.code ?? null }];
+  }
+  // A command's own `sandbox` (merged over this one) runs through operations of its own, made once.
+  const others = new Map();
+  const opsFor = (extra) => {
+    if (!extra) return ops;
+    const key = JSON.stringify(extra);
+    if (!others.has(key)) others.set(key, pno.createBashOperations({ sandbox: { ...sandbox, ...extra } }));
+    return others.get(key);
+  };
   const results = [];
   // An array of commands runs them at the same time through the same operations: an array of results.
   for (const entry of commands) results.push(await (Array.isArray(entry) ? Promise.all(entry.map(one)) : one(entry)));
   return results;
 
-  async function one({ command, cwd, env, abortOn, timeout }) {
+  async function one({ command, cwd, env, abortOn, timeout, sandbox: extra }) {
     let output = "";
     const controller = new AbortController();
     const onData = (chunk) => {
@@ -57,7 +80,7 @@ export async function execAll(pno, sandbox, commands) {
       if (abortOn && output.includes(abortOn)) controller.abort();
     };
     try {
-      const { exitCode } = await ops.exec(command, cwd, { onData, env, timeout, signal: controller.signal });
+      const { exitCode } = await opsFor(extra).exec(command, cwd, { onData, env, timeout, signal: controller.signal });
       return { output, exitCode };
     } catch (err) {
       return { output, error: err.message, code: err.code ?? null };

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
+use super::paths::Resolved;
 use super::seccomp;
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
@@ -116,25 +117,8 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(in crate::exec) fn new(sandbox: &Sandbox) -> io::Result<Plan> {
-        if !sandbox.root.is_absolute() {
-            return Err(invalid_spec(format!(
-                "the root must be an absolute path, got {}",
-                sandbox.root.display()
-            )));
-        }
-        let root = std::fs::canonicalize(&sandbox.root).map_err(|e| {
-            invalid_spec(format!(
-                "cannot open the root {}: {e}",
-                sandbox.root.display()
-            ))
-        })?;
-        if !root.is_dir() {
-            return Err(invalid_spec(format!(
-                "the root {} is not a directory",
-                root.display()
-            )));
-        }
+    pub(in crate::exec) fn new(sandbox: &Sandbox, paths: &Resolved) -> io::Result<Plan> {
+        let root = paths.root().real.clone();
         let mode = match sandbox.mode {
             Mode::Auto => {
                 let support = support();
@@ -153,7 +137,7 @@ impl Plan {
         };
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
-                plan.ns = Some(NsPlan::new(sandbox, &root)?);
+                plan.ns = Some(NsPlan::new(sandbox, paths)?);
                 plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll, false);
                 PathBuf::from("/tmp")
             }
@@ -173,7 +157,7 @@ impl Plan {
                     ));
                 }
                 let temp = super::TempDir::new()?;
-                plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
+                plan.ruleset = Some(Ruleset::new(sandbox, paths, &temp.0, abi)?);
                 let sockets = if sandbox.network {
                     seccomp::Sockets::DenyUnix
                 } else {
@@ -249,6 +233,13 @@ impl Plan {
                 .cloned()
                 .unwrap_or_else(|| format!("setup step {index}")),
         };
+        // The template's bind of a configured path found another file there (`Verified`).
+        if errno == libc::ESTALE && index >= FIXED_STEPS.len() {
+            return Some(unavailable(format!(
+                "the sandbox setup refused {step}: it is no longer what the sandbox was made \
+                 with (replaced, moved or swapped for a symlink)"
+            )));
+        }
         let os = io::Error::from_raw_os_error(errno);
         // What to do: a namespaces step the machine refuses has a fallback.
         let advice = if self.ns.is_some() && index >= step_index(Step::Clone) {
