@@ -76,6 +76,41 @@ function processState(pid) {
   };
 }
 
+describe("sandboxSupport().enforces", () => {
+  it.runIf(process.platform === "linux")("says what each mode confines on this kernel", () => {
+    const keys = [
+      "files",
+      "truncate",
+      "deviceIoctl",
+      "network",
+      "signals",
+      "abstractUnixSockets",
+      "otherProcesses",
+      "setIdBits",
+      "processLifetime",
+    ];
+    const { namespaces, landlock } = support.enforces;
+    expect(namespaces === null).toBe(!support.namespaces);
+    expect(landlock === null).toBe(!(support.landlockAbi > 0 && support.seccomp));
+    if (namespaces) expect(Object.keys(namespaces).sort()).toEqual([...keys].sort());
+    if (namespaces) for (const key of keys) expect({ key, value: namespaces[key] }).toEqual({ key, value: true });
+    if (landlock) {
+      expect(Object.keys(landlock).sort()).toEqual([...keys].sort());
+      const abi = support.landlockAbi;
+      expect(landlock).toMatchObject({
+        files: true,
+        truncate: abi >= 3,
+        deviceIoctl: abi >= 5,
+        signals: abi >= 6,
+        abstractUnixSockets: abi >= 6,
+        setIdBits: true,
+        otherProcesses: true,
+        processLifetime: true,
+      });
+    }
+  });
+});
+
 for (const [mode, available, why] of modes) {
   for (const user of users) {
     describe.skipIf(!available)(

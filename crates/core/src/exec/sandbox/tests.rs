@@ -817,3 +817,32 @@ fn namespaces_concurrent_spawns_do_not_hold_each_others_pipes() {
         }
     }
 }
+
+#[test]
+fn guarantees_follow_what_the_kernel_offers() {
+    let support = |namespaces: Result<(), String>, landlock_abi| Support {
+        platform: "linux",
+        kernel: None,
+        namespaces,
+        landlock_abi,
+        landlock_error: None,
+        seccomp: true,
+    };
+    let old = support(Err("refused".into()), 5);
+    assert_eq!(old.guarantees(Mode::Namespaces), None);
+    let landlock = old.guarantees(Mode::Landlock).unwrap();
+    assert!(landlock.files && landlock.truncate && landlock.device_ioctl);
+    assert!(!landlock.signals && !landlock.abstract_unix_sockets);
+    assert_eq!(old.guarantees(Mode::Auto), Some(landlock));
+    let older = support(Err("refused".into()), 2)
+        .guarantees(Mode::Landlock)
+        .unwrap();
+    assert!(!older.truncate && !older.device_ioctl);
+    assert_eq!(
+        support(Err("refused".into()), 0).guarantees(Mode::Landlock),
+        None
+    );
+    let new = support(Ok(()), 7);
+    assert!(new.guarantees(Mode::Landlock).unwrap().signals);
+    assert_eq!(new.guarantees(Mode::Auto), new.guarantees(Mode::Namespaces));
+}
