@@ -138,7 +138,11 @@ impl Plan {
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
                 plan.ns = Some(NsPlan::new(sandbox, paths)?);
-                plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll, false);
+                plan.seccomp = seccomp::program(seccomp::Options {
+                    sockets: seccomp::Sockets::Isolated,
+                    shares_processes: false,
+                    deny_xattrs: false,
+                });
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -159,13 +163,17 @@ impl Plan {
                 let temp = super::TempDir::new()?;
                 plan.ruleset = Some(Ruleset::new(sandbox, paths, &temp.0, abi)?);
                 let sockets = if sandbox.network {
-                    seccomp::Sockets::DenyUnix
+                    seccomp::Sockets::NoUnix
                 } else {
-                    seccomp::Sockets::DenyAll
+                    seccomp::Sockets::None
                 };
                 // SAFETY: a plain getter.
                 let root_caller = unsafe { libc::geteuid() } == 0;
-                plan.seccomp = seccomp::program(sockets, root_caller);
+                plan.seccomp = seccomp::program(seccomp::Options {
+                    sockets,
+                    shares_processes: true,
+                    deny_xattrs: root_caller,
+                });
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home
