@@ -278,7 +278,8 @@ pub(super) struct Mount {
 
 /// The template's binds of the configured paths, given as (real host path, path inside,
 /// read-only), the root first: each at its place, and again wherever its host path shows inside
-/// another one (a readOnly directory inside the workspace is read-only at its runtime path too),
+/// another one (a readOnly directory inside the workspace is read-only at its runtime path too;
+/// a writable one only where it lies under a read-only one),
 /// ordered so that the more specific rule wins (a deeper bind lands on a shallower one). At one
 /// place inside, read-only wins.
 pub(super) fn mounts(areas: &[(&Path, &Path, bool)]) -> Vec<Mount> {
@@ -294,6 +295,15 @@ pub(super) fn mounts(areas: &[(&Path, &Path, bool)]) -> Vec<Mount> {
             read_only: *read_only,
             inside_bind: false,
         });
+        // A writable one needs its other places only where a read-only one would cover them
+        // (elsewhere the bind it shows in is writable already, and a mount point cannot be
+        // removed or renamed).
+        let under_read_only = areas
+            .iter()
+            .any(|(h, _, ro)| *ro && host.starts_with(h) && host != h);
+        if !read_only && !under_read_only {
+            continue;
+        }
         for (other_host, other_dst, _) in areas {
             if let Ok(relative) = host.strip_prefix(other_host) {
                 if !relative.as_os_str().is_empty() {

@@ -892,6 +892,27 @@ fn more_specific_binds_land_last_and_read_only_shows_wherever_its_directory_does
         .map(|(d, s, r, i)| (d.to_string(), *s, *r, *i))
         .collect();
     assert_eq!(got, want);
+    // A readWrite path inside the workspace is a second bind only under a readOnly one.
+    let nested = [
+        (p("/ws"), p("/workspace"), false),
+        (p("/ws/cache"), p("/ws/cache"), false),
+        (p("/ws/docs"), p("/ws/docs"), true),
+        (p("/ws/docs/out"), p("/ws/docs/out"), false),
+    ];
+    let got: Vec<(String, bool)> = paths::mounts(&nested)
+        .into_iter()
+        .map(|m| (m.dst.display().to_string(), m.read_only))
+        .collect();
+    let want = [
+        ("/workspace", false),
+        ("/ws/cache", false),
+        ("/ws/docs", true),
+        ("/workspace/docs", true),
+        ("/ws/docs/out", false),
+        ("/workspace/docs/out", false),
+    ];
+    let want: Vec<(String, bool)> = want.iter().map(|(d, r)| (d.to_string(), *r)).collect();
+    assert_eq!(got, want);
     // Without runtime remapping the readOnly path's two places are one.
     let same = [
         (p("/ws"), p("/ws"), false),
