@@ -1123,7 +1123,8 @@ unsafe fn perform(action: &Action) -> bool {
 
 /// `Action::Verified`: the bind of a configured path, only of the inode `id` (device, inode) found
 /// at `src` without following symlinks, through a detached copy of its mount tree (`open_tree`,
-/// Linux 5.2) made read-only before it is attached, so no path is looked up twice.
+/// Linux 5.2) made read-only before it is attached, so no path is looked up twice. Before 5.2,
+/// `mount` binds the descriptors through `/proc/self/fd`.
 unsafe fn bind_verified(
     src: &CString,
     id: (u64, u64),
@@ -1157,26 +1158,28 @@ unsafe fn bind_verified(
         }
         libc::open(dst.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
     };
-    if target < 0 {
-        let failed = errno();
-        libc::close(source);
-        set_errno(failed);
-        return false;
+    let bound = target >= 0 && attach(source, target, dst, read_only);
+    let failed = errno();
+    libc::close(source);
+    if target >= 0 {
+        libc::close(target);
     }
+    set_errno(failed);
+    bound
+}
+
+/// Binds what `source` is open on at what `target` is open on (`dst` names it), read-only if asked.
+unsafe fn attach(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
     let tree = libc::syscall(
         libc::SYS_open_tree,
         source,
         c"".as_ptr(),
         OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH | AT_RECURSIVE,
     ) as libc::c_int;
-    let failed = errno();
-    libc::close(source);
     if tree < 0 {
-        libc::close(target);
-        set_errno(failed);
-        return false;
+        return errno() == libc::ENOSYS && attach_by_fd_paths(source, target, dst, read_only);
     }
-    let mut remount = false;
+    let mut set = true;
     if read_only {
         let attr = MountAttr {
             attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -1184,7 +1187,7 @@ unsafe fn bind_verified(
             propagation: 0,
             userns_fd: 0,
         };
-        let set = libc::syscall(
+        set = libc::syscall(
             libc::SYS_mount_setattr,
             tree,
             c"".as_ptr(),
@@ -1192,12 +1195,10 @@ unsafe fn bind_verified(
             &attr as *const MountAttr,
             size_of::<MountAttr>(),
         ) == 0;
-        // Before 5.12: the bind itself, by path, once attached.
-        remount = !set && errno() == libc::ENOSYS;
-        if !set && !remount {
+        // Before 5.12: the bind itself, once attached.
+        if !set && errno() != libc::ENOSYS {
             let failed = errno();
             libc::close(tree);
-            libc::close(target);
             set_errno(failed);
             return false;
         }
@@ -1212,14 +1213,69 @@ unsafe fn bind_verified(
     ) == 0;
     let failed = errno();
     libc::close(tree);
-    libc::close(target);
     set_errno(failed);
-    moved && (!remount || remount_read_only(dst))
+    moved && (set || remount_attached(dst))
+}
+
+/// `attach` before Linux 5.2: `mount` of the host's `/proc/self/fd` names of the two descriptors
+/// (both opened in this mount namespace, as a bind requires).
+unsafe fn attach_by_fd_paths(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
+    let (mut from, mut to) = ([0u8; FD_PATH_BYTES], [0u8; FD_PATH_BYTES]);
+    let null = std::ptr::null::<libc::c_char>();
+    libc::mount(
+        fd_path(source, &mut from),
+        fd_path(target, &mut to),
+        null,
+        libc::MS_BIND | libc::MS_REC,
+        null.cast(),
+    ) == 0
+        && (!read_only || remount_attached(dst))
+}
+
+/// Makes the bind just attached at `dst` read-only: the mount found there again without following
+/// symlinks, remounted through its `/proc/self/fd` name.
+unsafe fn remount_attached(dst: &CString) -> bool {
+    let fd = open_no_symlinks(dst);
+    if fd < 0 {
+        return false;
+    }
+    let mut name = [0u8; FD_PATH_BYTES];
+    let path = std::ffi::CStr::from_ptr(fd_path(fd, &mut name));
+    let done = make_read_only(path);
+    let failed = errno();
+    libc::close(fd);
+    set_errno(failed);
+    done
+}
+
+/// `/oldroot/proc/self/fd/` and the digits of a descriptor, and its NUL.
+const FD_PATH_BYTES: usize = 48;
+
+/// `/oldroot/proc/self/fd/<fd>` in `buf` (the host's proc, which shows this process too): a path
+/// naming the file `fd` is open on. No allocation.
+unsafe fn fd_path(fd: RawFd, buf: &mut [u8; FD_PATH_BYTES]) -> *const libc::c_char {
+    const PREFIX: &[u8] = b"/oldroot/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (fd.unsigned_abs(), 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    buf.as_ptr().cast()
 }
 
 /// Read-only, nosuid and nodev for the bind at `dst` and every mount under it (`mount_setattr`,
 /// Linux 5.12); on older kernels only the bind itself.
-unsafe fn make_read_only(dst: &CString) -> bool {
+unsafe fn make_read_only(dst: &std::ffi::CStr) -> bool {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         attr_clr: 0,
@@ -1238,7 +1294,7 @@ unsafe fn make_read_only(dst: &CString) -> bool {
 }
 
 /// Remounts the bind at `dst` read-only, keeping the flags it has (a locked one cannot be cleared).
-unsafe fn remount_read_only(dst: &CString) -> bool {
+unsafe fn remount_read_only(dst: &std::ffi::CStr) -> bool {
     let mut fs: libc::statvfs = std::mem::zeroed();
     let kept = if libc::statvfs(dst.as_ptr(), &mut fs) == 0 {
         fs.f_flag as libc::c_ulong & KEPT_MOUNT_FLAGS
