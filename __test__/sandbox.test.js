@@ -532,19 +532,22 @@ for (const [mode, available, why] of modes) {
             const docs = path.join(root, `docs-${tag}`);
             mkdirAs(user, docs);
             writeFileAs(user, path.join(docs, "readme"), "readme\n");
+            // And the reverse: a readWrite directory inside that readOnly one is writable at both places.
+            mkdirAs(user, path.join(docs, "out"));
             const targets = [`${data}/ro/x`, `${docs}/x`, `${runtimeRoot}/docs-${tag}/x`];
             const [r] = await run(
               [
                 {
-                  command: `${targets.map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`).join("; ")}; echo ok > ${data}/ok && echo rw-ok; cat ${runtimeRoot}/docs-${tag}/readme ${docs}/readme`,
+                  command: `${targets.map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`).join("; ")}; echo ok > ${data}/ok && echo rw-ok; cat ${runtimeRoot}/docs-${tag}/readme ${docs}/readme; echo a > ${docs}/out/a && echo b > ${runtimeRoot}/docs-${tag}/out/b && echo out-ok`,
                   cwd: runtimeRoot,
                 },
               ],
-              { readWrite: [data], readOnly: [path.join(data, "ro"), docs] },
+              { readWrite: [data, path.join(docs, "out")], readOnly: [path.join(data, "ro"), docs] },
             );
-            expect(r).toEqual({ output: "rw-ok\nreadme\nreadme\n", exitCode: 0 });
+            expect(r).toEqual({ output: "rw-ok\nreadme\nreadme\nout-ok\n", exitCode: 0 });
             expect(readdirSync(path.join(data, "ro"))).toEqual([]);
-            expect(readdirSync(docs)).toEqual(["readme"]);
+            expect(readdirSync(docs).sort()).toEqual(["out", "readme"]);
+            expect(readdirSync(path.join(docs, "out")).sort()).toEqual(["a", "b"]);
           },
         );
 
