@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The suites that run pieces as another user (nobody: every __test__/*.test.js that names it), run from a
 # copy of this checkout inside a private directory (a `mktemp -d`, mode 0700, as root's home is), where
-# nobody can reach nothing of the copy. Proves they stage what nobody loads (__test__/helpers/staged.js)
+# nobody can reach none of the copy. Proves they stage what nobody loads (__test__/helpers/staged.js)
 # rather than reading the checkout. Cheap: the already-built addon and server are copied, not rebuilt;
 # node_modules is a link to this checkout's; the Node binaries are linked (or copied) into the private
-# directory too, so a Node only root can reach is staged as well.
+# directory too, as a Node that scripts/setup.sh installs in .tools/ is.
 # Usage: bash scripts/private-checkout-test.sh [node ...]   (default: Node 20 and scripts/node22.sh's Node 22)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,6 +12,10 @@ cd "$repo"
 
 if [ "$(id -u)" != 0 ]; then
   echo "private-checkout-test: skipped: not root (the suites run nothing as nobody)"
+  exit 0
+fi
+if ! err="$(setpriv --reuid=nobody --regid=nogroup --clear-groups -- true 2>&1)"; then
+  echo "private-checkout-test: skipped: cannot drop to nobody (setpriv: $err)"
   exit 0
 fi
 built=(pi-native-ops.*.node pi-native-ops-server.*)

@@ -7,7 +7,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { nodeFor, removeStaged, staged } from "./staged.js";
+import { removeStaged, staged } from "./staged.js";
 
 const NOBODY_UID = 65534;
 const NOGROUP_GID = 65534;
@@ -99,7 +99,7 @@ export function removeScripts() {
 export function nodeArgvAs(user) {
   if (user !== "nobody") return [process.execPath];
   if (!nobody.argv) throw new Error(nobody.why);
-  return [...nobody.argv, nodeFor(nobody.argv)];
+  return [...nobody.argv, process.execPath];
 }
 
 /** This process's directory of child scripts (readable by nobody), removed at exit. */

@@ -1,10 +1,10 @@
 // A copy of what a child process run as another user (nobody) loads: the built package (its JS, the
-// addon, the server), the test helpers, pi's package tree and the Node binary when that user could not
-// reach them where they are. A checkout in a private directory (root's home, a `mktemp -d`: mode 0700)
-// is closed to every other user, so such a child runs from this copy instead, laid out as the checkout
-// is (relative imports hold) in a temp directory any user can read: directories 0755, files 0644
-// (executables 0755). Made once per process, removed at exit or by removeStaged().
-import { spawnSync } from "node:child_process";
+// addon, the server), the test helpers and pi's package tree. A checkout in a private directory (root's
+// home, a `mktemp -d`: mode 0700) is closed to every other user, so such a child runs from this copy
+// instead, laid out as the checkout is (relative imports hold) in a temp directory any user can read:
+// directories 0755, files 0644 (executables 0755). Made once per process, removed at exit or by
+// removeStaged(). Node itself may stay where it is, even inside the checkout (.tools/): setpriv execs
+// it while it still holds root's capabilities, dropped by that exec.
 import {
   chmodSync,
   copyFileSync,
@@ -23,13 +23,13 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const checkout = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-// The package as npm packs it ("files" in package.json) plus the build's outputs beside it.
+// What the children load: the package (its manifest and "files") and the helpers; BUILT names the
+// build's outputs beside them (the addon, the server).
 const PACKAGE_FILES = ["package.json", "index.js", "native.cjs", "js", "__test__/helpers"];
 const BUILT = /^pi-native-ops(\..+\.node|-server\..+)$/;
 
 let root;
 const stagedPackages = new Set();
-let stagedNode;
 process.once("exit", () => removeStaged());
 
 /** Removes the staged copy (each test file's afterAll: vitest may end a worker without "exit"). */
@@ -37,7 +37,6 @@ export function removeStaged() {
   if (root) rmSync(root, { recursive: true, force: true });
   root = undefined;
   stagedPackages.clear();
-  stagedNode = undefined;
 }
 
 /**
@@ -55,20 +54,6 @@ export function staged(rel, { pi } = {}) {
   }
   if (pi) stageDependency(pi, checkout);
   return path.join(root, rel);
-}
-
-/**
- * The Node binary the child runs: this process's own when `user` can execute it where it is, else a
- * staged copy (a Node installed inside the checkout, as scripts/setup.sh installs Node 22 in .tools/).
- */
-export function nodeFor(argv) {
-  if (stagedNode) return stagedNode;
-  const probe = spawnSync(argv[0], [...argv.slice(1), process.execPath, "-e", ""]);
-  if (probe.status === 0) return process.execPath;
-  staged("package.json");
-  stagedNode = path.join(root, ".node", "bin", "node");
-  put(process.execPath, stagedNode, true);
-  return stagedNode;
 }
 
 /** Stages the package `name` as Node resolves it from `fromDir`, and its dependencies, at their paths. */
