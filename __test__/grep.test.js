@@ -7,7 +7,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
 import { pi, runTool } from "./helpers/pi.js";
-import { makeFs, makeGrepTool } from "./helpers/face.js";
+import { indexed, makeFs, makeGrepTool } from "./helpers/face.js";
 import { CASES, makeFixture } from "./grep/fixture.js";
 import goldens from "./grep/goldens.json" with { type: "json" };
 
@@ -262,7 +262,8 @@ describe.runIf(process.platform === "linux")("FIFOs", () => {
     await release(w);
   });
 
-  it("the FIFO named as the path is searched as ripgrep searches it, to its writers' end", async () => {
+  // Not in the index re-run, which searches twice to compare: a FIFO's data is read once.
+  it.skipIf(indexed)("the FIFO named as the path is searched as ripgrep searches it, to its writers' end", async () => {
     const w = await holdOpen("printf 'first\\nneedle in a fifo\\n' >&3; exec 3>&-; sleep 60");
     const tool = await makeGrepTool(root);
     const run = runTool(tool, { pattern: "needle", path: fifo });
