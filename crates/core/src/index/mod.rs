@@ -293,10 +293,10 @@ impl Reader {
 }
 
 /// Bytes of the size fstat claims that a read trusts up front: a file that
-/// claims more (a sparse one, under a `max_file_bytes` raised past it) grows
-/// the buffer only as bytes arrive. 8 MiB: the default bound's typical file
-/// many times over.
-const READ_RESERVE: usize = 8 << 20;
+/// claims more (a sparse one, under a `max_file_bytes` raised past this)
+/// grows the buffer only as bytes arrive. The default bound: under it every
+/// file is read in one go.
+const READ_RESERVE: usize = DEFAULT_MAX_FILE_BYTES as usize;
 
 /// Reads `file` into `buf` (replacing its contents): the `size` bytes fstat
 /// gave in one read (up to `READ_RESERVE`), then on to the end if it has

@@ -1070,3 +1070,17 @@ fn exact_filters_keep_grep_equal_to_the_walk() {
     );
     assert_grep_equal(&root, &index, t.path(), GREP_PATTERNS);
 }
+
+/// A size the file only claims reserves at most `READ_RESERVE` (issue 24):
+/// the read grows as bytes arrive and ends at the file's end.
+#[test]
+fn a_claimed_size_is_not_reserved() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("f");
+    fs::write(&p, "ten bytes!").unwrap();
+    let file = fs::File::open(&p).unwrap();
+    let mut buf = Vec::new();
+    read_up_to(&file, 1 << 40, 1 << 41, &mut buf).unwrap();
+    assert_eq!(buf, b"ten bytes!");
+    assert!(buf.capacity() <= READ_RESERVE + 1);
+}
