@@ -1,5 +1,7 @@
 // boundFs raw Operations: behaviour, Node-shaped errors, bad arguments.
-import { chmodSync, mkdirSync, readFileSync, statSync, lstatSync, readdirSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdirSync, readFileSync, rmSync, statSync, lstatSync, readdirSync, writeFileSync } from "node:fs";
+import nodeFs from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
@@ -219,5 +221,50 @@ describe("bad arguments never crash", () => {
     await expect(fs.read.readFile(long)).rejects.toMatchObject({ code: "ENAMETOOLONG" });
     expect(await fs.ls.exists(long)).toBe(false);
     await expect(fs.read.readFile(path.join(dir, "a.txt/child"))).rejects.toMatchObject({ code: "ENOTDIR" });
+  });
+});
+
+// Issue 24: hostile files never crash, hang or bloat the process; the next call is answered.
+describe.runIf(process.platform === "linux")("huge and special files", () => {
+  it("refuses a file over 2 GiB as Node's fs.readFile does, without reserving its claimed size", async () => {
+    const sparse = path.join(dir, "sparse-1t.bin");
+    const over = path.join(dir, "sparse-2g.bin");
+    execFileSync("truncate", ["-s", "1T", sparse]);
+    execFileSync("truncate", ["-s", String(2 ** 31), over]);
+    try {
+      for (const p of [sparse, over]) {
+        const node = await nodeFs.readFile(p).catch((e) => e);
+        const ours = await fs.read.readFile(p).catch((e) => e);
+        expect(ours).toBeInstanceOf(RangeError);
+        expect(ours.code).toBe("ERR_FS_FILE_TOO_LARGE");
+        expect(ours.code).toBe(node.code);
+        expect(ours.message).toBe(node.message);
+        expect(Object.keys(ours)).toEqual(Object.keys(node));
+        await expect(fs.edit.readFile(p)).rejects.toMatchObject({ code: "ERR_FS_FILE_TOO_LARGE" });
+      }
+      // The process is up and answers the next call.
+      expect((await fs.read.readFile(path.join(dir, "a.txt"))).toString()).toBe("hello\n");
+    } finally {
+      rmSync(sparse, { force: true });
+      rmSync(over, { force: true });
+    }
+  });
+
+  it("a FIFO named to read, stream or sniff fails at once with ESPIPE, as pi's read gives once a writer comes", async () => {
+    const fifo = path.join(dir, "named.fifo");
+    execFileSync("mkfifo", [fifo]);
+    try {
+      const espipe = { code: "ESPIPE", syscall: "read", message: "ESPIPE: invalid seek, read" };
+      await expect(fs.read.readFile(fifo)).rejects.toMatchObject(espipe);
+      await expect(fs.read.detectImageMimeType(fifo)).rejects.toMatchObject(espipe);
+      await expect(
+        (async () => {
+          for await (const _ of fs.read.createReadStream(fifo)) void _;
+        })(),
+      ).rejects.toMatchObject(espipe);
+      expect((await fs.read.readFile(path.join(dir, "a.txt"))).toString()).toBe("hello\n");
+    } finally {
+      rmSync(fifo, { force: true });
+    }
   });
 });

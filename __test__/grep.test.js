@@ -1,12 +1,13 @@
 // The native grep tool against pi 1.6.0's stock grep tool (rg 15), recorded in __test__/grep/goldens.json
 // by scripts/record-golden-grep.js. Exact text where stock's order is deterministic, line sets otherwise.
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createGrepTool, createGrepToolDefinition, grep } from "pi-native-ops";
 import { pi, runTool } from "./helpers/pi.js";
-import { makeFs, makeGrepTool } from "./helpers/face.js";
+import { indexed, makeFs, makeGrepTool } from "./helpers/face.js";
 import { CASES, makeFixture } from "./grep/fixture.js";
 import goldens from "./grep/goldens.json" with { type: "json" };
 
@@ -186,5 +187,89 @@ describe("deliberate improvements and safety", () => {
     const limited = await grep({ pattern: "needle", path: path.join(repo, "many.txt"), limit: 2 });
     expect(limited.matches.map((m) => m.lineNumber)).toEqual([1, 2]);
     expect(limited.matchLimitReached).toBe(2);
+  });
+});
+
+// Issue 24: a FIFO never hangs grep. A walk skips it (as ripgrep skips special files); one named as the
+// search path is searched as ripgrep searches it, waiting for its data only until the search is aborted.
+describe.runIf(process.platform === "linux")("FIFOs", () => {
+  let root;
+  let fifo;
+  let writer;
+  beforeAll(() => {
+    root = realpathSync(mkdtempSync(path.join(tmpdir(), "grep-fifo-")));
+    writeFileSync(path.join(root, "a.txt"), "needle in a file\n");
+    fifo = path.join(root, "pipe.fifo");
+    execFileSync("mkfifo", [fifo]);
+  });
+  afterAll(() => {
+    writer?.kill("SIGKILL");
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  /** How many open descriptors of the FIFO the processes `pids` (default: all) hold. */
+  function openers(pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    let n = 0;
+    for (const pid of pids) {
+      let fds = [];
+      try {
+        fds = readdirSync(`/proc/${pid}/fd`);
+      } catch {
+        continue;
+      }
+      for (const fd of fds) {
+        try {
+          if (readlinkSync(`/proc/${pid}/fd/${fd}`) === fifo) n++;
+        } catch {}
+      }
+    }
+    return n;
+  }
+
+  const tick = () => new Promise((r) => setTimeout(r, 10));
+
+  /** A writer holding the FIFO open (read-write, so its open does not wait for a reader), then `script` once told on stdin. */
+  async function holdOpen(script) {
+    writer = spawn("bash", ["-c", `exec 3<>'${fifo}'; read go; ${script}`], { stdio: ["pipe", "ignore", "inherit"] });
+    while (openers([writer.pid]) < 1) await tick();
+    return writer;
+  }
+
+  /** Ends the writer, and waits until no process holds the FIFO. */
+  async function release(w) {
+    w.kill("SIGKILL");
+    while (openers() > 0) await tick();
+  }
+
+  it("a walk skips the FIFO and answers", async () => {
+    const w = await holdOpen("sleep 60");
+    const tool = await makeGrepTool(root);
+    expect(await runTool(tool, { pattern: "needle" })).toMatchObject({ text: "a.txt:1: needle in a file" });
+    await release(w);
+  });
+
+  it("the FIFO named as the path waits for data while a writer holds it, and an abort settles it", async () => {
+    const w = await holdOpen("sleep 60");
+    const tool = await makeGrepTool(root);
+    const ac = new AbortController();
+    const run = tool.execute("t", { pattern: "needle", path: fifo }, ac.signal);
+    // Aborted once the search is waiting on the FIFO (it holds a descriptor of it beside the writer's).
+    while (openers() < 2) await tick();
+    ac.abort();
+    await expect(run).rejects.toThrow("Operation aborted");
+    // It answers the next call.
+    expect(await runTool(tool, { pattern: "needle" })).toMatchObject({ text: "a.txt:1: needle in a file" });
+    await release(w);
+  });
+
+  // Not in the index re-run, which searches twice to compare: a FIFO's data is read once.
+  it.skipIf(indexed)("the FIFO named as the path is searched as ripgrep searches it, to its writers' end", async () => {
+    const w = await holdOpen("printf 'first\\nneedle in a fifo\\n' >&3; exec 3>&-; sleep 60");
+    const tool = await makeGrepTool(root);
+    const run = runTool(tool, { pattern: "needle", path: fifo });
+    while (openers() < 2) await tick();
+    w.stdin.write("go\n");
+    expect(await run).toMatchObject({ text: "pipe.fifo:2: needle in a fifo" });
+    await release(w);
   });
 });

@@ -231,8 +231,56 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
       await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/lib/a-link.ts`, "needle via a new link\n"));
       await step(ws, SEARCHES, () => rmSync(`${ws.root}/lib/a-link.ts`));
       await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/src/a.ts`, "needle after unlink\n"));
+      // A later link to a file that had one name, written through the link: the first name, which no
+      // event names, holds the new contents too (issue 24).
+      linkSync(`${ws.root}/lib/m3.ts`, `${ws.root}/src/m3-link.ts`);
+      await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/src/m3-link.ts`, "needle via a later link\n"));
     } finally {
       rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  // Issue 24's case: `ln a/one.txt b/one-link.txt` inside the root after the build, and a write through the new
+  // name, with no search between (so the link and the write reach the index in one batch), or with one.
+  const LINKED = { "a/one.txt": "one\n", "a/two.txt": "two\n", "b/keep.txt": "keep\n" };
+  const LINK_SEARCHES = [
+    ["grep", { pattern: "needle" }],
+    ["grep", { pattern: "needle", path: "a" }],
+  ];
+
+  it("a link made inside the root after the build, written through its new name", async () => {
+    const ws = await workspace(LINKED);
+    await step(ws, LINK_SEARCHES, async () => {
+      await sh("ln a/one.txt b/one-link.txt && echo 'needle one' >> b/one-link.txt", ws.root);
+    });
+    linkSync(`${ws.root}/a/two.txt`, `${ws.root}/b/two-link.txt`);
+    await expectFresh(ws, LINK_SEARCHES);
+    await step(ws, LINK_SEARCHES, () => writeFileSync(`${ws.root}/b/two-link.txt`, "needle two\n"));
+    // Once re-indexed, the first names are followed through their inodes.
+    await reindexed(ws);
+    await step(ws, LINK_SEARCHES, () => writeFileSync(`${ws.root}/b/one-link.txt`, "no match now\n"));
+    const [all] = await run(ws.fs, ws.root, LINK_SEARCHES);
+    expect(all.text.split("\n").sort()).toEqual(["a/two.txt:1: needle two", "b/two-link.txt:1: needle two"]);
+  });
+
+  it.runIf(serverPath())("the same through pi-native-ops-server --index", async () => {
+    const root = makeTree(tempDir("pno-index-remote-link-"), LINKED);
+    const child = spawn(serverPath(), ["--root", root, "--index"], { stdio: ["pipe", "pipe", "inherit"] });
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    const connection = await pno.connect({ readable: child.stdout, writable: child.stdin }, { index: true });
+    try {
+      expect((await connection.fs.index.ready).state).toBe("ready");
+      const tools = pno.createRemoteTools(root, { connection });
+      const grep = async () => (await runTool(tools.grep, { pattern: "needle" })).text;
+      expect(await grep()).toBe("No matches found");
+      await sh("ln a/one.txt b/one-link.txt && echo 'needle one' >> b/one-link.txt", root);
+      expect((await grep()).split("\n").sort()).toEqual(["a/one.txt:2: needle one", "b/one-link.txt:2: needle one"]);
+      expect((await connection.fs.index.stats()).state).toBe("ready");
+    } finally {
+      await connection.fs.index.close();
+      await connection.close();
+      await exited;
+      rmSync(root, { recursive: true, force: true });
     }
   });
 

@@ -45,12 +45,16 @@ function closedError(reason) {
  */
 function remoteError(fields) {
   const f = fields !== null && typeof fields === "object" ? fields : {};
-  const error = new Error(typeof f.message === "string" ? f.message : "remote error without a message");
+  const message = typeof f.message === "string" ? f.message : "remote error without a message";
+  // A file too large to read whole: Node's RangeError with its code alone.
+  const error = f.kind === "FileTooLarge" ? new RangeError(message) : new Error(message);
   if (typeof f.errno === "number" && typeof f.code === "string") {
     error.errno = f.errno;
     error.code = f.code;
     if (typeof f.syscall === "string") error.syscall = f.syscall;
     if (typeof f.path === "string") error.path = f.path;
+  } else if (f.kind === "FileTooLarge" && typeof f.code === "string") {
+    error.code = f.code;
   }
   frameFields.set(error, f);
   return error;

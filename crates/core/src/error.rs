@@ -39,7 +39,15 @@ pub enum ErrorKind {
     /// sandbox spec, or a setup step the kernel refused). Never run unsandboxed
     /// instead: the text says why and what to do. Code `ESANDBOX`, no errno.
     SandboxUnavailable,
+    /// A whole-file read of more than [`MAX_READ_BYTES`]: Node's
+    /// `ERR_FS_FILE_TOO_LARGE` (a `RangeError`), no errno.
+    FileTooLarge,
 }
+
+/// The most bytes a whole-file read returns: Node's `kIoMaxLength`
+/// (2^31 - 1), past which its `fs.readFile` refuses a file with
+/// `ERR_FS_FILE_TOO_LARGE` (Node 20 and 22 alike).
+pub const MAX_READ_BYTES: u64 = (1 << 31) - 1;
 
 /// A failure of a core operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +152,15 @@ impl Error {
         }
     }
 
+    /// A file of `size` bytes (as its `fstat` claims, or as many as were read
+    /// before the read passed [`MAX_READ_BYTES`]) is too large to read whole.
+    pub fn file_too_large(size: u64) -> Error {
+        Error {
+            text: Some(size.to_string()),
+            ..Error::new(ErrorKind::FileTooLarge)
+        }
+    }
+
     /// Names the call and the path (as the caller gave it) an OS error or a
     /// refusal came from, unless it already names its own: an error keeps the
     /// innermost context, so `read` on an opened file stays path-less.
@@ -181,8 +198,10 @@ impl Error {
     /// The errno's symbolic name (`ENOENT`), as Node's `code`. Refusals and
     /// pattern errors have none.
     pub fn code(&self) -> Option<Cow<'static, str>> {
-        if self.kind == ErrorKind::SandboxUnavailable {
-            return Some(Cow::Borrowed("ESANDBOX"));
+        match self.kind {
+            ErrorKind::SandboxUnavailable => return Some(Cow::Borrowed("ESANDBOX")),
+            ErrorKind::FileTooLarge => return Some(Cow::Borrowed("ERR_FS_FILE_TOO_LARGE")),
+            _ => {}
         }
         self.errno.map(|e| errno_name(e).0)
     }
@@ -241,6 +260,12 @@ impl fmt::Display for Error {
                 "sandbox unavailable: {}",
                 self.text.as_deref().unwrap_or_default()
             ),
+            // Node's words (`ERR_FS_FILE_TOO_LARGE` in lib/internal/errors.js).
+            ErrorKind::FileTooLarge => write!(
+                f,
+                "File size ({}) is greater than 2 GiB",
+                self.text.as_deref().unwrap_or_default()
+            ),
         }
     }
 }
@@ -292,6 +317,8 @@ const NODE_WORDING: &[(i32, &str, &str)] = &[
     (libc::EMFILE, "EMFILE", "too many open files"),
     (libc::ENOTEMPTY, "ENOTEMPTY", "directory not empty"),
     (libc::EXDEV, "EXDEV", "cross-device link not permitted"),
+    (libc::ESPIPE, "ESPIPE", "invalid seek"),
+    (libc::EAGAIN, "EAGAIN", "resource temporarily unavailable"),
 ];
 
 /// An errno's symbolic name (`ENOENT`) and its description as Node words it.
@@ -380,6 +407,19 @@ mod tests {
         assert_eq!(
             (sandbox.code().as_deref(), sandbox.errno()),
             (Some("ESANDBOX"), None)
+        );
+        let large = Error::file_too_large(1 << 40);
+        assert_eq!(
+            large.to_string(),
+            "File size (1099511627776) is greater than 2 GiB"
+        );
+        assert_eq!(
+            (large.kind(), large.code().as_deref(), large.errno()),
+            (ErrorKind::FileTooLarge, Some("ERR_FS_FILE_TOO_LARGE"), None)
+        );
+        assert_eq!(
+            Error::read(libc::ESPIPE).to_string(),
+            "ESPIPE: invalid seek, read"
         );
         let glob = Error::invalid_glob("invalid glob pattern \"[a\": unclosed character class");
         assert_eq!(

@@ -26,7 +26,7 @@ use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
 
 pub use crate::error::Result;
-use crate::error::{errno_of, Error};
+use crate::error::{errno_of, Error, MAX_READ_BYTES};
 
 /// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
@@ -278,10 +278,28 @@ impl Root {
         None
     }
 
-    /// Opens a file for reading, symlinks followed within the root.
+    /// Opens a file to read what it holds, symlinks followed within the root.
+    /// The open never waits (`O_NONBLOCK`: opening a FIFO would wait for a
+    /// writer), and a FIFO or socket is refused at once with `ESPIPE`, the
+    /// error pi's own read gives a FIFO (a positioned read) once a writer
+    /// appears: the read tool never hangs on one (docs/contracts.md, "read").
     pub fn open_read(&self, path: &Path) -> Result<File> {
+        let file = self.open_any(path)?;
+        let st =
+            nix::sys::stat::fstat(file.as_fd()).map_err(|e| Error::from(e).at("open", path))?;
+        if matches!(file_type(&st), SFlag::S_IFIFO | SFlag::S_IFSOCK) {
+            return Err(Error::read(libc::ESPIPE));
+        }
+        Ok(file)
+    }
+
+    /// Opens any file for reading without waiting (`O_NONBLOCK`), a FIFO
+    /// included: for grep, which searches a FIFO named as its target as
+    /// ripgrep does, waiting for its data only as long as it is not cancelled.
+    pub fn open_any(&self, path: &Path) -> Result<File> {
         named("open", path, || {
-            if let Some(fd) = self.open_beneath(path, OFlag::O_RDONLY) {
+            let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
+            if let Some(fd) = self.open_beneath(path, flags) {
                 return fd.map(File::from);
             }
             let e = self.resolve(path, false)?;
@@ -289,24 +307,40 @@ impl Root {
         })
     }
 
-    /// Reads a whole file.
+    /// Reads a whole file as Node's `fs.readFile` does: a regular file up to
+    /// its size at open time (refused past [`MAX_READ_BYTES`] with Node's
+    /// `ERR_FS_FILE_TOO_LARGE`), anything else to its end (refused once more
+    /// than that has arrived). Memory is reserved only up to `READ_RESERVE`
+    /// from the size the file claims; past it the buffer grows as bytes
+    /// arrive, so a sparse file of a terabyte costs nothing before it is
+    /// refused.
     pub fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
-        let mut file = self.open_read(path)?;
-        let mut buf =
-            Vec::with_capacity(file.metadata().map(|m| m.len() as usize + 1).unwrap_or(0));
-        file.read_to_end(&mut buf)
-            .map_err(|e| Error::read(errno_of(&e)))?;
+        let file = self.open_read(path)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::from(e).at("open", path))?;
+        let claimed = if meta.is_file() { meta.len() } else { 0 };
+        if claimed > MAX_READ_BYTES {
+            return Err(Error::file_too_large(claimed));
+        }
+        // Node reads a regular file up to its size, and a file claiming none
+        // (a FIFO, a /proc file) to its end: one byte past the bound tells.
+        let limit = if claimed > 0 {
+            claimed
+        } else {
+            MAX_READ_BYTES + 1
+        };
+        let buf = read_bounded(&file, limit, claimed)?;
+        if buf.len() as u64 > MAX_READ_BYTES {
+            return Err(Error::file_too_large(buf.len() as u64));
+        }
         Ok(buf)
     }
 
     /// Reads at most `len` bytes from the start of a file.
     pub fn read_head(&self, path: &Path, len: usize) -> Result<Vec<u8>> {
-        let mut buf = Vec::with_capacity(len);
-        self.open_read(path)?
-            .take(len as u64)
-            .read_to_end(&mut buf)
-            .map_err(|e| Error::read(errno_of(&e)))?;
-        Ok(buf)
+        let file = self.open_read(path)?;
+        read_bounded(&file, len as u64, len as u64)
     }
 
     /// Checks that the file exists and grants `access` to the caller.
@@ -524,6 +558,24 @@ impl Root {
     }
 }
 
+/// Bytes a read reserves up front from the size a file claims (or a caller
+/// asks for): a source file is read in one go, while a file claiming more
+/// (a sparse one claims what it likes) grows its buffer only as bytes
+/// actually arrive. 8 MiB: beyond the source files pi reads.
+const READ_RESERVE: u64 = 8 << 20;
+
+/// Reads `file` to its end or to `limit` bytes, reserving at most
+/// `READ_RESERVE` of the `hint` up front.
+fn read_bounded(file: &File, limit: u64, hint: u64) -> Result<Vec<u8>> {
+    // One byte past the hint: a read that ends there needs no second look.
+    let reserve = hint.saturating_add(1).min(limit).min(READ_RESERVE);
+    let mut buf = Vec::with_capacity(reserve as usize);
+    file.take(limit)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::read(errno_of(&e)))?;
+    Ok(buf)
+}
+
 /// Runs `op`, naming the system call (as Node names it) and the path as given
 /// in its error, so messages read like Node's (`ENOENT: …, open '<path>'`).
 fn named<T>(syscall: &'static str, path: &Path, op: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -558,8 +610,10 @@ fn dir_flags() -> OFlag {
     base | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
+/// A read never waits on its open: `O_NONBLOCK` (a FIFO's open waits for a
+/// writer; a regular file's reads ignore the flag).
 fn read_flags() -> OFlag {
-    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+    OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
 /// A name for a temporary file, unique in this process and across processes.
@@ -574,7 +628,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
     use std::fs;
-    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 
     struct Fixture {
         _tmp: tempfile::TempDir,
@@ -632,6 +686,51 @@ mod tests {
             failure(r.read_file(&f.root.join("missing"))),
             os(Errno::ENOENT)
         );
+    }
+
+    #[test]
+    fn a_file_over_2_gib_is_refused_without_reserving_its_size() {
+        let f = fixture();
+        let r = open(&f);
+        let sparse = f.root.join("sparse");
+        let file = File::create(&sparse).unwrap();
+        for size in [1u64 << 40, MAX_READ_BYTES + 1] {
+            file.set_len(size).unwrap();
+            let e = r.read_file(&sparse).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::FileTooLarge, "{size}");
+            assert_eq!(
+                e.to_string(),
+                format!("File size ({size}) is greater than 2 GiB")
+            );
+        }
+        // A regular file is read up to its size; a sniff reads its head.
+        fs::write(&sparse, "0123456789").unwrap();
+        assert_eq!(r.read_file(&sparse).unwrap(), b"0123456789");
+        assert_eq!(r.read_head(&sparse, 4).unwrap(), b"0123");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_for_reading() {
+        let f = fixture();
+        let r = open(&f);
+        let fifo = f.root.join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let espipe = (ErrorKind::Os, Some(libc::ESPIPE));
+        assert_eq!(failure(r.read_file(&fifo)), espipe);
+        assert_eq!(failure(r.read_head(&fifo, 16)), espipe);
+        assert_eq!(failure(r.open_read(&fifo)), espipe);
+        assert_eq!(
+            r.read_file(&fifo).unwrap_err().to_string(),
+            "ESPIPE: invalid seek, read"
+        );
+        // Grep's open takes it, without waiting for a writer.
+        assert!(r
+            .open_any(&fifo)
+            .unwrap()
+            .metadata()
+            .unwrap()
+            .file_type()
+            .is_fifo());
     }
 
     #[test]

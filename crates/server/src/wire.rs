@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use pi_native_ops_core::Error as CoreError;
+use pi_native_ops_core::{Error as CoreError, ErrorKind};
 
 /// The protocol this server speaks.
 pub const PROTOCOL: u64 = 1;
@@ -256,6 +256,9 @@ impl From<&CoreError> for WireError {
             wire.code = Some(code.into_owned());
             wire.syscall = err.syscall().map(str::to_string);
             wire.path = err.path().map(|p| p.to_string_lossy().into_owned());
+        } else if err.kind() == ErrorKind::FileTooLarge {
+            // Node's code without an errno: the client rebuilds its RangeError.
+            wire.code = err.code().map(|c| c.into_owned());
         }
         wire
     }
@@ -407,6 +410,11 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&outside).unwrap(),
             r#"{"kind":"Outside","message":"path \"/etc/passwd\" is outside workspace"}"#
+        );
+        // Node's RangeError: its code, no errno.
+        assert_eq!(
+            serde_json::to_string(&WireError::from(CoreError::file_too_large(1 << 40))).unwrap(),
+            r#"{"kind":"FileTooLarge","message":"File size (1099511627776) is greater than 2 GiB","code":"ERR_FS_FILE_TOO_LARGE"}"#
         );
         let spawn = WireError::from(CoreError::spawn("/bin/sh", 2));
         assert_eq!(spawn.syscall.as_deref(), Some("spawn /bin/sh"));

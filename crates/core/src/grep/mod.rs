@@ -72,8 +72,13 @@ impl Opener for PlainFs {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         Ok(open(path, flags, nix::sys::stat::Mode::empty())?)
     }
+    /// Without waiting for a FIFO's writer, as `Root`'s.
     fn open_named(&self, path: &Path) -> Result<File> {
-        Ok(File::open(path)?)
+        use std::os::unix::fs::OpenOptionsExt;
+        Ok(std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?)
     }
 }
 
@@ -81,8 +86,10 @@ impl Opener for Root {
     fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
         Root::open_dir(self, path)
     }
+    /// Any file, a FIFO included (ripgrep searches one named as its
+    /// target); opened without waiting for a writer.
     fn open_named(&self, path: &Path) -> Result<File> {
-        self.open_read(path)
+        self.open_any(path)
     }
 }
 

@@ -267,7 +267,7 @@ impl Engine {
             halted,
         };
         let reader = Halting {
-            inner: file,
+            inner: Waiting { file, halted },
             halted,
         };
         match searcher.search_reader(&self.matcher, reader, &mut sink) {
@@ -313,6 +313,47 @@ impl<R: Read> Read for Halting<'_, R> {
             return Ok(0);
         }
         self.inner.read(buf)
+    }
+}
+
+/// How long a read of a file opened without blocking (a FIFO named as the
+/// target) waits for data between two looks at `halted`: a cancelled search
+/// of an idle FIFO ends within this.
+const WAIT_STEP_MS: i32 = 100;
+
+/// A file opened `O_NONBLOCK` read as if blocking: a read that would block
+/// waits for data (or the writers' end) in steps of `WAIT_STEP_MS`, and
+/// reports end of file once the search is halted. A regular file never
+/// would block, so this costs it nothing.
+struct Waiting<'a> {
+    file: &'a File,
+    halted: &'a dyn Fn() -> bool,
+}
+
+impl Read for Waiting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        loop {
+            match (&mut &*self.file).read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+            if (self.halted)() {
+                return Ok(0);
+            }
+            let mut fd = libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for the duration of the call.
+            if unsafe { libc::poll(&mut fd, 1, WAIT_STEP_MS) } < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
     }
 }
 

@@ -205,3 +205,55 @@ fn walked_files_larger_than_the_whole_file_buffer_stream_on() {
         ["big.txt:1: needle 1", "big.txt:40001: filler needle 2"]
     );
 }
+
+/// A FIFO named as the target: searched while a writer holds it, and a
+/// cancel ends the wait for its data (issue 24).
+#[test]
+fn a_named_fifo_waits_for_data_until_cancelled() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = tree();
+    let fifo = t.path().join("pipe");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let root = Root::open(t.path(), None).unwrap();
+    // No writer: read to its end at once, nothing to find.
+    let named = Target::File(fifo.clone(), "pipe".into());
+    for opener in [&PlainFs as &dyn Opener, &root] {
+        let out = run(&named, &query("needle"), opener, &AtomicBool::new(false)).unwrap();
+        assert!(out.lines.is_empty());
+    }
+    // A writer holding it open (read-write: that open does not wait) and writing
+    // nothing: the search waits until cancelled.
+    let writer = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    for opener in [&PlainFs as &dyn Opener, &root] {
+        let cancel = AtomicBool::new(false);
+        let searched = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let search =
+                s.spawn(|| super::run(&named, &query("needle"), opener, &cancel, &searched, None));
+            // Cancelled once it has opened the FIFO.
+            while searched.load(Ordering::Relaxed) == 0 {
+                std::thread::yield_now();
+            }
+            cancel.store(true, Ordering::Relaxed);
+            let e = search.join().unwrap().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Aborted);
+        });
+    }
+    // Data and then the writers' end: searched as ripgrep searches it (a
+    // reader kept open holds the data while no writer is left).
+    let keep = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    use std::io::Write;
+    (&writer).write_all(b"first\nneedle in a fifo\n").unwrap();
+    drop(writer);
+    let out = run(&named, &query("needle"), &root, &AtomicBool::new(false)).unwrap();
+    assert_eq!(lines(&out), ["pipe:2: needle in a fifo"]);
+    drop(keep);
+}

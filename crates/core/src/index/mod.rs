@@ -292,11 +292,18 @@ impl Reader {
     }
 }
 
+/// Bytes of the size fstat claims that a read trusts up front: a file that
+/// claims more (a sparse one, under a `max_file_bytes` raised past this)
+/// grows the buffer only as bytes arrive. The default bound: under it every
+/// file is read in one go.
+const READ_RESERVE: usize = DEFAULT_MAX_FILE_BYTES as usize;
+
 /// Reads `file` into `buf` (replacing its contents): the `size` bytes fstat
-/// gave in one read, then on to the end if it has grown meanwhile, stopping
-/// past `max` bytes. (`read_to_end` without a size hint reads 8 KiB first
-/// and doubles: three reads for a typical source file.)
+/// gave in one read (up to `READ_RESERVE`), then on to the end if it has
+/// more, stopping past `max` bytes. (`read_to_end` without a size hint reads
+/// 8 KiB first and doubles: three reads for a typical source file.)
 fn read_up_to(mut file: &File, size: usize, max: u64, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let size = size.min(READ_RESERVE);
     // One byte more than the size: a read that fills it has grown.
     buf.resize(size + 1, 0);
     let mut filled = 0;

@@ -423,6 +423,87 @@ fn the_next_search_sees_every_change() {
     assert_grep_equal(&root, &index, &d, &["needle", "changed", "x"]);
 }
 
+/// Hard links made after the build, inside the root (issue 24): `ln a b`
+/// raises an event only where `b` is created, and a write through `b` only
+/// there (and on `b`'s inode once watched), yet `a` has the new contents too.
+#[test]
+fn a_link_made_later_in_the_tree_keeps_every_name_fresh() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().to_path_buf();
+    populate(
+        &d,
+        &["a/one.txt", "a/two.txt", "a/three.txt", "a/four.txt", "b/"],
+    );
+    fs::write(d.join(".gitignore"), "*.log\n").unwrap();
+    let root = root_of(&d);
+    let index = ready(&root, IndexOptions::default());
+    // Only searches drain the queue: the background thread re-reads nothing.
+    index.inner().paused.store(true, Ordering::SeqCst);
+    type Step<'a> = (&'a str, Box<dyn Fn() + 'a>);
+    let steps: Vec<Step> = vec![
+        (
+            "ln into another directory, then a write through the new name",
+            Box::new(|| {
+                fs::hard_link(d.join("a/one.txt"), d.join("b/one-link.txt")).unwrap();
+                fs::write(d.join("b/one-link.txt"), "changed one\n").unwrap();
+            }),
+        ),
+        (
+            "ln, a search, then a write through the new name",
+            Box::new(|| {
+                fs::hard_link(d.join("a/two.txt"), d.join("b/two-link.txt")).unwrap();
+                assert!(answers(&index, &d));
+                fs::write(d.join("b/two-link.txt"), "changed two\n").unwrap();
+            }),
+        ),
+        (
+            "ln in the same directory",
+            Box::new(|| {
+                fs::hard_link(d.join("a/three.txt"), d.join("a/three-link.txt")).unwrap();
+                fs::write(d.join("a/three-link.txt"), "changed three\n").unwrap();
+            }),
+        ),
+        (
+            "ln to an ignored name",
+            Box::new(|| {
+                fs::hard_link(d.join("a/four.txt"), d.join("four.log")).unwrap();
+                fs::write(d.join("four.log"), "changed four\n").unwrap();
+            }),
+        ),
+    ];
+    for (what, change) in steps {
+        change();
+        check_fresh(&root, &index, &d, what);
+    }
+    // Re-indexed, then written again through the new names: the old names
+    // are watched through their inodes now.
+    index.inner().paused.store(false, Ordering::SeqCst);
+    index.inner().wake();
+    let mut stats = index.stats();
+    for _ in 0..600 {
+        if stats.dirty_files == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        stats = index.stats();
+    }
+    assert_eq!(stats.dirty_files, 0, "{stats:?}");
+    index.inner().paused.store(true, Ordering::SeqCst);
+    for (link, what) in [
+        ("b/one-link.txt", "a second write through b/one-link.txt"),
+        ("b/two-link.txt", "a second write through b/two-link.txt"),
+        (
+            "a/three-link.txt",
+            "a second write through a/three-link.txt",
+        ),
+        ("four.log", "a second write through four.log"),
+    ] {
+        fs::write(d.join(link), "needle in p, changed again\n").unwrap();
+        check_fresh(&root, &index, &d, what);
+    }
+    assert_eq!(index.stats().state, IndexState::Ready);
+}
+
 #[test]
 fn changes_during_the_build_are_seen() {
     let t = tempfile::tempdir().unwrap();
@@ -988,4 +1069,18 @@ fn exact_filters_keep_grep_equal_to_the_walk() {
         exact_filters(&index)
     );
     assert_grep_equal(&root, &index, t.path(), GREP_PATTERNS);
+}
+
+/// A size the file only claims reserves at most `READ_RESERVE` (issue 24):
+/// the read grows as bytes arrive and ends at the file's end.
+#[test]
+fn a_claimed_size_is_not_reserved() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("f");
+    fs::write(&p, "ten bytes!").unwrap();
+    let file = fs::File::open(&p).unwrap();
+    let mut buf = Vec::new();
+    read_up_to(&file, 1 << 40, 1 << 41, &mut buf).unwrap();
+    assert_eq!(buf, b"ten bytes!");
+    assert!(buf.capacity() <= READ_RESERVE + 1);
 }

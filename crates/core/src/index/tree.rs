@@ -71,6 +71,9 @@ pub(crate) struct Child {
     /// The watch on a hard-linked file's inode (`NO_WATCH` if none): a
     /// write through a link outside every watched directory reports there.
     link: i32,
+    /// A file's inode number when it was listed (0 otherwise): a link made
+    /// to it later, in the tree, finds it by this (`attach_links`).
+    ino: u64,
 }
 
 const NO_WATCH: i32 = -1;
@@ -252,6 +255,10 @@ pub(crate) struct Tree {
     on_path: HashMap<i32, Box<[u8]>>,
     /// Per hard-linked file's watch, its names in the tree.
     links: HashMap<i32, Vec<Name>>,
+    /// Inodes whose link watch was made since the last `attach_links`, with
+    /// their watches: the first name of each seen linked, whose other names
+    /// may be in the tree unwatched (listed while they had one link).
+    new_links: Vec<(u64, i32)>,
     pub(crate) inotify: Inotify,
     /// `None` where /proc is not mounted (mounts are then not noticed).
     pub(crate) mounts: Option<Mounts>,
@@ -342,6 +349,7 @@ impl Tree {
             ancestor_wds: Vec::new(),
             on_path: HashMap::new(),
             links: HashMap::new(),
+            new_links: Vec::new(),
             inotify,
             mounts: None,
             max_watches,
@@ -365,6 +373,7 @@ impl Tree {
         };
         debug_assert_eq!(id, ROOT);
         tree.grow_all(id, subdirs, contents, Some((cancel, pending)))?;
+        tree.attach_links(contents);
         Ok(tree)
     }
 
@@ -683,42 +692,97 @@ impl Tree {
         fd: BorrowedFd<'_>,
         name: &[u8],
         contents: &mut dyn Contents,
-    ) -> (FileState, i32) {
-        let link = self.watch_link(dir, fd, name);
+    ) -> (FileState, i32, u64) {
+        let (link, ino) = self.watch_link(dir, fd, name);
         let state = contents
             .index_now(fd, name, link != NO_WATCH)
             .unwrap_or_else(|| self.mark_dirty(dir, name));
-        (state, link)
+        (state, link, ino)
     }
 
     /// Watches the inode of file `name` if it has more than one link (before
     /// it is read). `NO_WATCH` if it has one, or cannot be watched (then it
-    /// is always searched).
-    fn watch_link(&mut self, dir: DirId, fd: BorrowedFd<'_>, name: &[u8]) -> i32 {
+    /// is always searched). With the watch, the file's inode number (0 if it
+    /// cannot be stat'ed).
+    fn watch_link(&mut self, dir: DirId, fd: BorrowedFd<'_>, name: &[u8]) -> (i32, u64) {
         use nix::fcntl::AtFlags;
         let Ok(st) = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-            return NO_WATCH;
+            return (NO_WATCH, 0);
         };
+        let ino = st.st_ino;
         if st.st_nlink <= 1 || self.watches.len() >= self.max_watches {
-            return NO_WATCH;
+            return (NO_WATCH, ino);
         }
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let Ok(file) = openat(fd, OsStr::from_bytes(name), flags, Mode::empty()) else {
-            return NO_WATCH;
+            return (NO_WATCH, ino);
         };
         let Ok(wd) = self.inotify.add(file.as_fd(), LINK_MASK) else {
-            return NO_WATCH;
+            return (NO_WATCH, ino);
         };
         match self.watches.get(&wd) {
             None => {
                 self.watches.insert(wd, Watched::Link);
+                self.new_links.push((ino, wd));
             }
             Some(Watched::Link) => {}
             // Not a file we know as linked: leave it unwatched.
-            Some(_) => return NO_WATCH,
+            Some(_) => return (NO_WATCH, ino),
         }
         self.links.entry(wd).or_default().push((dir, name.into()));
-        wd
+        (wd, ino)
+    }
+
+    /// Gives the inodes first seen linked since the last call their other
+    /// names in the tree: files listed while they had one link, so with no
+    /// watch on their inode. `ln a/x b/y` reports only `b/y` (a link count
+    /// change raises no event in `a`), and a write through `b/y` reports
+    /// only there, so `a/x` would keep its old content: here it joins the
+    /// inode's watch (later writes through any name mark it dirty) and is
+    /// marked dirty now (for a write made before the watch). One pass over
+    /// the tree's entries in memory, only after such a link appeared.
+    fn attach_links(&mut self, contents: &mut dyn Contents) {
+        if self.new_links.is_empty() {
+            return;
+        }
+        let inodes: HashMap<u64, i32> = std::mem::take(&mut self.new_links)
+            .into_iter()
+            .filter(|&(ino, wd)| ino != 0 && self.watches.get(&wd) == Some(&Watched::Link))
+            .collect();
+        let mut found: Vec<(DirId, usize, i32)> = Vec::new();
+        for (id, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            for (i, child) in node.children.iter().enumerate() {
+                if child.kind != Kind::File || child.link != NO_WATCH || child.ino == 0 {
+                    continue;
+                }
+                if let Some(&wd) = inodes.get(&child.ino) {
+                    found.push((id as DirId, i, wd));
+                }
+            }
+        }
+        for (id, i, wd) in found {
+            let Some(child) = self.node(id).map(|n| &n.children[i]) else {
+                continue;
+            };
+            let (name, node, ignored): (Box<[u8]>, Node, bool) =
+                ((*child.name).into(), child.node, child.ignored);
+            self.links.entry(wd).or_default().push((id, name.clone()));
+            let state = match node {
+                Node::File(FileState::Indexed(cid)) if !ignored => {
+                    contents.retire(cid);
+                    Some(self.mark_dirty(id, &name))
+                }
+                Node::File(FileState::Dirty(_)) if !ignored => Some(self.mark_dirty(id, &name)),
+                _ => None,
+            };
+            if let Some(child) = self.node_mut(id).map(|n| &mut n.children[i]) {
+                child.link = wd;
+                if let Some(state) = state {
+                    child.node = Node::File(state);
+                }
+            }
+        }
     }
 
     /// Forgets name `name` of `dir` as a name of the linked file `wd`.
@@ -785,7 +849,11 @@ impl Tree {
                 .rules
                 .is_ignored(&level, &rel, kind == Kind::Dir, &mut scratch);
             let mut link = NO_WATCH;
-            let mut keep = |prev: Option<Child>, tree: &mut Tree, link: &mut i32| -> Option<Node> {
+            let mut ino = 0;
+            let mut keep = |prev: Option<Child>,
+                            tree: &mut Tree,
+                            (link, ino): (&mut i32, &mut u64)|
+             -> Option<Node> {
                 let prev = prev?;
                 let same = prev.kind == kind && prev.ignored == ignored && !is_fresh;
                 let kept_node = match prev.node {
@@ -797,16 +865,16 @@ impl Tree {
                 if kept_node.is_none() {
                     tree.drop_child(id, prev, contents);
                 } else {
-                    *link = prev.link;
+                    (*link, *ino) = (prev.link, prev.ino);
                 }
                 kept_node
             };
             let node = match kind {
                 Kind::Dir if name == b".git" || ignored => {
-                    keep(prev, self, &mut link);
+                    keep(prev, self, (&mut link, &mut ino));
                     Node::Unindexed
                 }
-                Kind::Dir => match keep(prev, self, &mut link) {
+                Kind::Dir => match keep(prev, self, (&mut link, &mut ino)) {
                     Some(Node::Dir(sub)) => {
                         kept.push(sub);
                         Node::Dir(sub)
@@ -818,19 +886,23 @@ impl Tree {
                     }
                 },
                 Kind::File if ignored => {
-                    keep(prev, self, &mut link);
+                    // Always searched, but watched when linked: a write
+                    // through it must reach its other names in the tree.
+                    if keep(prev, self, (&mut link, &mut ino)).is_none() {
+                        (link, ino) = self.watch_link(id, fd, name);
+                    }
                     Node::File(FileState::Always)
                 }
-                Kind::File => match keep(prev, self, &mut link) {
+                Kind::File => match keep(prev, self, (&mut link, &mut ino)) {
                     Some(node) => node,
                     None => {
-                        let (state, watched) = self.new_file(id, fd, name, contents);
-                        link = watched;
+                        let (state, watched, inode) = self.new_file(id, fd, name, contents);
+                        (link, ino) = (watched, inode);
                         Node::File(state)
                     }
                 },
                 _ => {
-                    keep(prev, self, &mut link);
+                    keep(prev, self, (&mut link, &mut ino));
                     Node::Plain
                 }
             };
@@ -840,6 +912,7 @@ impl Tree {
                 ignored,
                 node,
                 link,
+                ino,
             });
         }
         for gone in old {
@@ -1087,6 +1160,7 @@ impl Tree {
         }
         written.extend(linked_writes.iter().map(|(d, n)| (*d, &**n)));
         let result = self.apply_changes(global, relist, &changed, &forced, &written, contents);
+        self.attach_links(contents);
         self.free.append(&mut self.freed);
         result
     }

@@ -430,7 +430,16 @@ fn read_at(dir: BorrowedFd<'_>, rel: &str) -> Option<Vec<u8>> {
             .ok()?,
         );
     }
+    // Not `File::read_to_end`, which reserves the size the file claims.
     let mut text = Vec::new();
-    File::from(top?).read_to_end(&mut text).ok()?;
+    File::from(top?)
+        .take(MAX_RULE_FILE_BYTES)
+        .read_to_end(&mut text)
+        .ok()?;
     Some(text)
 }
+
+/// Bytes of an ignore file read, at most: the rest of a larger one is left
+/// out (ripgrep reads it all), so a huge or sparse file named `.gitignore`
+/// cannot exhaust memory. 64 MiB: a thousand times the largest real ones.
+const MAX_RULE_FILE_BYTES: u64 = 64 << 20;
