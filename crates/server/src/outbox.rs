@@ -5,13 +5,23 @@
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
-use crate::frame::{encode_head, MAX_PAYLOAD};
+use crate::budget::{Budget, Permit};
+use crate::frame::{encode_head, MAX_HEADER, MAX_PAYLOAD};
 use crate::wire::{Outgoing, WireError};
+
+/// Bytes of frames queued for stdout and not yet written, beyond which a call waits before
+/// queueing another large one: a client that stops reading holds the server's answers to this
+/// (docs/protocol.md, "Limits"). Sixteen of the largest `data` frames; one answer larger than
+/// this still goes, alone.
+pub const OUTPUT_BUDGET: u64 = 64 << 20;
+/// Frames up to this size (a header, no large payload) are queued without waiting: their number
+/// is bounded by the calls in flight (`conn::MAX_IN_FLIGHT`), and the reader itself sends some.
+pub const SMALL_FRAME: usize = 64 << 10;
 
 /// Frames gathered into one write at most: two slices each (head, payload), within the 1024
 /// slices `writev` takes at once on Linux and macOS (`IOV_MAX`).
@@ -21,6 +31,8 @@ pub enum Out {
     Frame {
         head: Vec<u8>,
         payload: Vec<u8>,
+        /// The frame's share of the output budget, freed once it is written.
+        permit: Permit,
     },
     /// A frame whose payload is the next `len` bytes of the pipe `from` (a duplicate of the
     /// command's), which holds at least that many: the writer moves them to the output after
@@ -146,23 +158,67 @@ fn copy_from_pipe<W: Write + ?Sized>(
 /// A cheap handle any thread sends frames through. Sending after the writer has gone (stdout
 /// broken) does nothing: the connection is ending.
 #[derive(Clone)]
-pub struct Outbox(mpsc::Sender<Out>);
+pub struct Outbox(mpsc::Sender<Out>, Arc<Budget>);
 
 impl Outbox {
     pub fn new() -> (Outbox, mpsc::Receiver<Out>) {
         let (tx, rx) = mpsc::channel();
-        (Outbox(tx), rx)
+        (Outbox(tx, Budget::new(OUTPUT_BUDGET)), rx)
     }
 
-    fn send(&self, message: &Outgoing<'_>, payload: Vec<u8>) {
-        match serde_json::to_vec(message) {
-            Ok(header) => {
-                let head = encode_head(&header, payload.len());
-                let _ = self.0.send(Out::Frame { head, payload });
-            }
+    /// Holds `bytes` of the output budget for an answer about to be made (a file about to be
+    /// read), waiting for room: its memory is then bounded before it is reserved.
+    pub fn reserve(&self, bytes: u64) -> Permit {
+        self.1.acquire(bytes)
+    }
+
+    /// Queues a frame, waiting for room in the output budget when it is large (unless `permit`
+    /// already holds its bytes). A header over the protocol's limit travels as the payload of a
+    /// small one, `{"t":…,"id":…,"inPayload":true}`: the client parses it in its place.
+    fn send(&self, message: &Outgoing<'_>, mut payload: Vec<u8>, permit: Option<Permit>) {
+        let mut header = match serde_json::to_vec(message) {
+            Ok(header) => header,
             // Our own messages are maps with string keys: serializing them cannot fail.
-            Err(e) => eprintln!("pi-native-ops-server: cannot encode a message: {e}"),
+            Err(e) => return eprintln!("pi-native-ops-server: cannot encode a message: {e}"),
+        };
+        if header.len() > MAX_HEADER as usize {
+            let (t, id) = match message {
+                Outgoing::Ok { id, .. } => ("ok", Some(*id)),
+                Outgoing::Error { id, .. } => ("error", *id),
+                // Hello and data headers are small.
+                _ => return eprintln!("pi-native-ops-server: a header over the limit"),
+            };
+            if !payload.is_empty() || header.len() > MAX_PAYLOAD as usize {
+                let message = format!(
+                    "the answer is {} bytes, more than a frame carries",
+                    header.len() + payload.len()
+                );
+                return self.error(id, &WireError::protocol(message));
+            }
+            payload = header;
+            let small = match id {
+                Some(id) => json!({"t": t, "id": id, "inPayload": true}),
+                None => json!({"t": t, "inPayload": true}),
+            };
+            header = serde_json::to_vec(&small).unwrap_or_default();
         }
+        let head = encode_head(&header, payload.len());
+        let size = (head.len() + payload.len()) as u64;
+        let permit = match permit {
+            Some(mut permit) => {
+                if size > permit.bytes() {
+                    permit.grow(size - permit.bytes());
+                }
+                permit
+            }
+            None if size as usize > SMALL_FRAME => self.1.acquire(size),
+            None => Permit::none(),
+        };
+        let _ = self.0.send(Out::Frame {
+            head,
+            payload,
+            permit,
+        });
     }
 
     pub fn hello(&self, root: &str, platform: &str) {
@@ -172,11 +228,17 @@ impl Outbox {
             root,
             platform,
         };
-        self.send(&hello, Vec::new());
+        self.send(&hello, Vec::new(), None);
     }
 
-    /// The answer of call `id`: its fields and payload.
-    pub fn ok(&self, id: u64, answer: Map<String, Value>, payload: Vec<u8>) {
+    /// The answer of call `id`: its fields and payload (whose bytes `permit` may hold already).
+    pub fn ok(
+        &self,
+        id: u64,
+        answer: Map<String, Value>,
+        payload: Vec<u8>,
+        permit: Option<Permit>,
+    ) {
         if payload.len() > MAX_PAYLOAD as usize {
             let message = format!(
                 "the answer is {} bytes, more than a frame carries ({MAX_PAYLOAD} bytes)",
@@ -184,16 +246,16 @@ impl Outbox {
             );
             return self.error(Some(id), &WireError::protocol(message));
         }
-        self.send(&Outgoing::Ok { id, answer }, payload);
+        self.send(&Outgoing::Ok { id, answer }, payload, permit);
     }
 
     pub fn error(&self, id: Option<u64>, error: &WireError) {
-        self.send(&Outgoing::Error { id, error }, Vec::new());
+        self.send(&Outgoing::Error { id, error }, Vec::new(), None);
     }
 
     /// One chunk of a stream; the caller keeps it within a frame's and the window's size.
     pub fn data(&self, id: u64, chunk: Vec<u8>) {
-        self.send(&Outgoing::Data { id }, chunk);
+        self.send(&Outgoing::Data { id }, chunk, None);
     }
 
     /// One chunk of a stream, the next `len` bytes waiting in the pipe `from` (a duplicate of
@@ -243,20 +305,24 @@ impl Outbox {
 /// Writes queued frames to `output` until every sender is gone; fails when `output` does.
 pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io::Result<()> {
     output.widen();
-    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut batch: Vec<(Vec<u8>, Vec<u8>, Permit)> = Vec::new();
     let mut waiting = Vec::new();
     while let Ok(first) = queue.recv() {
         let mut next = Some(first);
         while let Some(out) = next {
             match out {
-                Out::Frame { head, payload } => batch.push((head, payload)),
+                Out::Frame {
+                    head,
+                    payload,
+                    permit,
+                } => batch.push((head, payload, permit)),
                 Out::Piped {
                     head,
                     from,
                     len,
                     done,
                 } => {
-                    batch.push((head, Vec::new()));
+                    batch.push((head, Vec::new(), Permit::none()));
                     write_batch(&mut output, &batch)?;
                     batch.clear();
                     let moved = output.write_from_pipe(from.as_fd(), len);
@@ -289,10 +355,10 @@ pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io:
 
 /// Writes every frame of `batch`, heads and payloads in order, with as few `writev` as the output
 /// takes.
-fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>, Permit)]) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = batch
         .iter()
-        .flat_map(|(head, payload)| [IoSlice::new(head), IoSlice::new(payload)])
+        .flat_map(|(head, payload, _)| [IoSlice::new(head), IoSlice::new(payload)])
         .filter(|slice| !slice.is_empty())
         .collect();
     let mut rest = &mut slices[..];
