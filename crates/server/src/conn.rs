@@ -723,6 +723,56 @@ mod tests {
     }
 
     #[test]
+    fn the_reader_waits_while_unanswered_input_fills_its_budget() {
+        let mut f = fixture();
+        // One writeFile whose payload is the whole input budget: until it is answered, the
+        // reader takes in nothing more.
+        let payload = vec![b'w'; INPUT_BUDGET as usize];
+        assert_eq!(
+            f.conn.handle(frame(
+                json!({"t":"call","id":1,"op":"writeFile","path":"/workspace/w.bin"}),
+                &payload
+            )),
+            Flow::Continue
+        );
+        f.conn.wait_for_input_room();
+        // Room again only once the call has answered (its bytes are freed with the answer).
+        let Ok(Out::Frame { head, .. }) = f.queue.try_recv() else {
+            panic!("the reader went on before the call answered");
+        };
+        let ok: Value = serde_json::from_slice(&head[8..]).unwrap();
+        assert_eq!(ok, json!({"t":"ok","id":1}));
+        assert_eq!(f.conn.input.used(), 0);
+    }
+
+    #[test]
+    fn calls_beyond_the_limit_in_flight_are_refused_as_busy() {
+        let mut f = fixture();
+        {
+            let mut registry = ops::lock(&f.conn.stopper.running);
+            for id in 0..MAX_IN_FLIGHT as u64 {
+                registry.insert(1_000_000 + id, Running::Plain);
+            }
+        }
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"stat","path":"/workspace"}),
+            b"",
+        );
+        assert_eq!(
+            err["error"],
+            json!({"kind":"Busy","message":"too many calls in flight: the server takes 16384 at once"})
+        );
+        ops::lock(&f.conn.stopper.running).remove(&1_000_000);
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"stat","path":"/workspace"}),
+            b"",
+        );
+        assert_eq!(ok["isDirectory"], true);
+    }
+
+    #[test]
     fn a_call_that_never_answers_answers_an_internal_error() {
         let f = fixture();
         let registry = Arc::clone(&f.conn.stopper.running);
