@@ -242,7 +242,7 @@ impl Connection {
             Ok(message) => message,
             Err(bad) => {
                 self.out
-                    .error(bad.id, &WireError::protocol(bad.message.clone()));
+                    .refuse(bad.id, &WireError::protocol(bad.message.clone()));
                 return Flow::Continue;
             }
         };
@@ -265,7 +265,7 @@ impl Connection {
             Incoming::Call { id, op } => {
                 match op {
                     Ok(op) => self.call(id, op, frame.payload, held),
-                    Err(message) => self.out.error(Some(id), &WireError::protocol(message)),
+                    Err(message) => self.out.refuse(Some(id), &WireError::protocol(message)),
                 }
                 Flow::Continue
             }
@@ -300,7 +300,7 @@ impl Connection {
             return true;
         };
         drop(registry);
-        self.out.error(Some(id), &refusal);
+        self.out.refuse(Some(id), &refusal);
         false
     }
 

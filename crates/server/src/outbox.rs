@@ -19,9 +19,11 @@ use crate::wire::{Outgoing, WireError};
 /// (docs/protocol.md, "Limits"). Sixteen of the largest `data` frames; one answer larger than
 /// this still goes, alone.
 pub const OUTPUT_BUDGET: u64 = 64 << 20;
-/// Frames up to this size (a header, no large payload) are queued without waiting: their number
-/// is bounded by the calls in flight (`conn::MAX_IN_FLIGHT`), and the reader itself sends some.
-pub const SMALL_FRAME: usize = 64 << 10;
+/// A call's answer up to this size (a `stat`'s, an `ok`, most errors) is queued without waiting:
+/// one per call in flight, so they hold at most `conn::MAX_IN_FLIGHT` times this (64 MiB) beyond
+/// the budget. Larger frames, and the reader's own refusals (not bounded by the calls in flight),
+/// wait for room.
+pub const SMALL_FRAME: usize = 4 << 10;
 
 /// Frames gathered into one write at most: two slices each (head, payload), within the 1024
 /// slices `writev` takes at once on Linux and macOS (`IOV_MAX`).
@@ -175,7 +177,18 @@ impl Outbox {
     /// Queues a frame, waiting for room in the output budget when it is large (unless `permit`
     /// already holds its bytes). A header over the protocol's limit travels as the payload of a
     /// small one, `{"t":…,"id":…,"inPayload":true}`: the client parses it in its place.
-    fn send(&self, message: &Outgoing<'_>, mut payload: Vec<u8>, permit: Option<Permit>) {
+    fn send(&self, message: &Outgoing<'_>, payload: Vec<u8>, permit: Option<Permit>) {
+        self.send_as(message, payload, permit, false)
+    }
+
+    /// `send`; `always_wait`: wait for room in the output budget even when the frame is small.
+    fn send_as(
+        &self,
+        message: &Outgoing<'_>,
+        mut payload: Vec<u8>,
+        permit: Option<Permit>,
+        always_wait: bool,
+    ) {
         let mut header = match serde_json::to_vec(message) {
             Ok(header) => header,
             // Our own messages are maps with string keys: serializing them cannot fail.
@@ -211,8 +224,8 @@ impl Outbox {
                 }
                 permit
             }
-            None if size as usize > SMALL_FRAME => self.1.acquire(size),
-            None => Permit::none(),
+            None if always_wait || size as usize > SMALL_FRAME => self.1.acquire(size),
+            None => self.1.force(size),
         };
         let _ = self.0.send(Out::Frame {
             head,
@@ -251,6 +264,12 @@ impl Outbox {
 
     pub fn error(&self, id: Option<u64>, error: &WireError) {
         self.send(&Outgoing::Error { id, error }, Vec::new(), None);
+    }
+
+    /// A refusal the reader answers itself (a bad header, a bad call, a reused id, too many
+    /// calls): it waits for room, so a client that sends them without reading stops being read.
+    pub fn refuse(&self, id: Option<u64>, error: &WireError) {
+        self.send_as(&Outgoing::Error { id, error }, Vec::new(), None, true);
     }
 
     /// One chunk of a stream; the caller keeps it within a frame's and the window's size.

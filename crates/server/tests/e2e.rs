@@ -670,3 +670,44 @@ fn short_calls_answer_while_blocking_calls_fill_the_server() {
     // Input ends: every command is killed, and the server exits though reads of the FIFO block.
     assert_eq!(server.close(), Some(0));
 }
+
+#[test]
+fn refusals_to_a_client_that_never_reads_stop_its_input_not_the_memory_bound() {
+    // Headers the reader refuses itself, each answered with an error echoing 100 KB: 300 MB of
+    // refusals if all were queued.
+    const FRAMES: usize = 3_000;
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    let pid = server.pid();
+    let bad = frame(&json!({"t": "x".repeat(100_000)}), b"");
+    let mut stdin = server.stdin.take().unwrap();
+    // The server stops reading once its queued answers fill the budget: the writes then block
+    // until the server is killed.
+    let writer = std::thread::spawn(move || {
+        for _ in 0..FRAMES {
+            if stdin.write_all(&bad).is_err() {
+                break;
+            }
+        }
+    });
+    let mut last = read_chars(pid);
+    let mut still = 0;
+    while still < 20 && !writer.is_finished() && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read_chars(pid);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    let peak = status_field(pid, "VmHWM:");
+    eprintln!(
+        "refusals to a never-reading client: peak RSS {} MiB, {} MiB read before it stopped",
+        peak >> 10,
+        last >> 20
+    );
+    assert!(
+        peak < MEMORY_BOUND_KIB,
+        "peak RSS {peak} KiB over the bound"
+    );
+    server.child.lock().unwrap().kill().unwrap();
+    writer.join().unwrap();
+}
