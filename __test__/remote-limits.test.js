@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it, onTestFinished } from "vitest";
+import { createRemoteTools } from "pi-native-ops";
 import { serverPath, startServer } from "./helpers/face.js";
 import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
 
@@ -56,6 +57,13 @@ describe.skipIf(!serverPath())("the server's limits", () => {
       const stat = await connection.fs.ls.stat(path.join(root, "a.txt"));
       const ms = performance.now() - started;
       expect(stat.isFile()).toBe(true);
+      // Searches have their own threads too.
+      expect(await connection.fs.find.glob("*.txt", root, { ignore: [], limit: Infinity })).toEqual([
+        path.join(root, "a.txt"),
+      ]);
+      const { grep } = createRemoteTools(root, { connection });
+      const found = await grep.execute("g", { pattern: "alpha" });
+      expect(found.content[0].text).toBe("a.txt:1: alpha");
       // The figure for the record (no timing assertion): the stat waits behind 1,035 calls sent before it.
       console.log(`stat behind 1,035 blocked calls: ${ms.toFixed(1)} ms, server threads ${threadsOf(child.pid)}`);
     } finally {

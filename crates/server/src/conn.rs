@@ -1,7 +1,7 @@
 //! One connection: frames in, calls dispatched to the blocking pool, answers out in any order.
 //!
 //! Three kinds of thread: the reader (the caller of `serve`) decodes frames and dispatches them,
-//! three lanes of blocking threads run the core calls, and one writer owns stdout. A call so
+//! four lanes of blocking threads run the core calls, and one writer owns stdout. A call so
 //! crosses two thread hand-offs: reader to lane, lane to writer.
 //!
 //! The lanes keep calls that can block for long (a read of a FIFO, a search, a command, a stream
@@ -36,10 +36,12 @@ pub const INPUT_BUDGET: u64 = 64 << 20;
 /// (`stat`, `exists`, `access`, `mkdir`, `readdir`, `findExists`, `writeFile`, the index's
 /// `indexStart`, `indexStats`, `indexClose`). A few cover the disk's parallelism.
 const QUICK_THREADS: usize = 8;
-/// Threads of the search lane: calls that read contents and may block or run long (`readFile`,
-/// `detectImageMimeType`, `glob`, `grep`, `indexReady`). Each search walks on the core's own
-/// threads too, so a few saturate the machine.
-const SEARCH_THREADS: usize = 16;
+/// Threads of the read lane: calls that read a named file's contents, which blocks for as long as
+/// the file makes it (a FIFO no one writes): `readFile`, `detectImageMimeType`.
+const READ_THREADS: usize = 16;
+/// Threads of the search lane: calls that walk and may run long (`glob`, `grep`, `indexReady`).
+/// Each search walks on the core's own threads too, so a few saturate the machine.
+const SEARCH_THREADS: usize = 8;
 /// Threads of the stream lane: `exec` and `readStream`, which hold their thread for as long as
 /// the command runs or the client takes the data. Commands beyond these wait for one to end.
 const STREAM_THREADS: usize = 128;
@@ -49,6 +51,7 @@ const LANE_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// The runtimes whose blocking threads are the lanes; they live as long as the server.
 pub struct Pools {
     quick: Runtime,
+    read: Runtime,
     search: Runtime,
     stream: Runtime,
 }
@@ -64,6 +67,7 @@ impl Pools {
         };
         Ok(Pools {
             quick: lane("quick", QUICK_THREADS)?,
+            read: lane("read", READ_THREADS)?,
             search: lane("search", SEARCH_THREADS)?,
             stream: lane("stream", STREAM_THREADS)?,
         })
@@ -72,6 +76,7 @@ impl Pools {
     pub fn lanes(&self) -> Lanes {
         Lanes {
             quick: self.quick.handle().clone(),
+            read: self.read.handle().clone(),
             search: self.search.handle().clone(),
             stream: self.stream.handle().clone(),
         }
@@ -82,6 +87,7 @@ impl Pools {
 #[derive(Clone)]
 pub struct Lanes {
     quick: Handle,
+    read: Handle,
     search: Handle,
     stream: Handle,
 }
@@ -172,6 +178,8 @@ struct Answerer {
     out: Outbox,
     running: Registry,
     done: bool,
+    /// The call streams `data` frames, which its answer must follow.
+    streams: bool,
     /// The request's share of the input budget, freed with the answer.
     _held: Permit,
 }
@@ -186,8 +194,8 @@ impl Answerer {
         self.done = true;
         ops::lock(&self.running).remove(&self.id);
         match result {
-            Ok((fields, payload)) => self.out.ok(self.id, fields, payload, permit),
-            Err(error) => self.out.error(Some(self.id), &error),
+            Ok((fields, payload)) => self.out.ok(self.id, fields, payload, permit, self.streams),
+            Err(error) => self.out.answer_error(self.id, &error, self.streams),
         }
     }
 }
@@ -200,7 +208,7 @@ impl Drop for Answerer {
                 wire::kind::INTERNAL,
                 "pi-native-ops-server failed inside this call (its stderr says why)",
             );
-            self.out.error(Some(self.id), &error);
+            self.out.answer_error(self.id, &error, self.streams);
         }
     }
 }
@@ -319,6 +327,7 @@ impl Connection {
             out: self.out.clone(),
             running: Arc::clone(&self.stopper.running),
             done: false,
+            streams: matches!(running, Running::Stream(_)),
             _held: held,
         };
         match (op, running) {
@@ -358,7 +367,7 @@ impl Connection {
             }
             (Op::ReadFile { path }, _) => {
                 let out = self.out.clone();
-                self.lanes.search.spawn_blocking(move || {
+                self.lanes.read.spawn_blocking(move || {
                     // The file's bytes are held in the output budget before they are read, so
                     // answers a client does not take stay within it.
                     let size = workspace
@@ -372,7 +381,12 @@ impl Connection {
                     answerer.send_with(result, Some(permit));
                 });
             }
-            (op @ (Op::DetectImageMimeType { .. } | Op::Glob { .. }), _) => {
+            (op @ Op::DetectImageMimeType { .. }, _) => {
+                self.lanes.read.spawn_blocking(move || {
+                    answerer.send(ops::simple(&workspace.root, None, op, payload));
+                });
+            }
+            (op @ Op::Glob { .. }, _) => {
                 self.lanes.search.spawn_blocking(move || {
                     let index = workspace.index.search();
                     answerer.send(ops::simple(&workspace.root, index, op, payload));
@@ -783,6 +797,7 @@ mod tests {
             out: f.conn.out.clone(),
             running: Arc::clone(&registry),
             done: false,
+            streams: true,
             _held: Permit::none(),
         };
         // As when the call's thread unwinds: the answer is queued by then.

@@ -2,6 +2,7 @@
 //! thread owns stdout, writing whatever is queued as one gathered write (so frames produced
 //! together leave in one system call, and no payload is copied on its way out).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -28,6 +29,9 @@ pub const SMALL_FRAME: usize = 4 << 10;
 /// Frames gathered into one write at most: two slices each (head, payload), within the 1024
 /// slices `writev` takes at once on Linux and macOS (`IOV_MAX`).
 const MAX_BATCH: usize = 512;
+/// Bytes gathered into one write at most: an urgent answer queued meanwhile waits behind no more
+/// than this (one largest data frame).
+const BATCH_BYTES: usize = 1 << 20;
 
 pub enum Out {
     Frame {
@@ -35,6 +39,11 @@ pub enum Out {
         payload: Vec<u8>,
         /// The frame's share of the output budget, freed once it is written.
         permit: Permit,
+        /// Written before every frame not urgent that is still queued: a small answer of a
+        /// one-shot call (nothing of its call precedes it), so a `stat` does not wait behind
+        /// megabytes of other calls' answers and streams. Data frames, large answers and a
+        /// stream's answer keep their order.
+        urgent: bool,
     },
     /// A frame whose payload is the next `len` bytes of the pipe `from` (a duplicate of the
     /// command's), which holds at least that many: the writer moves them to the output after
@@ -177,17 +186,21 @@ impl Outbox {
     /// Queues a frame, waiting for room in the output budget when it is large (unless `permit`
     /// already holds its bytes). A header over the protocol's limit travels as the payload of a
     /// small one, `{"t":…,"id":…,"inPayload":true}`: the client parses it in its place.
+    /// Queues a frame: urgent (when small) unless it is stream data.
     fn send(&self, message: &Outgoing<'_>, payload: Vec<u8>, permit: Option<Permit>) {
-        self.send_as(message, payload, permit, false)
+        let urgent = !matches!(message, Outgoing::Data { .. });
+        self.send_as(message, payload, permit, false, urgent)
     }
 
-    /// `send`; `always_wait`: wait for room in the output budget even when the frame is small.
+    /// `send`; `always_wait`: wait for room in the output budget even when the frame is small;
+    /// `urgent`: see `Out::Frame`.
     fn send_as(
         &self,
         message: &Outgoing<'_>,
         mut payload: Vec<u8>,
         permit: Option<Permit>,
         always_wait: bool,
+        urgent: bool,
     ) {
         let mut header = match serde_json::to_vec(message) {
             Ok(header) => header,
@@ -231,6 +244,7 @@ impl Outbox {
             head,
             payload,
             permit,
+            urgent: urgent && size as usize <= SMALL_FRAME,
         });
     }
 
@@ -245,21 +259,33 @@ impl Outbox {
     }
 
     /// The answer of call `id`: its fields and payload (whose bytes `permit` may hold already).
+    /// `after_data`: the call streamed `data` frames, which its answer must follow.
     pub fn ok(
         &self,
         id: u64,
         answer: Map<String, Value>,
         payload: Vec<u8>,
         permit: Option<Permit>,
+        after_data: bool,
     ) {
         if payload.len() > MAX_PAYLOAD as usize {
             let message = format!(
                 "the answer is {} bytes, more than a frame carries ({MAX_PAYLOAD} bytes)",
                 payload.len()
             );
-            return self.error(Some(id), &WireError::protocol(message));
+            return self.answer_error(id, &WireError::protocol(message), after_data);
         }
-        self.send(&Outgoing::Ok { id, answer }, payload, permit);
+        let ok = Outgoing::Ok { id, answer };
+        self.send_as(&ok, payload, permit, false, !after_data);
+    }
+
+    /// The error of call `id`; `after_data` as for `ok`.
+    pub fn answer_error(&self, id: u64, error: &WireError, after_data: bool) {
+        let error = Outgoing::Error {
+            id: Some(id),
+            error,
+        };
+        self.send_as(&error, Vec::new(), None, false, !after_data);
     }
 
     pub fn error(&self, id: Option<u64>, error: &WireError) {
@@ -269,7 +295,7 @@ impl Outbox {
     /// A refusal the reader answers itself (a bad header, a bad call, a reused id, too many
     /// calls): it waits for room, so a client that sends them without reading stops being read.
     pub fn refuse(&self, id: Option<u64>, error: &WireError) {
-        self.send_as(&Outgoing::Error { id, error }, Vec::new(), None, true);
+        self.send_as(&Outgoing::Error { id, error }, Vec::new(), None, true, true);
     }
 
     /// One chunk of a stream; the caller keeps it within a frame's and the window's size.
@@ -321,20 +347,42 @@ impl Outbox {
     }
 }
 
-/// Writes queued frames to `output` until every sender is gone; fails when `output` does.
+/// Writes queued frames to `output` until every sender is gone; fails when `output` does. Urgent
+/// frames go before the others still queued (which keep their order).
 pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io::Result<()> {
     output.widen();
+    let mut urgent: VecDeque<Out> = VecDeque::new();
+    let mut normal: VecDeque<Out> = VecDeque::new();
+    let sort = |out: Out, urgent: &mut VecDeque<Out>, normal: &mut VecDeque<Out>| match out {
+        Out::Frame { urgent: true, .. } => urgent.push_back(out),
+        _ => normal.push_back(out),
+    };
     let mut batch: Vec<(Vec<u8>, Vec<u8>, Permit)> = Vec::new();
     let mut waiting = Vec::new();
-    while let Ok(first) = queue.recv() {
-        let mut next = Some(first);
-        while let Some(out) = next {
+    loop {
+        if urgent.is_empty() && normal.is_empty() {
+            match queue.recv() {
+                Ok(out) => sort(out, &mut urgent, &mut normal),
+                Err(_) => break,
+            }
+        }
+        // Everything queued is already in memory (within the output budget): taking it all
+        // lets an urgent frame pass the others.
+        while let Ok(out) = queue.try_recv() {
+            sort(out, &mut urgent, &mut normal);
+        }
+        let mut bytes = 0;
+        while let Some(out) = urgent.pop_front().or_else(|| normal.pop_front()) {
             match out {
                 Out::Frame {
                     head,
                     payload,
                     permit,
-                } => batch.push((head, payload, permit)),
+                    ..
+                } => {
+                    bytes += head.len() + payload.len();
+                    batch.push((head, payload, permit));
+                }
                 Out::Piped {
                     head,
                     from,
@@ -354,13 +402,13 @@ pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io:
                     if let Some(e) = failed {
                         return Err(e);
                     }
+                    break;
                 }
                 Out::Flushed(done) => waiting.push(done),
             }
-            if batch.len() == MAX_BATCH {
+            if batch.len() == MAX_BATCH || bytes >= BATCH_BYTES {
                 break;
             }
-            next = queue.try_recv().ok();
         }
         write_batch(&mut output, &batch)?;
         batch.clear();
@@ -390,4 +438,61 @@ fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>, Permit)]) -
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// An output the test reads back after the writer is done with it.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Output for Shared {}
+
+    #[test]
+    fn a_one_shot_answer_passes_queued_stream_frames_which_keep_their_order() {
+        let (out, queue) = Outbox::new();
+        for i in 0..3u8 {
+            out.data(1, vec![i; 100]);
+        }
+        out.ok(1, Map::new(), Vec::new(), None, true);
+        // A large one-shot answer keeps its place; a small one passes it.
+        out.ok(3, Map::new(), vec![3; SMALL_FRAME], None, false);
+        out.ok(2, Map::new(), Vec::new(), None, false);
+        drop(out);
+        let written = Shared::default();
+        write_frames(queue, written.clone()).unwrap();
+        let written = written.0.lock().unwrap().clone();
+        let mut frames = Vec::new();
+        let mut rest = &written[..];
+        while !rest.is_empty() {
+            let h = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let p = u32::from_be_bytes(rest[4..8].try_into().unwrap()) as usize;
+            let header: Value = serde_json::from_slice(&rest[8..8 + h]).unwrap();
+            frames.push((header, rest[8 + h..8 + h + p].first().copied()));
+            rest = &rest[8 + h + p..];
+        }
+        assert_eq!(
+            frames,
+            [
+                (json!({"t":"ok","id":2}), None),
+                (json!({"t":"data","id":1}), Some(0)),
+                (json!({"t":"data","id":1}), Some(1)),
+                (json!({"t":"data","id":1}), Some(2)),
+                (json!({"t":"ok","id":1}), None),
+                (json!({"t":"ok","id":3}), Some(3)),
+            ]
+        );
+    }
 }
