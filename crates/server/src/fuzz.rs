@@ -409,3 +409,150 @@ fn every_request_decodes_and_answers_once_whatever_its_arguments() {
     }
     eprintln!("request fuzz: {id} calls; errors by kind {kinds:?}");
 }
+
+/// Sends a frame of `header` (no payload) to the connection.
+fn send(conn: &mut Connection, header: Value) {
+    let frame = Frame {
+        header: serde_json::to_vec(&header).unwrap(),
+        payload: Vec::new(),
+    };
+    assert_eq!(conn.handle(frame), Flow::Continue);
+}
+
+/// Writers opened and closed on a FIFO until no reader waits on it: each blocked read ends.
+#[cfg(target_os = "linux")]
+fn release_fifo(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening for writing fails (ENXIO) once no reader is left.
+    while std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .is_ok()
+    {}
+}
+
+/// A stress test: rounds of calls that block (reads of a FIFO no one writes, commands that run
+/// until cancelled, searches, streams) mixed with short ones, each round's short calls answered
+/// whatever blocks; at the end every call answers exactly once.
+#[cfg(target_os = "linux")]
+#[test]
+fn blocking_and_short_calls_mixed_all_answer() {
+    let (mut rng, seed) = Rng::seeded();
+    eprintln!("stress: seed {seed}");
+    let (dir, mut conn, queue, _pools) = fixture();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let start = Instant::now();
+    let mut id = 0u64;
+    // Calls not yet answered: whether each is short (must answer within its round).
+    let mut open: HashMap<u64, &str> = HashMap::new();
+    let mut execs = Vec::new();
+    let mut rounds = 0;
+    while start.elapsed() < budget() {
+        rounds += 1;
+        let mut short = std::collections::HashSet::new();
+        for _ in 0..1 + rng.below(64) {
+            id += 1;
+            let (call, kind) = match rng.below(8) {
+                0 => (
+                    json!({"t":"call","id":id,"op":"readFile","path":"/workspace/fifo"}),
+                    "fifo",
+                ),
+                1 => (
+                    json!({"t":"call","id":id,"op":"exec","command":"sleep 100","cwd":"/workspace"}),
+                    "exec",
+                ),
+                2 => (
+                    json!({"t":"call","id":id,"op":"grep","pattern":"o","path":"/workspace","displayName":"w","limit":100}),
+                    "grep",
+                ),
+                3 => (
+                    json!({"t":"call","id":id,"op":"readStream","path":"/workspace/a.txt"}),
+                    "stream",
+                ),
+                4 => (
+                    json!({"t":"call","id":id,"op":"exists","path":"/workspace/a.txt"}),
+                    "short",
+                ),
+                5 => (
+                    json!({"t":"call","id":id,"op":"readdir","path":"/workspace"}),
+                    "short",
+                ),
+                _ => (
+                    json!({"t":"call","id":id,"op":"stat","path":"/workspace/sub"}),
+                    "short",
+                ),
+            };
+            send(&mut conn, call);
+            open.insert(id, kind);
+            match kind {
+                "short" => {
+                    short.insert(id);
+                }
+                "exec" => execs.push(id),
+                _ => {}
+            }
+            if !execs.is_empty() && rng.chance(20) {
+                let victim = execs.swap_remove(rng.below(execs.len()));
+                send(&mut conn, json!({"t":"cancel","id":victim}));
+            }
+        }
+        // Every short call of the round answers, whatever blocks meanwhile.
+        while !short.is_empty() {
+            let out = queue
+                .recv_timeout(ANSWER_DEADLINE)
+                .unwrap_or_else(|_| panic!("short calls {short:?} never answered"));
+            take(&mut conn, out, &mut open, &mut short);
+        }
+    }
+    // The end: every command cancelled, every FIFO read released; every call answers once.
+    for victim in execs.drain(..) {
+        send(&mut conn, json!({"t":"cancel","id":victim}));
+    }
+    let mut none = std::collections::HashSet::new();
+    while !open.is_empty() {
+        release_fifo(&fifo);
+        match queue.recv_timeout(Duration::from_millis(100)) {
+            Ok(out) => take(&mut conn, out, &mut open, &mut none),
+            Err(RecvTimeoutError::Timeout) => {
+                assert!(
+                    start.elapsed() < budget() + ANSWER_DEADLINE,
+                    "{open:?} never answered"
+                )
+            }
+            Err(RecvTimeoutError::Disconnected) => unreachable!(),
+        }
+    }
+    eprintln!("stress: {id} calls in {rounds} rounds");
+}
+
+/// Acts on one frame from the connection: credits data, checks an answer is the only one.
+#[cfg(target_os = "linux")]
+fn take(
+    conn: &mut Connection,
+    out: Out,
+    open: &mut HashMap<u64, &str>,
+    short: &mut std::collections::HashSet<u64>,
+) {
+    let Out::Frame { head, payload, .. } = out else {
+        return;
+    };
+    let header: Value = serde_json::from_slice(&head[8..]).unwrap();
+    let id = header["id"].as_u64().expect("every answer names its call");
+    if header["t"] == "data" {
+        send(conn, json!({"t":"credit","id":id,"bytes":payload.len()}));
+        return;
+    }
+    let kind = open
+        .remove(&id)
+        .unwrap_or_else(|| panic!("a second answer: {header}"));
+    short.remove(&id);
+    match kind {
+        "short" | "stream" | "fifo" => assert_eq!(header["t"], "ok", "{header}"),
+        "exec" => assert_eq!(header["killed"], true, "{header}"),
+        _ => assert_ne!(header["error"]["kind"], "Internal", "{header}"),
+    }
+}
