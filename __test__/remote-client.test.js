@@ -228,6 +228,43 @@ describe("errors", () => {
     await conn.close();
   });
 
+  it("an answer moved into its payload (inPayload) is taken in its header's place", async () => {
+    const names = Array.from({ length: 40_000 }, (_, i) => `entry-${String(i).padStart(5, "0")}-padding-padding-pad`);
+    const server = fakeServer(dir, {
+      exec: (call) => {
+        const answer = { t: "ok", id: call.id, exitCode: 3, killed: false, names };
+        server.send({ t: "ok", id: call.id, inPayload: true }, Buffer.from(JSON.stringify(answer)));
+      },
+    });
+    const conn = await connect(server.transport);
+    expect(await conn.bash.exec("x", "/workspace", { onData() {} })).toEqual({ exitCode: 3 });
+    expect(await conn.fs.ls.exists("/workspace/src")).toBe(true);
+    await conn.close();
+  });
+
+  it("an answer whose header is over 1 MiB fails only its call; the connection goes on", async () => {
+    const huge = "x".repeat(2 * MiB);
+    let calls = 0;
+    const server = fakeServer(dir, {
+      exec: (call) => {
+        calls++;
+        // The first answer's header is over the limit, its payload too; the second is a plain one.
+        if (calls === 1) server.send({ t: "ok", id: call.id, exitCode: 0, killed: false, huge }, Buffer.alloc(MiB, 1));
+        else server.ok(call.id, { exitCode: 0, killed: false });
+      },
+    });
+    const conn = await connect(server.transport);
+    const err = await rejection(conn.bash.exec("x", "/workspace", { onData() {} }));
+    expect(err.message).toMatch(/^remote call: the server's answer header of \d+ bytes exceeds the protocol's 1 MiB$/);
+    expect(await conn.bash.exec("y", "/workspace", { onData() {} })).toEqual({ exitCode: 0 });
+    expect(await conn.fs.read.readFile("/workspace/src/f1.txt")).toEqual(Buffer.from("file 1\nneedle 1\n"));
+    // A header over the limit that names no call (no id first) ends the connection, as any header
+    // that is no message.
+    server.send(`{"x":"${huge}"}`);
+    await expect(conn.fs.ls.exists("/workspace/src")).rejects.toThrow(/^remote connection closed: protocol violation/);
+    await conn.close();
+  });
+
   it("argument errors are the local TypeErrors, thrown before anything is sent", async () => {
     const server = fakeServer(dir);
     const conn = await connect(server.transport);
@@ -291,8 +328,13 @@ describe("lifecycle", () => {
     for (const [bytes, reason] of [
       [Buffer.from([0, 0, 0, 0, 0, 0, 0, 0]), "protocol violation: frame lengths out of range (header 0, payload 0)"],
       [
-        Buffer.from([0, 0x20, 0, 0, 0, 0, 0, 0]),
-        "protocol violation: frame lengths out of range (header 2097152, payload 0)",
+        // Over the header limit, and naming no call in its first bytes.
+        Buffer.concat([Buffer.from([0, 0x20, 0, 0, 0, 0, 0, 0]), Buffer.alloc(64, "{")]),
+        "protocol violation: a frame header of 2097152 bytes (over the 1 MiB limit)",
+      ],
+      [
+        Buffer.from([0x40, 0, 0, 1, 0, 0, 0, 0]),
+        "protocol violation: frame lengths out of range (header 1073741825, payload 0)",
       ],
       [
         Buffer.from([0, 0, 0, 1, 0x40, 0, 0, 1]),

@@ -25,6 +25,20 @@ const MAX_HEADER_BYTES = 1024 * 1024;
 /** The largest payload the protocol allows (1 GiB). */
 const MAX_PAYLOAD_BYTES = 1024 * 1024 * 1024;
 
+/** Bytes of an oversized header read to find the call it answers (its `t` and `id` come first). */
+const OVERSIZED_PEEK_BYTES = 64;
+
+/** A frame header's JSON object, or null when it is none. */
+function parseHeader(bytes) {
+  let header;
+  try {
+    header = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    return null;
+  }
+  return header !== null && typeof header === "object" && !Array.isArray(header) ? header : null;
+}
+
 /** Where a connection keeps the search behind its grep tool (for createRemoteTools, not public API). */
 const searchKey = Symbol("pi-native-ops remote search");
 /** Errors this module made for a closed connection (so an abort does not mask them). */
@@ -291,24 +305,39 @@ class Connection {
         const prefix = this.take(PREFIX_BYTES, false);
         const headerBytes = prefix.readUInt32BE(0);
         const payloadBytes = prefix.readUInt32BE(4);
-        if (headerBytes < 1 || headerBytes > MAX_HEADER_BYTES || payloadBytes > MAX_PAYLOAD_BYTES) {
+        if (headerBytes < 1 || headerBytes > MAX_PAYLOAD_BYTES || payloadBytes > MAX_PAYLOAD_BYTES) {
           return this.fail(
             `protocol violation: frame lengths out of range (header ${headerBytes}, payload ${payloadBytes})`,
           );
         }
-        this.frame = { headerBytes, payloadBytes };
+        this.frame = { headerBytes, payloadBytes, skip: headerBytes > MAX_HEADER_BYTES };
+      }
+      if (this.frame.skip) {
+        // A header over the limit (a server that does not move a large answer into its payload):
+        // only its call fails. Its bytes are dropped as they come, never held.
+        if (!this.skipOversized()) return;
+        if (this.closedReason !== null) return;
+        continue;
       }
       const { headerBytes, payloadBytes } = this.frame;
       if (this.buffered < headerBytes + payloadBytes) return;
       this.frame = null;
-      const headerText = this.take(headerBytes, false).toString("utf8");
-      let header;
-      try {
-        header = JSON.parse(headerText);
-      } catch {
-        header = null;
+      let header = parseHeader(this.take(headerBytes, false));
+      if (header?.inPayload === true && payloadBytes > 0) {
+        // An answer too large for a header travels as the payload (docs/protocol.md, "Frames").
+        const id = header.id;
+        header = parseHeader(this.take(payloadBytes, false));
+        if (header !== null && header.id !== id) header = null;
+        if (header === null && typeof id === "number") {
+          this.settle(id, null, new Error("remote call: the server's answer is not a JSON object"));
+          continue;
+        }
+        if (header === null) return this.fail("protocol violation: a frame header is not a JSON object");
+        this.dispatch(header, Buffer.alloc(0));
+        if (this.closedReason !== null) return;
+        continue;
       }
-      if (header === null || typeof header !== "object" || Array.isArray(header)) {
+      if (header === null) {
         return this.fail("protocol violation: a frame header is not a JSON object");
       }
       // Stream data goes to its consumer in the pieces it arrived in: joining a 1 MiB frame from the
@@ -318,6 +347,35 @@ class Connection {
       } else this.dispatch(header, this.take(payloadBytes, true));
       if (this.closedReason !== null) return;
     }
+  }
+
+  /**
+   * Drops the buffered bytes of an oversized frame; true once all of them are gone. The call it
+   * answers, named by the `"id":N` its first bytes carry (the server writes `t` and `id` first), fails
+   * alone; a frame that names none ends the connection, as any header that is no message.
+   */
+  skipOversized() {
+    const frame = this.frame;
+    if (frame.left === undefined) {
+      if (this.buffered < OVERSIZED_PEEK_BYTES) return false;
+      const start = this.take(OVERSIZED_PEEK_BYTES, false).toString("latin1");
+      const id = /^\{"t":"(?:ok|error)","id":(\d{1,15})[,}]/.exec(start)?.[1];
+      frame.left = frame.headerBytes + frame.payloadBytes - OVERSIZED_PEEK_BYTES;
+      if (id === undefined) {
+        return this.fail(`protocol violation: a frame header of ${frame.headerBytes} bytes (over the 1 MiB limit)`);
+      }
+      this.settle(
+        Number(id),
+        null,
+        new Error(`remote call: the server's answer header of ${frame.headerBytes} bytes exceeds the protocol's 1 MiB`),
+      );
+    }
+    const n = Math.min(frame.left, this.buffered);
+    if (n > 0) this.takePieces(n);
+    frame.left -= n;
+    if (frame.left > 0) return false;
+    this.frame = null;
+    return true;
   }
 
   /** The next `n` buffered bytes; `copy` gives the payload its own memory, not a view of a bigger chunk. */

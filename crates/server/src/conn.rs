@@ -1,23 +1,96 @@
 //! One connection: frames in, calls dispatched to the blocking pool, answers out in any order.
 //!
 //! Three kinds of thread: the reader (the caller of `serve`) decodes frames and dispatches them,
-//! tokio's blocking pool runs every core call, and one writer owns stdout. A call so crosses two
-//! thread hand-offs: reader to pool, pool to writer.
+//! four lanes of blocking threads run the core calls, and one writer owns stdout. A call so
+//! crosses two thread hand-offs: reader to lane, lane to writer.
+//!
+//! The lanes keep calls that can block for long (a read of a FIFO, a search, a command, a stream
+//! waiting for credit) from taking the threads short calls need: each lane has its own bounded
+//! threads and queues the calls beyond them (docs/protocol.md, "Limits").
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, Runtime};
 
 use pi_native_ops_core::root::Root;
 
-use crate::frame::{read_frame, Frame, ReadError};
+use crate::budget::{Budget, Permit};
+use crate::frame::{read_frame, Frame, ReadError, MAX_PAYLOAD};
 use crate::index::WarmIndex;
-use crate::ops::{self, ExecSite, GrepCancel, Registry, Running, Stream};
-use crate::outbox::{write_frames, Outbox, Output};
+use crate::ops::{self, ExecSite, Registry, Running};
+use crate::outbox::{write_frames, Outbox, Output, SMALL_FRAME};
 use crate::wire::{self, Failure, Incoming, Op, WireError};
+
+/// Calls in flight on one connection at most (answered or queued); one more is refused with a
+/// `Busy` error. Far above what an agent runs at once, and it bounds what queued calls hold
+/// along with `INPUT_BUDGET`.
+pub const MAX_IN_FLIGHT: usize = 16_384;
+/// Bytes of incoming frames (headers and `writeFile` payloads) held by calls not yet answered,
+/// beyond which the reader stops reading until some are: back-pressure on a client that sends
+/// faster than the lanes run.
+pub const INPUT_BUDGET: u64 = 64 << 20;
+/// Threads of the quick lane: the fs calls that answer from metadata or write a given payload
+/// (`stat`, `exists`, `access`, `mkdir`, `readdir`, `findExists`, `writeFile`, the index's
+/// `indexStart`, `indexStats`, `indexClose`). A few cover the disk's parallelism.
+const QUICK_THREADS: usize = 8;
+/// Threads of the read lane: calls that read a named file's contents, which blocks for as long as
+/// the file makes it (a FIFO no one writes): `readFile`, `detectImageMimeType`.
+const READ_THREADS: usize = 16;
+/// Threads of the search lane: calls that walk and may run long (`glob`, `grep`, `indexReady`).
+/// Each search walks on the core's own threads too, so a few saturate the machine.
+const SEARCH_THREADS: usize = 8;
+/// Threads of the stream lane: `exec` and `readStream`, which hold their thread for as long as
+/// the command runs or the client takes the data. Commands beyond these wait for one to end.
+const STREAM_THREADS: usize = 128;
+/// How long an idle lane thread stays for the next call.
+const LANE_KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The runtimes whose blocking threads are the lanes; they live as long as the server.
+pub struct Pools {
+    quick: Runtime,
+    read: Runtime,
+    search: Runtime,
+    stream: Runtime,
+}
+
+impl Pools {
+    pub fn new() -> std::io::Result<Pools> {
+        let lane = |name: &str, threads: usize| {
+            tokio::runtime::Builder::new_current_thread()
+                .thread_name(format!("pi-native-ops-server-{name}"))
+                .max_blocking_threads(threads)
+                .thread_keep_alive(LANE_KEEP_ALIVE)
+                .build()
+        };
+        Ok(Pools {
+            quick: lane("quick", QUICK_THREADS)?,
+            read: lane("read", READ_THREADS)?,
+            search: lane("search", SEARCH_THREADS)?,
+            stream: lane("stream", STREAM_THREADS)?,
+        })
+    }
+
+    pub fn lanes(&self) -> Lanes {
+        Lanes {
+            quick: self.quick.handle().clone(),
+            read: self.read.handle().clone(),
+            search: self.search.handle().clone(),
+            stream: self.stream.handle().clone(),
+        }
+    }
+}
+
+/// Where calls run (`Pools`).
+#[derive(Clone)]
+pub struct Lanes {
+    quick: Handle,
+    read: Handle,
+    search: Handle,
+    stream: Handle,
+}
 
 /// At exit, how long the answers already queued may take to reach a client that still reads.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
@@ -105,15 +178,24 @@ struct Answerer {
     out: Outbox,
     running: Registry,
     done: bool,
+    /// The call streams `data` frames, which its answer must follow.
+    streams: bool,
+    /// The request's share of the input budget, freed with the answer.
+    _held: Permit,
 }
 
 impl Answerer {
-    fn send(mut self, result: Result<ops::Answer, Failure>) {
+    fn send(self, result: Result<ops::Answer, Failure>) {
+        self.send_with(result, None);
+    }
+
+    /// Sends the answer, whose payload's bytes `permit` may already hold in the output budget.
+    fn send_with(mut self, result: Result<ops::Answer, Failure>, permit: Option<Permit>) {
         self.done = true;
         ops::lock(&self.running).remove(&self.id);
         match result {
-            Ok((fields, payload)) => self.out.ok(self.id, fields, payload),
-            Err(error) => self.out.error(Some(self.id), &error),
+            Ok((fields, payload)) => self.out.ok(self.id, fields, payload, permit, self.streams),
+            Err(error) => self.out.answer_error(self.id, &error, self.streams),
         }
     }
 }
@@ -126,7 +208,7 @@ impl Drop for Answerer {
                 wire::kind::INTERNAL,
                 "pi-native-ops-server failed inside this call (its stderr says why)",
             );
-            self.out.error(Some(self.id), &error);
+            self.out.answer_error(self.id, &error, self.streams);
         }
     }
 }
@@ -134,31 +216,41 @@ impl Drop for Answerer {
 pub struct Connection {
     workspace: Arc<Workspace>,
     out: Outbox,
-    pool: Handle,
+    lanes: Lanes,
     stopper: Stopper,
+    /// What incoming frames of calls not yet answered hold (`INPUT_BUDGET`).
+    input: Arc<Budget>,
 }
 
 impl Connection {
-    /// `pool` runs the calls (its runtime's blocking pool).
-    pub fn new(workspace: Arc<Workspace>, out: Outbox, pool: Handle) -> Connection {
+    pub fn new(workspace: Arc<Workspace>, out: Outbox, lanes: Lanes) -> Connection {
         Connection {
             workspace,
             out,
-            pool,
+            lanes,
             stopper: Stopper {
                 running: Registry::default(),
                 execs: Arc::default(),
             },
+            input: Budget::new(INPUT_BUDGET),
         }
+    }
+
+    /// Waits until the calls in flight hold less than the input budget.
+    pub fn wait_for_input_room(&self) {
+        self.input.wait_room();
     }
 
     /// Acts on one frame.
     pub fn handle(&mut self, frame: Frame) -> Flow {
+        let held = self
+            .input
+            .force((frame.header.len() + frame.payload.len()) as u64);
         let message = match wire::parse(&frame.header) {
             Ok(message) => message,
             Err(bad) => {
                 self.out
-                    .error(bad.id, &WireError::protocol(bad.message.clone()));
+                    .refuse(bad.id, &WireError::protocol(bad.message.clone()));
                 return Flow::Continue;
             }
         };
@@ -180,8 +272,8 @@ impl Connection {
             }
             Incoming::Call { id, op } => {
                 match op {
-                    Ok(op) => self.call(id, op, frame.payload),
-                    Err(message) => self.out.error(Some(id), &WireError::protocol(message)),
+                    Ok(op) => self.call(id, op, frame.payload, held),
+                    Err(message) => self.out.refuse(Some(id), &WireError::protocol(message)),
                 }
                 Flow::Continue
             }
@@ -200,74 +292,110 @@ impl Connection {
         }
     }
 
-    /// Registers a cancellable call; false (answered) when its id is already in flight.
+    /// Registers a call; false (answered, and the call that owns the id untouched) when its id is
+    /// already in flight or too many calls are.
     fn register(&self, id: u64, running: Running) -> bool {
         let mut registry = ops::lock(&self.stopper.running);
-        if registry.contains_key(&id) {
-            drop(registry);
-            let message = format!("call id {id} is already in flight");
-            self.out.error(Some(id), &WireError::protocol(message));
-            return false;
-        }
-        registry.insert(id, running);
-        true
+        let refusal = if registry.contains_key(&id) {
+            WireError::protocol(format!("call id {id} is already in flight"))
+        } else if registry.len() >= MAX_IN_FLIGHT {
+            WireError::plain(
+                wire::kind::BUSY,
+                format!("too many calls in flight: the server takes {MAX_IN_FLIGHT} at once"),
+            )
+        } else {
+            registry.insert(id, running);
+            return true;
+        };
+        drop(registry);
+        self.out.refuse(Some(id), &refusal);
+        false
     }
 
-    fn call(&mut self, id: u64, op: Op, payload: Vec<u8>) {
+    fn call(&mut self, id: u64, op: Op, payload: Vec<u8>, held: Permit) {
+        let running = match &op {
+            Op::Exec(_) | Op::ReadStream { .. } => Running::Stream(Arc::default()),
+            Op::Grep(_) => Running::Grep(Arc::default()),
+            _ => Running::Plain,
+        };
+        if !self.register(id, running.clone()) {
+            return;
+        }
         let workspace = Arc::clone(&self.workspace);
         let answerer = Answerer {
             id,
             out: self.out.clone(),
             running: Arc::clone(&self.stopper.running),
             done: false,
+            streams: matches!(running, Running::Stream(_)),
+            _held: held,
         };
-        let answer = move |result| answerer.send(result);
-        match op {
-            Op::Exec(req) => {
-                let stream = Arc::new(Stream::default());
-                if !self.register(id, Running::Stream(Arc::clone(&stream))) {
-                    return;
-                }
+        match (op, running) {
+            (Op::Exec(req), Running::Stream(stream)) => {
                 let out = self.out.clone();
                 let guard = ExecGuard::new(&self.stopper.execs);
-                self.pool.spawn_blocking(move || {
+                self.lanes.stream.spawn_blocking(move || {
                     let _running = guard;
                     let site = ExecSite {
                         host_root: &workspace.host_root,
                         runtime_root: workspace.root.runtime(),
                     };
-                    answer(ops::exec(&site, req, &out, id, &stream));
+                    answerer.send(ops::exec(&site, req, &out, id, &stream));
                 });
             }
-            Op::ReadStream { path } => {
-                let stream = Arc::new(Stream::default());
-                if !self.register(id, Running::Stream(Arc::clone(&stream))) {
-                    return;
-                }
+            (Op::ReadStream { path }, Running::Stream(stream)) => {
                 let out = self.out.clone();
-                self.pool.spawn_blocking(move || {
-                    answer(ops::read_stream(&workspace.root, &path, &out, id, &stream));
+                self.lanes.stream.spawn_blocking(move || {
+                    answerer.send(ops::read_stream(&workspace.root, &path, &out, id, &stream));
                 });
             }
-            Op::Grep(req) => {
-                let cancel = Arc::new(GrepCancel::default());
-                if !self.register(id, Running::Grep(Arc::clone(&cancel))) {
-                    return;
-                }
-                self.pool.spawn_blocking(move || {
+            (Op::Grep(req), Running::Grep(cancel)) => {
+                self.lanes.search.spawn_blocking(move || {
                     let index = workspace.index.search();
-                    answer(ops::grep(&workspace.root, index, req, &cancel));
+                    answerer.send(ops::grep(&workspace.root, index, req, &cancel));
                 });
             }
-            op @ (Op::IndexStart { .. } | Op::IndexReady | Op::IndexStats | Op::IndexClose) => {
-                self.pool.spawn_blocking(move || {
-                    answer(workspace.index.call(&workspace.root, op));
+            (op @ Op::IndexReady, _) => {
+                self.lanes.search.spawn_blocking(move || {
+                    answerer.send(workspace.index.call(&workspace.root, op));
                 });
             }
-            op => {
-                self.pool.spawn_blocking(move || {
+            (op @ (Op::IndexStart { .. } | Op::IndexStats | Op::IndexClose), _) => {
+                self.lanes.quick.spawn_blocking(move || {
+                    answerer.send(workspace.index.call(&workspace.root, op));
+                });
+            }
+            (Op::ReadFile { path }, _) => {
+                let out = self.out.clone();
+                self.lanes.read.spawn_blocking(move || {
+                    // The file's bytes are held in the output budget before they are read, so
+                    // answers a client does not take stay within it.
+                    let size = workspace
+                        .root
+                        .stat(Path::new(&path))
+                        .ok()
+                        .filter(|s| s.is_file)
+                        .map_or(0, |s| s.size.min(u64::from(MAX_PAYLOAD)));
+                    let permit = out.reserve(size + SMALL_FRAME as u64);
+                    let result = ops::simple(&workspace.root, None, Op::ReadFile { path }, payload);
+                    answerer.send_with(result, Some(permit));
+                });
+            }
+            (op @ Op::DetectImageMimeType { .. }, _) => {
+                self.lanes.read.spawn_blocking(move || {
+                    answerer.send(ops::simple(&workspace.root, None, op, payload));
+                });
+            }
+            (op @ Op::Glob { .. }, _) => {
+                self.lanes.search.spawn_blocking(move || {
                     let index = workspace.index.search();
-                    answer(ops::simple(&workspace.root, index, op, payload));
+                    answerer.send(ops::simple(&workspace.root, index, op, payload));
+                });
+            }
+            (op, _) => {
+                self.lanes.quick.spawn_blocking(move || {
+                    let index = workspace.index.search();
+                    answerer.send(ops::simple(&workspace.root, index, op, payload));
                 });
             }
         }
@@ -283,7 +411,7 @@ impl Connection {
 /// Serves one connection until `input` ends; returns the process's exit code (0 when the input
 /// ended, 1 after a protocol violation). If `output` breaks first (the client no longer reads),
 /// every command tree is killed and the process exits 0 from the writer thread.
-pub fn serve<R, W>(workspace: Arc<Workspace>, mut input: R, output: W, pool: Handle) -> i32
+pub fn serve<R, W>(workspace: Arc<Workspace>, mut input: R, output: W, lanes: Lanes) -> i32
 where
     R: Read,
     W: Output + Send + 'static,
@@ -293,7 +421,7 @@ where
         &workspace.root.runtime().to_string_lossy(),
         &wire::platform(),
     );
-    let mut conn = Connection::new(workspace, out.clone(), pool);
+    let mut conn = Connection::new(workspace, out.clone(), lanes);
     let stopper = conn.stopper.clone();
     let writer = std::thread::Builder::new()
         .name("pi-native-ops-server-writer".into())
@@ -309,6 +437,7 @@ where
         return 1;
     }
     let code = loop {
+        conn.wait_for_input_room();
         match read_frame(&mut input) {
             Ok(frame) => {
                 if conn.handle(frame) == Flow::Close {
@@ -339,6 +468,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::sync::mpsc::Receiver;
 
+    use crate::ops::{GrepCancel, Stream};
     use crate::outbox::{Out, Output};
     use std::os::fd::AsFd;
 
@@ -353,7 +483,7 @@ mod tests {
     fn next(queue: &mut Receiver<Out>) -> (Value, Vec<u8>) {
         loop {
             match queue.recv().expect("a frame") {
-                Out::Frame { head, payload } => {
+                Out::Frame { head, payload, .. } => {
                     let header: Value = serde_json::from_slice(&head[8..]).unwrap();
                     let lengths = encode_head(&head[8..], payload.len());
                     assert_eq!(lengths[..8], head[..8]);
@@ -368,7 +498,7 @@ mod tests {
         _dir: tempfile::TempDir,
         conn: Connection,
         queue: Receiver<Out>,
-        _pool: tokio::runtime::Runtime,
+        _pools: Pools,
     }
 
     fn fixture() -> Fixture {
@@ -383,14 +513,12 @@ mod tests {
             index: WarmIndex::default(),
         });
         let (out, queue) = Outbox::new();
-        let pool = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let pools = Pools::new().unwrap();
         Fixture {
             _dir: dir,
-            conn: Connection::new(workspace, out, pool.handle().clone()),
+            conn: Connection::new(workspace, out, pools.lanes()),
             queue,
-            _pool: pool,
+            _pools: pools,
         }
     }
 
@@ -609,6 +737,56 @@ mod tests {
     }
 
     #[test]
+    fn the_reader_waits_while_unanswered_input_fills_its_budget() {
+        let mut f = fixture();
+        // One writeFile whose payload is the whole input budget: until it is answered, the
+        // reader takes in nothing more.
+        let payload = vec![b'w'; INPUT_BUDGET as usize];
+        assert_eq!(
+            f.conn.handle(frame(
+                json!({"t":"call","id":1,"op":"writeFile","path":"/workspace/w.bin"}),
+                &payload
+            )),
+            Flow::Continue
+        );
+        f.conn.wait_for_input_room();
+        // Room again only once the call has answered (its bytes are freed with the answer).
+        let Ok(Out::Frame { head, .. }) = f.queue.try_recv() else {
+            panic!("the reader went on before the call answered");
+        };
+        let ok: Value = serde_json::from_slice(&head[8..]).unwrap();
+        assert_eq!(ok, json!({"t":"ok","id":1}));
+        assert_eq!(f.conn.input.used(), 0);
+    }
+
+    #[test]
+    fn calls_beyond_the_limit_in_flight_are_refused_as_busy() {
+        let mut f = fixture();
+        {
+            let mut registry = ops::lock(&f.conn.stopper.running);
+            for id in 0..MAX_IN_FLIGHT as u64 {
+                registry.insert(1_000_000 + id, Running::Plain);
+            }
+        }
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"stat","path":"/workspace"}),
+            b"",
+        );
+        assert_eq!(
+            err["error"],
+            json!({"kind":"Busy","message":"too many calls in flight: the server takes 16384 at once"})
+        );
+        ops::lock(&f.conn.stopper.running).remove(&1_000_000);
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"stat","path":"/workspace"}),
+            b"",
+        );
+        assert_eq!(ok["isDirectory"], true);
+    }
+
+    #[test]
     fn a_call_that_never_answers_answers_an_internal_error() {
         let f = fixture();
         let registry = Arc::clone(&f.conn.stopper.running);
@@ -619,6 +797,8 @@ mod tests {
             out: f.conn.out.clone(),
             running: Arc::clone(&registry),
             done: false,
+            streams: true,
+            _held: Permit::none(),
         };
         // As when the call's thread unwinds: the answer is queued by then.
         drop(answerer);
@@ -776,7 +956,7 @@ mod tests {
                 let _ = done.send(moved.write_from_pipe(from.as_fd(), len));
                 None
             }
-            Out::Frame { head, payload } => {
+            Out::Frame { head, payload, .. } => {
                 Some((serde_json::from_slice(&head[8..]).unwrap(), payload))
             }
             Out::Flushed(_) => None,

@@ -5,9 +5,13 @@
 #![deny(clippy::all)]
 
 #[cfg(unix)]
+mod budget;
+#[cfg(unix)]
 mod conn;
 #[cfg(unix)]
 mod frame;
+#[cfg(all(unix, test))]
+mod fuzz;
 #[cfg(unix)]
 mod index;
 #[cfg(unix)]
@@ -152,10 +156,10 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
         // In the background: the hello goes out at once, and searches walk until it is ready.
         workspace.index.start(&workspace.root, None, None);
     }
-    // The blocking pool every core call runs on; the reader (this thread) and the writer are
-    // plain threads, so a call crosses only two hand-offs.
-    let pool = match tokio::runtime::Builder::new_current_thread().build() {
-        Ok(pool) => pool,
+    // The lanes every core call runs on; the reader (this thread) and the writer are plain
+    // threads, so a call crosses only two hand-offs.
+    let pools = match conn::Pools::new() {
+        Ok(pools) => pools,
         Err(e) => {
             eprintln!("{NAME}: cannot start: {e}");
             return 1;
@@ -183,7 +187,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
     }
     let input = std::io::BufReader::with_capacity(INPUT_BUFFER, input);
-    let code = conn::serve(workspace, input, output, pool.handle().clone());
+    let code = conn::serve(workspace, input, output, pools.lanes());
     // Leave without waiting for the blocking pool: a call stuck in the kernel (a read of a FIFO)
     // must not keep the process alive once the connection is gone; command trees are already
     // reaped by `serve`.

@@ -416,6 +416,13 @@ pub fn exec(
     id: u64,
     stream: &Stream,
 ) -> Result<Answer, Failure> {
+    if stream.is_cancelled() {
+        // Cancelled while it waited for a thread of its lane: it never starts.
+        return Ok((
+            fields(json!({ "exitCode": null, "killed": true })),
+            Vec::new(),
+        ));
+    }
     let shell = resolve_shell(req.shell.as_deref())?;
     let cwd = site.host_cwd(&req.cwd);
     if std::fs::metadata(&cwd).is_err() {
@@ -540,6 +547,8 @@ fn read_output(
 pub enum Running {
     Stream(Arc<Stream>),
     Grep(Arc<GrepCancel>),
+    /// A one-shot call: in flight, not cancellable.
+    Plain,
 }
 
 impl Running {
@@ -547,11 +556,12 @@ impl Running {
         match self {
             Running::Stream(stream) => stream.cancel(),
             Running::Grep(grep) => grep.flag.store(true, Ordering::Relaxed),
+            Running::Plain => {}
         }
     }
 }
 
-/// The calls that can be cancelled, by id.
+/// Every call in flight, by id: its id stays taken until its answer is queued.
 pub type Registry = Arc<Mutex<HashMap<u64, Running>>>;
 
 pub fn lock(registry: &Registry) -> MutexGuard<'_, HashMap<u64, Running>> {

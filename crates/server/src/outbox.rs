@@ -2,25 +2,48 @@
 //! thread owns stdout, writing whatever is queued as one gathered write (so frames produced
 //! together leave in one system call, and no payload is copied on its way out).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
-use crate::frame::{encode_head, MAX_PAYLOAD};
+use crate::budget::{Budget, Permit};
+use crate::frame::{encode_head, MAX_HEADER, MAX_PAYLOAD};
 use crate::wire::{Outgoing, WireError};
+
+/// Bytes of frames queued for stdout and not yet written, beyond which a call waits before
+/// queueing another large one: a client that stops reading holds the server's answers to this
+/// (docs/protocol.md, "Limits"). Sixteen of the largest `data` frames; one answer larger than
+/// this still goes, alone.
+pub const OUTPUT_BUDGET: u64 = 64 << 20;
+/// A call's answer up to this size (a `stat`'s, an `ok`, most errors) is queued without waiting:
+/// one per call in flight, so they hold at most `conn::MAX_IN_FLIGHT` times this (64 MiB) beyond
+/// the budget. Larger frames, and the reader's own refusals (not bounded by the calls in flight),
+/// wait for room.
+pub const SMALL_FRAME: usize = 4 << 10;
 
 /// Frames gathered into one write at most: two slices each (head, payload), within the 1024
 /// slices `writev` takes at once on Linux and macOS (`IOV_MAX`).
 const MAX_BATCH: usize = 512;
+/// Bytes gathered into one write at most: an urgent answer queued meanwhile waits behind no more
+/// than this (one largest data frame).
+const BATCH_BYTES: usize = 1 << 20;
 
 pub enum Out {
     Frame {
         head: Vec<u8>,
         payload: Vec<u8>,
+        /// The frame's share of the output budget, freed once it is written.
+        permit: Permit,
+        /// Written before every frame not urgent that is still queued: a small answer of a
+        /// one-shot call (nothing of its call precedes it), so a `stat` does not wait behind
+        /// megabytes of other calls' answers and streams. Data frames, large answers and a
+        /// stream's answer keep their order.
+        urgent: bool,
     },
     /// A frame whose payload is the next `len` bytes of the pipe `from` (a duplicate of the
     /// command's), which holds at least that many: the writer moves them to the output after
@@ -146,23 +169,83 @@ fn copy_from_pipe<W: Write + ?Sized>(
 /// A cheap handle any thread sends frames through. Sending after the writer has gone (stdout
 /// broken) does nothing: the connection is ending.
 #[derive(Clone)]
-pub struct Outbox(mpsc::Sender<Out>);
+pub struct Outbox(mpsc::Sender<Out>, Arc<Budget>);
 
 impl Outbox {
     pub fn new() -> (Outbox, mpsc::Receiver<Out>) {
         let (tx, rx) = mpsc::channel();
-        (Outbox(tx), rx)
+        (Outbox(tx, Budget::new(OUTPUT_BUDGET)), rx)
     }
 
-    fn send(&self, message: &Outgoing<'_>, payload: Vec<u8>) {
-        match serde_json::to_vec(message) {
-            Ok(header) => {
-                let head = encode_head(&header, payload.len());
-                let _ = self.0.send(Out::Frame { head, payload });
-            }
+    /// Holds `bytes` of the output budget for an answer about to be made (a file about to be
+    /// read), waiting for room: its memory is then bounded before it is reserved.
+    pub fn reserve(&self, bytes: u64) -> Permit {
+        self.1.acquire(bytes)
+    }
+
+    /// Queues a frame, waiting for room in the output budget when it is large (unless `permit`
+    /// already holds its bytes). A header over the protocol's limit travels as the payload of a
+    /// small one, `{"t":…,"id":…,"inPayload":true}`: the client parses it in its place.
+    /// Queues a frame: urgent (when small) unless it is stream data.
+    fn send(&self, message: &Outgoing<'_>, payload: Vec<u8>, permit: Option<Permit>) {
+        let urgent = !matches!(message, Outgoing::Data { .. });
+        self.send_as(message, payload, permit, false, urgent)
+    }
+
+    /// `send`; `always_wait`: wait for room in the output budget even when the frame is small;
+    /// `urgent`: see `Out::Frame`.
+    fn send_as(
+        &self,
+        message: &Outgoing<'_>,
+        mut payload: Vec<u8>,
+        permit: Option<Permit>,
+        always_wait: bool,
+        urgent: bool,
+    ) {
+        let mut header = match serde_json::to_vec(message) {
+            Ok(header) => header,
             // Our own messages are maps with string keys: serializing them cannot fail.
-            Err(e) => eprintln!("pi-native-ops-server: cannot encode a message: {e}"),
+            Err(e) => return eprintln!("pi-native-ops-server: cannot encode a message: {e}"),
+        };
+        if header.len() > MAX_HEADER as usize {
+            let (t, id) = match message {
+                Outgoing::Ok { id, .. } => ("ok", Some(*id)),
+                Outgoing::Error { id, .. } => ("error", *id),
+                // Hello and data headers are small.
+                _ => return eprintln!("pi-native-ops-server: a header over the limit"),
+            };
+            if !payload.is_empty() || header.len() > MAX_PAYLOAD as usize {
+                let message = format!(
+                    "the answer is {} bytes, more than a frame carries",
+                    header.len() + payload.len()
+                );
+                return self.error(id, &WireError::protocol(message));
+            }
+            payload = header;
+            let small = match id {
+                Some(id) => json!({"t": t, "id": id, "inPayload": true}),
+                None => json!({"t": t, "inPayload": true}),
+            };
+            header = serde_json::to_vec(&small).unwrap_or_default();
         }
+        let head = encode_head(&header, payload.len());
+        let size = (head.len() + payload.len()) as u64;
+        let permit = match permit {
+            Some(mut permit) => {
+                if size > permit.bytes() {
+                    permit.grow(size - permit.bytes());
+                }
+                permit
+            }
+            None if always_wait || size as usize > SMALL_FRAME => self.1.acquire(size),
+            None => self.1.force(size),
+        };
+        let _ = self.0.send(Out::Frame {
+            head,
+            payload,
+            permit,
+            urgent: urgent && size as usize <= SMALL_FRAME,
+        });
     }
 
     pub fn hello(&self, root: &str, platform: &str) {
@@ -172,28 +255,52 @@ impl Outbox {
             root,
             platform,
         };
-        self.send(&hello, Vec::new());
+        self.send(&hello, Vec::new(), None);
     }
 
-    /// The answer of call `id`: its fields and payload.
-    pub fn ok(&self, id: u64, answer: Map<String, Value>, payload: Vec<u8>) {
+    /// The answer of call `id`: its fields and payload (whose bytes `permit` may hold already).
+    /// `after_data`: the call streamed `data` frames, which its answer must follow.
+    pub fn ok(
+        &self,
+        id: u64,
+        answer: Map<String, Value>,
+        payload: Vec<u8>,
+        permit: Option<Permit>,
+        after_data: bool,
+    ) {
         if payload.len() > MAX_PAYLOAD as usize {
             let message = format!(
                 "the answer is {} bytes, more than a frame carries ({MAX_PAYLOAD} bytes)",
                 payload.len()
             );
-            return self.error(Some(id), &WireError::protocol(message));
+            return self.answer_error(id, &WireError::protocol(message), after_data);
         }
-        self.send(&Outgoing::Ok { id, answer }, payload);
+        let ok = Outgoing::Ok { id, answer };
+        self.send_as(&ok, payload, permit, false, !after_data);
+    }
+
+    /// The error of call `id`; `after_data` as for `ok`.
+    pub fn answer_error(&self, id: u64, error: &WireError, after_data: bool) {
+        let error = Outgoing::Error {
+            id: Some(id),
+            error,
+        };
+        self.send_as(&error, Vec::new(), None, false, !after_data);
     }
 
     pub fn error(&self, id: Option<u64>, error: &WireError) {
-        self.send(&Outgoing::Error { id, error }, Vec::new());
+        self.send(&Outgoing::Error { id, error }, Vec::new(), None);
+    }
+
+    /// A refusal the reader answers itself (a bad header, a bad call, a reused id, too many
+    /// calls): it waits for room, so a client that sends them without reading stops being read.
+    pub fn refuse(&self, id: Option<u64>, error: &WireError) {
+        self.send_as(&Outgoing::Error { id, error }, Vec::new(), None, true, true);
     }
 
     /// One chunk of a stream; the caller keeps it within a frame's and the window's size.
     pub fn data(&self, id: u64, chunk: Vec<u8>) {
-        self.send(&Outgoing::Data { id }, chunk);
+        self.send(&Outgoing::Data { id }, chunk, None);
     }
 
     /// One chunk of a stream, the next `len` bytes waiting in the pipe `from` (a duplicate of
@@ -240,23 +347,49 @@ impl Outbox {
     }
 }
 
-/// Writes queued frames to `output` until every sender is gone; fails when `output` does.
+/// Writes queued frames to `output` until every sender is gone; fails when `output` does. Urgent
+/// frames go before the others still queued (which keep their order).
 pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io::Result<()> {
     output.widen();
-    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut urgent: VecDeque<Out> = VecDeque::new();
+    let mut normal: VecDeque<Out> = VecDeque::new();
+    let sort = |out: Out, urgent: &mut VecDeque<Out>, normal: &mut VecDeque<Out>| match out {
+        Out::Frame { urgent: true, .. } => urgent.push_back(out),
+        _ => normal.push_back(out),
+    };
+    let mut batch: Vec<(Vec<u8>, Vec<u8>, Permit)> = Vec::new();
     let mut waiting = Vec::new();
-    while let Ok(first) = queue.recv() {
-        let mut next = Some(first);
-        while let Some(out) = next {
+    loop {
+        if urgent.is_empty() && normal.is_empty() {
+            match queue.recv() {
+                Ok(out) => sort(out, &mut urgent, &mut normal),
+                Err(_) => break,
+            }
+        }
+        // Everything queued is already in memory (within the output budget): taking it all
+        // lets an urgent frame pass the others.
+        while let Ok(out) = queue.try_recv() {
+            sort(out, &mut urgent, &mut normal);
+        }
+        let mut bytes = 0;
+        while let Some(out) = urgent.pop_front().or_else(|| normal.pop_front()) {
             match out {
-                Out::Frame { head, payload } => batch.push((head, payload)),
+                Out::Frame {
+                    head,
+                    payload,
+                    permit,
+                    ..
+                } => {
+                    bytes += head.len() + payload.len();
+                    batch.push((head, payload, permit));
+                }
                 Out::Piped {
                     head,
                     from,
                     len,
                     done,
                 } => {
-                    batch.push((head, Vec::new()));
+                    batch.push((head, Vec::new(), Permit::none()));
                     write_batch(&mut output, &batch)?;
                     batch.clear();
                     let moved = output.write_from_pipe(from.as_fd(), len);
@@ -269,13 +402,13 @@ pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io:
                     if let Some(e) = failed {
                         return Err(e);
                     }
+                    break;
                 }
                 Out::Flushed(done) => waiting.push(done),
             }
-            if batch.len() == MAX_BATCH {
+            if batch.len() == MAX_BATCH || bytes >= BATCH_BYTES {
                 break;
             }
-            next = queue.try_recv().ok();
         }
         write_batch(&mut output, &batch)?;
         batch.clear();
@@ -289,10 +422,10 @@ pub fn write_frames<W: Output>(queue: mpsc::Receiver<Out>, mut output: W) -> io:
 
 /// Writes every frame of `batch`, heads and payloads in order, with as few `writev` as the output
 /// takes.
-fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>, Permit)]) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = batch
         .iter()
-        .flat_map(|(head, payload)| [IoSlice::new(head), IoSlice::new(payload)])
+        .flat_map(|(head, payload, _)| [IoSlice::new(head), IoSlice::new(payload)])
         .filter(|slice| !slice.is_empty())
         .collect();
     let mut rest = &mut slices[..];
@@ -305,4 +438,61 @@ fn write_batch<W: Write>(output: &mut W, batch: &[(Vec<u8>, Vec<u8>)]) -> io::Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// An output the test reads back after the writer is done with it.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Output for Shared {}
+
+    #[test]
+    fn a_one_shot_answer_passes_queued_stream_frames_which_keep_their_order() {
+        let (out, queue) = Outbox::new();
+        for i in 0..3u8 {
+            out.data(1, vec![i; 100]);
+        }
+        out.ok(1, Map::new(), Vec::new(), None, true);
+        // A large one-shot answer keeps its place; a small one passes it.
+        out.ok(3, Map::new(), vec![3; SMALL_FRAME], None, false);
+        out.ok(2, Map::new(), Vec::new(), None, false);
+        drop(out);
+        let written = Shared::default();
+        write_frames(queue, written.clone()).unwrap();
+        let written = written.0.lock().unwrap().clone();
+        let mut frames = Vec::new();
+        let mut rest = &written[..];
+        while !rest.is_empty() {
+            let h = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let p = u32::from_be_bytes(rest[4..8].try_into().unwrap()) as usize;
+            let header: Value = serde_json::from_slice(&rest[8..8 + h]).unwrap();
+            frames.push((header, rest[8 + h..8 + h + p].first().copied()));
+            rest = &rest[8 + h + p..];
+        }
+        assert_eq!(
+            frames,
+            [
+                (json!({"t":"ok","id":2}), None),
+                (json!({"t":"data","id":1}), Some(0)),
+                (json!({"t":"data","id":1}), Some(1)),
+                (json!({"t":"data","id":1}), Some(2)),
+                (json!({"t":"ok","id":1}), None),
+                (json!({"t":"ok","id":3}), Some(3)),
+            ]
+        );
+    }
 }

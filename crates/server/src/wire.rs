@@ -219,6 +219,8 @@ pub mod kind {
     pub const WORKING_DIRECTORY: &str = "WorkingDirectory";
     /// exec's custom shell does not exist (pi's bash wording).
     pub const SHELL_NOT_FOUND: &str = "ShellNotFound";
+    /// A call beyond the calls in flight one connection may have (`conn::MAX_IN_FLIGHT`).
+    pub const BUSY: &str = "Busy";
     /// The server failed while running a call (a bug: its stderr has the panic).
     pub const INTERNAL: &str = "Internal";
     /// An index call before any index was started (`indexStart` or `--index`); only Linux

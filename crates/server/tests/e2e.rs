@@ -13,6 +13,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pi-native-ops-server");
+
+/// The binary under test: this build's, or another given by `PI_NATIVE_OPS_E2E_SERVER` (to watch
+/// a test fail on an older build).
+fn bin() -> String {
+    std::env::var("PI_NATIVE_OPS_E2E_SERVER").unwrap_or_else(|_| BIN.to_string())
+}
 /// A server that stops answering fails its test after this long instead of hanging the run.
 const WATCHDOG: Duration = Duration::from_secs(120);
 
@@ -30,7 +36,7 @@ impl Server {
     /// `sockets`: stdin and stdout are Unix stream sockets, as Node gives a child's stdio pipes;
     /// else plain pipes (ssh, docker exec).
     fn start_with(root: &Path, runtime_root: Option<&str>, sockets: bool) -> Server {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.arg("--root").arg(root);
         if let Some(runtime) = runtime_root {
             cmd.args(["--runtime-root", runtime]);
@@ -412,4 +418,304 @@ fn command_line() {
     assert!(String::from_utf8_lossy(&out.stderr).starts_with(
         "pi-native-ops-server: cannot open workspace root \"/no/such/dir\": No such file or directory"
     ));
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
+    /// The next frame answering `id` (`ok` or `error`), skipping every other.
+    fn answer(&mut self, id: u64) -> (Value, Vec<u8>) {
+        loop {
+            let (msg, payload) = self.recv();
+            if msg["id"] == id && msg["t"] != "data" {
+                return (msg, payload);
+            }
+        }
+    }
+}
+
+/// A field of /proc/PID/status, in its unit (kB for memory).
+fn status_field(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Bytes the process has read from files and pipes so far.
+fn read_chars(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_reused_id_is_refused_without_touching_the_call_that_owns_it() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    let cwd = dir.path().to_string_lossy().into_owned();
+    server.send(
+        json!({"t":"call","id":5,"op":"exec","command":"sleep 1000 & echo $!; wait","cwd":cwd}),
+        b"",
+    );
+    let (data, payload) = server.recv();
+    assert_eq!(data, json!({"t":"data","id":5}));
+    let pid = String::from_utf8(payload).unwrap().trim().to_string();
+    // A one-shot call, then a streaming one and a grep, each with the running id: refused.
+    let a = dir.path().join("a.txt").to_string_lossy().into_owned();
+    for call in [
+        json!({"t":"call","id":5,"op":"stat","path":a}),
+        json!({"t":"call","id":5,"op":"exec","command":"true","cwd":cwd}),
+        json!({"t":"call","id":5,"op":"readStream","path":a}),
+        json!({"t":"call","id":5,"op":"grep","pattern":"x","path":cwd,"displayName":"w","limit":5}),
+    ] {
+        server.send(call, b"");
+        let (err, _) = server.recv();
+        assert_eq!(
+            err,
+            json!({"t":"error","id":5,"error":{"kind":"Protocol","message":"call id 5 is already in flight"}})
+        );
+    }
+    // Nothing else came for id 5 (no second, spurious answer): the next frame is id 6's.
+    server.send(json!({"t":"call","id":6,"op":"exists","path":a}), b"");
+    let (ok, _) = server.recv();
+    assert_eq!(ok, json!({"t":"ok","id":6,"exists":true}));
+    // The exec still owns id 5: a cancel kills its tree.
+    assert!(alive(&pid));
+    server.send(json!({"t":"cancel","id":5}), b"");
+    let (ok, _) = server.answer(5);
+    assert_eq!(ok["killed"], true, "{ok}");
+    assert!(!alive(&pid), "sleep {pid} outlived the cancel");
+    // And the id is free again.
+    let (_, ok) = server.exec(5, "echo again", &cwd);
+    assert_eq!(ok["exitCode"], 0);
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
+fn a_reused_id_does_not_keep_the_server_waiting_for_its_command_at_exit() {
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    let cwd = dir.path().to_string_lossy().into_owned();
+    server.send(
+        json!({"t":"call","id":5,"op":"exec","command":"sleep 1000 & echo $!; wait","cwd":cwd}),
+        b"",
+    );
+    let (_, payload) = server.recv();
+    let pid = String::from_utf8(payload).unwrap().trim().to_string();
+    server.send(json!({"t":"call","id":5,"op":"stat","path":cwd}), b"");
+    let (err, _) = server.recv();
+    assert_eq!(err["t"], "error");
+    // Input ends: the command is killed (not waited for), and the server exits.
+    assert_eq!(server.close(), Some(0));
+    assert!(!alive(&pid), "sleep {pid} outlived the connection");
+}
+
+#[test]
+fn answers_over_the_header_limit_travel_in_the_payload() {
+    // The answer's size is what matters: 6,000 names of 200 bytes, 1.2 MB of JSON (files are
+    // slow to create on CI's disks).
+    const ENTRIES: usize = 6_000;
+    // On a memory file system where there is one: thousands of files are slow to make on disk.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        workspace()
+    };
+    std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+    let many = dir.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..ENTRIES {
+        std::fs::write(many.join(format!("entry-{i:05}-{}", "p".repeat(188))), "").unwrap();
+    }
+    let mut server = Server::start(dir.path(), Some("/workspace"));
+    let calls = [
+        json!({"t":"call","id":1,"op":"readdir","path":"/workspace/many"}),
+        json!({"t":"call","id":2,"op":"glob","pattern":"many/*","cwd":"/workspace","ignore":[],"limit":null}),
+    ];
+    for (call, field) in calls.into_iter().zip(["names", "paths"]) {
+        let id = call["id"].clone();
+        server.send(call, b"");
+        let (small, payload) = server.recv();
+        assert_eq!(small, json!({"t":"ok","id":id,"inPayload":true}));
+        let answer: Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!((&answer["t"], &answer["id"]), (&json!("ok"), &id));
+        let list = answer[field].as_array().unwrap();
+        assert_eq!(list.len(), ENTRIES);
+    }
+    // The connection goes on.
+    server.send(
+        json!({"t":"call","id":3,"op":"exists","path":"/workspace/a.txt"}),
+        b"",
+    );
+    assert_eq!(server.recv().0, json!({"t":"ok","id":3,"exists":true}));
+    assert_eq!(server.close(), Some(0));
+}
+
+/// Peak resident memory allowed a server whose client reads nothing (docs/protocol.md, "Limits").
+const MEMORY_BOUND_KIB: u64 = 256 << 10;
+
+#[test]
+fn a_client_that_never_reads_holds_the_server_to_its_memory_bound() {
+    // The report's 64 MiB file; 8 calls (512 MiB of answers) are enough to pass the bound.
+    const FILE: usize = 64 << 20;
+    const CALLS: u64 = 8;
+    let dir = workspace();
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![7u8; FILE]).unwrap();
+    let path = big.to_string_lossy().into_owned();
+    let mut server = Server::start(dir.path(), None);
+    let pid = server.pid();
+    for id in 1..=CALLS {
+        server.send(json!({"t":"call","id":id,"op":"readFile","path":path}), b"");
+    }
+    // Nothing is read until the server has done all it will: its reads of the files stop (it
+    // would read all 40 unbounded) or it is already past the bound.
+    let mut last = read_chars(pid);
+    let mut still = 0;
+    while still < 20 && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read_chars(pid);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    let peak = status_field(pid, "VmHWM:");
+    eprintln!(
+        "never-reading client: peak RSS {} MiB, {} MiB read before it stopped",
+        peak >> 10,
+        last >> 20
+    );
+    assert!(
+        peak < MEMORY_BOUND_KIB,
+        "peak RSS {peak} KiB over the bound"
+    );
+    // Every answer still comes, whole, once read (in any order).
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < CALLS as usize {
+        let (ok, payload) = server.recv();
+        assert_eq!(ok["t"], "ok");
+        assert_eq!(payload.len(), FILE);
+        assert!(answered.insert(ok["id"].as_u64().unwrap()));
+    }
+    let peak = status_field(pid, "VmHWM:");
+    assert!(
+        peak < MEMORY_BOUND_KIB,
+        "peak RSS {peak} KiB over the bound"
+    );
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
+fn short_calls_answer_while_blocking_calls_fill_the_server() {
+    const FIFO_READS: u64 = 520;
+    const EXECS: u64 = 4_740;
+    const GREPS: u64 = 4_740;
+    const STATS: usize = 20;
+    let dir = workspace();
+    for i in 0..50 {
+        std::fs::write(
+            dir.path().join(format!("f{i}.txt")),
+            "needle\nhay\n".repeat(50),
+        )
+        .unwrap();
+    }
+    let fifo = dir.path().join("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let mut server = Server::start(dir.path(), None);
+    let pid = server.pid();
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let fifo_path = fifo.to_string_lossy().into_owned();
+    // Reads of a FIFO no one writes, commands that never end, and searches: 10,000 calls.
+    let mut batch = Vec::new();
+    let mut id = 0;
+    for i in 0..FIFO_READS + EXECS + GREPS {
+        id += 1;
+        let call = if i < FIFO_READS {
+            json!({"t":"call","id":id,"op":"readFile","path":fifo_path})
+        } else if i % 2 == 0 {
+            json!({"t":"call","id":id,"op":"exec","command":"sleep 1000","cwd":cwd})
+        } else {
+            json!({"t":"call","id":id,"op":"grep","pattern":"ne+dle","path":cwd,"displayName":"w","limit":100})
+        };
+        batch.extend(frame(&call, b""));
+    }
+    server.send_raw(&batch);
+    // Stats one after the other while they are in flight; the first waits for the reader to
+    // take in the 10,000 before it.
+    let a = dir.path().join("a.txt").to_string_lossy().into_owned();
+    let mut waits = Vec::new();
+    for _ in 0..STATS {
+        id += 1;
+        let sent = std::time::Instant::now();
+        server.send(json!({"t":"call","id":id,"op":"stat","path":a}), b"");
+        let (ok, _) = server.answer(id);
+        waits.push(sent.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(ok["isFile"], true);
+    }
+    let threads = status_field(pid, "Threads:");
+    let rss = status_field(pid, "VmRSS:");
+    let first = waits.remove(0);
+    waits.sort_by(f64::total_cmp);
+    eprintln!(
+        "stat under {} calls in flight: first {first:.1} ms (behind them all), then median {:.1} ms, max {:.1} ms; server threads {threads}, RSS {} MiB",
+        FIFO_READS + EXECS + GREPS,
+        waits[waits.len() / 2],
+        waits[waits.len() - 1],
+        rss >> 10
+    );
+    // The lanes' threads (8 + 16 + 8 + 128), the reader, the writer, and each search's walkers.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert!(threads <= 170 + 8 * cores, "{threads} threads");
+    // Input ends: every command is killed, and the server exits though reads of the FIFO block.
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
+fn refusals_to_a_client_that_never_reads_stop_its_input_not_the_memory_bound() {
+    // Headers the reader refuses itself, each answered with an error echoing 100 KB: 300 MB of
+    // refusals if all were queued.
+    const FRAMES: usize = 3_000;
+    let dir = workspace();
+    let mut server = Server::start(dir.path(), None);
+    let pid = server.pid();
+    let bad = frame(&json!({"t": "x".repeat(100_000)}), b"");
+    let mut stdin = server.stdin.take().unwrap();
+    // The server stops reading once its queued answers fill the budget: the writes then block
+    // until the server is killed.
+    let writer = std::thread::spawn(move || {
+        for _ in 0..FRAMES {
+            if stdin.write_all(&bad).is_err() {
+                break;
+            }
+        }
+    });
+    let mut last = read_chars(pid);
+    let mut still = 0;
+    while still < 20 && !writer.is_finished() && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read_chars(pid);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    let peak = status_field(pid, "VmHWM:");
+    eprintln!(
+        "refusals to a never-reading client: peak RSS {} MiB, {} MiB read before it stopped",
+        peak >> 10,
+        last >> 20
+    );
+    assert!(
+        peak < MEMORY_BOUND_KIB,
+        "peak RSS {peak} KiB over the bound"
+    );
+    server.child.lock().unwrap().kill().unwrap();
+    writer.join().unwrap();
 }
