@@ -257,3 +257,16 @@ fn a_named_fifo_waits_for_data_until_cancelled() {
     assert_eq!(lines(&out), ["pipe:2: needle in a fifo"]);
     drop(keep);
 }
+
+#[test]
+fn a_store_cap_at_the_top_of_its_range_keeps_every_line() {
+    let t = tree();
+    let cancel = AtomicBool::new(false);
+    let target = Target::Dir(t.path().to_path_buf());
+    let capped = Query {
+        store_cap: Some(u64::MAX),
+        ..query("needle")
+    };
+    let out = run(&target, &capped, &PlainFs, &cancel).unwrap();
+    assert_eq!(lines(&out).len(), 3);
+}

@@ -123,7 +123,7 @@ impl Collector {
         self.out.lines_truncated |= shown_truncated;
         let len = line.formatted_len();
         let keep = match self.store_cap {
-            Some(cap) => self.bytes_with_newlines <= cap + 1,
+            Some(cap) => self.bytes_with_newlines <= cap.saturating_add(1),
             None => true,
         };
         if keep {
