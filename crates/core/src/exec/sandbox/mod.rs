@@ -196,6 +196,8 @@ mod landlock;
 #[cfg(target_os = "linux")]
 mod namespaces;
 #[cfg(target_os = "linux")]
+pub(super) mod notify;
+#[cfg(target_os = "linux")]
 mod plan;
 #[cfg(target_os = "linux")]
 mod seccomp;

@@ -3,6 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -49,6 +50,7 @@ pub(super) enum Step {
     DetachHost,
     StartShell,
     JoinTemplate,
+    Notify,
     /// The n-th action of the namespaces plan.
     Action(usize),
 }
@@ -70,6 +72,7 @@ const FIXED_STEPS: &[(Step, &str)] = &[
     (Step::DetachHost, "detaching the host's root"),
     (Step::StartShell, "starting the shell"),
     (Step::JoinTemplate, "joining the sandbox's namespaces"),
+    (Step::Notify, "installing the seccomp notification filter"),
 ];
 
 fn step_index(step: Step) -> usize {
@@ -108,6 +111,8 @@ pub(in crate::exec) struct Plan {
     ruleset: Option<Ruleset>,
     seccomp: Vec<libc::sock_filter>,
     temp_dir: Option<super::TempDir>,
+    /// The calls answered by a handler thread (seccomp user notification).
+    notify: Option<super::notify::Policy>,
 }
 
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
@@ -150,11 +155,13 @@ impl Plan {
             ruleset: None,
             seccomp: Vec::new(),
             temp_dir: None,
+            notify: None,
         };
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
                 plan.ns = Some(NsPlan::new(sandbox, &root)?);
                 plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll, false);
+                plan.notify = Some(super::notify::Policy::namespaces());
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -182,6 +189,11 @@ impl Plan {
                 // SAFETY: a plain getter.
                 let root_caller = unsafe { libc::geteuid() } == 0;
                 plan.seccomp = seccomp::program(sockets, root_caller);
+                let mut writable = vec![root.as_path(), temp.0.as_path()];
+                writable.extend(sandbox.read_write.iter().map(PathBuf::as_path));
+                plan.notify = Some(super::notify::Policy::landlock(&writable).map_err(|e| {
+                    invalid_spec(format!("cannot open a writable path of the sandbox: {e}"))
+                })?);
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home
@@ -211,6 +223,11 @@ impl Plan {
     /// The shell's whole environment, `KEY=VALUE`.
     pub(in crate::exec) fn env(&self) -> &[String] {
         &self.env
+    }
+
+    /// What the user-notification handler allows, when the plan has one.
+    pub(in crate::exec) fn notify(&self) -> Option<&super::notify::Policy> {
+        self.notify.as_ref()
     }
 
     pub(in crate::exec) fn namespaces(&self) -> Option<&NsPlan> {
@@ -298,7 +315,8 @@ fn seccomp_available() -> bool {
 /// The confinement of the shell's own process, just before `execve`: no_new_privs, no
 /// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
 /// encoded failed step.
-pub(in crate::exec) unsafe fn confine(plan: &Plan) -> Result<(), i32> {
+/// `notify_channel`: the socket the notification filter's listener is sent over.
+pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Result<(), i32> {
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         return Err(step_error(Step::NoNewPrivs, errno()));
     }
@@ -321,6 +339,9 @@ pub(in crate::exec) unsafe fn confine(plan: &Plan) -> Result<(), i32> {
     ) != 0
     {
         return Err(step_error(Step::Seccomp, errno()));
+    }
+    if let Some(policy) = &plan.notify {
+        super::notify::install(policy, notify_channel).map_err(|e| step_error(Step::Notify, e))?;
     }
     Ok(())
 }

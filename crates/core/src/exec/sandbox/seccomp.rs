@@ -6,7 +6,7 @@
 
 use libc::sock_filter;
 
-const RET_ALLOW: u32 = 0x7fff_0000;
+pub(super) const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
@@ -24,9 +24,9 @@ const ARG0_LOW_AT: u32 = if cfg!(target_endian = "little") {
 };
 
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
+pub(super) const AUDIT_ARCH: u32 = 0xc000_003e;
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
+pub(super) const AUDIT_ARCH: u32 = 0xc000_00b7;
 /// x32 system calls carry this bit on x86_64; the filter refuses them all rather than list twice.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -129,20 +129,9 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
 }
 
 /// In Landlock mode a root caller's shell owns the host's system files, and Landlock governs
-/// neither modes nor ACLs: the filter refuses ACL and other xattr changes, and setuid/setgid
-/// bits in a mode (which would serve processes outside the sandbox: no_new_privs voids them
-/// inside). Ordinary `chmod` stays (npm, tar and `cp -p` need it). `setxattrat` (463) and
-/// `removexattrat` (466) have one number on every architecture.
-const XATTR_CALLS: &[libc::c_long] = &[
-    libc::SYS_setxattr,
-    libc::SYS_lsetxattr,
-    libc::SYS_fsetxattr,
-    libc::SYS_removexattr,
-    libc::SYS_lremovexattr,
-    libc::SYS_fremovexattr,
-    463,
-    466,
-];
+/// no modes: the filter refuses setuid/setgid bits in a mode (which would serve processes outside
+/// the sandbox: no_new_privs voids them inside). Other metadata (modes, owners, times, xattrs and
+/// ACLs) outside the writable areas is refused by the user-notification filter of `notify.rs`.
 /// The setuid and setgid bits of a mode.
 const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// `fchmodat2` (Linux 6.6), one number on every architecture.
@@ -170,7 +159,7 @@ pub(super) enum Sockets {
     DenyAll,
 }
 
-/// The filter program; `guard_permissions` adds the xattr and set-id mode refusals.
+/// The filter program; `guard_permissions` adds the set-id mode refusals.
 pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
@@ -181,8 +170,7 @@ pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_fil
     code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = JGE_K;
-    let xattrs = XATTR_CALLS.iter().filter(|_| guard_permissions);
-    for &nr in DENIED.iter().chain(xattrs) {
+    for &nr in DENIED {
         code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
     }
     if guard_permissions {

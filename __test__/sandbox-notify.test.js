@@ -1,0 +1,168 @@
+// The calls a path rule cannot see, answered by the sandbox's user-notification handler: metadata
+// changes (modes, owners, times, xattrs) outside the writable areas in Landlock mode, and locks on
+// host files in both modes. Each is judged on the host side, as root and as nobody.
+import { spawnSync } from "node:child_process";
+import { mkdirSync, rmSync, statSync, symlinkSync } from "node:fs";
+import path from "node:path";
+import * as pno from "pi-native-ops";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execAllAs, nobody, removeScripts, tempDirFor, writeFileAs } from "./helpers/nobody.js";
+
+const support = process.platform === "linux" ? pno.sandboxSupport() : null;
+const users = ["root", ...(nobody.argv ? ["nobody"] : [])];
+const label = (user) => (user === "root" && process.getuid() !== 0 ? "this process's user" : user);
+// The system call numbers and `struct flock` layout below are x86-64's.
+const x86 = process.arch === "x64";
+const cleanup = [];
+afterAll(() => {
+  for (const fn of cleanup.reverse()) fn();
+  removeScripts();
+});
+
+/** The perl one-liner setting xattr user.pno=v on its argument (setxattr(2), x86-64 number 188). */
+const SETXATTR = `perl -e 'my ($f, $n, $v) = ($ARGV[0], "user.pno", "v"); exit(syscall(188, $f, $n, $v, 1, 0) == 0 ? 0 : 1)'`;
+/** The value of xattr user.pno of `file` on the host (getxattr(2), 191), or null. */
+function hostXattr(file) {
+  const r = spawnSync("perl", [
+    "-e",
+    'my ($f, $a, $b) = ($ARGV[0], "user.pno", "\\0" x 64); my $n = syscall(191, $f, $a, $b, 64); print $n >= 0 ? substr($b, 0, $n) : "NONE"',
+    file,
+  ]);
+  const out = r.stdout.toString();
+  return out === "NONE" ? null : out;
+}
+/** A perl one-liner taking a read lock on its argument with fcntl command `cmd` (6: F_SETLK, 37: F_OFD_SETLK). */
+const fcntlLock = (cmd) =>
+  `perl -e 'open(F, "<", $ARGV[0]) or exit 2; my $l = pack("s s x4 q q l x4", 0, 0, 0, 0, 0); exit(fcntl(F, ${cmd}, $l) ? 0 : 1)'`;
+
+describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata outside the writable areas", () => {
+  for (const user of users) {
+    describe(`as ${label(user)}`, () => {
+      let root;
+      let other;
+      const run = (command) =>
+        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock" }, [{ command, cwd: root }]).then(
+          ([r]) => r,
+        );
+      beforeAll(() => {
+        root = tempDirFor(user, "pno-notify-root-");
+        other = tempDirFor(user, "pno-notify-other-");
+        writeFileAs(user, path.join(other, "victim"), "host file\n", 0o600);
+        writeFileAs(user, path.join(root, "inside"), "workspace file\n", 0o644);
+        symlinkSync(path.join(other, "victim"), path.join(root, "link"));
+        cleanup.push(() => {
+          for (const dir of [root, other]) rmSync(dir, { recursive: true, force: true });
+        });
+      });
+
+      it("chmod, chown, touch and setxattr outside are refused, through a symlink too", async () => {
+        const victim = path.join(other, "victim");
+        const before = statSync(victim);
+        const r = await run(
+          [
+            `chmod 666 ${victim} 2>/dev/null && echo CHMOD`,
+            `chown $(id -u):$(id -g) ${victim} 2>/dev/null && echo CHOWN`,
+            `touch -d @1000000000 ${victim} 2>/dev/null && echo TOUCH`,
+            `${SETXATTR} ${victim} && echo SETXATTR`,
+            "chmod 666 link 2>/dev/null && echo LINK",
+            `chmod 644 ${victim}; echo "chmod: $?"`,
+            "true",
+          ].join("; "),
+        );
+        expect(r).toEqual({
+          output: `chmod: changing permissions of '${victim}': Operation not permitted\nchmod: 1\n`,
+          exitCode: 0,
+        });
+        const after = statSync(victim);
+        expect(after.mode & 0o7777).toBe(0o600);
+        expect(after.mtimeMs).toBe(before.mtimeMs);
+        expect(hostXattr(victim)).toBe(null);
+      });
+
+      it("inside the workspace they keep working (chmod, chown, touch -d, xattrs, cp -p)", async () => {
+        const r = await run(
+          [
+            "chmod 600 inside",
+            "chown $(id -u):$(id -g) inside",
+            "touch -d @1000000000 inside",
+            `${SETXATTR} inside`,
+            "mkdir -p sub && cp -p inside sub/copy",
+            "touch -h link",
+            "echo OK",
+          ].join(" && "),
+        );
+        expect(r).toEqual({ output: "OK\n", exitCode: 0 });
+        for (const file of ["inside", "sub/copy"]) {
+          const st = statSync(path.join(root, file));
+          expect({ file, mode: st.mode & 0o7777, mtime: st.mtimeMs }).toEqual({ file, mode: 0o600, mtime: 1e12 });
+        }
+        expect(hostXattr(path.join(root, "inside"))).toBe("v");
+        // touch -h changed the link itself, not the host file it points to.
+        expect(statSync(path.join(other, "victim")).mtimeMs).not.toBe(1e12);
+      });
+    });
+  }
+});
+
+const modes = [
+  ["namespaces", support?.namespaces],
+  ["landlock", support?.landlockAbi > 0],
+];
+for (const [mode, available] of modes) {
+  describe.skipIf(!available || !x86)(`${mode} mode: locks on host files`, () => {
+    for (const user of users) {
+      describe(`as ${label(user)}`, () => {
+        let root;
+        let other;
+        const runtimeRoot = () => (mode === "landlock" ? root : "/workspace");
+        const run = (command) =>
+          execAllAs(user, pno, { root, runtimeRoot: runtimeRoot(), mode, readOnly: [other] }, [
+            { command, cwd: runtimeRoot() },
+          ]).then(([r]) => r);
+        beforeAll(() => {
+          root = tempDirFor(user, "pno-lock-root-");
+          other = tempDirFor(user, "pno-lock-other-");
+          writeFileAs(user, path.join(other, "lockme"), "", 0o644);
+          writeFileAs(user, path.join(root, "lockme"), "", 0o644);
+          mkdirSync(path.join(root, "sub"));
+          cleanup.push(() => {
+            for (const dir of [root, other]) rmSync(dir, { recursive: true, force: true });
+          });
+        });
+
+        it("flock, fcntl and OFD locks on a host file are refused", async () => {
+          const targets = [path.join(other, "lockme"), ...(user === "root" ? ["/etc/.pwd.lock"] : [])];
+          const r = await run(
+            targets
+              .flatMap((t) => [
+                `flock -n -s ${t} true 2>/dev/null && echo FLOCK ${t}`,
+                `${fcntlLock(6)} ${t} && echo POSIX ${t}`,
+                `${fcntlLock(37)} ${t} && echo OFD ${t}`,
+              ])
+              .concat([`flock -n -s ${targets[0]} true; echo "flock: $?"`])
+              .join("; "),
+          );
+          expect(r.exitCode).toBe(0);
+          expect(r.output).toMatch(/^flock: .*: No locks available\nflock: [1-9]\d*\n$/);
+        });
+
+        it("locks inside the workspace work, a blocking one waits for its holder", async () => {
+          const r = await run(
+            [
+              "flock -n -s lockme true && echo FLOCK",
+              `${fcntlLock(6)} lockme && echo POSIX`,
+              `${fcntlLock(37)} lockme && echo OFD`,
+              "mkfifo go",
+              "(flock lockme -c 'echo held; read x < go') &",
+              "until [ -n \"$(flock -n lockme true 2>/dev/null || echo busy)\" ]; do :; done",
+              "(flock lockme -c 'echo got') &",
+              "echo release > go",
+              "wait",
+            ].join("\n"),
+          );
+          expect(r).toEqual({ output: "FLOCK\nPOSIX\nOFD\nheld\ngot\n", exitCode: 0 });
+        });
+      });
+    }
+  });
+}
