@@ -209,6 +209,25 @@ export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: stri
  */
 export declare function rootStat(root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array): void
 
+/** What each sandbox mode confines on this machine. */
+export interface SandboxEnforces {
+  namespaces?: SandboxGuarantees
+  landlock?: SandboxGuarantees
+}
+
+/** The guarantees of one mode here (the core's `sandbox::Guarantees`, field for field). */
+export interface SandboxGuarantees {
+  files: boolean
+  truncate: boolean
+  deviceIoctl: boolean
+  network: boolean
+  signals: boolean
+  abstractUnixSockets: boolean
+  otherProcesses: boolean
+  setIdBits: boolean
+  processLifetime: boolean
+}
+
 /** What this machine offers for sandboxed bash (probed on the first call, then cached). */
 export declare function sandboxSupport(): SandboxSupport
 
@@ -225,4 +244,6 @@ export interface SandboxSupport {
   seccomp: boolean
   /** The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible. */
   auto?: 'namespaces' | 'landlock' | null
+  /** What each mode confines here (absent: the mode is unavailable). */
+  enforces: SandboxEnforces
 }

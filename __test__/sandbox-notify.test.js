@@ -41,9 +41,7 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
       let root;
       let other;
       const run = (command) =>
-        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock" }, [{ command, cwd: root }]).then(
-          ([r]) => r,
-        );
+        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock" }, [{ command, cwd: root }]).then(([r]) => r);
       beforeAll(() => {
         root = tempDirFor(user, "pno-notify-root-");
         other = tempDirFor(user, "pno-notify-other-");
@@ -154,7 +152,7 @@ for (const [mode, available] of modes) {
               `${fcntlLock(37)} lockme && echo OFD`,
               "mkfifo go",
               "(flock lockme -c 'echo held; read x < go') &",
-              "until [ -n \"$(flock -n lockme true 2>/dev/null || echo busy)\" ]; do :; done",
+              'until [ -n "$(flock -n lockme true 2>/dev/null || echo busy)" ]; do :; done',
               "(flock lockme -c 'echo got') &",
               "echo release > go",
               "wait",

@@ -54,6 +54,33 @@ export interface SandboxSupport {
   seccomp: boolean;
   /** The mode `"auto"` picks; null = no sandbox possible here (exec rejects). */
   auto: "namespaces" | "landlock" | null;
+  /** What each mode confines on this machine; null where the mode is unavailable. */
+  enforces: { namespaces: SandboxGuarantees | null; landlock: SandboxGuarantees | null };
+}
+
+/**
+ * What one sandbox mode confines on this machine: `false` where this kernel lacks what a guarantee
+ * needs, so an agent can refuse to start without one it relies on.
+ */
+export interface SandboxGuarantees {
+  /** Files are read, written, created and removed only where allowed. */
+  files: boolean;
+  /** Truncating a file outside the writable paths is refused (Landlock ABI 3). */
+  truncate: boolean;
+  /** `ioctl` on devices other than the allowed few is refused (Landlock ABI 5). */
+  deviceIoctl: boolean;
+  /** No socket reaches the host's network unless `network` is on; never AF_VSOCK or another family off the allow-list. */
+  network: boolean;
+  /** Signals reach only the sandbox's own processes (namespaces: a PID namespace; Landlock: signal scoping, ABI 6). */
+  signals: boolean;
+  /** Abstract Unix sockets outside the sandbox cannot be reached (a network namespace; Landlock ABI 6). */
+  abstractUnixSockets: boolean;
+  /** Other processes' limits, priorities, CPU placement and I/O class, and the host's System V IPC, are out of reach. */
+  otherProcesses: boolean;
+  /** No setuid or setgid bit is ever set. */
+  setIdBits: boolean;
+  /** Everything a command started ends when it does (background jobs included). */
+  processLifetime: boolean;
 }
 
 /** What this machine offers for sandboxed bash (for an agent's startup check). */

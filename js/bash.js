@@ -180,6 +180,7 @@ export function sandboxSupport() {
     namespacesError: s.namespacesError ?? null,
     landlockError: s.landlockError ?? null,
     auto: s.auto ?? null,
+    enforces: { namespaces: s.enforces?.namespaces ?? null, landlock: s.enforces?.landlock ?? null },
   };
 }
 

@@ -106,6 +106,45 @@ pub struct SandboxSupport {
     /// The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible.
     #[napi(ts_type = "'namespaces' | 'landlock' | null")]
     pub auto: Option<String>,
+    /// What each mode confines here (absent: the mode is unavailable).
+    pub enforces: SandboxEnforces,
+}
+
+/// What each sandbox mode confines on this machine.
+#[napi(object)]
+pub struct SandboxEnforces {
+    pub namespaces: Option<SandboxGuarantees>,
+    pub landlock: Option<SandboxGuarantees>,
+}
+
+/// The guarantees of one mode here (the core's `sandbox::Guarantees`, field for field).
+#[napi(object)]
+pub struct SandboxGuarantees {
+    pub files: bool,
+    pub truncate: bool,
+    pub device_ioctl: bool,
+    pub network: bool,
+    pub signals: bool,
+    pub abstract_unix_sockets: bool,
+    pub other_processes: bool,
+    pub set_id_bits: bool,
+    pub process_lifetime: bool,
+}
+
+impl From<sandbox::Guarantees> for SandboxGuarantees {
+    fn from(g: sandbox::Guarantees) -> Self {
+        SandboxGuarantees {
+            files: g.files,
+            truncate: g.truncate,
+            device_ioctl: g.device_ioctl,
+            network: g.network,
+            signals: g.signals,
+            abstract_unix_sockets: g.abstract_unix_sockets,
+            other_processes: g.other_processes,
+            set_id_bits: g.set_id_bits,
+            process_lifetime: g.process_lifetime,
+        }
+    }
 }
 
 /// What this machine offers for sandboxed bash (probed on the first call, then cached).
@@ -127,6 +166,10 @@ pub fn sandbox_support() -> SandboxSupport {
             }
             .to_string()
         }),
+        enforces: SandboxEnforces {
+            namespaces: s.guarantees(sandbox::Mode::Namespaces).map(Into::into),
+            landlock: s.guarantees(sandbox::Mode::Landlock).map(Into::into),
+        },
     }
 }
 

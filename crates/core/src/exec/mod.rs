@@ -8,7 +8,8 @@
 //!
 //! - stdout and stderr of the shell are the write end of one pipe, so chunks keep their arrival order.
 //! - Node talks to the supervisor over a control pipe: `K` kills the tree, `D` detaches (the command
-//!   finished; background children are left running, as pi does). End-of-file on that pipe means Node
+//!   finished; background children are left running, as pi does, except in a sandbox, where the tree
+//!   is killed as soon as the shell exits). End-of-file on that pipe means Node
 //!   is gone (exit, crash, SIGKILL), and the supervisor kills the tree before exiting.
 //! - On Linux the supervisor is a child subreaper, so every descendant whose parent dies is
 //!   re-parented to it, even one that left the process group with `setsid`. Killing the tree is:

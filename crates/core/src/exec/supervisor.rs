@@ -261,6 +261,11 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
             let mut sink = [0u8; WAKE_DRAIN_BYTES];
             while libc::read(wake[0], sink.as_mut_ptr().cast(), sink.len()) > 0 {}
             reap_finished(shell, &mut shell_reaped, fds.status);
+            // In a sandbox everything the command started ends with it (namespaces mode: the PID
+            // namespace dies with its init; Landlock mode has none, so the tree is killed here).
+            if shell_reaped && prepared.sandbox.is_some() {
+                kill_tree(shell, &mut shell_reaped, fds.status);
+            }
         }
         if poll_fds[0].revents != 0 {
             let mut command = [0u8; 1];

@@ -156,7 +156,68 @@ pub struct Support {
     pub seccomp: bool,
 }
 
+/// What one mode confines on this machine: each field is a guarantee the tests show, `false`
+/// where this kernel lacks what it needs (an agent can refuse to start without one it needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guarantees {
+    /// Files are read, written, created and removed only where allowed.
+    pub files: bool,
+    /// Truncating a file outside the writable paths is refused (Landlock ABI 3).
+    pub truncate: bool,
+    /// `ioctl` on devices outside the allowed few is refused (Landlock ABI 5).
+    pub device_ioctl: bool,
+    /// No socket reaches the host's network unless `network` is on; never `AF_VSOCK` or another
+    /// family outside the allow-list (seccomp).
+    pub network: bool,
+    /// Signals reach only the sandbox's own processes (namespaces: a PID namespace; Landlock:
+    /// signal scoping, ABI 6).
+    pub signals: bool,
+    /// Abstract Unix sockets outside the sandbox cannot be reached (a network namespace; Landlock
+    /// ABI 6).
+    pub abstract_unix_sockets: bool,
+    /// Other processes' limits, priorities, CPU placement and I/O class, and the host's System V
+    /// IPC objects, are out of reach (a PID and an IPC namespace; in Landlock mode, seccomp).
+    pub other_processes: bool,
+    /// No setuid or setgid bit is ever set (seccomp).
+    pub set_id_bits: bool,
+    /// Everything the command started ends when it does.
+    pub process_lifetime: bool,
+}
+
 impl Support {
+    /// What `mode` confines here; `None` when the mode is unavailable (`Auto`: the mode it picks).
+    pub fn guarantees(&self, mode: Mode) -> Option<Guarantees> {
+        let seccomp = self.seccomp;
+        match mode {
+            Mode::Auto => self.auto().and_then(|mode| self.guarantees(mode)),
+            Mode::Namespaces => self.namespaces.is_ok().then_some(Guarantees {
+                files: true,
+                truncate: true,
+                device_ioctl: true,
+                network: seccomp,
+                signals: true,
+                abstract_unix_sockets: true,
+                other_processes: true,
+                set_id_bits: seccomp,
+                process_lifetime: true,
+            }),
+            Mode::Landlock => {
+                let abi = self.landlock_abi;
+                (abi >= 1 && seccomp).then_some(Guarantees {
+                    files: true,
+                    truncate: abi >= 3,
+                    device_ioctl: abi >= 5,
+                    network: true,
+                    signals: abi >= 6,
+                    abstract_unix_sockets: abi >= 6,
+                    other_processes: true,
+                    set_id_bits: true,
+                    process_lifetime: true,
+                })
+            }
+        }
+    }
+
     /// What `Mode::Auto` picks: `None` when no sandbox can be built here.
     pub fn auto(&self) -> Option<Mode> {
         if self.namespaces.is_ok() {

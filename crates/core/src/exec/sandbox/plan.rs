@@ -160,7 +160,11 @@ impl Plan {
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
                 plan.ns = Some(NsPlan::new(sandbox, &root)?);
-                plan.seccomp = seccomp::program(seccomp::Sockets::AllowAll, false);
+                plan.seccomp = seccomp::program(seccomp::Options {
+                    sockets: seccomp::Sockets::Isolated,
+                    shares_processes: false,
+                    deny_xattrs: false,
+                });
                 plan.notify = Some(super::notify::Policy::namespaces());
                 PathBuf::from("/tmp")
             }
@@ -182,13 +186,17 @@ impl Plan {
                 let temp = super::TempDir::new()?;
                 plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
                 let sockets = if sandbox.network {
-                    seccomp::Sockets::DenyUnix
+                    seccomp::Sockets::NoUnix
                 } else {
-                    seccomp::Sockets::DenyAll
+                    seccomp::Sockets::None
                 };
-                // SAFETY: a plain getter.
-                let root_caller = unsafe { libc::geteuid() } == 0;
-                plan.seccomp = seccomp::program(sockets, root_caller);
+                // xattrs (ACLs included) are the notification handler's: refused outside the
+                // writable areas, for every caller.
+                plan.seccomp = seccomp::program(seccomp::Options {
+                    sockets,
+                    shares_processes: true,
+                    deny_xattrs: false,
+                });
                 let mut writable = vec![root.as_path(), temp.0.as_path()];
                 writable.extend(sandbox.read_write.iter().map(PathBuf::as_path));
                 plan.notify = Some(super::notify::Policy::landlock(&writable).map_err(|e| {

@@ -1,8 +1,11 @@
 //! The seccomp filter both modes install: a hand-assembled BPF program, built before the fork.
 //! It refuses (EPERM) what a sandboxed shell never needs: mounting, new namespaces, tracing other
 //! processes, kernel modules, bpf, perf, keyrings, kexec, reboot, swap, handle-based opens,
-//! userfaultfd, io_uring (whose operations seccomp cannot see), and `socket` of the families
-//! `Sockets` names (`socketpair` stays: pipes between the shell's own processes).
+//! userfaultfd, io_uring (whose operations seccomp cannot see); set-id bits in any mode it sets;
+//! sockets of any family `Sockets` does not allow; and, where no namespace keeps the host's
+//! processes apart (Landlock mode), limits, priorities and placement of other processes and the
+//! host's IPC objects. Calls whose arguments lie in memory (`clone3`, `openat2`) get ENOSYS, so the
+//! C library falls back to the plain ones the filter can read.
 
 use libc::sock_filter;
 
@@ -16,12 +19,8 @@ const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 /// Offsets in `struct seccomp_data`: nr (u32), arch (u32), instruction pointer (u64), args (u64 × 6).
 const NR_AT: u32 = 0;
 const ARCH_AT: u32 = 4;
-/// The low 32 bits of the first argument (clone's flags, socket's family).
-const ARG0_LOW_AT: u32 = if cfg!(target_endian = "little") {
-    16
-} else {
-    20
-};
+/// Where the arguments start in `struct seccomp_data` (six u64 after nr, arch and the instruction pointer).
+const ARGS_AT: u32 = 16;
 
 #[cfg(target_arch = "x86_64")]
 pub(super) const AUDIT_ARCH: u32 = 0xc000_003e;
@@ -87,22 +86,195 @@ pub(super) const DENIED: &[libc::c_long] = &[
     libc::SYS_quotactl,
 ];
 
+/// In Landlock mode a root caller's shell owns the host's system files, and Landlock governs no
+/// ACL or other xattr: the filter refuses their changes. `setxattrat` (463) and `removexattrat`
+/// (466) have one number on every architecture.
+const XATTR_CALLS: &[libc::c_long] = &[
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    463,
+    466,
+];
+/// The setuid and setgid bits of a mode: refused in every mode and for every caller, since a
+/// set-id file left in the workspace (or any writable path) serves processes outside the sandbox
+/// (inside, no_new_privs voids it). Ordinary modes stay (npm, tar and `cp -p` need them).
+const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// `fchmodat2` (Linux 6.6), one number on every architecture.
+const SYS_FCHMODAT2: libc::c_long = 452;
+/// `open` flags under which the mode argument is used: `O_CREAT`, and `O_TMPFILE`'s own bit
+/// (`O_TMPFILE` is it plus `O_DIRECTORY`).
+const CREATE_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
+/// `setpriority`'s `PRIO_USER` and `ioprio_set`'s `IOPRIO_WHO_USER`: every process of a user.
+const PRIO_USER: u32 = 2;
+const IOPRIO_WHO_USER: u32 = 3;
+/// System V IPC and POSIX message queues: host objects Landlock does not govern (namespaces mode
+/// gives each command its own IPC namespace instead).
+const HOST_IPC_CALLS: &[libc::c_long] = &[
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_shmdt,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+];
+
+/// The socket families a sandbox may create (`socket`); `socketpair` is `AF_UNIX` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sockets {
+    /// Namespaces mode: local sockets, IP (the host's network, or only a private loopback) and
+    /// netlink (route queries, which `getaddrinfo` makes). Never `AF_VSOCK` or any other family
+    /// a network namespace does not isolate.
+    Isolated,
+    /// Landlock mode with network: IP and netlink, no `AF_UNIX` (Landlock cannot stop a connect to
+    /// a host socket it can name, like `/run/docker.sock`).
+    NoUnix,
+    /// Landlock mode without network: none.
+    None,
+}
+
+impl Sockets {
+    fn families(self) -> &'static [u32] {
+        const UNIX: u32 = libc::AF_UNIX as u32;
+        const INET: u32 = libc::AF_INET as u32;
+        const INET6: u32 = libc::AF_INET6 as u32;
+        const NETLINK: u32 = libc::AF_NETLINK as u32;
+        match self {
+            Sockets::Isolated => &[UNIX, INET, INET6, NETLINK],
+            Sockets::NoUnix => &[INET, INET6, NETLINK],
+            Sockets::None => &[],
+        }
+    }
+}
+
+/// What the filter is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Options {
+    pub(super) sockets: Sockets,
+    /// No PID or IPC namespace keeps the host's processes and IPC objects apart (Landlock mode):
+    /// resource limits, priorities and CPU placement apply to the caller only, and host IPC
+    /// objects are out of reach.
+    pub(super) shares_processes: bool,
+    /// Refuse xattr changes (Landlock mode with a root caller).
+    pub(super) deny_xattrs: bool,
+}
+
+/// What the filter answers for one system call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// EPERM.
+    Deny,
+    /// ENOSYS: the caller falls back to a call whose arguments the filter can read.
+    NoSys,
+    /// Allowed when the check passes, EPERM when not.
+    Check(Check),
+}
+
+/// A check of a call's arguments (indices count from 0).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// `clone`'s flags create no namespace.
+    NoNamespaces,
+    /// The mode in argument `mode` has no set-id bit.
+    NoSetId { mode: u32 },
+    /// A created file (flags in argument `flags` hold a `CREATE_FLAGS` bit) gets no set-id bit.
+    NoSetIdCreate { flags: u32, mode: u32 },
+    /// Argument 0 is one of the families.
+    Family(&'static [u32]),
+    /// Argument `pid` is 0: the caller itself.
+    Caller { pid: u32 },
+    /// `prlimit64`: the caller's own limits, or only reading another's (a NULL new limit).
+    OwnLimits,
+    /// `setpriority` / `ioprio_set`: `who` (argument 1) is 0, the caller or its group, and `which`
+    /// (argument 0) is not `user` (every process of the caller's user).
+    OwnPriority { user: u32 },
+}
+
+/// Every rule of the filter, by system call number.
+fn rules(options: Options) -> Vec<(libc::c_long, Rule)> {
+    let mut rules: Vec<(libc::c_long, Rule)> = DENIED.iter().map(|&nr| (nr, Rule::Deny)).collect();
+    if options.deny_xattrs {
+        rules.extend(XATTR_CALLS.iter().map(|&nr| (nr, Rule::Deny)));
+    }
+    // clone3 and openat2 pass their flags and modes in memory the filter cannot read: ENOSYS makes
+    // the C library fall back to clone and openat, whose arguments it can.
+    rules.push((libc::SYS_clone3, Rule::NoSys));
+    rules.push((libc::SYS_openat2, Rule::NoSys));
+    rules.push((libc::SYS_clone, Rule::Check(Check::NoNamespaces)));
+    let no_set_id = |mode| Rule::Check(Check::NoSetId { mode });
+    let create = |flags, mode| Rule::Check(Check::NoSetIdCreate { flags, mode });
+    #[cfg(target_arch = "x86_64")]
+    rules.extend([
+        (libc::SYS_chmod, no_set_id(1)),
+        (libc::SYS_creat, no_set_id(1)),
+        (libc::SYS_mkdir, no_set_id(1)),
+        (libc::SYS_mknod, no_set_id(1)),
+        (libc::SYS_open, create(1, 2)),
+    ]);
+    rules.extend([
+        (libc::SYS_fchmod, no_set_id(1)),
+        (libc::SYS_fchmodat, no_set_id(2)),
+        (SYS_FCHMODAT2, no_set_id(2)),
+        (libc::SYS_mkdirat, no_set_id(2)),
+        (libc::SYS_mknodat, no_set_id(2)),
+        (libc::SYS_openat, create(2, 3)),
+        (
+            libc::SYS_socket,
+            Rule::Check(Check::Family(options.sockets.families())),
+        ),
+        (
+            libc::SYS_socketpair,
+            Rule::Check(Check::Family(&[libc::AF_UNIX as u32])),
+        ),
+    ]);
+    if options.shares_processes {
+        let caller = Rule::Check(Check::Caller { pid: 0 });
+        rules.extend([
+            (libc::SYS_prlimit64, Rule::Check(Check::OwnLimits)),
+            (
+                libc::SYS_setpriority,
+                Rule::Check(Check::OwnPriority { user: PRIO_USER }),
+            ),
+            (
+                libc::SYS_ioprio_set,
+                Rule::Check(Check::OwnPriority {
+                    user: IOPRIO_WHO_USER,
+                }),
+            ),
+            (libc::SYS_sched_setaffinity, caller),
+            (libc::SYS_sched_setscheduler, caller),
+            (libc::SYS_sched_setparam, caller),
+            (libc::SYS_sched_setattr, caller),
+        ]);
+        rules.extend(HOST_IPC_CALLS.iter().map(|&nr| (nr, Rule::Deny)));
+    }
+    rules
+}
+
 /// Where a jump goes: resolved to a relative offset once the program is laid out.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Label {
     Next,
-    /// Skip the next instruction (BPF only jumps forward: checks keep their own returns).
-    SkipOne,
     Deny,
     NoSys,
-    CloneCheck,
-    SocketCheck,
-    ModeArg1,
-    ModeArg2,
-    Allow,
+    /// The body of the n-th distinct check.
+    Check(usize),
 }
 
-fn stmt(code: u16, k: u32) -> (sock_filter, Label, Label) {
+type Insn = (sock_filter, Label, Label);
+
+fn stmt(code: u16, k: u32) -> Insn {
     (
         sock_filter {
             code,
@@ -115,7 +287,7 @@ fn stmt(code: u16, k: u32) -> (sock_filter, Label, Label) {
     )
 }
 
-fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) {
+fn jump(code: u16, k: u32, jt: Label, jf: Label) -> Insn {
     (
         sock_filter {
             code,
@@ -128,39 +300,94 @@ fn jump(code: u16, k: u32, jt: Label, jf: Label) -> (sock_filter, Label, Label) 
     )
 }
 
-/// In Landlock mode a root caller's shell owns the host's system files, and Landlock governs
-/// no modes: the filter refuses setuid/setgid bits in a mode (which would serve processes outside
-/// the sandbox: no_new_privs voids them inside). Other metadata (modes, owners, times, xattrs and
-/// ACLs) outside the writable areas is refused by the user-notification filter of `notify.rs`.
-/// The setuid and setgid bits of a mode.
-const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
-/// `fchmodat2` (Linux 6.6), one number on every architecture.
-const SYS_FCHMODAT2: libc::c_long = 452;
-/// Mode-setting calls whose mode is the second argument.
-#[cfg(target_arch = "x86_64")]
-const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_chmod, libc::SYS_fchmod];
-#[cfg(target_arch = "aarch64")]
-const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_fchmod];
-/// Mode-setting calls whose mode is the third argument.
-const MODE_IN_ARG2: &[libc::c_long] = &[libc::SYS_fchmodat, SYS_FCHMODAT2];
-/// The low 32 bits of the second and third arguments.
-const ARG1_LOW_AT: u32 = ARG0_LOW_AT + 8;
-const ARG2_LOW_AT: u32 = ARG0_LOW_AT + 16;
-
-/// Which `socket` families the filter refuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sockets {
-    /// None (namespaces mode: the network namespace and the bare filesystem isolate).
-    AllowAll,
-    /// `AF_UNIX` only: Landlock cannot stop a connect to a host socket it can name
-    /// (`/run/docker.sock`), so none is created; TCP/UDP stay for a shared network.
-    DenyUnix,
-    /// Every family (Landlock mode without network).
-    DenyAll,
+/// A jump inside a check's body, by instruction counts (BPF only jumps forward).
+fn skip(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
 }
 
-/// The filter program; `guard_permissions` adds the set-id mode refusals.
-pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_filter> {
+fn load(at: u32) -> sock_filter {
+    stmt(LD_W_ABS, at).0
+}
+
+/// Where the low and high 32 bits of argument `n` lie in `struct seccomp_data`.
+fn arg_low(n: u32) -> u32 {
+    ARGS_AT + 8 * n + if cfg!(target_endian = "little") { 0 } else { 4 }
+}
+
+fn arg_high(n: u32) -> u32 {
+    ARGS_AT + 8 * n + if cfg!(target_endian = "little") { 4 } else { 0 }
+}
+
+const ALLOW: sock_filter = sock_filter {
+    code: RET_K,
+    jt: 0,
+    jf: 0,
+    k: RET_ALLOW,
+};
+const DENY: sock_filter = sock_filter {
+    code: RET_K,
+    jt: 0,
+    jf: 0,
+    k: RET_ERRNO | libc::EPERM as u32,
+};
+
+/// A check's instructions, each ending in its own return. Every argument the kernel reads as an
+/// `int` is checked in its low 32 bits; a pointer in both halves.
+fn body(check: Check) -> Vec<sock_filter> {
+    match check {
+        Check::NoNamespaces => vec![
+            load(arg_low(0)),
+            skip(JSET_K, NAMESPACE_FLAGS, 1, 0),
+            ALLOW,
+            DENY,
+        ],
+        Check::NoSetId { mode } => vec![
+            load(arg_low(mode)),
+            skip(JSET_K, SET_ID_BITS, 1, 0),
+            ALLOW,
+            DENY,
+        ],
+        Check::NoSetIdCreate { flags, mode } => vec![
+            load(arg_low(flags)),
+            skip(JSET_K, CREATE_FLAGS, 0, 2),
+            load(arg_low(mode)),
+            skip(JSET_K, SET_ID_BITS, 1, 0),
+            ALLOW,
+            DENY,
+        ],
+        Check::Family(families) => {
+            let n = u8::try_from(families.len()).expect("a few families");
+            let mut code = vec![load(arg_low(0))];
+            for (i, &family) in (1..).zip(families) {
+                code.push(skip(JEQ_K, family, n + 1 - i, 0));
+            }
+            code.extend([DENY, ALLOW]);
+            code
+        }
+        Check::Caller { pid } => vec![load(arg_low(pid)), skip(JEQ_K, 0, 0, 1), ALLOW, DENY],
+        Check::OwnLimits => vec![
+            load(arg_low(0)),
+            skip(JEQ_K, 0, 4, 0),
+            load(arg_low(2)),
+            skip(JEQ_K, 0, 0, 3),
+            load(arg_high(2)),
+            skip(JEQ_K, 0, 0, 1),
+            ALLOW,
+            DENY,
+        ],
+        Check::OwnPriority { user } => vec![
+            load(arg_low(1)),
+            skip(JEQ_K, 0, 0, 3),
+            load(arg_low(0)),
+            skip(JEQ_K, user, 1, 0),
+            ALLOW,
+            DENY,
+        ],
+    }
+}
+
+/// The filter program: the architecture, then each rule's system call in turn, then the checks.
+pub(super) fn program(options: Options) -> Vec<sock_filter> {
     let mut code = vec![
         stmt(LD_W_ABS, ARCH_AT),
         jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
@@ -170,86 +397,37 @@ pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_fil
     code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = JGE_K;
-    for &nr in DENIED {
-        code.push(jump(JEQ_K, nr as u32, Label::Deny, Label::Next));
+    let mut checks: Vec<Check> = Vec::new();
+    for (nr, rule) in rules(options) {
+        let target = match rule {
+            Rule::Deny => Label::Deny,
+            Rule::NoSys => Label::NoSys,
+            Rule::Check(check) => Label::Check(match checks.iter().position(|c| *c == check) {
+                Some(at) => at,
+                None => {
+                    checks.push(check);
+                    checks.len() - 1
+                }
+            }),
+        };
+        code.push(jump(JEQ_K, nr as u32, target, Label::Next));
     }
-    if guard_permissions {
-        for &nr in MODE_IN_ARG1 {
-            code.push(jump(JEQ_K, nr as u32, Label::ModeArg1, Label::Next));
-        }
-        for &nr in MODE_IN_ARG2 {
-            code.push(jump(JEQ_K, nr as u32, Label::ModeArg2, Label::Next));
-        }
-    }
-    // clone3 passes its flags in memory the filter cannot read: ENOSYS makes the C library
-    // fall back to clone, whose flags it can.
-    code.push(jump(
-        JEQ_K,
-        libc::SYS_clone3 as u32,
-        Label::NoSys,
-        Label::Next,
-    ));
-    code.push(jump(
-        JEQ_K,
-        libc::SYS_clone as u32,
-        Label::CloneCheck,
-        Label::Next,
-    ));
-    if sockets != Sockets::AllowAll {
-        code.push(jump(
-            JEQ_K,
-            libc::SYS_socket as u32,
-            Label::SocketCheck,
-            Label::Next,
-        ));
-    }
-    let mut labels = vec![(Label::Allow, code.len())];
     code.push(stmt(RET_K, RET_ALLOW));
-    labels.push((Label::Deny, code.len()));
+    let mut labels = vec![(Label::Deny, code.len())];
     code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
     labels.push((Label::NoSys, code.len()));
     code.push(stmt(RET_K, RET_ERRNO | libc::ENOSYS as u32));
-    labels.push((Label::CloneCheck, code.len()));
-    code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
-    code.push(jump(JSET_K, NAMESPACE_FLAGS, Label::SkipOne, Label::Next));
-    code.push(stmt(RET_K, RET_ALLOW));
-    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-    if guard_permissions {
-        for (label, at) in [
-            (Label::ModeArg1, ARG1_LOW_AT),
-            (Label::ModeArg2, ARG2_LOW_AT),
-        ] {
-            labels.push((label, code.len()));
-            code.push(stmt(LD_W_ABS, at));
-            code.push(jump(JSET_K, SET_ID_BITS, Label::SkipOne, Label::Next));
-            code.push(stmt(RET_K, RET_ALLOW));
-            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-        }
+    for (i, check) in checks.into_iter().enumerate() {
+        labels.push((Label::Check(i), code.len()));
+        code.extend(
+            body(check)
+                .into_iter()
+                .map(|insn| (insn, Label::Next, Label::Next)),
+        );
     }
-    match sockets {
-        Sockets::AllowAll => {}
-        Sockets::DenyUnix => {
-            labels.push((Label::SocketCheck, code.len()));
-            code.push(stmt(LD_W_ABS, ARG0_LOW_AT));
-            code.push(jump(
-                JEQ_K,
-                libc::AF_UNIX as u32,
-                Label::SkipOne,
-                Label::Next,
-            ));
-            code.push(stmt(RET_K, RET_ALLOW));
-            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-        }
-        Sockets::DenyAll => {
-            labels.push((Label::SocketCheck, code.len()));
-            code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-        }
-    }
-    let at = |label: Label, from: usize| -> u8 {
-        match label {
-            Label::Next => return 0,
-            Label::SkipOne => return 1,
-            _ => {}
+    let at = |label: Label, from: usize, own: u8| -> u8 {
+        if label == Label::Next {
+            return own;
         }
         let target = labels
             .iter()
@@ -261,8 +439,8 @@ pub(super) fn program(sockets: Sockets, guard_permissions: bool) -> Vec<sock_fil
     code.iter()
         .enumerate()
         .map(|(i, (filter, jt, jf))| sock_filter {
-            jt: at(*jt, i),
-            jf: at(*jf, i),
+            jt: at(*jt, i, filter.jt),
+            jf: at(*jf, i, filter.jf),
             ..*filter
         })
         .collect()

@@ -81,37 +81,283 @@ fn ns_sandbox(root: &Path) -> Sandbox {
     }
 }
 
+/// Runs a seccomp program on one call, as the kernel would: its return value.
+fn filter(program: &[libc::sock_filter], nr: libc::c_long, args: [u64; 6]) -> u32 {
+    let mut data = [0u8; 64];
+    data[0..4].copy_from_slice(&(nr as u32).to_ne_bytes());
+    #[cfg(target_arch = "x86_64")]
+    data[4..8].copy_from_slice(&0xc000_003eu32.to_ne_bytes());
+    #[cfg(target_arch = "aarch64")]
+    data[4..8].copy_from_slice(&0xc000_00b7u32.to_ne_bytes());
+    for (i, arg) in args.iter().enumerate() {
+        data[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_ne_bytes());
+    }
+    let (mut pc, mut acc) = (0usize, 0u32);
+    loop {
+        let insn = program[pc];
+        pc += 1;
+        match insn.code as u32 {
+            c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                let at = insn.k as usize;
+                acc = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+            }
+            c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
+            c => {
+                let taken = match c & 0xf0 {
+                    0x10 => acc == insn.k,     // JEQ
+                    0x30 => acc >= insn.k,     // JGE
+                    0x40 => acc & insn.k != 0, // JSET
+                    op => panic!("unexpected BPF op {op:#x}"),
+                };
+                pc += usize::from(if taken { insn.jt } else { insn.jf });
+            }
+        }
+    }
+}
+
+const ALLOWED: u32 = 0x7fff_0000;
+const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+const ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
+
+fn options(sockets: seccomp::Sockets, shares_processes: bool) -> seccomp::Options {
+    seccomp::Options {
+        sockets,
+        shares_processes,
+        deny_xattrs: false,
+    }
+}
+
 #[test]
-fn seccomp_program_checks_the_arch_then_denies_with_eperm() {
-    let program = seccomp::program(seccomp::Sockets::DenyUnix, false);
+fn seccomp_program_jumps_stay_inside_and_deny_with_eperm() {
+    let program = seccomp::program(options(seccomp::Sockets::NoUnix, true));
     assert_eq!(program[0].k, 4, "loads seccomp_data.arch first");
-    assert!(program.len() < 255, "every jump fits in a byte");
     for (i, insn) in program.iter().enumerate() {
-        let is_jump = insn.code & libc::BPF_JMP as u16 != 0 && insn.code & 0x07 == 0x05;
+        let is_jump = insn.code & 0x07 == libc::BPF_JMP as u16;
         if is_jump {
             assert!(i + 1 + (insn.jt as usize) < program.len());
             assert!(i + 1 + (insn.jf as usize) < program.len());
         }
     }
-    let rets: Vec<u32> = program
-        .iter()
-        .filter(|i| i.code == (libc::BPF_RET | libc::BPF_K) as u16)
-        .map(|i| i.k)
-        .collect();
-    assert!(rets.contains(&(0x0005_0000 | libc::EPERM as u32)));
-    assert!(rets.contains(&0x7fff_0000));
     for nr in [
         libc::SYS_mount,
         libc::SYS_unshare,
         libc::SYS_ptrace,
         libc::SYS_bpf,
     ] {
-        assert!(program.iter().any(|i| i.k == nr as u32), "{nr} is listed");
+        assert_eq!(filter(&program, nr, [0; 6]), EPERM, "{nr}");
     }
-    // Without the socket rule the program is shorter: the family check is gone.
-    assert!(seccomp::program(seccomp::Sockets::AllowAll, false).len() < program.len());
-    let chmod = seccomp::program(seccomp::Sockets::DenyUnix, true);
-    assert!(chmod.len() > program.len());
+    assert_eq!(filter(&program, libc::SYS_read, [0; 6]), ALLOWED);
+    assert_eq!(filter(&program, libc::SYS_clone3, [0; 6]), ENOSYS);
+    assert_eq!(filter(&program, libc::SYS_openat2, [0; 6]), ENOSYS);
+    let newuser = libc::CLONE_NEWUSER as u64;
+    assert_eq!(
+        filter(&program, libc::SYS_clone, [newuser, 0, 0, 0, 0, 0]),
+        EPERM
+    );
+    let thread = (libc::CLONE_VM | libc::CLONE_THREAD) as u64;
+    assert_eq!(
+        filter(&program, libc::SYS_clone, [thread, 0, 0, 0, 0, 0]),
+        ALLOWED
+    );
+}
+
+#[test]
+fn seccomp_refuses_set_id_bits_in_every_mode_set() {
+    for program in [
+        seccomp::program(options(seccomp::Sockets::Isolated, false)),
+        seccomp::program(options(seccomp::Sockets::None, true)),
+    ] {
+        let calls: &[(libc::c_long, usize)] = &[
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (452, 2), // fchmodat2
+            (libc::SYS_mkdirat, 2),
+            (libc::SYS_mknodat, 2),
+            #[cfg(target_arch = "x86_64")]
+            (libc::SYS_chmod, 1),
+            #[cfg(target_arch = "x86_64")]
+            (libc::SYS_creat, 1),
+            #[cfg(target_arch = "x86_64")]
+            (libc::SYS_mkdir, 1),
+            #[cfg(target_arch = "x86_64")]
+            (libc::SYS_mknod, 1),
+        ];
+        for &(nr, at) in calls {
+            for (mode, want) in [
+                (0o755, ALLOWED),
+                (0o4755, EPERM),
+                (0o2755, EPERM),
+                (0o1777, ALLOWED),
+            ] {
+                let mut args = [0u64; 6];
+                args[at] = mode;
+                assert_eq!(filter(&program, nr, args), want, "{nr} mode {mode:o}");
+            }
+        }
+        // open and openat: the mode counts only when a file is created.
+        let creates = [
+            (libc::O_WRONLY | libc::O_CREAT) as u64,
+            libc::O_TMPFILE as u64 | libc::O_WRONLY as u64,
+        ];
+        let openat = |flags: u64, mode: u64| [libc::AT_FDCWD as u64, 0, flags, mode, 0, 0];
+        for flags in creates {
+            assert_eq!(
+                filter(&program, libc::SYS_openat, openat(flags, 0o6755)),
+                EPERM
+            );
+            assert_eq!(
+                filter(&program, libc::SYS_openat, openat(flags, 0o644)),
+                ALLOWED
+            );
+        }
+        assert_eq!(
+            filter(&program, libc::SYS_openat, openat(0, 0o4755)),
+            ALLOWED,
+            "without O_CREAT the mode is unused"
+        );
+        #[cfg(target_arch = "x86_64")]
+        {
+            let creat = (libc::O_WRONLY | libc::O_CREAT) as u64;
+            assert_eq!(
+                filter(&program, libc::SYS_open, [0, creat, 0o4755, 0, 0, 0]),
+                EPERM
+            );
+            assert_eq!(
+                filter(&program, libc::SYS_open, [0, creat, 0o644, 0, 0, 0]),
+                ALLOWED
+            );
+        }
+    }
+}
+
+#[test]
+fn seccomp_allows_only_listed_socket_families() {
+    let family = |program: &[libc::sock_filter], nr, family: i32| {
+        filter(
+            program,
+            nr,
+            [family as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+        )
+    };
+    let cases = [
+        (
+            seccomp::Sockets::Isolated,
+            &[
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+            ][..],
+        ),
+        (
+            seccomp::Sockets::NoUnix,
+            &[libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK][..],
+        ),
+        (seccomp::Sockets::None, &[][..]),
+    ];
+    for (sockets, allowed) in cases {
+        let program = seccomp::program(options(sockets, sockets != seccomp::Sockets::Isolated));
+        for f in [
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+            libc::AF_VSOCK,
+            libc::AF_PACKET,
+            libc::AF_BLUETOOTH,
+            libc::AF_ALG,
+            libc::AF_XDP,
+        ] {
+            let want = if allowed.contains(&f) { ALLOWED } else { EPERM };
+            assert_eq!(
+                family(&program, libc::SYS_socket, f),
+                want,
+                "{sockets:?} family {f}"
+            );
+        }
+        assert_eq!(
+            family(&program, libc::SYS_socketpair, libc::AF_UNIX),
+            ALLOWED
+        );
+        assert_eq!(
+            family(&program, libc::SYS_socketpair, libc::AF_VSOCK),
+            EPERM
+        );
+    }
+}
+
+#[test]
+fn seccomp_keeps_other_processes_out_of_reach_where_they_are_shared() {
+    let shared = seccomp::program(options(seccomp::Sockets::None, true));
+    let isolated = seccomp::program(options(seccomp::Sockets::Isolated, false));
+    let other = 4242u64;
+    let limit_ptr = 0x7fff_0000_1000u64;
+    let calls: &[(libc::c_long, [u64; 6], [u64; 6])] = &[
+        // prlimit64(pid, RLIMIT_NOFILE, new, old): own limits, or only reading another's.
+        (
+            libc::SYS_prlimit64,
+            [0, 7, limit_ptr, 0, 0, 0],
+            [other, 7, limit_ptr, 0, 0, 0],
+        ),
+        (
+            libc::SYS_prlimit64,
+            [other, 7, 0, limit_ptr, 0, 0],
+            [other, 7, 1 << 32, 0, 0, 0],
+        ),
+        // setpriority(PRIO_PROCESS, who, prio), setpriority(PRIO_USER, 0, prio).
+        (
+            libc::SYS_setpriority,
+            [0, 0, 10, 0, 0, 0],
+            [0, other, 10, 0, 0, 0],
+        ),
+        (
+            libc::SYS_setpriority,
+            [1, 0, 10, 0, 0, 0],
+            [2, 0, 10, 0, 0, 0],
+        ),
+        // ioprio_set(IOPRIO_WHO_PROCESS, who, prio), ioprio_set(IOPRIO_WHO_USER, 0, prio).
+        (
+            libc::SYS_ioprio_set,
+            [1, 0, 0, 0, 0, 0],
+            [1, other, 0, 0, 0, 0],
+        ),
+        (libc::SYS_ioprio_set, [1, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0]),
+        (
+            libc::SYS_sched_setaffinity,
+            [0, 8, limit_ptr, 0, 0, 0],
+            [other, 8, limit_ptr, 0, 0, 0],
+        ),
+        (
+            libc::SYS_sched_setscheduler,
+            [0, 5, limit_ptr, 0, 0, 0],
+            [other, 5, limit_ptr, 0, 0, 0],
+        ),
+        (
+            libc::SYS_sched_setparam,
+            [0, limit_ptr, 0, 0, 0, 0],
+            [other, limit_ptr, 0, 0, 0, 0],
+        ),
+        (
+            libc::SYS_sched_setattr,
+            [0, limit_ptr, 0, 0, 0, 0],
+            [other, limit_ptr, 0, 0, 0, 0],
+        ),
+    ];
+    for (nr, own, others) in calls {
+        assert_eq!(filter(&shared, *nr, *own), ALLOWED, "{nr} {own:?}");
+        assert_eq!(filter(&shared, *nr, *others), EPERM, "{nr} {others:?}");
+        // A PID namespace already keeps them apart: nothing to refuse.
+        assert_eq!(filter(&isolated, *nr, *others), ALLOWED, "{nr} {others:?}");
+    }
+    for nr in [
+        libc::SYS_shmget,
+        libc::SYS_semctl,
+        libc::SYS_msgget,
+        libc::SYS_mq_open,
+    ] {
+        assert_eq!(filter(&shared, nr, [0; 6]), EPERM, "{nr}");
+        assert_eq!(filter(&isolated, nr, [0; 6]), ALLOWED, "{nr}");
+    }
 }
 
 #[test]
@@ -570,4 +816,33 @@ fn namespaces_concurrent_spawns_do_not_hold_each_others_pipes() {
             Err(RecvTimeoutError::Disconnected) => panic!("a spawning thread failed (above)"),
         }
     }
+}
+
+#[test]
+fn guarantees_follow_what_the_kernel_offers() {
+    let support = |namespaces: Result<(), String>, landlock_abi| Support {
+        platform: "linux",
+        kernel: None,
+        namespaces,
+        landlock_abi,
+        landlock_error: None,
+        seccomp: true,
+    };
+    let old = support(Err("refused".into()), 5);
+    assert_eq!(old.guarantees(Mode::Namespaces), None);
+    let landlock = old.guarantees(Mode::Landlock).unwrap();
+    assert!(landlock.files && landlock.truncate && landlock.device_ioctl);
+    assert!(!landlock.signals && !landlock.abstract_unix_sockets);
+    assert_eq!(old.guarantees(Mode::Auto), Some(landlock));
+    let older = support(Err("refused".into()), 2)
+        .guarantees(Mode::Landlock)
+        .unwrap();
+    assert!(!older.truncate && !older.device_ioctl);
+    assert_eq!(
+        support(Err("refused".into()), 0).guarantees(Mode::Landlock),
+        None
+    );
+    let new = support(Ok(()), 7);
+    assert!(new.guarantees(Mode::Landlock).unwrap().signals);
+    assert_eq!(new.guarantees(Mode::Auto), new.guarantees(Mode::Namespaces));
 }
