@@ -19,6 +19,23 @@ afterAll(() => {
   removeScripts();
 });
 
+describe.runIf(process.platform === "linux")("sandboxSupport() and user notification", () => {
+  it("says whether user notification works, and what rests on it", () => {
+    expect(typeof support.userNotification).toBe("boolean");
+    const { namespaces, landlock } = support.enforces;
+    if (namespaces)
+      expect({ metadata: namespaces.metadata, locks: namespaces.locks }).toEqual({
+        metadata: true,
+        locks: support.userNotification,
+      });
+    if (landlock)
+      expect({ metadata: landlock.metadata, locks: landlock.locks }).toEqual({
+        metadata: support.userNotification,
+        locks: support.userNotification,
+      });
+  });
+});
+
 /** The perl one-liner setting xattr user.pno=v on its argument (setxattr(2), x86-64 number 188). */
 const SETXATTR = `perl -e 'my ($f, $n, $v) = ($ARGV[0], "user.pno", "v"); exit(syscall(188, $f, $n, $v, 1, 0) == 0 ? 0 : 1)'`;
 /** The value of xattr user.pno of `file` on the host (getxattr(2), 191), or null. */
@@ -164,3 +181,50 @@ for (const [mode, available] of modes) {
     }
   });
 }
+
+/** A perl one-liner: an inotify watch (inotify_init1 294, inotify_add_watch 254) on its argument. */
+const WATCH = `perl -e '$fd = syscall(294, 0); $w = syscall(254, $fd, $ARGV[0], 0x100); print $w >= 0 ? "WATCHED\\n" : "REFUSED $!\\n"'`;
+
+describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: inotify and fanotify", () => {
+  for (const user of users) {
+    describe(`as ${label(user)}`, () => {
+      let root;
+      let hidden;
+      const run = (command) =>
+        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock" }, [{ command, cwd: root }]).then(([r]) => r);
+      beforeAll(() => {
+        root = tempDirFor(user, "pno-watch-root-");
+        hidden = tempDirFor(user, "pno-watch-hidden-");
+        cleanup.push(() => {
+          for (const dir of [root, hidden]) rmSync(dir, { recursive: true, force: true });
+        });
+      });
+
+      it("refuses a watch on a directory the shell cannot list, and fanotify", async () => {
+        const r = await run(
+          [
+            `ls ${hidden} >/dev/null 2>&1 || echo UNLISTABLE`,
+            `${WATCH} ${hidden}`,
+            `${WATCH} ${hidden}/../${path.basename(hidden)}`,
+            `perl -e 'my $r = syscall(300, 0x200, 0); print $r >= 0 ? "FANOTIFY\\n" : "REFUSED $!\\n"'`,
+          ].join("; "),
+        );
+        expect(r).toEqual({
+          output: "UNLISTABLE\nREFUSED Permission denied\nREFUSED Permission denied\nREFUSED Operation not permitted\n",
+          exitCode: 0,
+        });
+      });
+
+      it("watches what the shell can read, and reports names created in the workspace", async () => {
+        const r = await run(
+          [
+            `${WATCH} /usr/bin`,
+            `${WATCH} ${root}`,
+            `perl -e '$fd = syscall(294, 0); $dot = "."; $w = syscall(254, $fd, $dot, 0x100); die "no watch: $!" if $w < 0; open(F, ">", "born.txt"); close F; open(my $h, "<&=", $fd); sysread($h, $buf, 4096); ($wd, $mask, $cookie, $len) = unpack("iIII", $buf); print unpack("Z*", substr($buf, 16, $len)), "\\n"'`,
+          ].join("; "),
+        );
+        expect(r).toEqual({ output: "WATCHED\nWATCHED\nborn.txt\n", exitCode: 0 });
+      });
+    });
+  }
+});

@@ -38,6 +38,9 @@ use std::time::Duration;
 use libc::sock_filter;
 
 use super::seccomp::{AUDIT_ARCH, RET_ALLOW};
+
+/// `SECCOMP_RET_ERRNO`: the call fails with the errno in the low 16 bits.
+const RET_ERRNO: u32 = 0x0005_0000;
 use crate::exec::supervisor::errno;
 
 /// `SECCOMP_RET_USER_NOTIF`: the call waits for the listener's answer.
@@ -126,6 +129,9 @@ const METADATA_CALLS: &[libc::c_long] = &[
     SYS_SETXATTRAT,
     SYS_REMOVEXATTRAT,
 ];
+/// Refused in Landlock mode: fanotify reports events on what Landlock would not let the shell read
+/// (unprivileged fanotify exists since Linux 5.13), and a sandboxed shell has no use for it.
+const WATCH_DENIED: &[libc::c_long] = &[libc::SYS_fanotify_init, libc::SYS_fanotify_mark];
 /// `fcntl` commands that take a lock (the 64-bit `F_*LK64` share these numbers).
 const LOCK_COMMANDS: &[libc::c_int] = &[
     libc::F_SETLK,
@@ -138,6 +144,8 @@ const LOCK_COMMANDS: &[libc::c_int] = &[
 pub(in crate::exec) struct Policy {
     writable: Writable,
     program: Vec<sock_filter>,
+    /// Landlock mode: the shell's ruleset, which the watch helper applies to itself.
+    ruleset: Option<OwnedFd>,
 }
 
 // SAFETY: `sock_filter` is plain data (no pointers); descriptors are shareable.
@@ -153,7 +161,11 @@ enum Writable {
 
 impl Policy {
     /// Landlock mode: metadata and locks, checked against `areas` (the writable paths).
-    pub(in crate::exec) fn landlock(areas: &[&Path]) -> io::Result<Policy> {
+    pub(in crate::exec) fn landlock(
+        areas: &[&Path],
+        ruleset: BorrowedFd<'_>,
+    ) -> io::Result<Policy> {
+        let ruleset = ruleset.try_clone_to_owned()?;
         let mut held = Vec::new();
         for area in areas {
             let canonical = std::fs::canonicalize(area)?;
@@ -177,6 +189,7 @@ impl Policy {
         Ok(Policy {
             writable: Writable::Areas(held),
             program: program(true),
+            ruleset: Some(ruleset),
         })
     }
 
@@ -186,6 +199,7 @@ impl Policy {
         Policy {
             writable: Writable::Mounts,
             program: program(false),
+            ruleset: None,
         }
     }
 
@@ -286,46 +300,56 @@ fn reopen_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> Option<OwnedFd> {
 /// The notification filter: in Landlock mode (`metadata`) the metadata calls, in both modes
 /// `flock` and `fcntl`'s lock commands. Every other call is allowed here (the main filter of
 /// `seccomp.rs`, installed first, refuses what it refuses: an errno outranks a notification).
-pub(super) fn program(metadata: bool) -> Vec<sock_filter> {
+pub(super) fn program(landlock: bool) -> Vec<sock_filter> {
     let stmt = |code: u16, k: u32| sock_filter {
         code,
         jt: 0,
         jf: 0,
         k,
     };
-    let jeq = |k: u32, jt: u8, jf: u8| sock_filter {
+    let jeq = |k: u32, jt: usize, jf: u8| sock_filter {
         code: JEQ_K,
-        jt,
+        jt: u8::try_from(jt).expect("BPF jumps reach at most 255 instructions"),
         jf,
         k,
     };
+    let denied: Vec<u32> = WATCH_DENIED
+        .iter()
+        .filter(|_| landlock)
+        .map(|&nr| nr as u32)
+        .collect();
     let calls: Vec<u32> = METADATA_CALLS
         .iter()
-        .filter(|_| metadata)
+        .chain(std::iter::once(&libc::SYS_inotify_add_watch))
+        .filter(|_| landlock)
         .chain(std::iter::once(&libc::SYS_flock))
         .map(|&nr| nr as u32)
         .collect();
-    // Layout: arch check, load nr, one jeq per call (to NOTIFY), jeq fcntl (to the command
-    // check), ALLOW, NOTIFY, then the command check: load cmd, one jeq per lock command (to
-    // NOTIFY2), ALLOW, NOTIFY2.
+    // Layout: arch check, load nr, one jeq per refused call (to DENY), one per notified call (to
+    // NOTIFY), jeq fcntl (to the command check), ALLOW, NOTIFY, DENY, then the command check:
+    // load cmd, one jeq per lock command (to NOTIFY2), ALLOW, NOTIFY2.
     let mut code = vec![stmt(LD_W_ABS, ARCH_AT)];
     // A foreign architecture's numbers mean other calls: the main filter refuses them all.
     code.push(jeq(AUDIT_ARCH, 1, 0));
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(LD_W_ABS, NR_AT));
-    let n = calls.len();
-    for (i, nr) in calls.iter().enumerate() {
-        // Remaining jeqs after this one, then the fcntl jeq and ALLOW: NOTIFY is that far.
-        let to_notify = (n - i - 1) + 2;
-        code.push(jeq(*nr, to_notify as u8, 0));
+    let (d, n) = (denied.len(), calls.len());
+    for (i, nr) in denied.iter().enumerate() {
+        // The jeqs after this one, fcntl's, ALLOW and NOTIFY lie between it and DENY.
+        code.push(jeq(*nr, (d - i - 1) + n + 3, 0));
     }
-    code.push(jeq(libc::SYS_fcntl as u32, 2, 0));
+    for (i, nr) in calls.iter().enumerate() {
+        // The jeqs after this one, fcntl's and ALLOW lie between it and NOTIFY.
+        code.push(jeq(*nr, (n - i - 1) + 2, 0));
+    }
+    code.push(jeq(libc::SYS_fcntl as u32, 3, 0));
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(RET_K, RET_USER_NOTIF));
+    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
     code.push(stmt(LD_W_ABS, ARG1_LOW_AT));
     let m = LOCK_COMMANDS.len();
     for (i, cmd) in LOCK_COMMANDS.iter().enumerate() {
-        code.push(jeq(*cmd as u32, ((m - i - 1) + 1) as u8, 0));
+        code.push(jeq(*cmd as u32, (m - i - 1) + 1, 0));
     }
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(RET_K, RET_USER_NOTIF));
@@ -378,6 +402,52 @@ pub(in crate::exec) unsafe fn install(policy: &Policy, channel: RawFd) -> Result
         return Err(code);
     }
     Ok(())
+}
+
+/// Whether seccomp user notification works here: a forked child installs an allow-all filter with
+/// a listener (the kernel may lack it, or a container's own filter may hold the one listener a
+/// process may have). Probed once per process.
+pub(in crate::exec) fn available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let allow = [sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: RET_ALLOW,
+        }];
+        let program = libc::sock_fprog {
+            len: allow.len() as libc::c_ushort,
+            filter: allow.as_ptr() as *mut sock_filter,
+        };
+        // SAFETY: the child makes raw system calls on memory prepared above and exits.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: raw calls in the child; `program` outlives them.
+            unsafe {
+                let ok = libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                    && libc::syscall(
+                        libc::SYS_seccomp,
+                        libc::SECCOMP_SET_MODE_FILTER,
+                        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                        &program as *const libc::sock_fprog,
+                    ) >= 0;
+                libc::_exit(if ok { 0 } else { 1 })
+            }
+        }
+        if child < 0 {
+            return false;
+        }
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child.
+            let r = unsafe { libc::waitpid(child, &mut status, 0) };
+            if r >= 0 || errno_now() != libc::EINTR {
+                break;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    })
 }
 
 /// A socket pair for one exec's listener: (Node's end, the children's end), both close-on-exec.
@@ -489,6 +559,7 @@ enum Reply {
 }
 
 fn run(policy: &Policy, listener: Arc<OwnedFd>) {
+    let mut watcher = None;
     // SAFETY: an ioctl on our listener with a valid flags value; older kernels refuse it harmlessly.
     unsafe {
         libc::ioctl(
@@ -536,7 +607,7 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>) {
         }
         let call = Call::decode(notif.data.nr as libc::c_long, notif.data.args);
         let reply = match call {
-            Ok(call) => handle(policy, &Target::new(&listener, &notif), call),
+            Ok(call) => handle(policy, &Target::new(&listener, &notif), call, &mut watcher),
             Err(code) => Reply::Errno(code),
         };
         respond(listener.as_fd(), notif.id, reply);
@@ -628,6 +699,11 @@ enum Op {
     Flock(i32),
     /// `fcntl` lock command and the `struct flock` pointer.
     Lock(i32, u64),
+    /// `inotify_add_watch` on the caller's inotify descriptor.
+    Watch {
+        inotify: i32,
+        mask: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -741,6 +817,13 @@ impl Call {
             ),
             SYS_REMOVEXATTRAT => call(at(fd(0), a[1], a[2])?, Op::RemoveXattr(a[3])),
             libc::SYS_flock => call(Object::Fd(fd(0)), Op::Flock(a[1] as i32)),
+            libc::SYS_inotify_add_watch => call(
+                path(cwd, a[1], a[2] as u32 & libc::IN_DONT_FOLLOW == 0),
+                Op::Watch {
+                    inotify: fd(0),
+                    mask: a[2] as u32,
+                },
+            ),
             libc::SYS_fcntl => call(Object::Fd(fd(0)), Op::Lock(a[1] as i32, a[2])),
             _ => Err(libc::ENOSYS),
         }
@@ -948,7 +1031,16 @@ fn result(r: libc::c_long) -> Reply {
     }
 }
 
-fn handle(policy: &Policy, target: &Target<'_>, call: Call) -> Reply {
+fn handle(
+    policy: &Policy,
+    target: &Target<'_>,
+    call: Call,
+    watcher: &mut Option<Watcher>,
+) -> Reply {
+    if let Op::Watch { inotify, mask } = call.op {
+        return watch(policy, target, call.object, inotify, mask, watcher)
+            .map_or_else(Reply::Errno, Reply::Value);
+    }
     match perform(policy, target, call) {
         Ok(reply) => reply,
         Err(code) => Reply::Errno(code),
@@ -1267,6 +1359,146 @@ fn wait_for_lock(
         .map_err(|_| libc::ENOLCK)
 }
 
+/// Refused watches: "permission denied", what the kernel answers a caller that may not read
+/// what it would watch.
+const REFUSED_WATCH: i32 = libc::EACCES;
+
+/// A thread confined by the shell's own Landlock ruleset (`landlock_restrict_self` is
+/// per-thread), which opens what a watch names as the shell would: a watch is added only on what
+/// the shell could read. The handler itself stays unconfined: Landlock would keep a confined
+/// thread from reading the shell's memory and descriptors (a sibling domain).
+struct Watcher {
+    jobs: std::sync::mpsc::Sender<(OwnedFd, OwnedFd, u32)>,
+    answers: std::sync::mpsc::Receiver<Result<i64, i32>>,
+}
+
+impl Watcher {
+    fn start(ruleset: BorrowedFd<'_>) -> Result<Watcher, i32> {
+        let ruleset = ruleset.try_clone_to_owned().map_err(|_| REFUSED_WATCH)?;
+        let (jobs, job_rx) = std::sync::mpsc::channel::<(OwnedFd, OwnedFd, u32)>();
+        let (answer_tx, answers) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("pi-sandbox-watch".into())
+            .stack_size(HANDLER_STACK_BYTES)
+            .spawn(move || {
+                drop_own_capabilities();
+                // SAFETY: per-thread no_new_privs (what landlock_restrict_self requires without
+                // CAP_SYS_ADMIN), then the ruleset on this thread only.
+                let confined = unsafe {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                        && libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+                            == 0
+                };
+                drop(ruleset);
+                for (object, inotify, mask) in job_rx {
+                    let answer = if confined {
+                        watch_as_shell(object.as_fd(), inotify.as_fd(), mask)
+                    } else {
+                        Err(REFUSED_WATCH) // fail closed
+                    };
+                    if answer_tx.send(answer).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|_| REFUSED_WATCH)?;
+        Ok(Watcher { jobs, answers })
+    }
+}
+
+/// Opens `object` for reading as the confined thread may (Landlock decides), and watches what it
+/// opened on the caller's inotify instance. Directories and regular files only: opening anything
+/// else can have effects (a FIFO, a device).
+fn watch_as_shell(object: BorrowedFd<'_>, inotify: BorrowedFd<'_>, mask: u32) -> Result<i64, i32> {
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into our buffer.
+    if unsafe { libc::fstat(object.as_raw_fd(), &mut st) } != 0 {
+        return Err(errno_now());
+    }
+    let flags = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => libc::O_RDONLY | libc::O_DIRECTORY,
+        libc::S_IFREG => libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        _ => return Err(REFUSED_WATCH),
+    };
+    let path = proc_fd(object);
+    // SAFETY: open of a NUL-terminated path.
+    let readable = unsafe { libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC) };
+    if readable < 0 {
+        return Err(errno_now());
+    }
+    // SAFETY: just opened, ours.
+    let readable = unsafe { OwnedFd::from_raw_fd(readable) };
+    let path = proc_fd(readable.as_fd());
+    // SAFETY: inotify_add_watch on our copy of the caller's instance, through our descriptor.
+    let wd = unsafe {
+        libc::inotify_add_watch(
+            inotify.as_raw_fd(),
+            path.as_ptr().cast(),
+            mask & !libc::IN_DONT_FOLLOW,
+        )
+    };
+    if wd < 0 {
+        return Err(errno_now());
+    }
+    Ok(i64::from(wd))
+}
+
+/// `inotify_add_watch`: added only on what the shell could read (Landlock mode), or on a special
+/// file or a symlink itself inside the writable areas.
+fn watch(
+    policy: &Policy,
+    target: &Target<'_>,
+    object: Object,
+    inotify: i32,
+    mask: u32,
+    watcher: &mut Option<Watcher>,
+) -> Result<i64, i32> {
+    let object = target.resolve(object)?;
+    let instance = target.fd(inotify)?;
+    if !target.valid() {
+        return Err(libc::ENOENT);
+    }
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into our buffer.
+    if unsafe { libc::fstat(object.as_raw_fd(), &mut st) } != 0 {
+        return Err(errno_now());
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFDIR && kind != libc::S_IFREG {
+        if !policy.inside(object.as_fd()) {
+            return Err(REFUSED_WATCH);
+        }
+        let path = proc_fd(object.as_fd());
+        // SAFETY: inotify_add_watch on our copy of the caller's instance, through our descriptor.
+        let wd = unsafe {
+            libc::inotify_add_watch(
+                instance.as_raw_fd(),
+                path.as_ptr().cast(),
+                mask & !libc::IN_DONT_FOLLOW,
+            )
+        };
+        return if wd < 0 {
+            Err(errno_now())
+        } else {
+            Ok(i64::from(wd))
+        };
+    }
+    let Some(ruleset) = policy.ruleset.as_ref() else {
+        return Err(REFUSED_WATCH);
+    };
+    if watcher.is_none() {
+        *watcher = Some(Watcher::start(ruleset.as_fd())?);
+    }
+    let helper = watcher.as_ref().expect("started above");
+    if helper.jobs.send((object, instance, mask)).is_err() {
+        *watcher = None;
+        return Err(REFUSED_WATCH);
+    }
+    helper.answers.recv().unwrap_or(Err(REFUSED_WATCH))
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -1354,6 +1586,24 @@ pub(super) mod tests {
                 op: Op::Lock(libc::F_OFD_SETLKW, p)
             })
         );
+        assert_eq!(
+            Call::decode(
+                libc::SYS_inotify_add_watch,
+                [3, p, libc::IN_DONT_FOLLOW as u64 | 2, 0, 0, 0]
+            ),
+            Ok(Call {
+                object: Object::Path {
+                    dirfd: libc::AT_FDCWD,
+                    path: p,
+                    follow: false,
+                    empty: false
+                },
+                op: Op::Watch {
+                    inotify: 3,
+                    mask: libc::IN_DONT_FOLLOW | 2
+                }
+            })
+        );
         assert_eq!(Call::decode(libc::SYS_read, [0; 6]), Err(libc::ENOSYS));
     }
 
@@ -1374,6 +1624,11 @@ pub(super) mod tests {
         }
     }
 
+    /// Any descriptor stands in for the ruleset where no watch is made.
+    fn area_fd(path: &Path) -> OwnedFd {
+        o_path(path, true)
+    }
+
     fn o_path(path: &Path, follow: bool) -> OwnedFd {
         open_path(None, path.as_os_str().as_bytes(), follow).unwrap()
     }
@@ -1382,7 +1637,7 @@ pub(super) mod tests {
     fn containment_is_judged_on_the_object_opened() {
         let area = Dir::new("area");
         let outside = Dir::new("outside");
-        let policy = Policy::landlock(&[area.0.as_path()]).unwrap();
+        let policy = Policy::landlock(&[area.0.as_path()], area_fd(&area.0).as_fd()).unwrap();
         std::fs::write(area.0.join("in"), "").unwrap();
         std::fs::write(outside.0.join("out"), "").unwrap();
         std::os::unix::fs::symlink(outside.0.join("out"), area.0.join("link")).unwrap();
@@ -1480,6 +1735,14 @@ pub(super) mod tests {
         let namespaces = program(false);
         for &nr in METADATA_CALLS {
             assert_eq!(verdict(&landlock, nr as u32, 0), RET_USER_NOTIF, "{nr}");
+            assert_eq!(verdict(&namespaces, nr as u32, 0), RET_ALLOW, "{nr}");
+        }
+        let watch = libc::SYS_inotify_add_watch as u32;
+        assert_eq!(verdict(&landlock, watch, 0), RET_USER_NOTIF);
+        assert_eq!(verdict(&namespaces, watch, 0), RET_ALLOW);
+        for &nr in WATCH_DENIED {
+            let refused = RET_ERRNO | libc::EPERM as u32;
+            assert_eq!(verdict(&landlock, nr as u32, 0), refused, "{nr}");
             assert_eq!(verdict(&namespaces, nr as u32, 0), RET_ALLOW, "{nr}");
         }
         for p in [&landlock, &namespaces] {

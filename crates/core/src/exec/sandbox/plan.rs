@@ -165,7 +165,7 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
-                plan.notify = Some(super::notify::Policy::namespaces());
+                plan.notify = super::notify::available().then(super::notify::Policy::namespaces);
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -197,11 +197,22 @@ impl Plan {
                     shares_processes: true,
                     deny_xattrs: false,
                 });
-                let mut writable = vec![root.as_path(), temp.0.as_path()];
-                writable.extend(sandbox.read_write.iter().map(PathBuf::as_path));
-                plan.notify = Some(super::notify::Policy::landlock(&writable).map_err(|e| {
-                    invalid_spec(format!("cannot open a writable path of the sandbox: {e}"))
-                })?);
+                if super::notify::available() {
+                    let mut writable = vec![root.as_path(), temp.0.as_path()];
+                    writable.extend(sandbox.read_write.iter().map(PathBuf::as_path));
+                    let ruleset =
+                        plan.ruleset.as_ref().map(Ruleset::raw_fd).ok_or_else(|| {
+                            invalid_spec("Landlock mode without a ruleset".into())
+                        })?;
+                    // SAFETY: the ruleset's open descriptor, held by `plan` (borrowed here only
+                    // to be duplicated).
+                    let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
+                    plan.notify = Some(
+                        super::notify::Policy::landlock(&writable, ruleset).map_err(|e| {
+                            invalid_spec(format!("cannot prepare the notification handler: {e}"))
+                        })?,
+                    );
+                }
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home
@@ -420,6 +431,7 @@ fn probe() -> Support {
         landlock_abi,
         landlock_error,
         seccomp: seccomp_available(),
+        user_notification: super::notify::available(),
     }
 }
 
