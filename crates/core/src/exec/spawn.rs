@@ -263,15 +263,7 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
         unsafe { supervise(&prepared, fds) }
     }
     drop((output_write, status_write, control_read));
-    #[cfg(target_os = "linux")]
-    if let (Some((node_end, child_end)), Some(plan)) =
-        (prepared.notify.take(), prepared.sandbox.as_ref())
-    {
-        drop(child_end);
-        // Without its handler the shell would wait forever on its first notified call: a thread
-        // that cannot start kills the tree (the supervisor sees Node's control end close).
-        super::sandbox::notify::serve(Arc::clone(plan), node_end)?;
-    }
+    let notify = prepared.notify.take();
     let execution = Execution {
         output: output_read,
         status: status_read,
@@ -282,6 +274,15 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
         supervisor,
         _sandbox_temp: sandbox_temp,
     };
+    #[cfg(target_os = "linux")]
+    if let (Some((node_end, child_end)), Some(plan)) = (notify, prepared.sandbox.as_ref()) {
+        drop(child_end);
+        // Without its handler the shell would wait forever on its first notified call: a thread
+        // that cannot start fails the spawn (dropping the execution kills the tree and reaps).
+        super::sandbox::notify::serve(Arc::clone(plan), node_end)?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    drop(notify);
     match read_message(&execution.status) {
         Some((MSG_STARTED, _)) => Ok(execution),
         Some((MSG_SPAWN_ERROR, errno)) => Err(prepared
