@@ -922,6 +922,14 @@ impl<'a> Target<'a> {
                 fd = open(PIDFD_THREAD); // a thread of the caller, not its leader
             }
             if fd < 0 {
+                // Before Linux 6.9 a thread has no pidfd: its thread group's leader shares its
+                // descriptors (the same `valid` check covers the pid read here).
+                if let Some(leader) = thread_group(self.pid) {
+                    // SAFETY: pidfd_open takes a pid and flags.
+                    fd = unsafe { libc::syscall(libc::SYS_pidfd_open, leader, 0) };
+                }
+            }
+            if fd < 0 {
                 return Err(libc::ESRCH);
             }
             // SAFETY: just opened, ours.
@@ -1040,6 +1048,15 @@ impl<'a> Target<'a> {
         }
         open_path(Some(base.as_fd()), &path, follow)
     }
+}
+
+/// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
+fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Tgid:"))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 fn errno_now() -> i32 {
