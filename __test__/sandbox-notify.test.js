@@ -94,6 +94,20 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
         expect(hostXattr(victim)).toBe(null);
       });
 
+      it("readWrite paths (a directory, a file) are writable areas too", async () => {
+        const dir = tempDirFor(user, "pno-notify-rw-");
+        const file = path.join(other, "rw-file");
+        writeFileAs(user, file, "", 0o644);
+        writeFileAs(user, path.join(dir, "in-rw"), "", 0o644);
+        cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+        const [r] = await execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock", readWrite: [dir, file] }, [
+          { command: `chmod 600 ${dir}/in-rw ${file} && touch -d @1000000000 ${file} && echo OK`, cwd: root },
+        ]);
+        expect(r).toEqual({ output: "OK\n", exitCode: 0 });
+        expect(statSync(path.join(dir, "in-rw")).mode & 0o7777).toBe(0o600);
+        expect(statSync(file).mode & 0o7777).toBe(0o600);
+      });
+
       it("inside the workspace they keep working (chmod, chown, touch -d, xattrs, cp -p)", async () => {
         const r = await run(
           [

@@ -173,10 +173,8 @@ impl Policy {
                 .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
             // SAFETY: opens a NUL-terminated path we own.
             let fd = unsafe {
-                libc::open(
-                    c.as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
+                // A file may be a writable path too (`readWrite`): no O_DIRECTORY.
+                libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
             };
             if fd < 0 {
                 return Err(io::Error::last_os_error());
@@ -1756,6 +1754,12 @@ pub(super) mod tests {
         let gone = o_path(&area.0.join("in"), true);
         std::fs::remove_file(area.0.join("in")).unwrap();
         assert!(!policy.inside(gone.as_fd()));
+        // A writable file (`readWrite` may name one) is inside; nothing is beneath it.
+        let file_area = area.0.join("alone");
+        std::fs::write(&file_area, "").unwrap();
+        let by_file = Policy::landlock(&[file_area.as_path()], area_fd(&area.0).as_fd()).unwrap();
+        assert!(by_file.inside(o_path(&file_area, true).as_fd()));
+        assert!(!by_file.inside(o_path(&area.0, true).as_fd()));
         // A sibling whose name starts with the area's is not beneath it.
         let sibling = std::path::PathBuf::from(format!("{}x", area.0.display()));
         std::fs::create_dir_all(&sibling).unwrap();
