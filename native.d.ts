@@ -23,9 +23,10 @@ export declare class BashExecution {
 }
 
 /**
- * A sandbox for many commands: what is the same for each of them (namespaces mode: the
- * template, a user, mount and network namespace with the root already built) is built on the
- * first `spawn` and kept until this object is garbage-collected.
+ * A sandbox for many commands: its configured paths are resolved when it is made (a path that
+ * cannot be used throws here); what is the same for each command (namespaces mode: the template,
+ * a user, mount and network namespace with the root already built) is built on the first `spawn`
+ * and kept until this object is garbage-collected.
  */
 export declare class BashSandboxHandle {
   constructor(spec: BashSandbox)
@@ -105,6 +106,11 @@ export interface BashSandbox {
   mode?: string
   /** Most processes at once; default 512. */
   maxProcesses?: number
+  /**
+   * Bytes each private tmpfs (`/tmp`, `/dev/shm`) may hold (namespaces mode); default
+   * `min(RAM / 8, 2 GiB)`.
+   */
+  tmpSize?: number
 }
 
 /**

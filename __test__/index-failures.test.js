@@ -6,13 +6,17 @@ import { spawn } from "node:child_process";
 import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import * as pno from "pi-native-ops";
-import { nobody, tempDirFor } from "./helpers/nobody.js";
+import { nobody, nodeArgvAs, removeScripts, tempDirFor } from "./helpers/nobody.js";
+import { piName } from "./helpers/pi.js";
+import { staged } from "./helpers/staged.js";
 import { expectFresh, run, sh, statsUntil, step, workspace } from "./helpers/indexed.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const isRoot = process.getuid?.() === 0;
+// The nobody child's staged copy of the package, the helpers and pi (helpers/staged.js).
+afterAll(removeScripts);
 
 const BASE = {
   ".gitignore": "build/\n",
@@ -252,10 +256,10 @@ describe.runIf(process.platform === "linux")("the index when it cannot be truste
   });
 });
 
-/** unreadableScenario(dir) in a child Node process run as nobody; its phases. */
+/** unreadableScenario(dir) in a child Node process run as nobody, from the staged copy; its phases. */
 function runAsNobody(dir) {
-  const script = path.join(here, "helpers/unreadable-scenario.js");
-  const [file, ...args] = [...nobody.argv, process.execPath, script, dir];
+  const script = staged("__test__/helpers/unreadable-scenario.js", { pi: piName });
+  const [file, ...args] = [...nodeArgvAs("nobody"), script, dir];
   const child = spawn(file, args, { stdio: ["ignore", "pipe", "pipe"], cwd: "/" });
   let stdout = "";
   let stderr = "";

@@ -5,11 +5,21 @@
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeServer } from "./helpers/fake-server.js";
-import { execAll, execAllAs, nobody, removeScripts, startExecAs, tempDirFor, writeFileAs } from "./helpers/nobody.js";
+import {
+  execAll,
+  execAllAs,
+  mkdirAs,
+  nobody,
+  removeScripts,
+  startExecAs,
+  tempDirFor,
+  writeFileAs,
+} from "./helpers/nobody.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
 const FAKE_KEY = `sk-fake-${process.pid}-do-not-leak`;
@@ -105,6 +115,10 @@ describe("createBashOperations({ sandbox }) validation", () => {
     [{ sandbox: { root, env: { "A=B": "x" } } }, /env: invalid name/],
     [{ sandbox: { root, mode: "chroot" } }, /mode must be one of "auto", "namespaces", "landlock"/],
     [{ sandbox: { root, maxProcesses: 0 } }, /maxProcesses must be a positive integer/],
+    [{ sandbox: { root, tmpSize: 0 } }, /tmpSize must be a positive integer \(bytes\)/],
+    [{ sandbox: { root, tmpSize: -1 } }, /tmpSize must be a positive integer/],
+    [{ sandbox: { root, tmpSize: 1.5 } }, /tmpSize must be a positive integer/],
+    [{ sandbox: { root, tmpSize: "1G" } }, /tmpSize must be a positive integer/],
     [{ sandbox: { root, netwrok: false } }, /unknown option "netwrok"/],
   ];
   for (const [options, message] of bad) {
@@ -457,6 +471,120 @@ for (const [mode, available, why] of modes) {
             "for i in $(seq 400); do /bin/true; done; for i in $(seq 20); do sleep 0.5 & done; wait; echo done";
           const [r] = await run([{ command, cwd: runtimeRoot }], { maxProcesses: 300 });
           expect(r).toEqual({ output: "done\n", exitCode: 0 });
+        });
+
+        it("a path a command swapped for a symlink is refused by the next operations object", async () => {
+          const name = `cache-${tag}`;
+          const cache = path.join(root, name);
+          mkdirAs(user, cache);
+          // A command of the workspace's sandbox replaces the directory with a link out of it...
+          const [swap] = await run([
+            { command: `rm -rf ${name} && ln -s ${other} ${name} && echo swapped`, cwd: runtimeRoot },
+          ]);
+          expect(swap).toEqual({ output: "swapped\n", exitCode: 0 });
+          // ...which the next sandbox configured with that path must not bind or allow.
+          const [next] = await run([{ command: `echo x > ${cache}/planted-${tag}`, cwd: runtimeRoot }], {
+            readWrite: [cache],
+          });
+          expect(next).toMatchObject({ created: false, code: "ESANDBOX" });
+          expect(next.error).toMatch(
+            new RegExp(`^sandbox unavailable: the readWrite path ${cache} resolves through the symlink ${cache}, `),
+          );
+          expect(existsSync(path.join(other, `planted-${tag}`))).toBe(false);
+        });
+
+        it("a root swapped for a symlink after its operations were made is refused, not followed", async () => {
+          // B's workspace lies inside A's: A's command replaces it with a link to another workspace.
+          const name = `inner-${tag}`;
+          const inner = path.join(root, name);
+          mkdirAs(user, inner);
+          writeFileAs(user, path.join(inner, "hello.txt"), "inner\n");
+          const innerRuntime = mode === "landlock" ? inner : "/workspace";
+          const a = { root, runtimeRoot };
+          const [before, swap, after] = await run(
+            [
+              { command: "cat hello.txt", cwd: innerRuntime },
+              {
+                command: `mv ${name} ${name}.old && ln -s ${other} ${name} && echo swapped`,
+                cwd: runtimeRoot,
+                sandbox: a,
+              },
+              { command: `echo x > planted-${tag}; cat secret.txt`, cwd: innerRuntime },
+            ],
+            { root: inner, runtimeRoot: innerRuntime },
+          );
+          expect(before).toEqual({ output: "inner\n", exitCode: 0 });
+          expect(swap).toEqual({ output: "swapped\n", exitCode: 0 });
+          expect(after).toEqual({
+            output: "",
+            code: "ESANDBOX",
+            error: `sandbox unavailable: the root ${inner} is no longer the directory the sandbox was made with (removed, replaced, moved or swapped for a symlink): refusing to follow it; make a new sandbox (createBashOperations) to use what is there now`,
+          });
+          expect(existsSync(path.join(other, `planted-${tag}`))).toBe(false);
+        });
+
+        it.runIf(mode === "namespaces")(
+          "a readOnly path inside the workspace or a readWrite path stays read-only everywhere it shows",
+          async () => {
+            const data = tempDirFor(user, "pno-sbx-data-");
+            cleanup.push(() => rmSync(data, { recursive: true, force: true }));
+            mkdirAs(user, path.join(data, "ro"));
+            const docs = path.join(root, `docs-${tag}`);
+            mkdirAs(user, docs);
+            writeFileAs(user, path.join(docs, "readme"), "readme\n");
+            // And the reverse: a readWrite directory inside that readOnly one is writable at both places.
+            mkdirAs(user, path.join(docs, "out"));
+            const targets = [`${data}/ro/x`, `${docs}/x`, `${runtimeRoot}/docs-${tag}/x`];
+            const [r] = await run(
+              [
+                {
+                  command: `${targets.map((t) => `(echo x > ${t}) 2>/dev/null && echo WROTE ${t}`).join("; ")}; echo ok > ${data}/ok && echo rw-ok; cat ${runtimeRoot}/docs-${tag}/readme ${docs}/readme; echo a > ${docs}/out/a && echo b > ${runtimeRoot}/docs-${tag}/out/b && echo out-ok`,
+                  cwd: runtimeRoot,
+                },
+              ],
+              { readWrite: [data, path.join(docs, "out")], readOnly: [path.join(data, "ro"), docs] },
+            );
+            expect(r).toEqual({ output: "rw-ok\nreadme\nreadme\nout-ok\n", exitCode: 0 });
+            expect(readdirSync(path.join(data, "ro"))).toEqual([]);
+            expect(readdirSync(docs).sort()).toEqual(["out", "readme"]);
+            expect(readdirSync(path.join(docs, "out")).sort()).toEqual(["a", "b"]);
+          },
+        );
+
+        it.runIf(mode === "landlock")(
+          "a readOnly path inside the workspace or a readWrite path is refused when made",
+          async () => {
+            const data = tempDirFor(user, "pno-sbx-data-");
+            cleanup.push(() => rmSync(data, { recursive: true, force: true }));
+            mkdirAs(user, path.join(data, "ro"));
+            const docs = path.join(root, `docs-${tag}`);
+            mkdirAs(user, docs);
+            const probe = [{ command: "true", cwd: runtimeRoot }];
+            const [inRoot] = await run(probe, { readOnly: [docs] });
+            const [inData] = await run(probe, { readWrite: [data], readOnly: [path.join(data, "ro")] });
+            expect(inRoot).toEqual({
+              created: false,
+              code: "ESANDBOX",
+              error: `sandbox unavailable: readOnly ${docs} lies inside the workspace root ${root}: Landlock mode cannot make part of a writable area read-only (namespaces mode can); move it out of there or drop one of the two`,
+            });
+            expect(inData).toMatchObject({ created: false, code: "ESANDBOX" });
+            expect(inData.error).toContain(`readOnly ${data}/ro lies inside the readWrite path ${data}:`);
+          },
+        );
+
+        it.runIf(mode === "namespaces")("bounds its private /tmp and /dev/shm by tmpSize", async () => {
+          const size = 4 << 20;
+          const fill = (dir) => `head -c ${2 * size} /dev/zero > ${dir}/big 2>/dev/null || echo ${dir} full`;
+          const df = "df -B1 --output=size /tmp /dev/shm | tail -n +2 | tr -d ' '";
+          const [bounded, byDefault] = await run([
+            { command: `${df}; ${fill("/tmp")}; ${fill("/dev/shm")}`, cwd: runtimeRoot, sandbox: { tmpSize: size } },
+            { command: df, cwd: runtimeRoot },
+          ]);
+          expect(bounded).toEqual({ output: `${size}\n${size}\n/tmp full\n/dev/shm full\n`, exitCode: 0 });
+          // The default: the RAM / 8, at most 2 GiB (a tmpfs rounds its size up to pages).
+          const page = 4096;
+          const want = Math.ceil(Math.min(Math.floor(os.totalmem() / 8), 2 ** 31) / page) * page;
+          expect(byDefault).toEqual({ output: `${want}\n${want}\n`, exitCode: 0 });
         });
       },
     );

@@ -5,7 +5,10 @@ export interface NativeBashOptions {
   /**
    * Run every command in a sandbox (Linux): the workspace `root` at `runtimeRoot`, no network, a clean
    * environment (the `env` pi passes on each call is not given to the shell). exec rejects, never runs
-   * unsandboxed, when this machine offers no sandbox: check with {@link sandboxSupport}.
+   * unsandboxed, when this machine offers no sandbox: check with {@link sandboxSupport}. Its paths are
+   * resolved once, by createBashOperations, which throws `ESANDBOX` for one it cannot use (missing, or
+   * reached through a symlink where the sandbox's commands can write); exec rejects with `ESANDBOX` once one
+   * of them no longer names what it did (removed, replaced, moved or swapped for a symlink).
    */
   sandbox?: SandboxOptions;
 }
@@ -24,7 +27,10 @@ export interface SandboxOptions {
   runtimeRoot?: string;
   /** Share the host's network. Default `false`: nothing of the host's network, its loopback included. */
   network?: boolean;
-  /** Extra host paths visible read-only, at the same path. */
+  /**
+   * Extra host paths visible read-only, at the same path. One inside the workspace or a `readWrite` path
+   * stays read-only there too (namespaces mode); Landlock mode cannot enforce that and throws `ESANDBOX`.
+   */
   readOnly?: string[];
   /** Extra host paths visible read-write, at the same path. */
   readWrite?: string[];
@@ -34,6 +40,12 @@ export interface SandboxOptions {
   mode?: SandboxMode;
   /** Most processes the command's tree may have at once (a fork bomb stops there). Default 512. */
   maxProcesses?: number;
+  /**
+   * Namespaces mode: bytes each of the command's private tmpfs mounts, `/tmp` and `/dev/shm`, may hold
+   * (a write past it fails with ENOSPC). Default: the machine's RAM / 8, at most 2 GiB. Landlock mode's
+   * temp directory is on the host's `/tmp` and not bounded by it.
+   */
+  tmpSize?: number;
 }
 
 /** What this machine offers for `createBashOperations({ sandbox })`. */

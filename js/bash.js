@@ -87,7 +87,17 @@ export function envEntries(env) {
 }
 
 const SANDBOX_MODES = ["auto", "namespaces", "landlock"];
-const SANDBOX_KEYS = ["root", "runtimeRoot", "network", "readOnly", "readWrite", "env", "mode", "maxProcesses"];
+const SANDBOX_KEYS = [
+  "root",
+  "runtimeRoot",
+  "network",
+  "readOnly",
+  "readWrite",
+  "env",
+  "mode",
+  "maxProcesses",
+  "tmpSize",
+];
 
 function checkPathList(list, what) {
   if (!Array.isArray(list)) throw new TypeError(`${what} must be an array of absolute paths`);
@@ -96,8 +106,8 @@ function checkPathList(list, what) {
 
 /**
  * Validates `createBashOperations`'s `sandbox` option into the native request's form: `root` an
- * existing directory (symlinks resolved, so the bind is what the caller meant), paths absolute,
- * `env` as KEY=VALUE entries.
+ * existing directory, paths absolute, `env` as KEY=VALUE entries. Symlinks are left for the core to
+ * resolve, once (it refuses one a sandboxed command could have planted).
  */
 export function checkSandboxOptions(sandbox, what = "createBashOperations: sandbox") {
   checkObject(sandbox, what);
@@ -113,10 +123,9 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     mode = "auto",
   } = sandbox;
   checkString(sandbox.root, `${what}.root`);
-  let root;
+  const root = path.resolve(sandbox.root);
   try {
-    root = realpathSync(path.resolve(sandbox.root));
-    if (!statSync(root).isDirectory()) throw new Error("not a directory");
+    if (!statSync(realpathSync(root)).isDirectory()) throw new Error("not a directory");
   } catch {
     throw new TypeError(`${what}.root must be an existing directory, got ${JSON.stringify(sandbox.root)}`);
   }
@@ -139,6 +148,10 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   ) {
     throw new TypeError(`${what}.maxProcesses must be a positive integer`);
   }
+  const { tmpSize } = sandbox;
+  if (tmpSize !== undefined && !(Number.isSafeInteger(tmpSize) && tmpSize > 0)) {
+    throw new TypeError(`${what}.tmpSize must be a positive integer (bytes)`);
+  }
   return {
     root,
     runtimeRoot: path.resolve(runtimeRoot),
@@ -148,6 +161,7 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     env: envEntries(env),
     mode,
     maxProcesses,
+    tmpSize,
   };
 }
 
@@ -195,9 +209,14 @@ export function createBashOperations(options = {}) {
     throw new TypeError("createBashOperations: shellPath must be a string");
   }
   const sandbox = options.sandbox === undefined ? undefined : checkSandboxOptions(options.sandbox);
-  // What every command's sandbox shares (namespaces mode: the template namespaces with the root
-  // built) is made by the first exec and kept by this handle until these operations are collected.
-  let sandboxHandle;
+  // Made now: the configured paths are resolved here, once, so that nothing a command plants later
+  // redirects them (an unusable one throws ESANDBOX). What every command shares (namespaces mode:
+  // the template namespaces with the root built) is made by the first exec and kept by this handle
+  // until these operations are collected.
+  const sandboxHandle =
+    sandbox && process.platform !== "win32" && typeof native.BashSandboxHandle === "function"
+      ? new native.BashSandboxHandle(sandbox)
+      : undefined;
   return {
     exec: async (command, cwd, execOptions) => {
       if (process.platform === "win32") {
@@ -250,8 +269,7 @@ export function createBashOperations(options = {}) {
         };
         try {
           // A failure to start is Node's `spawn <shell> <CODE>` error, shaped natively.
-          if (sandbox && typeof native.BashSandboxHandle === "function") {
-            sandboxHandle ??= new native.BashSandboxHandle(sandbox);
+          if (sandboxHandle) {
             execution = sandboxHandle.spawn(request, onEvent);
           } else {
             execution = native.bashSpawn(request, onEvent);

@@ -69,6 +69,11 @@ PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22"
 step "vitest, index on: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
 
+# The suites that run pieces as nobody once more, from a copy of the checkout in a 0700 directory (as a
+# clone in root's home is): nobody must load only what they stage for it, never the checkout.
+step "vitest, nobody suites from a private (0700) checkout: Node $("$NODE20" --version) and $("$NODE22" --version)"
+bash scripts/private-checkout-test.sh "$NODE20" "$NODE22"
+
 if [ -f scripts/pack-test.sh ]; then
   step "packaging test"
   bash scripts/pack-test.sh

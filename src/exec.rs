@@ -49,6 +49,9 @@ pub struct BashSandbox {
     pub mode: Option<String>,
     /// Most processes at once; default 512.
     pub max_processes: Option<u32>,
+    /// Bytes each private tmpfs (`/tmp`, `/dev/shm`) may hold (namespaces mode); default
+    /// `min(RAM / 8, 2 GiB)`.
+    pub tmp_size: Option<i64>,
 }
 
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
@@ -88,6 +91,13 @@ fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreEr
     spec.env = env;
     spec.mode = mode;
     spec.max_processes = js.max_processes;
+    spec.tmp_size = match js.tmp_size {
+        Some(bytes) => Some(
+            u64::try_from(bytes)
+                .map_err(|_| invalid(format!("tmpSize must be a number of bytes, got {bytes}")))?,
+        ),
+        None => None,
+    };
     Ok(spec)
 }
 
@@ -254,9 +264,10 @@ pub fn bash_spawn(
     )
 }
 
-/// A sandbox for many commands: what is the same for each of them (namespaces mode: the
-/// template, a user, mount and network namespace with the root already built) is built on the
-/// first `spawn` and kept until this object is garbage-collected.
+/// A sandbox for many commands: its configured paths are resolved when it is made (a path that
+/// cannot be used throws here); what is the same for each command (namespaces mode: the template,
+/// a user, mount and network namespace with the root already built) is built on the first `spawn`
+/// and kept until this object is garbage-collected.
 #[napi]
 pub struct BashSandboxHandle {
     sandbox: sandbox::Prepared,
@@ -268,7 +279,7 @@ impl BashSandboxHandle {
     pub fn new(env: Env, spec: BashSandbox) -> Result<Self> {
         let spec = core_sandbox(spec).map_err(|e| to_js(&env, &e))?;
         Ok(BashSandboxHandle {
-            sandbox: sandbox::Prepared::new(spec),
+            sandbox: sandbox::Prepared::open(spec).map_err(|e| to_js(&env, &e))?,
         })
     }
 

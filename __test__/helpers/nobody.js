@@ -1,15 +1,14 @@
 // Runs sandboxed commands as root (in this process) and as `nobody` (a child Node process dropped to
 // nobody/nogroup with setpriv), so one suite proves the sandbox's refusals for both users. Each run
 // takes the same input and gives the same JSON-able results: for each command its output, exit code
-// or the error it rejected with.
+// or the error it rejected with. The child loads the package and this helper from a staged copy
+// (helpers/staged.js): nobody cannot read a checkout in a private directory.
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { removeStaged, staged } from "./staged.js";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const packageEntry = path.resolve(here, "../../index.js");
 const NOBODY_UID = 65534;
 const NOGROUP_GID = 65534;
 
@@ -30,6 +29,13 @@ export function tempDirFor(user, prefix, mode = 0o755) {
   return dir;
 }
 
+/** Makes the directory `dir` and hands it to `user`. */
+export function mkdirAs(user, dir, mode = 0o755) {
+  mkdirSync(dir, { mode });
+  chmodSync(dir, mode);
+  if (user === "nobody") chownSync(dir, NOBODY_UID, NOGROUP_GID);
+}
+
 /** Writes `content` to `file` and hands it to `user`. */
 export function writeFileAs(user, file, content, mode = 0o644) {
   writeFileSync(file, content, { mode });
@@ -38,18 +44,34 @@ export function writeFileAs(user, file, content, mode = 0o644) {
 }
 
 /**
- * Runs `commands` ({ command, cwd, env?, abortOn?, timeout? }, or an array of them run at once) one after another through
- * `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`.
- * `abortOn`: abort once the output contains that text. Shared by both users' runs.
+ * Runs `commands` ({ command, cwd, env?, abortOn?, timeout?, sandbox? }, or an array of them run at once) one after
+ * another through `pno.createBashOperations({ sandbox })`: `[{ output, exitCode } | { output, error, code }]`, or
+ * `[{ created: false, error, code }]` when createBashOperations throws. `abortOn`: abort once the output contains
+ * that text; `sandbox`: options merged over the shared ones, for a command run through other operations (made once).
+ * Shared by both users' runs.
  */
 export async function execAll(pno, sandbox, commands) {
-  const ops = pno.createBashOperations({ sandbox });
+  let ops;
+  try {
+    ops = pno.createBashOperations({ sandbox });
+  } catch (err) {
+    // Refused when made: one result, no command run.
+    return [{ created: false, error: err.message, code: err.code ?? null }];
+  }
+  // A command's own `sandbox` (merged over this one) runs through operations of its own, made once.
+  const others = new Map();
+  const opsFor = (extra) => {
+    if (!extra) return ops;
+    const key = JSON.stringify(extra);
+    if (!others.has(key)) others.set(key, pno.createBashOperations({ sandbox: { ...sandbox, ...extra } }));
+    return others.get(key);
+  };
   const results = [];
   // An array of commands runs them at the same time through the same operations: an array of results.
   for (const entry of commands) results.push(await (Array.isArray(entry) ? Promise.all(entry.map(one)) : one(entry)));
   return results;
 
-  async function one({ command, cwd, env, abortOn, timeout }) {
+  async function one({ command, cwd, env, abortOn, timeout, sandbox: extra }) {
     let output = "";
     const controller = new AbortController();
     const onData = (chunk) => {
@@ -57,7 +79,7 @@ export async function execAll(pno, sandbox, commands) {
       if (abortOn && output.includes(abortOn)) controller.abort();
     };
     try {
-      const { exitCode } = await ops.exec(command, cwd, { onData, env, timeout, signal: controller.signal });
+      const { exitCode } = await opsFor(extra).exec(command, cwd, { onData, env, timeout, signal: controller.signal });
       return { output, exitCode };
     } catch (err) {
       return { output, error: err.message, code: err.code ?? null };
@@ -85,11 +107,22 @@ process.once("exit", () => {
   if (scripts) rmSync(scripts, { recursive: true, force: true });
 });
 
-/** Removes the child scripts (each test file's afterAll: vitest may end a worker without "exit"). */
+/**
+ * Removes the child scripts and the staged copy (each test file's afterAll: vitest may end a worker
+ * without "exit").
+ */
 export function removeScripts() {
   if (scripts) rmSync(scripts, { recursive: true, force: true });
   scripts = undefined;
   scriptPath = undefined;
+  removeStaged();
+}
+
+/** The argv that runs Node as `user` ("root": this process's Node), for a child that loads staged files. */
+export function nodeArgvAs(user) {
+  if (user !== "nobody") return [process.execPath];
+  if (!nobody.argv) throw new Error(nobody.why);
+  return [...nobody.argv, process.execPath];
 }
 
 /** This process's directory of child scripts (readable by nobody), removed at exit. */
@@ -114,23 +147,22 @@ await pno.createBashOperations({ sandbox }).exec(command, cwd, { onData: (c) => 
 export function startExecAs(user, sandbox, command, cwd) {
   const file = path.join(scriptDir(), "stream.mjs");
   writeFileSync(file, streamScript, { mode: 0o644 });
-  const argv = [...(user === "nobody" ? nobody.argv : []), process.execPath, file];
+  const argv = [...nodeArgvAs(user), file];
   const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "inherit"], cwd: "/" });
   children.add(child);
   child.on("close", () => children.delete(child));
-  child.stdin.end(JSON.stringify({ pkg: packageEntry, sandbox, command, cwd }));
+  child.stdin.end(JSON.stringify({ pkg: staged("index.js"), sandbox, command, cwd }));
   return child;
 }
 
 /** execAll as `user` ("root": in this process; "nobody": in a child Node process run by setpriv). */
 export async function execAllAs(user, pno, sandbox, commands) {
   if (user === "root") return execAll(pno, sandbox, commands);
-  if (!nobody.argv) throw new Error(nobody.why);
   if (!scriptPath) {
     scriptPath = path.join(scriptDir(), "run.mjs");
     writeFileSync(scriptPath, childScript, { mode: 0o644 });
   }
-  const [file, ...args] = [...nobody.argv, process.execPath, scriptPath];
+  const [file, ...args] = [...nodeArgvAs("nobody"), scriptPath];
   // The child's environment is this process's: a fake API key set here must not reach its sandbox.
   const child = spawn(file, args, { stdio: ["pipe", "pipe", "pipe"], cwd: "/" });
   let stdout = "";
@@ -144,7 +176,8 @@ export async function execAllAs(user, pno, sandbox, commands) {
   const exited = new Promise((resolve) => child.on("close", resolve));
   children.add(child);
   exited.then(() => children.delete(child));
-  child.stdin.end(JSON.stringify({ pkg: packageEntry, helper: fileURLToPath(import.meta.url), sandbox, commands }));
+  const job = { pkg: staged("index.js"), helper: staged("__test__/helpers/nobody.js"), sandbox, commands };
+  child.stdin.end(JSON.stringify(job));
   const code = await exited;
   if (code !== 0) throw new Error(`nobody's run exited ${code}: ${stderr}`);
   return JSON.parse(stdout);

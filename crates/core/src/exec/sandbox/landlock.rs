@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::namespaces::{present_secrets, SECRETS};
+use super::paths::{Kind, Resolved};
 use super::plan::invalid_spec;
 use super::Sandbox;
 use crate::exec::supervisor::errno;
@@ -93,12 +94,12 @@ pub(super) struct Ruleset {
 }
 
 impl Ruleset {
-    /// Reads under the system dirs, `/etc` minus secrets, `read_only`, `/proc`; reads and writes
-    /// under `root`, `read_write` and `temp`; no TCP (ABI 4) when the network is off; signals and
+    /// Reads under the system dirs, `/etc` minus secrets, the readOnly paths, `/proc`; reads and
+    /// writes under the root, the readWrite paths and `temp`; no TCP (ABI 4) when the network is off; signals and
     /// abstract sockets scoped to the sandbox (ABI 6).
     pub(super) fn new(
         sandbox: &Sandbox,
-        root: &Path,
+        paths: &Resolved,
         temp: &Path,
         abi: u32,
     ) -> io::Result<Ruleset> {
@@ -157,14 +158,16 @@ impl Ruleset {
         for device in DEVICES {
             ruleset.allow_if_present(Path::new(device), dev)?;
         }
-        for path in &sandbox.read_only {
-            ruleset.allow(path, read)?;
+        // The configured paths by the descriptors held since the sandbox was made: what their
+        // paths name now does not matter.
+        for held in &paths.held {
+            let access = match held.kind {
+                Kind::ReadOnly => read,
+                Kind::Root | Kind::ReadWrite => all_fs,
+            };
+            ruleset.allow_fd(held.raw_fd(), held.dir, access, &held.real)?;
         }
-        ruleset.allow(root, all_fs)?;
         ruleset.allow(temp, all_fs)?;
-        for path in &sandbox.read_write {
-            ruleset.allow(path, all_fs)?;
-        }
         Ok(ruleset)
     }
 
@@ -220,9 +223,14 @@ impl Ruleset {
         // SAFETY: just opened.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
+        self.allow_fd(fd.as_raw_fd(), is_dir, access, path)
+    }
+
+    /// Allows `access` beneath the file `fd` is open on (`path` names it in an error).
+    fn allow_fd(&self, fd: i32, is_dir: bool, access: u64, path: &Path) -> io::Result<()> {
         let rule = PathBeneath {
             allowed_access: if is_dir { access } else { access & FILE_RIGHTS },
-            parent_fd: fd.as_raw_fd(),
+            parent_fd: fd,
         };
         // SAFETY: `rule` is a valid path-beneath rule.
         let r = unsafe {

@@ -22,6 +22,29 @@ pub const DEFAULT_RUNTIME_ROOT: &str = "/workspace";
 /// Processes a sandbox may hold at once unless told otherwise: far above what a build or test
 /// run forks, far below what exhausts a machine.
 pub const DEFAULT_MAX_PROCESSES: u32 = 512;
+/// The default size of each private tmpfs (`/tmp`, `/dev/shm`) of a namespaces command is the
+/// machine's RAM divided by this, at most `DEFAULT_TMP_SIZE_MAX`: both full take a quarter of the
+/// RAM of a small machine, and `HOME=/tmp` still holds a package manager's cache.
+pub const DEFAULT_TMP_RAM_SHARE: u64 = 8;
+/// The most the default size of each private tmpfs is, in bytes (2 GiB).
+pub const DEFAULT_TMP_SIZE_MAX: u64 = 2 << 30;
+
+/// `tmpSize` unless told otherwise: `min(RAM / DEFAULT_TMP_RAM_SHARE, DEFAULT_TMP_SIZE_MAX)` bytes.
+pub fn default_tmp_size() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysinfo fills the struct it is given.
+        let ram = unsafe {
+            let mut info: libc::sysinfo = std::mem::zeroed();
+            (libc::sysinfo(&mut info) == 0)
+                .then(|| (info.totalram as u64).saturating_mul(u64::from(info.mem_unit)))
+        };
+        if let Some(ram) = ram.filter(|&r| r > 0) {
+            return (ram / DEFAULT_TMP_RAM_SHARE).min(DEFAULT_TMP_SIZE_MAX);
+        }
+    }
+    DEFAULT_TMP_SIZE_MAX
+}
 
 /// Which sandbox to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +74,9 @@ pub struct Sandbox {
     pub mode: Mode,
     /// Most processes at once (`None`: `DEFAULT_MAX_PROCESSES`).
     pub max_processes: Option<u32>,
+    /// Bytes each private tmpfs (`/tmp`, `/dev/shm`) of a namespaces command may hold (`None`:
+    /// `default_tmp_size()`). Landlock mode's temp dir is on the host's `/tmp`.
+    pub tmp_size: Option<u64>,
 }
 
 impl Sandbox {
@@ -65,27 +91,24 @@ impl Sandbox {
             env: Vec::new(),
             mode: Mode::Auto,
             max_processes: None,
+            tmp_size: None,
         }
     }
 }
 
-/// A sandbox prepared for any number of execs (clones share it): its plan, and in namespaces mode
-/// the template, are built on the first exec and kept until the last clone is dropped. Built
-/// again when the root is no longer the directory it was built on (removed and recreated).
+/// A sandbox prepared for any number of execs (clones share it). Its configured paths are
+/// resolved, to descriptors, when it is made (`paths.rs`); its plan, and in namespaces mode the
+/// template, are built on the first exec and kept until the last clone is dropped. Each exec first
+/// checks that every configured path still names what it named, and is refused if not.
 #[derive(Clone)]
 pub struct Prepared(std::sync::Arc<Shared>);
 
 struct Shared {
     spec: Sandbox,
+    #[cfg(target_os = "linux")]
+    paths: Result<paths::Resolved, crate::error::Error>,
     #[cfg(unix)]
-    built: std::sync::Mutex<Option<Built>>,
-}
-
-#[cfg(unix)]
-struct Built {
-    plan: std::sync::Arc<Plan>,
-    /// The root's device and inode when the plan was built.
-    root: (u64, u64),
+    built: std::sync::Mutex<Option<std::sync::Arc<Plan>>>,
 }
 
 impl From<Sandbox> for Prepared {
@@ -95,13 +118,36 @@ impl From<Sandbox> for Prepared {
 }
 
 impl Prepared {
-    /// Nothing is built yet: the first exec builds.
+    /// Resolves the configured paths now; what fails is reported by every exec.
     pub fn new(spec: Sandbox) -> Prepared {
+        #[cfg(target_os = "linux")]
+        let paths = {
+            // Which nestings can be enforced depends on the mode; only readOnly paths have any.
+            let mode = match spec.mode {
+                Mode::Auto if !spec.read_only.is_empty() => support().auto(),
+                Mode::Auto => None,
+                mode => Some(mode),
+            };
+            paths::Resolved::open(&spec, mode)
+        };
         Prepared(std::sync::Arc::new(Shared {
             spec,
+            #[cfg(target_os = "linux")]
+            paths,
             #[cfg(unix)]
             built: std::sync::Mutex::new(None),
         }))
+    }
+
+    /// `new`, with its error now: a configured path that cannot be opened, passes through a
+    /// symlink where the sandbox's commands can write, or nests where the mode cannot enforce it.
+    pub fn open(spec: Sandbox) -> Result<Prepared, crate::error::Error> {
+        let prepared = Prepared::new(spec);
+        #[cfg(target_os = "linux")]
+        if let Err(e) = &prepared.0.paths {
+            return Err(e.clone());
+        }
+        Ok(prepared)
     }
 
     pub fn spec(&self) -> &Sandbox {
@@ -111,29 +157,32 @@ impl Prepared {
     /// The plan of one exec, and (Landlock mode) its private temp dir to remove afterwards.
     #[cfg(unix)]
     pub(super) fn plan(&self) -> std::io::Result<(std::sync::Arc<Plan>, Option<TempDir>)> {
-        use std::os::unix::fs::MetadataExt;
-        let root = std::fs::metadata(&self.0.spec.root)
-            .map(|m| (m.dev(), m.ino()))
-            .ok();
+        #[cfg(target_os = "linux")]
+        let paths = {
+            let paths = self
+                .0
+                .paths
+                .as_ref()
+                .map_err(|e| std::io::Error::other(e.clone()))?;
+            paths.check().map_err(std::io::Error::other)?;
+            paths
+        };
         let mut built = self
             .0
             .built
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(b) = built.as_ref() {
-            if Some(b.root) == root {
-                return Ok((std::sync::Arc::clone(&b.plan), None));
-            }
+        if let Some(plan) = built.as_ref() {
+            return Ok((std::sync::Arc::clone(plan), None));
         }
-        *built = None;
+        #[cfg(target_os = "linux")]
+        let mut plan = Plan::new(&self.0.spec, paths)?;
+        #[cfg(not(target_os = "linux"))]
         let mut plan = Plan::new(&self.0.spec)?;
         let temp = plan.take_temp_dir();
         let plan = std::sync::Arc::new(plan);
-        if let (true, Some(root)) = (plan.reusable(), root) {
-            *built = Some(Built {
-                plan: std::sync::Arc::clone(&plan),
-                root,
-            });
+        if plan.reusable() {
+            *built = Some(std::sync::Arc::clone(&plan));
         }
         Ok((plan, temp))
     }
@@ -272,6 +321,8 @@ mod landlock;
 mod namespaces;
 #[cfg(target_os = "linux")]
 pub(super) mod notify;
+#[cfg(target_os = "linux")]
+mod paths;
 #[cfg(target_os = "linux")]
 mod plan;
 #[cfg(target_os = "linux")]

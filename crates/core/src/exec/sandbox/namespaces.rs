@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::paths::{mounts, open_no_symlinks, Held, Kind, Mount, Resolved};
 use super::plan::{c_path, invalid_spec, step_error, Step};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
 use crate::exec::supervisor::{close_all_except, errno, set_errno, start_shell, ShellStart};
@@ -101,6 +102,12 @@ const RESERVED_PIDS: u32 = 300;
 /// The first kernel that counts RLIMIT_NPROC per user namespace (ucounts, 5.14): before it the
 /// limit counts the user's processes machine-wide and would refuse a busy user's sandbox.
 const NPROC_PER_USERNS: (u32, u32) = (5, 14);
+/// A private tmpfs gets one inode per this many bytes of its size: an inode and its dentry take
+/// about 1 KiB of kernel memory the size does not count, so that stays under a quarter of it.
+const TMP_BYTES_PER_INODE: u64 = 4 << 10;
+/// The fewest inodes a private tmpfs gets, however small: a shell's here-documents and a few
+/// tools' temp files.
+const TMP_MIN_INODES: u64 = 1024;
 /// Stack of the sandbox's init: it runs a few frames of raw system calls (its deepest, the
 /// `clone` of the shell, uses a stack of its own), far less than this.
 const INIT_STACK_BYTES: usize = 64 << 10;
@@ -116,6 +123,11 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
+const AT_EMPTY_PATH: libc::c_uint = 0x1000;
+/// `open_tree`'s and `move_mount`'s flags (Linux 5.2).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 /// The mount flags `statvfs` reports as `ST_*` with the same values as `MS_*`, which a remount of a
 /// bind must repeat (the kernel refuses to clear a locked one).
 const KEPT_MOUNT_FLAGS: libc::c_ulong = libc::MS_NOSUID
@@ -144,6 +156,19 @@ pub(super) enum Action {
         dst: CString,
         dir: bool,
         read_only: bool,
+    },
+    /// Bind the host file `src` (a path under `/oldroot` with no symlink) at `dst` if it is still
+    /// the inode (`dev`, `ino`) resolved when the sandbox was made, found again without following
+    /// symlinks (else ESTALE); `dst` is opened so too when `dst_checked` (it lies in a bind a
+    /// command may write), else created as a directory or an empty file first.
+    Verified {
+        src: CString,
+        dev: u64,
+        ino: u64,
+        dst: CString,
+        dir: bool,
+        read_only: bool,
+        dst_checked: bool,
     },
     Symlink {
         target: CString,
@@ -273,6 +298,35 @@ impl Builder {
         Ok(())
     }
 
+    /// Bind the configured path `held` as `mount` says.
+    fn verified(&mut self, held: &Held, mount: &Mount) -> io::Result<()> {
+        if !mount.inside_bind {
+            match (held.dir, mount.dst.parent()) {
+                (true, _) => self.mkdirs(&mount.dst)?,
+                (false, Some(parent)) => self.mkdirs(parent)?,
+                (false, None) => {}
+            }
+        }
+        self.push(
+            Action::Verified {
+                src: oldroot(&held.real)?,
+                dev: held.dev,
+                ino: held.ino,
+                dst: newroot(&mount.dst)?,
+                dir: held.dir,
+                read_only: mount.read_only,
+                dst_checked: mount.inside_bind,
+            },
+            format!(
+                "binding {} at {}{}",
+                held.real.display(),
+                mount.dst.display(),
+                if mount.read_only { " read-only" } else { "" }
+            ),
+        );
+        Ok(())
+    }
+
     /// Mask `path` (inside) with an empty file or directory of the setup tmpfs.
     fn mask(&mut self, path: &Path, dir: bool) -> io::Result<()> {
         let src = if dir { c"/emptydir" } else { c"/empty" };
@@ -328,7 +382,7 @@ pub(super) fn present_secrets() -> Vec<(PathBuf, bool)> {
 }
 
 impl NsPlan {
-    pub(super) fn new(sandbox: &Sandbox, root: &Path) -> io::Result<NsPlan> {
+    pub(super) fn new(sandbox: &Sandbox, paths: &Resolved) -> io::Result<NsPlan> {
         let runtime_root = &sandbox.runtime_root;
         if !runtime_root.is_absolute() || runtime_root == Path::new("/") {
             return Err(invalid_spec(format!(
@@ -409,22 +463,23 @@ impl NsPlan {
         }
         // The workspace and the caller's binds last: one under /dev lands on that tmpfs instead
         // of being hidden by it. (One under /tmp would be hidden by each command's own /tmp.)
-        b.bind(root, runtime_root, false)
-            .map_err(|e| invalid_spec(format!("cannot bind the root {}: {e}", root.display())))?;
-        let mut binds = vec![(runtime_root.clone(), true)];
-        for (paths, read_only) in [(&sandbox.read_only, true), (&sandbox.read_write, false)] {
-            for path in paths {
-                if !path.is_absolute() {
-                    return Err(invalid_spec(format!(
-                        "bind paths must be absolute, got {}",
-                        path.display()
-                    )));
-                }
-                let host = std::fs::canonicalize(path)
-                    .map_err(|e| invalid_spec(format!("cannot bind {}: {e}", path.display())))?;
-                b.bind(&host, path, read_only)?;
-                binds.push((path.clone(), host.is_dir()));
-            }
+        let areas: Vec<(&Path, &Path, bool)> = paths
+            .held
+            .iter()
+            .map(|h| match h.kind {
+                Kind::Root => (h.real.as_path(), runtime_root.as_path(), false),
+                kind => (
+                    h.real.as_path(),
+                    h.configured.as_path(),
+                    kind == Kind::ReadOnly,
+                ),
+            })
+            .collect();
+        let mut binds = Vec::new();
+        for mount in mounts(&areas) {
+            let held = &paths.held[mount.source];
+            b.verified(held, &mount)?;
+            binds.push((mount.dst, held.dir));
         }
         b.push(
             Action::ReadOnly(newroot(dev)?),
@@ -435,7 +490,11 @@ impl NsPlan {
             "making the new root read-only".into(),
         );
         let template_actions = std::mem::take(&mut b.actions);
-        let (command_actions, command_descriptions) = command_actions(&binds)?;
+        let tmp_size = sandbox.tmp_size.unwrap_or_else(super::default_tmp_size);
+        if tmp_size == 0 {
+            return Err(invalid_spec("tmpSize must be at least 1 byte".into()));
+        }
+        let (command_actions, command_descriptions) = command_actions(&binds, tmp_size)?;
         b.descriptions.extend(command_descriptions);
 
         // SAFETY: plain getters.
@@ -490,10 +549,21 @@ impl NsPlan {
     }
 }
 
+/// The options of a command's private tmpfs of `size` bytes: its size, and as many inodes as one per
+/// `TMP_BYTES_PER_INODE` of it (an inode takes kernel memory outside the size).
+pub(super) fn tmpfs_options(size: u64) -> CString {
+    let inodes = (size / TMP_BYTES_PER_INODE).max(TMP_MIN_INODES);
+    CString::new(format!("mode=1777,size={size},nr_inodes={inodes}")).expect("digits")
+}
+
 /// Each command's part of the root, on the template's: a fresh `/proc` (over the template's), its
 /// host-wide entries read-only or masked, then the private `/tmp` and `/dev/shm` with the template's `binds` (the
 /// workspace's and the caller's, inside paths) under them moved onto them.
-fn command_actions(binds: &[(PathBuf, bool)]) -> io::Result<(Vec<Action>, Vec<String>)> {
+fn command_actions(
+    binds: &[(PathBuf, bool)],
+    tmp_size: u64,
+) -> io::Result<(Vec<Action>, Vec<String>)> {
+    let tmpfs_data = tmpfs_options(tmp_size);
     let mut actions = vec![Action::Proc(c"/proc".to_owned())];
     let mut descriptions = vec!["mounting /proc for the PID namespace".to_string()];
     for path in PROC_READ_ONLY {
@@ -530,7 +600,7 @@ fn command_actions(binds: &[(PathBuf, bool)]) -> io::Result<(Vec<Action>, Vec<St
         let staging = tmpfs.join(STAGING_NAME);
         actions.push(Action::Tmpfs {
             dst: c_path(&staging)?,
-            data: CString::new("mode=1777").expect("static"),
+            data: tmpfs_data.clone(),
             flags: libc::MS_NOSUID | libc::MS_NODEV,
         });
         descriptions.push(format!("mounting a tmpfs at {}", tmpfs.display()));
@@ -994,6 +1064,15 @@ unsafe fn perform(action: &Action) -> bool {
             }
             !*read_only || make_read_only(dst)
         }
+        Action::Verified {
+            src,
+            dev,
+            ino,
+            dst,
+            dir,
+            read_only,
+            dst_checked,
+        } => bind_verified(src, (*dev, *ino), dst, *dir, *read_only, *dst_checked),
         Action::Symlink { target, dst } => libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
         Action::Tmpfs { dst, data, flags } => {
             libc::mount(
@@ -1042,9 +1121,161 @@ unsafe fn perform(action: &Action) -> bool {
     }
 }
 
+/// `Action::Verified`: the bind of a configured path, only of the inode `id` (device, inode) found
+/// at `src` without following symlinks, through a detached copy of its mount tree (`open_tree`,
+/// Linux 5.2) made read-only before it is attached, so no path is looked up twice. Before 5.2,
+/// `mount` binds the descriptors through `/proc/self/fd`.
+unsafe fn bind_verified(
+    src: &CString,
+    id: (u64, u64),
+    dst: &CString,
+    dir: bool,
+    read_only: bool,
+    dst_checked: bool,
+) -> bool {
+    let source = open_no_symlinks(src);
+    if source < 0 {
+        return false;
+    }
+    let mut st: libc::stat = std::mem::zeroed();
+    if libc::fstat(source, &mut st) != 0 || (st.st_dev, st.st_ino) != id {
+        libc::close(source);
+        set_errno(libc::ESTALE);
+        return false;
+    }
+    let target = if dst_checked {
+        open_no_symlinks(dst)
+    } else {
+        if !dir {
+            let fd = libc::open(
+                dst.as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            );
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        libc::open(dst.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
+    };
+    let bound = target >= 0 && attach(source, target, dst, read_only);
+    let failed = errno();
+    libc::close(source);
+    if target >= 0 {
+        libc::close(target);
+    }
+    set_errno(failed);
+    bound
+}
+
+/// Binds what `source` is open on at what `target` is open on (`dst` names it), read-only if asked.
+unsafe fn attach(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
+    let tree = libc::syscall(
+        libc::SYS_open_tree,
+        source,
+        c"".as_ptr(),
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH | AT_RECURSIVE,
+    ) as libc::c_int;
+    if tree < 0 {
+        return errno() == libc::ENOSYS && attach_by_fd_paths(source, target, dst, read_only);
+    }
+    let mut set = true;
+    if read_only {
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        set = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            c"".as_ptr(),
+            AT_EMPTY_PATH | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            size_of::<MountAttr>(),
+        ) == 0;
+        // Before 5.12: the bind itself, once attached.
+        if !set && errno() != libc::ENOSYS {
+            let failed = errno();
+            libc::close(tree);
+            set_errno(failed);
+            return false;
+        }
+    }
+    let moved = libc::syscall(
+        libc::SYS_move_mount,
+        tree,
+        c"".as_ptr(),
+        target,
+        c"".as_ptr(),
+        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+    ) == 0;
+    let failed = errno();
+    libc::close(tree);
+    set_errno(failed);
+    moved && (set || remount_attached(dst))
+}
+
+/// `attach` before Linux 5.2: `mount` of the host's `/proc/self/fd` names of the two descriptors
+/// (both opened in this mount namespace, as a bind requires).
+unsafe fn attach_by_fd_paths(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
+    let (mut from, mut to) = ([0u8; FD_PATH_BYTES], [0u8; FD_PATH_BYTES]);
+    let null = std::ptr::null::<libc::c_char>();
+    libc::mount(
+        fd_path(source, &mut from),
+        fd_path(target, &mut to),
+        null,
+        libc::MS_BIND | libc::MS_REC,
+        null.cast(),
+    ) == 0
+        && (!read_only || remount_attached(dst))
+}
+
+/// Makes the bind just attached at `dst` read-only: the mount found there again without following
+/// symlinks, remounted through its `/proc/self/fd` name.
+unsafe fn remount_attached(dst: &CString) -> bool {
+    let fd = open_no_symlinks(dst);
+    if fd < 0 {
+        return false;
+    }
+    let mut name = [0u8; FD_PATH_BYTES];
+    let path = std::ffi::CStr::from_ptr(fd_path(fd, &mut name));
+    let done = make_read_only(path);
+    let failed = errno();
+    libc::close(fd);
+    set_errno(failed);
+    done
+}
+
+/// `/oldroot/proc/self/fd/` and the digits of a descriptor, and its NUL.
+const FD_PATH_BYTES: usize = 48;
+
+/// `/oldroot/proc/self/fd/<fd>` in `buf` (the host's proc, which shows this process too): a path
+/// naming the file `fd` is open on. No allocation.
+unsafe fn fd_path(fd: RawFd, buf: &mut [u8; FD_PATH_BYTES]) -> *const libc::c_char {
+    const PREFIX: &[u8] = b"/oldroot/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (fd.unsigned_abs(), 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    buf.as_ptr().cast()
+}
+
 /// Read-only, nosuid and nodev for the bind at `dst` and every mount under it (`mount_setattr`,
 /// Linux 5.12); on older kernels only the bind itself.
-unsafe fn make_read_only(dst: &CString) -> bool {
+unsafe fn make_read_only(dst: &std::ffi::CStr) -> bool {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         attr_clr: 0,
@@ -1063,7 +1294,7 @@ unsafe fn make_read_only(dst: &CString) -> bool {
 }
 
 /// Remounts the bind at `dst` read-only, keeping the flags it has (a locked one cannot be cleared).
-unsafe fn remount_read_only(dst: &CString) -> bool {
+unsafe fn remount_read_only(dst: &std::ffi::CStr) -> bool {
     let mut fs: libc::statvfs = std::mem::zeroed();
     let kept = if libc::statvfs(dst.as_ptr(), &mut fs) == 0 {
         fs.f_flag as libc::c_ulong & KEPT_MOUNT_FLAGS

@@ -31,7 +31,8 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,29 +162,17 @@ enum Writable {
 
 impl Policy {
     /// Landlock mode: metadata and locks, checked against `areas` (the writable paths).
+    /// `areas`: each writable path's real path (no symlink left) and a descriptor of it, held
+    /// since the sandbox resolved it (`area` opens one).
     pub(in crate::exec) fn landlock(
-        areas: &[&Path],
+        areas: Vec<(PathBuf, OwnedFd)>,
         ruleset: BorrowedFd<'_>,
     ) -> io::Result<Policy> {
         let ruleset = ruleset.try_clone_to_owned()?;
-        let mut held = Vec::new();
-        for area in areas {
-            let canonical = std::fs::canonicalize(area)?;
-            let c = std::ffi::CString::new(canonical.as_os_str().as_bytes())
-                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            // SAFETY: opens a NUL-terminated path we own.
-            let fd = unsafe {
-                // A file may be a writable path too (`readWrite`): no O_DIRECTORY.
-                libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
-            };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: just opened, ours.
-            held.push((canonical.as_os_str().as_bytes().to_vec(), unsafe {
-                OwnedFd::from_raw_fd(fd)
-            }));
-        }
+        let held = areas
+            .into_iter()
+            .map(|(path, fd)| (path.into_os_string().into_vec(), fd))
+            .collect();
         Ok(Policy {
             writable: Writable::Areas(held),
             program: program(true),
@@ -278,6 +267,15 @@ impl Policy {
             }
         }
     }
+}
+
+/// A writable area opened now: its canonical path and an `O_PATH` descriptor (a file may be one
+/// too: `readWrite` takes files).
+pub(in crate::exec) fn area(path: &Path) -> io::Result<(PathBuf, OwnedFd)> {
+    let canonical = std::fs::canonicalize(path)?;
+    let fd = open_path(None, canonical.as_os_str().as_bytes(), true)
+        .map_err(io::Error::from_raw_os_error)?;
+    Ok((canonical, fd))
 }
 
 /// `path` relative to `area` when it is `area` itself (empty) or lies beneath it.
@@ -1731,7 +1729,11 @@ pub(super) mod tests {
     fn containment_is_judged_on_the_object_opened() {
         let area = Dir::new("area");
         let outside = Dir::new("outside");
-        let policy = Policy::landlock(&[area.0.as_path()], area_fd(&area.0).as_fd()).unwrap();
+        let policy = Policy::landlock(
+            vec![super::area(&area.0).unwrap()],
+            area_fd(&area.0).as_fd(),
+        )
+        .unwrap();
         std::fs::write(area.0.join("in"), "").unwrap();
         std::fs::write(outside.0.join("out"), "").unwrap();
         std::os::unix::fs::symlink(outside.0.join("out"), area.0.join("link")).unwrap();
@@ -1757,7 +1759,11 @@ pub(super) mod tests {
         // A writable file (`readWrite` may name one) is inside; nothing is beneath it.
         let file_area = area.0.join("alone");
         std::fs::write(&file_area, "").unwrap();
-        let by_file = Policy::landlock(&[file_area.as_path()], area_fd(&area.0).as_fd()).unwrap();
+        let by_file = Policy::landlock(
+            vec![super::area(&file_area).unwrap()],
+            area_fd(&area.0).as_fd(),
+        )
+        .unwrap();
         assert!(by_file.inside(o_path(&file_area, true).as_fd()));
         assert!(!by_file.inside(o_path(&area.0, true).as_fd()));
         // A sibling whose name starts with the area's is not beneath it.

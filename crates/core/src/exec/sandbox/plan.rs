@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
+use super::paths::{Kind, Resolved};
 use super::seccomp;
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
@@ -121,25 +122,8 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(in crate::exec) fn new(sandbox: &Sandbox) -> io::Result<Plan> {
-        if !sandbox.root.is_absolute() {
-            return Err(invalid_spec(format!(
-                "the root must be an absolute path, got {}",
-                sandbox.root.display()
-            )));
-        }
-        let root = std::fs::canonicalize(&sandbox.root).map_err(|e| {
-            invalid_spec(format!(
-                "cannot open the root {}: {e}",
-                sandbox.root.display()
-            ))
-        })?;
-        if !root.is_dir() {
-            return Err(invalid_spec(format!(
-                "the root {} is not a directory",
-                root.display()
-            )));
-        }
+    pub(in crate::exec) fn new(sandbox: &Sandbox, paths: &Resolved) -> io::Result<Plan> {
+        let root = paths.root().real.clone();
         let mode = match sandbox.mode {
             Mode::Auto => {
                 let support = support();
@@ -159,7 +143,7 @@ impl Plan {
         };
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
-                plan.ns = Some(NsPlan::new(sandbox, &root)?);
+                plan.ns = Some(NsPlan::new(sandbox, paths)?);
                 plan.seccomp = seccomp::program(seccomp::Options {
                     sockets: seccomp::Sockets::Isolated,
                     shares_processes: false,
@@ -184,7 +168,7 @@ impl Plan {
                     ));
                 }
                 let temp = super::TempDir::new()?;
-                plan.ruleset = Some(Ruleset::new(sandbox, &root, &temp.0, abi)?);
+                plan.ruleset = Some(Ruleset::new(sandbox, paths, &temp.0, abi)?);
                 let sockets = if sandbox.network {
                     seccomp::Sockets::NoUnix
                 } else {
@@ -198,8 +182,15 @@ impl Plan {
                     deny_xattrs: false,
                 });
                 if super::notify::available() {
-                    let mut writable = vec![root.as_path(), temp.0.as_path()];
-                    writable.extend(sandbox.read_write.iter().map(PathBuf::as_path));
+                    // The root and readWrite paths by the descriptors held since the sandbox
+                    // was made; the private temp dir is this command's own.
+                    let mut writable = Vec::new();
+                    for held in &paths.held {
+                        if matches!(held.kind, Kind::Root | Kind::ReadWrite) {
+                            writable.push((held.real.clone(), held.fd.try_clone()?));
+                        }
+                    }
+                    writable.push(super::notify::area(&temp.0)?);
                     let ruleset =
                         plan.ruleset.as_ref().map(Ruleset::raw_fd).ok_or_else(|| {
                             invalid_spec("Landlock mode without a ruleset".into())
@@ -208,7 +199,7 @@ impl Plan {
                     // to be duplicated).
                     let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
                     plan.notify = Some(
-                        super::notify::Policy::landlock(&writable, ruleset).map_err(|e| {
+                        super::notify::Policy::landlock(writable, ruleset).map_err(|e| {
                             invalid_spec(format!("cannot prepare the notification handler: {e}"))
                         })?,
                     );
@@ -285,6 +276,13 @@ impl Plan {
                 .cloned()
                 .unwrap_or_else(|| format!("setup step {index}")),
         };
+        // The template's bind of a configured path found another file there (`Verified`).
+        if errno == libc::ESTALE && index >= FIXED_STEPS.len() {
+            return Some(unavailable(format!(
+                "the sandbox setup refused {step}: it is no longer what the sandbox was made \
+                 with (replaced, moved or swapped for a symlink)"
+            )));
+        }
         let os = io::Error::from_raw_os_error(errno);
         // What to do: a namespaces step the machine refuses has a fallback.
         let advice = if self.ns.is_some() && index >= step_index(Step::Clone) {

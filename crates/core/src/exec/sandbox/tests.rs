@@ -372,7 +372,9 @@ fn setup_steps_encode_above_every_errno() {
 #[test]
 fn setup_errors_name_the_step_and_what_to_do() {
     let dir = workspace();
-    let plan = plan::Plan::new(&ns_sandbox(dir.path())).unwrap();
+    let spec = ns_sandbox(dir.path());
+    let resolved = paths::Resolved::open(&spec, Some(Mode::Namespaces)).unwrap();
+    let plan = plan::Plan::new(&spec, &resolved).unwrap();
     let err = plan
         .setup_error(step_error(Step::UidMap, libc::EPERM))
         .unwrap()
@@ -724,7 +726,7 @@ fn namespaces_commands_share_the_template_and_nothing_they_write_outside_the_wor
 }
 
 #[test]
-fn namespaces_template_is_built_again_for_a_recreated_root() {
+fn namespaces_refuse_a_root_removed_and_recreated() {
     if !namespaces_or_skip() {
         return;
     }
@@ -737,10 +739,204 @@ fn namespaces_template_is_built_again_for_a_recreated_root() {
     std::fs::remove_dir_all(dir.path()).unwrap();
     std::fs::create_dir(dir.path()).unwrap();
     std::fs::write(dir.path().join("hello.txt"), "a new root\n").unwrap();
+    let err = run_in(&sandbox, "/workspace", "cat hello.txt").unwrap_err();
+    let inner = err
+        .get_ref()
+        .unwrap()
+        .downcast_ref::<crate::Error>()
+        .unwrap();
+    assert_eq!(inner.kind(), crate::ErrorKind::SandboxUnavailable);
+    assert!(
+        err.to_string().contains("is no longer the directory"),
+        "{err}"
+    );
+    // A new sandbox takes the new directory.
     assert_eq!(
-        run_in(&sandbox, "/workspace", "cat hello.txt").unwrap().0,
+        run(&ns_sandbox(dir.path()), "/workspace", "cat hello.txt")
+            .unwrap()
+            .0,
         "a new root\n"
     );
+}
+
+#[test]
+fn namespaces_template_binds_only_what_was_resolved() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    // Swapped between the check of an exec and the build of the template: the builder finds the
+    // path again without following symlinks and refuses another inode.
+    let dir = workspace();
+    let docs = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let spec = Sandbox {
+        read_only: vec![docs.path().to_path_buf()],
+        ..ns_sandbox(dir.path())
+    };
+    let resolved = paths::Resolved::open(&spec, Some(Mode::Namespaces)).unwrap();
+    std::fs::remove_dir(docs.path()).unwrap();
+    std::os::unix::fs::symlink(outside.path(), docs.path()).unwrap();
+    let err = plan::Plan::new(&spec, &resolved).err().unwrap().to_string();
+    assert!(
+        err.contains(&format!("refused binding {}", docs.path().display()))
+            && err.contains("no longer what the sandbox was made with"),
+        "{err}"
+    );
+    std::fs::remove_file(docs.path()).unwrap();
+    std::fs::create_dir(docs.path()).unwrap();
+    let err = plan::Plan::new(&spec, &resolved).err().unwrap().to_string();
+    assert!(
+        err.contains("no longer what the sandbox was made with"),
+        "{err}"
+    );
+}
+
+#[test]
+fn planted_links_are_found_inside_writable_areas_only() {
+    let area = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let area_real = std::fs::canonicalize(area.path()).unwrap();
+    let outside_real = std::fs::canonicalize(outside.path()).unwrap();
+    std::fs::create_dir(outside_real.join("target")).unwrap();
+    std::os::unix::fs::symlink(outside_real.join("target"), area_real.join("link")).unwrap();
+    std::os::unix::fs::symlink(&area_real, outside_real.join("to-area")).unwrap();
+    // A relative link inside the area, then one outside it, chained.
+    std::os::unix::fs::symlink("link", area_real.join("rel")).unwrap();
+    let writable = [area_real.clone()];
+    assert_eq!(
+        paths::planted_link(&area_real.join("link/x"), &writable),
+        Some(area_real.join("link"))
+    );
+    assert_eq!(
+        paths::planted_link(&outside_real.join("to-area/rel"), &writable),
+        Some(area_real.join("rel"))
+    );
+    // A link outside every writable area is the caller's own.
+    assert_eq!(
+        paths::planted_link(&outside_real.join("to-area"), &writable),
+        None
+    );
+    assert_eq!(
+        paths::planted_link(&outside_real.join("target"), &writable),
+        None
+    );
+}
+
+#[test]
+fn read_only_nestings_are_refused_where_the_mode_cannot_enforce_them() {
+    use paths::Kind::{ReadOnly, ReadWrite, Root};
+    let areas = |extra: &[(paths::Kind, &'static str)]| {
+        let mut all = vec![(Root, Path::new("/ws"))];
+        all.extend(extra.iter().map(|(k, p)| (*k, Path::new(*p))));
+        all
+    };
+    let inside_root = areas(&[(ReadOnly, "/ws/docs")]);
+    let inside_rw = areas(&[(ReadWrite, "/data"), (ReadOnly, "/data/ro")]);
+    let rw_inside_ro = areas(&[(ReadOnly, "/data"), (ReadWrite, "/data/cache")]);
+    let apart = areas(&[(ReadOnly, "/wsx"), (ReadWrite, "/data")]);
+    for ok in [&inside_root, &inside_rw, &rw_inside_ro, &apart] {
+        assert_eq!(paths::conflicts(ok, Some(Mode::Namespaces)), Ok(()));
+    }
+    let err = paths::conflicts(&inside_root, Some(Mode::Landlock)).unwrap_err();
+    assert!(
+        err.contains("readOnly /ws/docs lies inside the workspace root /ws"),
+        "{err}"
+    );
+    let err = paths::conflicts(&inside_rw, Some(Mode::Landlock)).unwrap_err();
+    assert!(
+        err.contains("readOnly /data/ro lies inside the readWrite path /data"),
+        "{err}"
+    );
+    assert_eq!(
+        paths::conflicts(&rw_inside_ro, Some(Mode::Landlock)),
+        Ok(())
+    );
+    assert_eq!(paths::conflicts(&apart, Some(Mode::Landlock)), Ok(()));
+    let both = areas(&[(ReadOnly, "/data"), (ReadWrite, "/data")]);
+    for mode in [Mode::Namespaces, Mode::Landlock] {
+        let err = paths::conflicts(&both, Some(mode)).unwrap_err();
+        assert!(err.contains("is also the readWrite path"), "{err}");
+    }
+}
+
+#[test]
+fn more_specific_binds_land_last_and_read_only_shows_wherever_its_directory_does() {
+    let p = Path::new;
+    // The root at /workspace; readWrite /data; readOnly /data/ro and /ws/docs.
+    let areas = [
+        (p("/ws"), p("/workspace"), false),
+        (p("/ws/docs"), p("/ws/docs"), true),
+        (p("/data/ro"), p("/data/ro"), true),
+        (p("/data"), p("/data"), false),
+    ];
+    let got: Vec<(String, usize, bool, bool)> = paths::mounts(&areas)
+        .into_iter()
+        .map(|m| {
+            (
+                m.dst.display().to_string(),
+                m.source,
+                m.read_only,
+                m.inside_bind,
+            )
+        })
+        .collect();
+    let want = [
+        ("/workspace", 0, false, false),
+        ("/data", 3, false, false),
+        ("/ws/docs", 1, true, false),
+        ("/workspace/docs", 1, true, true),
+        ("/data/ro", 2, true, true),
+    ];
+    let want: Vec<(String, usize, bool, bool)> = want
+        .iter()
+        .map(|(d, s, r, i)| (d.to_string(), *s, *r, *i))
+        .collect();
+    assert_eq!(got, want);
+    // A readWrite path inside the workspace is a second bind only under a readOnly one.
+    let nested = [
+        (p("/ws"), p("/workspace"), false),
+        (p("/ws/cache"), p("/ws/cache"), false),
+        (p("/ws/docs"), p("/ws/docs"), true),
+        (p("/ws/docs/out"), p("/ws/docs/out"), false),
+    ];
+    let got: Vec<(String, bool)> = paths::mounts(&nested)
+        .into_iter()
+        .map(|m| (m.dst.display().to_string(), m.read_only))
+        .collect();
+    let want = [
+        ("/workspace", false),
+        ("/ws/cache", false),
+        ("/ws/docs", true),
+        ("/workspace/docs", true),
+        ("/ws/docs/out", false),
+        ("/workspace/docs/out", false),
+    ];
+    let want: Vec<(String, bool)> = want.iter().map(|(d, r)| (d.to_string(), *r)).collect();
+    assert_eq!(got, want);
+    // Without runtime remapping the readOnly path's two places are one.
+    let same = [
+        (p("/ws"), p("/ws"), false),
+        (p("/ws/docs"), p("/ws/docs"), true),
+    ];
+    let got = paths::mounts(&same);
+    assert_eq!(got.len(), 2);
+    assert!(got[1].read_only && got[1].inside_bind);
+}
+
+#[test]
+fn private_tmpfs_options_bound_size_and_inodes() {
+    let small = namespaces::tmpfs_options(1 << 20);
+    assert_eq!(
+        small.to_str().unwrap(),
+        "mode=1777,size=1048576,nr_inodes=1024"
+    );
+    let large = namespaces::tmpfs_options(2 << 30);
+    assert_eq!(
+        large.to_str().unwrap(),
+        "mode=1777,size=2147483648,nr_inodes=524288"
+    );
+    let default = default_tmp_size();
+    assert!(default > 0 && default <= DEFAULT_TMP_SIZE_MAX, "{default}");
 }
 
 #[test]
