@@ -58,7 +58,10 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
       let root;
       let other;
       const run = (command) =>
-        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock" }, [{ command, cwd: root }]).then(([r]) => r);
+        // The host directory is readable (readOnly): descriptors of its files reach the handler too.
+        execAllAs(user, pno, { root, runtimeRoot: root, mode: "landlock", readOnly: [other] }, [
+          { command, cwd: root },
+        ]).then(([r]) => r);
       beforeAll(() => {
         root = tempDirFor(user, "pno-notify-root-");
         other = tempDirFor(user, "pno-notify-other-");
@@ -80,6 +83,8 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
             `touch -d @1000000000 ${victim} 2>/dev/null && echo TOUCH`,
             `${SETXATTR} ${victim} && echo SETXATTR`,
             "chmod 666 link 2>/dev/null && echo LINK",
+            `perl -e 'open(F, "<", $ARGV[0]) or exit 2; exit(chmod(0666, *F) ? 0 : 1)' ${victim} && echo FCHMOD`,
+            `perl -e 'open(F, "<", $ARGV[0]) or exit 2; exit(chown($<, $(, *F) ? 0 : 1)' ${victim} && echo FCHOWN`,
             `chmod 644 ${victim}; echo "chmod: $?"`,
             "true",
           ].join("; "),
