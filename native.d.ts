@@ -232,6 +232,8 @@ export interface SandboxGuarantees {
   otherProcesses: boolean
   setIdBits: boolean
   processLifetime: boolean
+  metadata: boolean
+  locks: boolean
 }
 
 /** What this machine offers for sandboxed bash (probed on the first call, then cached). */
@@ -248,6 +250,11 @@ export interface SandboxSupport {
   landlockAbi: number
   landlockError?: string
   seccomp: boolean
+  /**
+   * seccomp user notification works here (metadata outside the writable paths in Landlock
+   * mode, locks on host files in both modes).
+   */
+  userNotification: boolean
   /** The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible. */
   auto?: 'namespaces' | 'landlock' | null
   /** What each mode confines here (absent: the mode is unavailable). */

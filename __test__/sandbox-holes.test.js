@@ -88,6 +88,8 @@ describe("sandboxSupport().enforces", () => {
       "otherProcesses",
       "setIdBits",
       "processLifetime",
+      "metadata",
+      "locks",
     ];
     const { namespaces, landlock } = support.enforces;
     expect(namespaces === null).toBe(!support.namespaces);

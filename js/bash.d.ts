@@ -64,6 +64,8 @@ export interface SandboxSupport {
   landlockError: string | null;
   /** seccomp filters can be installed. */
   seccomp: boolean;
+  /** seccomp user notification works here (what guards metadata in Landlock mode and locks in both modes). */
+  userNotification: boolean;
   /** The mode `"auto"` picks; null = no sandbox possible here (exec rejects). */
   auto: "namespaces" | "landlock" | null;
   /** What each mode confines on this machine; null where the mode is unavailable. */
@@ -93,6 +95,10 @@ export interface SandboxGuarantees {
   setIdBits: boolean;
   /** Everything a command started ends when it does (background jobs included). */
   processLifetime: boolean;
+  /** Modes, owners, times and xattrs change only inside the writable paths (Landlock: seccomp user notification). */
+  metadata: boolean;
+  /** No lock (flock, fcntl, OFD) is taken on a file outside the writable paths (seccomp user notification). */
+  locks: boolean;
 }
 
 /** What this machine offers for sandboxed bash (for an agent's startup check). */

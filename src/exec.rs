@@ -113,6 +113,9 @@ pub struct SandboxSupport {
     pub landlock_abi: u32,
     pub landlock_error: Option<String>,
     pub seccomp: bool,
+    /// seccomp user notification works here (metadata outside the writable paths in Landlock
+    /// mode, locks on host files in both modes).
+    pub user_notification: bool,
     /// The mode `"auto"` picks: `"namespaces"`, `"landlock"`, or null when no sandbox is possible.
     #[napi(ts_type = "'namespaces' | 'landlock' | null")]
     pub auto: Option<String>,
@@ -139,6 +142,8 @@ pub struct SandboxGuarantees {
     pub other_processes: bool,
     pub set_id_bits: bool,
     pub process_lifetime: bool,
+    pub metadata: bool,
+    pub locks: bool,
 }
 
 impl From<sandbox::Guarantees> for SandboxGuarantees {
@@ -153,6 +158,8 @@ impl From<sandbox::Guarantees> for SandboxGuarantees {
             other_processes: g.other_processes,
             set_id_bits: g.set_id_bits,
             process_lifetime: g.process_lifetime,
+            metadata: g.metadata,
+            locks: g.locks,
         }
     }
 }
@@ -169,6 +176,7 @@ pub fn sandbox_support() -> SandboxSupport {
         landlock_abi: s.landlock_abi,
         landlock_error: s.landlock_error.clone(),
         seccomp: s.seccomp,
+        user_notification: s.user_notification,
         auto: s.auto().map(|mode| {
             match mode {
                 sandbox::Mode::Landlock => "landlock",

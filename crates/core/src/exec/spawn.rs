@@ -62,6 +62,11 @@ pub(super) struct Prepared {
     pub(super) sandbox: Option<Arc<Plan>>,
     /// A sandbox's private temp dir, removed once the exec is over (Landlock mode).
     sandbox_temp: Option<TempDir>,
+    /// The socket pair the shell's process sends its notification listener over (Node's end,
+    /// the children's end), when the sandbox has a notification handler.
+    notify: Option<(OwnedFd, OwnedFd)>,
+    /// The children's end of `notify` (-1: none).
+    pub(super) notify_channel: RawFd,
 }
 
 impl Prepared {
@@ -107,6 +112,14 @@ impl Prepared {
         ];
         let argv = null_terminated(&argv_storage);
         let envp = null_terminated(&env_storage);
+        #[cfg(target_os = "linux")]
+        let notify = match sandbox.as_ref().and_then(|plan| plan.notify()) {
+            Some(_) => Some(super::sandbox::notify::channel()?),
+            None => None,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let notify: Option<(OwnedFd, OwnedFd)> = None;
+        let notify_channel = notify.as_ref().map_or(-1, |(_, child)| child.as_raw_fd());
         Ok(Prepared {
             shell: c_string(&shell, "the shell path")?,
             cwd: c_string(&request.cwd, "cwd")?,
@@ -117,6 +130,8 @@ impl Prepared {
             shell_stack: vec![0; SHELL_STACK_BYTES],
             sandbox,
             sandbox_temp,
+            notify,
+            notify_channel,
         })
     }
 }
@@ -248,6 +263,7 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
         unsafe { supervise(&prepared, fds) }
     }
     drop((output_write, status_write, control_read));
+    let notify = prepared.notify.take();
     let execution = Execution {
         output: output_read,
         status: status_read,
@@ -258,6 +274,15 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
         supervisor,
         _sandbox_temp: sandbox_temp,
     };
+    #[cfg(target_os = "linux")]
+    if let (Some((node_end, child_end)), Some(plan)) = (notify, prepared.sandbox.as_ref()) {
+        drop(child_end);
+        // Without its handler the shell would wait forever on its first notified call: a thread
+        // that cannot start fails the spawn (dropping the execution kills the tree and reaps).
+        super::sandbox::notify::serve(Arc::clone(plan), node_end)?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    drop(notify);
     match read_message(&execution.status) {
         Some((MSG_STARTED, _)) => Ok(execution),
         Some((MSG_SPAWN_ERROR, errno)) => Err(prepared

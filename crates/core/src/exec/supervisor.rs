@@ -169,7 +169,16 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
     // A sandbox's descriptors (-1 when none): the Landlock ruleset the shell's process applies,
     // the template's namespaces we join.
     let [ruleset, user, mnt, net] = prepared.sandbox.as_ref().map_or([-1; 4], |p| p.kept_fds());
-    let mut keep = [fds.control, fds.status, fds.output, ruleset, user, mnt, net];
+    let mut keep = [
+        fds.control,
+        fds.status,
+        fds.output,
+        ruleset,
+        user,
+        mnt,
+        net,
+        prepared.notify_channel,
+    ];
     keep.sort_unstable();
     close_all_except(&keep);
     let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
@@ -400,7 +409,7 @@ unsafe fn run_shell(start: &ShellStart) -> ! {
     }
     #[cfg(target_os = "linux")]
     if let Some(plan) = prepared.sandbox.as_ref() {
-        if let Err(code) = super::sandbox::confine(plan) {
+        if let Err(code) = super::sandbox::confine(plan, prepared.notify_channel) {
             let code = code.to_ne_bytes();
             libc::write(exec_error, code.as_ptr().cast(), code.len());
             libc::_exit(EXIT_CANNOT_EXEC);

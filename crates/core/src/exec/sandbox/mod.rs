@@ -203,6 +203,10 @@ pub struct Support {
     pub landlock_error: Option<String>,
     /// seccomp filters can be installed.
     pub seccomp: bool,
+    /// seccomp user notification works here (a filter with a listener can be installed): what
+    /// refuses metadata changes outside the writable areas in Landlock mode, and locks on host
+    /// files in both modes.
+    pub user_notification: bool,
 }
 
 /// What one mode confines on this machine: each field is a guarantee the tests show, `false`
@@ -231,6 +235,12 @@ pub struct Guarantees {
     pub set_id_bits: bool,
     /// Everything the command started ends when it does.
     pub process_lifetime: bool,
+    /// Modes, owners, times and xattrs change only inside the writable paths (namespaces: the
+    /// rest is mounted read-only; Landlock: seccomp user notification).
+    pub metadata: bool,
+    /// No lock (`flock`, `fcntl`, OFD) is taken on a file outside the writable paths, where it
+    /// could stop host programs (seccomp user notification).
+    pub locks: bool,
 }
 
 impl Support {
@@ -249,6 +259,8 @@ impl Support {
                 other_processes: true,
                 set_id_bits: seccomp,
                 process_lifetime: true,
+                metadata: true,
+                locks: self.user_notification,
             }),
             Mode::Landlock => {
                 let abi = self.landlock_abi;
@@ -262,6 +274,8 @@ impl Support {
                     other_processes: true,
                     set_id_bits: true,
                     process_lifetime: true,
+                    metadata: self.user_notification,
+                    locks: self.user_notification,
                 })
             }
         }
@@ -305,6 +319,8 @@ impl Support {
 mod landlock;
 #[cfg(target_os = "linux")]
 mod namespaces;
+#[cfg(target_os = "linux")]
+pub(super) mod notify;
 #[cfg(target_os = "linux")]
 mod paths;
 #[cfg(target_os = "linux")]
@@ -388,6 +404,7 @@ pub fn support() -> Support {
         landlock_abi: 0,
         landlock_error: Some("Landlock is a Linux security module".into()),
         seccomp: false,
+        user_notification: false,
     }
 }
 

@@ -3,13 +3,14 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
-use super::paths::Resolved;
+use super::paths::{Kind, Resolved};
 use super::seccomp;
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
@@ -50,6 +51,7 @@ pub(super) enum Step {
     DetachHost,
     StartShell,
     JoinTemplate,
+    Notify,
     /// The n-th action of the namespaces plan.
     Action(usize),
 }
@@ -71,6 +73,7 @@ const FIXED_STEPS: &[(Step, &str)] = &[
     (Step::DetachHost, "detaching the host's root"),
     (Step::StartShell, "starting the shell"),
     (Step::JoinTemplate, "joining the sandbox's namespaces"),
+    (Step::Notify, "installing the seccomp notification filter"),
 ];
 
 fn step_index(step: Step) -> usize {
@@ -109,6 +112,8 @@ pub(in crate::exec) struct Plan {
     ruleset: Option<Ruleset>,
     seccomp: Vec<libc::sock_filter>,
     temp_dir: Option<super::TempDir>,
+    /// The calls answered by a handler thread (seccomp user notification).
+    notify: Option<super::notify::Policy>,
 }
 
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
@@ -134,6 +139,7 @@ impl Plan {
             ruleset: None,
             seccomp: Vec::new(),
             temp_dir: None,
+            notify: None,
         };
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
@@ -143,6 +149,7 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
+                plan.notify = super::notify::available().then(super::notify::Policy::namespaces);
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -167,13 +174,36 @@ impl Plan {
                 } else {
                     seccomp::Sockets::None
                 };
-                // SAFETY: a plain getter.
-                let root_caller = unsafe { libc::geteuid() } == 0;
+                // xattrs (ACLs included) are the notification handler's: refused outside the
+                // writable areas, for every caller.
                 plan.seccomp = seccomp::program(seccomp::Options {
                     sockets,
                     shares_processes: true,
-                    deny_xattrs: root_caller,
+                    deny_xattrs: false,
                 });
+                if super::notify::available() {
+                    // The root and readWrite paths by the descriptors held since the sandbox
+                    // was made; the private temp dir is this command's own.
+                    let mut writable = Vec::new();
+                    for held in &paths.held {
+                        if matches!(held.kind, Kind::Root | Kind::ReadWrite) {
+                            writable.push((held.real.clone(), held.fd.try_clone()?));
+                        }
+                    }
+                    writable.push(super::notify::area(&temp.0)?);
+                    let ruleset =
+                        plan.ruleset.as_ref().map(Ruleset::raw_fd).ok_or_else(|| {
+                            invalid_spec("Landlock mode without a ruleset".into())
+                        })?;
+                    // SAFETY: the ruleset's open descriptor, held by `plan` (borrowed here only
+                    // to be duplicated).
+                    let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
+                    plan.notify = Some(
+                        super::notify::Policy::landlock(writable, ruleset).map_err(|e| {
+                            invalid_spec(format!("cannot prepare the notification handler: {e}"))
+                        })?,
+                    );
+                }
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
                 home
@@ -203,6 +233,11 @@ impl Plan {
     /// The shell's whole environment, `KEY=VALUE`.
     pub(in crate::exec) fn env(&self) -> &[String] {
         &self.env
+    }
+
+    /// What the user-notification handler allows, when the plan has one.
+    pub(in crate::exec) fn notify(&self) -> Option<&super::notify::Policy> {
+        self.notify.as_ref()
     }
 
     pub(in crate::exec) fn namespaces(&self) -> Option<&NsPlan> {
@@ -297,7 +332,8 @@ fn seccomp_available() -> bool {
 /// The confinement of the shell's own process, just before `execve`: no_new_privs, no
 /// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
 /// encoded failed step.
-pub(in crate::exec) unsafe fn confine(plan: &Plan) -> Result<(), i32> {
+/// `notify_channel`: the socket the notification filter's listener is sent over.
+pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Result<(), i32> {
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         return Err(step_error(Step::NoNewPrivs, errno()));
     }
@@ -320,6 +356,9 @@ pub(in crate::exec) unsafe fn confine(plan: &Plan) -> Result<(), i32> {
     ) != 0
     {
         return Err(step_error(Step::Seccomp, errno()));
+    }
+    if let Some(policy) = &plan.notify {
+        super::notify::install(policy, notify_channel).map_err(|e| step_error(Step::Notify, e))?;
     }
     Ok(())
 }
@@ -390,6 +429,7 @@ fn probe() -> Support {
         landlock_abi,
         landlock_error,
         seccomp: seccomp_available(),
+        user_notification: super::notify::available(),
     }
 }
 

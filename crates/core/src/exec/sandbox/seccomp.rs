@@ -9,7 +9,7 @@
 
 use libc::sock_filter;
 
-const RET_ALLOW: u32 = 0x7fff_0000;
+pub(super) const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
@@ -23,9 +23,9 @@ const ARCH_AT: u32 = 4;
 const ARGS_AT: u32 = 16;
 
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
+pub(super) const AUDIT_ARCH: u32 = 0xc000_003e;
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
+pub(super) const AUDIT_ARCH: u32 = 0xc000_00b7;
 /// x32 system calls carry this bit on x86_64; the filter refuses them all rather than list twice.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;

@@ -1023,6 +1023,7 @@ fn guarantees_follow_what_the_kernel_offers() {
         landlock_abi,
         landlock_error: None,
         seccomp: true,
+        user_notification: true,
     };
     let old = support(Err("refused".into()), 5);
     assert_eq!(old.guarantees(Mode::Namespaces), None);
