@@ -175,11 +175,14 @@ impl Plan {
                     seccomp::Sockets::None
                 };
                 // xattrs (ACLs included) are the notification handler's: refused outside the
-                // writable areas, for every caller.
+                // writable areas, for every caller. Without user notification a root caller's
+                // shell (which owns the host's system files) gets none at all.
+                // SAFETY: a plain getter.
+                let root_caller = unsafe { libc::geteuid() } == 0;
                 plan.seccomp = seccomp::program(seccomp::Options {
                     sockets,
                     shares_processes: true,
-                    deny_xattrs: false,
+                    deny_xattrs: root_caller && !super::notify::available(),
                 });
                 if super::notify::available() {
                     // The root and readWrite paths by the descriptors held since the sandbox
