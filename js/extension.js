@@ -1,0 +1,255 @@
+// pi-native-ops as a pi extension (`pi install npm:pi-native-ops`, `pi -e npm:pi-native-ops`): the seven
+// built-in tools and the user's `!` commands run on the native operations. The tools are pi's own
+// definitions (the model sees a stock pi); what runs them is chosen by the flags at session_start.
+import { spawn } from "node:child_process";
+import path from "node:path";
+import { createBashOperations, sandboxSupport } from "./bash.js";
+import { connect, createRemoteToolDefinitions } from "./remote.js";
+import { createNativeToolDefinitions } from "./tools.js";
+
+const NAMES = ["read", "bash", "edit", "write", "grep", "find", "ls"];
+const STATUS = "pi-native-ops";
+/** The most of a remote command's stderr kept to explain its failure: enough for ssh's message. */
+const STDERR_KEPT_BYTES = 4096;
+
+const FLAGS = {
+  "native-sandbox": { type: "boolean", default: false, description: "pi-native-ops: run bash in a sandbox" },
+  "native-sandbox-mode": {
+    type: "string",
+    description: "pi-native-ops: sandbox mode: auto (default), namespaces or landlock",
+  },
+  "native-sandbox-network": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: let sandboxed bash use the host's network",
+  },
+  "native-sandbox-ro": {
+    type: "string",
+    description: `pi-native-ops: extra host paths sandboxed bash may read ("${path.delimiter}"-separated)`,
+  },
+  "native-sandbox-rw": {
+    type: "string",
+    description: `pi-native-ops: extra host paths sandboxed bash may write ("${path.delimiter}"-separated)`,
+  },
+  "native-index": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: keep a warm search index of the workspace for find and grep",
+  },
+  "native-remote": {
+    type: "string",
+    description:
+      'pi-native-ops: run the tools on a pi-native-ops-server started by this shell command, e.g. "ssh host pi-native-ops-server --root /srv/w"',
+  },
+};
+
+/**
+ * The pi module of the pi running this extension. pi maps both package names to itself for its
+ * extensions (pi 1.x maps the legacy name too, pi 0.x only it), so the legacy name is asked first: the
+ * other could find a second, physical copy beside this package.
+ */
+async function hostPi() {
+  const failures = [];
+  for (const load of [() => import("@mariozechner/pi-coding-agent"), () => import("@earendil-works/pi-coding-agent")]) {
+    try {
+      return await load();
+    } catch (err) {
+      failures.push(String(err?.message ?? err).split("\n")[0]);
+    }
+  }
+  throw new Error(`pi-native-ops: cannot load the pi module this extension runs in:\n  ${failures.join("\n  ")}`);
+}
+
+/** A flag's value as a path list, or undefined when not given. */
+function pathList(value) {
+  if (value === undefined || value === "") return undefined;
+  return value.split(path.delimiter).filter((p) => p !== "");
+}
+
+/** The flags read once per session: what to build, checked before anything starts. */
+function readFlags(api) {
+  const flag = (name) => api.getFlag(name);
+  const options = {
+    sandbox: flag("native-sandbox") === true,
+    mode: flag("native-sandbox-mode"),
+    network: flag("native-sandbox-network") === true,
+    readOnly: pathList(flag("native-sandbox-ro")),
+    readWrite: pathList(flag("native-sandbox-rw")),
+    index: flag("native-index") === true,
+    remote: flag("native-remote"),
+  };
+  const sandboxOnly = [
+    ["native-sandbox-mode", options.mode !== undefined],
+    ["native-sandbox-network", options.network],
+    ["native-sandbox-ro", options.readOnly !== undefined],
+    ["native-sandbox-rw", options.readWrite !== undefined],
+  ];
+  for (const [name, given] of sandboxOnly) {
+    if (given && !options.sandbox) throw new Error(`--${name} needs --native-sandbox`);
+  }
+  if (options.remote !== undefined && options.remote.trim() === "") {
+    throw new Error("--native-remote needs the command that starts pi-native-ops-server");
+  }
+  if (options.remote !== undefined && options.sandbox) {
+    throw new Error(
+      "--native-sandbox does not apply to --native-remote: run pi-native-ops-server itself in the sandbox (a container)",
+    );
+  }
+  return options;
+}
+
+/** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
+function sandboxUnavailable(mode = "auto") {
+  const support = sandboxSupport();
+  if (mode === "namespaces" && !support.namespaces) return `namespaces mode: ${support.namespacesError}`;
+  if (mode === "landlock" && !support.landlock) return `landlock mode: ${support.landlockError}`;
+  if (mode === "auto" && support.auto === null) {
+    return `namespaces mode: ${support.namespacesError}; landlock mode: ${support.landlockError}`;
+  }
+  return null;
+}
+
+/** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
+async function connectRemote(command, { index, signal }) {
+  const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (chunk) => {
+    if (stderr.length < STDERR_KEPT_BYTES) stderr += chunk.toString("utf8").slice(0, STDERR_KEPT_BYTES - stderr.length);
+  });
+  const spawned = new Promise((_, reject) => child.once("error", reject));
+  try {
+    const connection = await Promise.race([connect(child, { index, signal }), spawned]);
+    return { connection, child };
+  } catch (err) {
+    child.kill("SIGKILL");
+    const said = stderr.trim();
+    throw new Error(`${err.message}${said ? `\n${said}` : ""}`);
+  }
+}
+
+/** The session's tools and `!` operations from `flags`, in `cwd`. */
+async function start(pi, flags, cwd, signal) {
+  if (flags.remote !== undefined) {
+    const { connection, child } = await connectRemote(flags.remote, { index: flags.index || undefined, signal });
+    const root = connection.server.root;
+    const tools = createRemoteToolDefinitions(root, { connection, pi });
+    // pi gives `!` commands its own cwd: the same place on the server.
+    const toServer = (dir) => {
+      const rel = path.relative(cwd, dir);
+      return rel.startsWith("..") || path.isAbsolute(rel) ? root : path.posix.join(root, rel.split(path.sep).join("/"));
+    };
+    const userBash = { exec: (command, dir, options) => connection.bash.exec(command, toServer(dir), options) };
+    const close = async () => {
+      connection.close();
+      child.kill();
+    };
+    return { tools, userBash, close, status: `remote ${root}${flags.index ? " · index" : ""}`, remoteRoot: root };
+  }
+  let sandbox;
+  if (flags.sandbox) {
+    const why = sandboxUnavailable(flags.mode);
+    if (why !== null) throw new Error(`no bash sandbox on this machine (${why})`);
+    sandbox = {
+      ...(flags.mode === undefined ? {} : { mode: flags.mode }),
+      network: flags.network,
+      ...(flags.readOnly === undefined ? {} : { readOnly: flags.readOnly }),
+      ...(flags.readWrite === undefined ? {} : { readWrite: flags.readWrite }),
+    };
+  }
+  const tools = createNativeToolDefinitions(cwd, {
+    pi,
+    ...(sandbox === undefined ? {} : { sandbox }),
+    ...(flags.index ? { index: true } : {}),
+  });
+  // The same shell as the bash tool: sandboxed the same way, over the same workspace.
+  const userBash = createBashOperations(
+    sandbox === undefined ? {} : { sandbox: { ...sandbox, root: cwd, runtimeRoot: cwd } },
+  );
+  const close = async () => {
+    await tools.index?.close();
+  };
+  const parts = ["native tools"];
+  if (sandbox !== undefined) parts.push(`sandbox (${flags.mode ?? sandboxSupport().auto})`);
+  if (flags.index) parts.push("index");
+  return { tools, userBash, close, status: parts.join(" · ") };
+}
+
+export default async function piNativeOps(api) {
+  const pi = await hostPi();
+  for (const [name, options] of Object.entries(FLAGS)) api.registerFlag(name, options);
+
+  // Set at session_start: a promise of the session's tools (rejecting with why they cannot run).
+  let session = null;
+  let abort = null;
+
+  const active = () => {
+    if (session === null) throw new Error("pi-native-ops: the session has not started");
+    return session;
+  };
+
+  // pi's own definitions (name, description, parameters, prompt snippet and guidelines, renderers),
+  // each running the session's native tool of that name.
+  const cwd = process.cwd();
+  for (const name of NAMES) {
+    const factory = `create${name[0].toUpperCase()}${name.slice(1)}ToolDefinition`;
+    const stock = pi[factory](cwd);
+    api.registerTool({
+      ...stock,
+      async execute(toolCallId, params, signal, onUpdate, ctx) {
+        const { tools } = await active();
+        return tools[name].execute(toolCallId, params, signal, onUpdate, ctx);
+      },
+    });
+  }
+
+  api.on("session_start", async (_event, ctx) => {
+    abort = new AbortController();
+    const setStatus = (text) => {
+      if (ctx.hasUI) ctx.ui.setStatus(STATUS, text);
+    };
+    session = (async () => start(pi, readFlags(api), ctx.cwd ?? cwd, abort.signal))();
+    try {
+      const { status } = await session;
+      setStatus(status);
+    } catch (err) {
+      // Never a silent fallback: every tool and `!` command fails with this until the next session.
+      const message = `pi-native-ops: ${err.message}`;
+      session = Promise.reject(new Error(message));
+      session.catch(() => {});
+      setStatus("pi-native-ops: failed");
+      if (ctx.hasUI) ctx.ui.notify(message, "error");
+      throw new Error(message);
+    }
+  });
+
+  api.on("session_shutdown", async () => {
+    abort?.abort();
+    const ending = session;
+    session = null;
+    if (ending === null) return;
+    try {
+      await (await ending).close();
+    } catch {
+      // A session that never started has nothing to close.
+    }
+  });
+
+  api.on("user_bash", async () => {
+    const { userBash } = await active();
+    return { operations: userBash };
+  });
+
+  api.on("before_agent_start", async (event) => {
+    if (session === null) return undefined;
+    let remoteRoot;
+    try {
+      ({ remoteRoot } = await session);
+    } catch {
+      return undefined;
+    }
+    if (remoteRoot === undefined) return undefined;
+    const localCwd = `Current working directory: ${cwd}`;
+    if (!event.systemPrompt.includes(localCwd)) return undefined;
+    return { systemPrompt: event.systemPrompt.replace(localCwd, `Current working directory: ${remoteRoot}`) };
+  });
+}
