@@ -2,7 +2,9 @@
 // built-in tools and the user's `!` commands run on the native operations. The tools are pi's own
 // definitions (the model sees a stock pi); what runs them is chosen by the flags at session_start.
 import { spawn } from "node:child_process";
+import { readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { createBashOperations, sandboxSupport } from "./bash.js";
 import { connect, createRemoteToolDefinitions } from "./remote.js";
 import { createNativeToolDefinitions } from "./tools.js";
@@ -43,18 +45,52 @@ const FLAGS = {
   },
 };
 
+const PI_NAMES = ["@earendil-works/pi-coding-agent", "@mariozechner/pi-coding-agent"];
+/** How many directories above the running script its package.json may be (pi's bin is dist/cli.js). */
+const PACKAGE_DEPTH = 4;
+
 /**
- * The pi module of the pi running this extension. pi maps both package names to itself for its
- * extensions (pi 1.x maps the legacy name too, pi 0.x only it), so the legacy name is asked first: the
- * other could find a second, physical copy beside this package.
+ * The entry file of the pi package whose CLI runs this process, or null (an application on pi's SDK,
+ * a compiled pi binary).
+ */
+function runningPiEntry() {
+  let dir;
+  try {
+    dir = path.dirname(realpathSync(process.argv[1]));
+  } catch {
+    return null;
+  }
+  for (let up = 0; up < PACKAGE_DEPTH; up++, dir = path.dirname(dir)) {
+    let manifest;
+    try {
+      manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
+    } catch {
+      continue;
+    }
+    if (!PI_NAMES.includes(manifest.name)) return null;
+    const root = manifest.exports?.["."] ?? manifest.exports;
+    const entry = (typeof root === "string" ? root : (root?.import ?? root?.default)) ?? manifest.main;
+    const file = typeof entry === "string" ? entry : entry?.default;
+    return typeof file === "string" ? path.join(dir, file) : null;
+  }
+  return null;
+}
+
+/**
+ * The pi module of the pi running this extension: the tools must be built by it (its classes, its
+ * renderers, its wording), never by another copy. Under the pi CLI that is the package of the running
+ * script, imported by path so it is the very module instance pi runs. Otherwise (pi's SDK, a compiled
+ * pi) the package names, which pi's loader maps to itself when it transforms the extension.
  */
 async function hostPi() {
+  const entry = runningPiEntry();
+  if (entry !== null) return import(pathToFileURL(entry).href);
   const failures = [];
-  for (const load of [() => import("@mariozechner/pi-coding-agent"), () => import("@earendil-works/pi-coding-agent")]) {
+  for (const name of PI_NAMES) {
     try {
-      return await load();
+      return await import(name);
     } catch (err) {
-      failures.push(String(err?.message ?? err).split("\n")[0]);
+      failures.push(`${name}: ${String(err?.message ?? err).split("\n")[0]}`);
     }
   }
   throw new Error(`pi-native-ops: cannot load the pi module this extension runs in:\n  ${failures.join("\n  ")}`);
@@ -121,9 +157,17 @@ async function connectRemote(command, { index, signal }) {
     const connection = await Promise.race([connect(child, { index, signal }), spawned]);
     return { connection, child };
   } catch (err) {
+    // What the command said (ssh's reason, a shell's "not found") comes once its pipes close.
+    const closed = new Promise((resolve) => {
+      child.once("close", (code, sig) => resolve(sig ?? code));
+      signal.addEventListener("abort", () => resolve(null), { once: true });
+    });
     child.kill("SIGKILL");
+    const exit = await closed;
     const said = stderr.trim();
-    throw new Error(`${err.message}${said ? `\n${said}` : ""}`);
+    throw new Error(
+      `cannot connect to the remote workspace (${JSON.stringify(command)} exited: ${exit}): ${err.message}${said ? `\n${said}` : ""}`,
+    );
   }
 }
 
@@ -248,8 +292,14 @@ export default async function piNativeOps(api) {
       return undefined;
     }
     if (remoteRoot === undefined) return undefined;
-    const localCwd = `Current working directory: ${cwd}`;
-    if (!event.systemPrompt.includes(localCwd)) return undefined;
-    return { systemPrompt: event.systemPrompt.replace(localCwd, `Current working directory: ${remoteRoot}`) };
+    // The working directory the model is told is the server's (pi 0.x and 1.x word it differently).
+    let systemPrompt = event.systemPrompt;
+    for (const [local, remote] of [
+      [`Current working directory: ${cwd}`, `Current working directory: ${remoteRoot}`],
+      [`<cwd>\n${cwd}\n</cwd>`, `<cwd>\n${remoteRoot}\n</cwd>`],
+    ]) {
+      systemPrompt = systemPrompt.replace(local, remote);
+    }
+    return systemPrompt === event.systemPrompt ? undefined : { systemPrompt };
   });
 }

@@ -11,8 +11,9 @@ export const PROVIDER = "fake";
 export const MODEL = "scripted";
 
 /**
- * Starts the server. `script(request, requests)` returns the step for a request: `{ tool, args }` or
- * `{ text }`. Resolves to `{ url, requests, close }`.
+ * Starts the server. `script(body, url)` returns the step for a request: `{ tool, args }` or `{ text }`.
+ * Resolves to `{ url, requests, close }`; `requests` holds each request's `{ url, body }` (a run can
+ * use a base URL of its own below `url` to find its requests).
  */
 export async function startFakeModel(script) {
   const requests = [];
@@ -31,8 +32,8 @@ export async function startFakeModel(script) {
         res.writeHead(400).end("bad json");
         return;
       }
-      requests.push(parsed);
-      const step = script(parsed, requests);
+      requests.push({ url: req.url, body: parsed });
+      const step = script(parsed, req.url);
       const base = { id: `chatcmpl-${requests.length}`, object: "chat.completion.chunk", created: 0, model: MODEL };
       const chunk = (choice) => `data: ${JSON.stringify({ ...base, choices: [{ index: 0, ...choice }] })}\n\n`;
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "close" });
