@@ -12,12 +12,14 @@ export const MODEL = "scripted";
 
 /**
  * Starts the server. `script(body, url)` returns the step for a request: `{ tool, args }` or `{ text }`.
- * Resolves to `{ url, requests, close }`; `requests` holds each request's `{ url, body }` (a run can
+ * Resolves to `{ url, requests, onRequest, close }`; `requests` holds each request's `{ url, body }` (a run can
  * use a base URL of its own below `url` to find its requests).
  */
 export async function startFakeModel(script) {
   const requests = [];
   let callIds = 0;
+  /** `onRequest(body)`, when set, is called as each request arrives. */
+  const fake = { url: null, requests, onRequest: null, close: () => new Promise((resolve) => server.close(resolve)) };
   const server = http.createServer((req, res) => {
     let body = "";
     req.setEncoding("utf8");
@@ -33,6 +35,7 @@ export async function startFakeModel(script) {
         return;
       }
       requests.push({ url: req.url, body: parsed });
+      fake.onRequest?.(parsed);
       const step = script(parsed, req.url);
       const base = { id: `chatcmpl-${requests.length}`, object: "chat.completion.chunk", created: 0, model: MODEL };
       const chunk = (choice) => `data: ${JSON.stringify({ ...base, choices: [{ index: 0, ...choice }] })}\n\n`;
@@ -59,11 +62,8 @@ export async function startFakeModel(script) {
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address();
-  return {
-    url: `http://127.0.0.1:${port}/v1`,
-    requests,
-    close: () => new Promise((resolve) => server.close(resolve)),
-  };
+  fake.url = `http://127.0.0.1:${port}/v1`;
+  return fake;
 }
 
 /** A scratch home whose pi config has the fake model as its only model; returns the env for pi. */
