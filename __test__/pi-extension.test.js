@@ -188,6 +188,19 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(declared(remote.requests)).toEqual(declared(stock.requests));
   });
 
+  it("--native-remote: the model is told the server's working directory", async () => {
+    const server = serverBinaryPath();
+    const remote = await withScript([{ tool: "read", args: { path: "ws/a.txt" } }], () =>
+      run((dir) => ["--native-remote", `exec '${server}' --root '${dir}'`]),
+    );
+    expect(remote.stderr).toBe("");
+    expect(remote.results).toEqual([{ tool: "read", isError: false, text: "alpha\n" }]);
+    const system = JSON.stringify(remote.requests[0].messages[0]);
+    const told = isPi1 ? "<cwd>\\n<DIR>\\n</cwd>" : "Current working directory: <DIR>";
+    expect(system).toContain(told);
+    expect(system).not.toContain("<DIR>/ws");
+  });
+
   it("a bad flag value or an unreachable remote is shown at startup, and every tool refuses", async () => {
     const cases = [
       [["--native-sandbox-network"], "--native-sandbox-network needs --native-sandbox"],

@@ -183,11 +183,29 @@ async function start(pi, flags, cwd, signal) {
       return rel.startsWith("..") || path.isAbsolute(rel) ? root : path.posix.join(root, rel.split(path.sep).join("/"));
     };
     const userBash = { exec: (command, dir, options) => connection.bash.exec(command, toServer(dir), options) };
+    // pi 1.x resolves a tool's relative paths against the context's cwd, which is local: give it the
+    // server's. The rest of the context reads through to pi's own (methods bound to it).
+    const context = (ctx) =>
+      ctx &&
+      new Proxy(ctx, {
+        get(target, key) {
+          if (key === "cwd") return toServer(target.cwd ?? cwd);
+          const value = Reflect.get(target, key, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
     const close = async () => {
       connection.close();
       child.kill();
     };
-    return { tools, userBash, close, status: `remote ${root}${flags.index ? " · index" : ""}`, remoteRoot: root };
+    return {
+      tools,
+      userBash,
+      close,
+      status: `remote ${root}${flags.index ? " · index" : ""}`,
+      remote: { localCwd: cwd, root },
+      context,
+    };
   }
   let sandbox;
   if (flags.sandbox) {
@@ -240,8 +258,8 @@ export default async function piNativeOps(api) {
     api.registerTool({
       ...stock,
       async execute(toolCallId, params, signal, onUpdate, ctx) {
-        const { tools } = await active();
-        return tools[name].execute(toolCallId, params, signal, onUpdate, ctx);
+        const { tools, context } = await active();
+        return tools[name].execute(toolCallId, params, signal, onUpdate, context ? context(ctx) : ctx);
       },
     });
   }
@@ -285,20 +303,20 @@ export default async function piNativeOps(api) {
 
   api.on("before_agent_start", async (event) => {
     if (session === null) return undefined;
-    let remoteRoot;
+    let remote;
     try {
-      ({ remoteRoot } = await session);
+      ({ remote } = await session);
     } catch {
       return undefined;
     }
-    if (remoteRoot === undefined) return undefined;
+    if (remote === undefined) return undefined;
     // The working directory the model is told is the server's (pi 0.x and 1.x word it differently).
     let systemPrompt = event.systemPrompt;
-    for (const [local, remote] of [
-      [`Current working directory: ${cwd}`, `Current working directory: ${remoteRoot}`],
-      [`<cwd>\n${cwd}\n</cwd>`, `<cwd>\n${remoteRoot}\n</cwd>`],
+    for (const [local, server] of [
+      [`Current working directory: ${remote.localCwd}`, `Current working directory: ${remote.root}`],
+      [`<cwd>\n${remote.localCwd}\n</cwd>`, `<cwd>\n${remote.root}\n</cwd>`],
     ]) {
-      systemPrompt = systemPrompt.replace(local, remote);
+      systemPrompt = systemPrompt.replace(local, server);
     }
     return systemPrompt === event.systemPrompt ? undefined : { systemPrompt };
   });
