@@ -86,13 +86,22 @@ const NEEDED = [
   "formatSize",
 ];
 
+/** The pi modules piOf has returned. */
+const accepted = new WeakSet();
+
 /**
  * The pi module a factory uses: its `pi` option (the module as `import * as pi from
  * "@earendil-works/pi-coding-agent"` gives it, e.g. the copy pi hands an extension), else the installed
  * one found by name ({@link requirePi}).
  */
 export function piOf(option) {
-  if (option === undefined) return requirePi().module;
+  if (option === undefined) {
+    const { module } = requirePi();
+    accepted.add(module);
+    return module;
+  }
+  // A module already chosen (found by name, or checked) is passed on between the factories as is.
+  if (accepted.has(option)) return option;
   if (option === null || (typeof option !== "object" && typeof option !== "function")) {
     throw new TypeError(
       `pi must be the pi-coding-agent module (import * as pi from "@earendil-works/pi-coding-agent")`,
@@ -105,5 +114,6 @@ export function piOf(option) {
         `it has no ${missing.slice(0, 3).join(", ")}${missing.length > 3 ? ", …" : ""}`,
     );
   }
+  accepted.add(option);
   return option;
 }
