@@ -137,12 +137,13 @@ function readFlags(api) {
 /** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
 function sandboxUnavailable(mode = "auto") {
   const support = sandboxSupport();
-  if (mode === "namespaces" && !support.namespaces) return `namespaces mode: ${support.namespacesError}`;
-  if (mode === "landlock" && !support.landlock) return `landlock mode: ${support.landlockError}`;
-  if (mode === "auto" && support.auto === null) {
+  if (mode === "auto") {
+    if (support.auto !== null) return null;
     return `namespaces mode: ${support.namespacesError}; landlock mode: ${support.landlockError}`;
   }
-  return null;
+  // Another value is left to createBashOperations, which names the modes.
+  const error = { namespaces: support.namespacesError, landlock: support.landlockError }[mode] ?? null;
+  return error === null ? null : `${mode} mode: ${error}`;
 }
 
 /** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
