@@ -36,7 +36,8 @@ createNativeTools("/workspace", { bash: { spawnHook: (context: number) => contex
 
 // The pi module can be injected (either package's), and anything else is a type error.
 import * as piModule from "@earendil-works/pi-coding-agent";
-import { createGrepTool as createGrepToolWithPi } from "pi-native-ops";
+import { createGrepTool as createGrepToolWithPi, type PiModule } from "pi-native-ops";
+export const injected: PiModule = piModule;
 createNativeTools("/tmp/workspace", { pi: piModule });
 createGrepToolWithPi("/tmp/workspace", { pi: piModule });
 // @ts-expect-error pi is the pi module
