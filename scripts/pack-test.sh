@@ -97,7 +97,7 @@ node "$repo/scripts/pack-check.js" "$work/main-pack.json" "$work/platform-pack.j
 
 step="npm install into a fresh project"
 echo "pack-test: $step ($work/app)"
-cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js,cjs-consumer.cjs,remote.test.js} "$work/app/"
+cp "$repo"/pack-test/{package.json,tsconfig.json,vitest.config.js,types-check.ts,pi-tools.test.js,cjs-consumer.cjs,remote.test.js} "$work/app/"
 # pi-install.test.js: `pi install npm:pi-native-ops` from the two tarballs (a loopback registry), with
 # the scripted model the repo's pi extension test uses.
 cp "$repo"/pack-test/pi-install.test.js "$repo"/__test__/helpers/fake-model.js "$work/app/"
