@@ -3,7 +3,7 @@
 // The results are the native ones (an escape is refused, sandboxed bash cannot read outside), and what
 // the model is sent otherwise matches a stock pi run of the same script.
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -65,10 +65,14 @@ const normalize = (text, dir) =>
  * Runs pi on the script with `args` (the message comes first: a boolean extension flag would take a
  * following word as its value). Resolves to the tool results, the requests it sent, and its stderr.
  */
-async function run(args, { extension = true } = {}) {
+async function run(args, { extension = true, settings } = {}) {
   const dir = runDir();
   if (typeof args === "function") args = args(dir);
   const env = scratchPiHome(dir, `${model.url}/${path.basename(dir)}`);
+  if (settings !== undefined) {
+    const file = path.join(env.PI_CODING_AGENT_DIR, "settings.json");
+    writeFileSync(file, JSON.stringify({ ...JSON.parse(readFileSync(file, "utf8")), "pi-native-ops": settings }));
+  }
   const argv = [
     "--mode",
     "json",
@@ -150,11 +154,14 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       // The mode auto does not pick, when this kernel has it too.
       const other = sandboxSupport().auto === "namespaces" ? "landlock" : "namespaces";
       const otherWorks = sandboxSupport().enforces[other] !== null;
-      const [confined, opened, otherMode] = await Promise.all([
+      const [confined, opened, otherMode, fromSettings] = await Promise.all([
         run(["--native-sandbox"]),
         run((dir) => ["--native-sandbox", "--native-sandbox-ro", path.join(dir, "outside.txt")]),
         otherWorks ? run(["--native-sandbox", "--native-sandbox-mode", other]) : null,
+        run([], { settings: { sandbox: true } }),
       ]);
+      // pi's settings.json has the same options as the flags.
+      expect(fromSettings.results).toEqual(confined.results);
       expect(confined.stderr).toBe("");
       expect(confined.results[STEP.bash]).toEqual({
         tool: "bash",
@@ -212,7 +219,7 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(system).not.toContain("<DIR>/ws");
   });
 
-  it("a bad flag value or an unreachable remote is shown at startup, and every tool refuses", async () => {
+  it("a bad flag or setting or an unreachable remote is shown at startup, and every tool refuses", async () => {
     const cases = [
       [["--native-sandbox-network"], "--native-sandbox-network needs --native-sandbox"],
       [
@@ -221,8 +228,13 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       ],
       [["--native-remote", "echo no server here >&2; exit 3"], "no server here"],
       [["--native-remote", "exec true", "--native-sandbox"], "--native-sandbox does not apply to --native-remote"],
+      [{ sandbox: "yes" }, 'settings "pi-native-ops".sandbox must be a boolean'],
+      [{ sandbx: true }, 'settings "pi-native-ops": unknown key "sandbx"'],
+      [{ sandboxNetwork: true }, "--native-sandbox-network needs --native-sandbox"],
     ];
-    const runs = await withScript([STEPS[0]], () => Promise.all(cases.map(([flags]) => run(flags))));
+    const runs = await withScript([STEPS[0]], () =>
+      Promise.all(cases.map(([given]) => (Array.isArray(given) ? run(given) : run([], { settings: given })))),
+    );
     for (const [i, [, said]] of cases.entries()) {
       const { stderr, results } = runs[i];
       expect(stderr).toContain("pi-native-ops: ");

@@ -1,8 +1,10 @@
 // pi-native-ops as a pi extension (`pi install npm:pi-native-ops`, `pi -e npm:pi-native-ops`): the seven
 // built-in tools and the user's `!` commands run on the native operations. The tools are pi's own
-// definitions (the model sees a stock pi); what runs them is chosen by the flags at session_start.
+// definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
+// the "pi-native-ops" entry of pi's settings.json.
 import { spawn } from "node:child_process";
 import { readFileSync, realpathSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { createBashOperations, sandboxSupport } from "./bash.js";
@@ -102,16 +104,70 @@ function pathList(value) {
   return value.split(path.delimiter).filter((p) => p !== "");
 }
 
-/** The flags read once per session: what to build, checked before anything starts. */
-function readFlags(api) {
-  const flag = (name) => api.getFlag(name);
+/** The settings entry's name in pi's settings.json, and its keys with the flag each one matches. */
+const SETTINGS_KEY = "pi-native-ops";
+const SETTINGS = {
+  sandbox: ["boolean", "native-sandbox"],
+  sandboxMode: ["string", "native-sandbox-mode"],
+  sandboxNetwork: ["boolean", "native-sandbox-network"],
+  sandboxReadOnly: ["paths", "native-sandbox-ro"],
+  sandboxReadWrite: ["paths", "native-sandbox-rw"],
+  index: ["boolean", "native-index"],
+  remote: ["string", "native-remote"],
+};
+
+/**
+ * pi's settings: pi 1.x gives the merged global and project settings; pi 0.x has no such call, so its
+ * global settings file is read (a sandbox asked for there is never ignored).
+ */
+function piSettings(api) {
+  if (typeof api.getSettings === "function") return api.getSettings();
+  const agentDir = process.env.PI_CODING_AGENT_DIR || path.join(os.homedir(), ".pi", "agent");
+  try {
+    return JSON.parse(readFileSync(path.join(agentDir, "settings.json"), "utf8"));
+  } catch (err) {
+    if (err.code === "ENOENT") return {};
+    throw new Error(`cannot read ${path.join(agentDir, "settings.json")}: ${err.message}`);
+  }
+}
+
+/** The `"pi-native-ops"` settings entry, checked, as flag values (undefined where not set). */
+function readSettings(api) {
+  const entry = piSettings(api)?.[SETTINGS_KEY];
+  if (entry === undefined) return {};
+  const where = `settings "${SETTINGS_KEY}"`;
+  if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
+    throw new Error(`${where} must be an object (keys: ${Object.keys(SETTINGS).join(", ")})`);
+  }
+  const values = {};
+  for (const [key, value] of Object.entries(entry)) {
+    if (!(key in SETTINGS)) {
+      throw new Error(`${where}: unknown key "${key}" (keys: ${Object.keys(SETTINGS).join(", ")})`);
+    }
+    const [type, flag] = SETTINGS[key];
+    const ok =
+      type === "paths" ? Array.isArray(value) && value.every((p) => typeof p === "string") : typeof value === type;
+    if (!ok) throw new Error(`${where}.${key} must be ${type === "paths" ? "an array of paths" : `a ${type}`}`);
+    values[flag] = type === "paths" ? value.join(path.delimiter) : value;
+  }
+  return values;
+}
+
+/**
+ * The options of a session: the settings entry, then the flags over it (a boolean flag can only turn
+ * an option on), checked before anything starts.
+ */
+function readOptions(api) {
+  const settings = readSettings(api);
+  const flag = (name) => api.getFlag(name) ?? settings[name];
+  const on = (name) => api.getFlag(name) === true || settings[name] === true;
   const options = {
-    sandbox: flag("native-sandbox") === true,
+    sandbox: on("native-sandbox"),
     mode: flag("native-sandbox-mode"),
-    network: flag("native-sandbox-network") === true,
+    network: on("native-sandbox-network"),
     readOnly: pathList(flag("native-sandbox-ro")),
     readWrite: pathList(flag("native-sandbox-rw")),
-    index: flag("native-index") === true,
+    index: on("native-index"),
     remote: flag("native-remote"),
   };
   const sandboxOnly = [
@@ -121,7 +177,9 @@ function readFlags(api) {
     ["native-sandbox-rw", options.readWrite !== undefined],
   ];
   for (const [name, given] of sandboxOnly) {
-    if (given && !options.sandbox) throw new Error(`--${name} needs --native-sandbox`);
+    if (given && !options.sandbox) {
+      throw new Error(`--${name} needs --native-sandbox (in settings: "sandbox": true)`);
+    }
   }
   if (options.remote !== undefined && options.remote.trim() === "") {
     throw new Error("--native-remote needs the command that starts pi-native-ops-server");
@@ -270,7 +328,7 @@ export default async function piNativeOps(api) {
     const setStatus = (text) => {
       if (ctx.hasUI) ctx.ui.setStatus(STATUS, text);
     };
-    session = (async () => start(pi, readFlags(api), ctx.cwd ?? cwd, abort.signal))();
+    session = (async () => start(pi, readOptions(api), ctx.cwd ?? cwd, abort.signal))();
     try {
       const { status } = await session;
       setStatus(status);
