@@ -239,7 +239,8 @@ async function start(pi, flags, cwd, signal) {
     // pi gives `!` commands its own cwd: the same place on the server.
     const toServer = (dir) => {
       const rel = path.relative(cwd, dir);
-      return rel.startsWith("..") || path.isAbsolute(rel) ? root : path.posix.join(root, rel.split(path.sep).join("/"));
+      const outside = rel === ".." || rel.startsWith(`..${path.sep}`) || path.isAbsolute(rel);
+      return outside ? root : path.posix.join(root, rel.split(path.sep).join("/"));
     };
     const userBash = { exec: (command, dir, options) => connection.bash.exec(command, toServer(dir), options) };
     // pi 1.x resolves a tool's relative paths against the context's cwd, which is local: give it the

@@ -67,8 +67,8 @@ afterAll(async () => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-it(`pi install npm:pi-native-ops (${piName}), then pi runs the native tools`, async () => {
-  expect(tarballs, "PACK_TEST_TARBALLS names the main and the platform tarball").toHaveLength(2);
+/** A scratch run directory and pi's environment: the loopback registry, a scratch HOME and npm cache. */
+function scratch() {
   const dir = realpathSync(mkdtempSync(join(tmpdir(), "pack-test-pi-install-")));
   dirs.push(dir);
   mkdirSync(join(dir, "ws"));
@@ -80,27 +80,48 @@ it(`pi install npm:pi-native-ops (${piName}), then pi runs the native tools`, as
     npm_config_audit: "false",
     npm_config_fund: "false",
   };
-  // pi's install command goes to the registry: only the loopback one above.
+  // pi installs packages from the registry: only the loopback one above.
   delete env.PI_OFFLINE;
+  return { dir, env };
+}
+
+/** Runs pi on the script (a read of ../outside.txt) and gives what each tool returned. */
+async function readOutside(dir, env, args) {
+  const run = await runPi(
+    process.execPath,
+    cli,
+    ["--mode", "json", "--no-session", "--provider", PROVIDER, "--model", MODEL, "go", ...args],
+    { cwd: join(dir, "ws"), env },
+  );
+  // npm says what it added (the -e install); nothing else, no error.
+  expect(run.stderr).not.toMatch(/error|warn/i);
+  return run.stdout
+    .split("\n")
+    .filter((line) => line.startsWith("{"))
+    .map((line) => JSON.parse(line))
+    .filter((e) => e.type === "tool_execution_end")
+    .map((e) => [e.toolName, e.isError, e.result.content[0].text]);
+}
+
+it(`pi install npm:pi-native-ops (${piName}), then pi runs the native tools`, async () => {
+  expect(tarballs, "PACK_TEST_TARBALLS names the main and the platform tarball").toHaveLength(2);
+  const { dir, env } = scratch();
   const install = await runPi(process.execPath, cli, ["install", "npm:pi-native-ops"], { cwd: dir, env });
   expect(install.stderr + install.stdout).not.toMatch(/error/i);
   expect(install.code).toBe(0);
   const settings = JSON.parse(readFileSync(join(dir, "home", ".pi", "agent", "settings.json"), "utf8"));
   expect(settings.packages).toContain("npm:pi-native-ops");
-
-  const run = await runPi(
-    process.execPath,
-    cli,
-    ["--mode", "json", "--no-session", "--provider", PROVIDER, "--model", MODEL, "--offline", "go"],
-    { cwd: join(dir, "ws"), env },
-  );
-  expect(run.stderr).toBe("");
-  const ends = run.stdout
-    .split("\n")
-    .filter((line) => line.startsWith("{"))
-    .map((line) => JSON.parse(line))
-    .filter((e) => e.type === "tool_execution_end");
-  expect(ends.map((e) => [e.toolName, e.isError, e.result.content[0].text])).toEqual([
+  expect(await readOutside(dir, env, ["--offline"])).toEqual([
     ["read", true, `path "${join(dir, "outside.txt")}" is outside workspace`],
   ]);
+}, 300_000);
+
+it(`pi -e npm:pi-native-ops (${piName}): for one run, nothing installed`, async () => {
+  expect(tarballs).toHaveLength(2);
+  const { dir, env } = scratch();
+  expect(await readOutside(dir, env, ["-e", "npm:pi-native-ops"])).toEqual([
+    ["read", true, `path "${join(dir, "outside.txt")}" is outside workspace`],
+  ]);
+  const settings = JSON.parse(readFileSync(join(dir, "home", ".pi", "agent", "settings.json"), "utf8"));
+  expect(settings.packages).toBeUndefined();
 }, 300_000);
