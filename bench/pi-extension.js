@@ -10,7 +10,7 @@ import { pathToFileURL } from "node:url";
 import { median, runChild } from "./lib.js";
 
 /** pi runs per side: each is a whole pi start (about a second of CPU), so few. */
-const PI_RUNS = 9;
+const PI_RUNS = 11;
 /** Fresh-process runs of the extension alone. */
 const EXTENSION_RUNS = 15;
 
@@ -61,17 +61,30 @@ export async function bench({ piName, repo, log }) {
       if (out.code !== 0 || model.requests.length === before) throw new Error(`pi failed: ${out.stderr}`);
       return first - t0;
     };
-    const plain = [];
-    const withExtension = [];
-    await startup([]); // warm the page cache
-    await startup(["-e", repo]);
+    // For scale: what pi's loading of any extension costs, with one that does nothing.
+    const empty = path.join(dir, "empty-extension");
+    mkdirSync(empty);
+    writeFileSync(
+      path.join(empty, "package.json"),
+      JSON.stringify({ type: "module", pi: { extensions: ["./index.js"] } }),
+    );
+    writeFileSync(path.join(empty, "index.js"), "export default function () {}\n");
+    const sides = [
+      { name: "plain", args: [], ms: [] },
+      { name: "-e pi-native-ops", args: ["-e", repo], ms: [] },
+      { name: "-e an empty extension", args: ["-e", empty], ms: [] },
+    ];
+    for (const side of sides) await startup(side.args); // warm the page cache
     for (let i = 0; i < PI_RUNS; i++) {
-      // Alternated, each side first in turn, so load from elsewhere hits both alike.
-      const order = i % 2 === 0 ? [plain, withExtension] : [withExtension, plain];
-      for (const side of order) side.push(await startup(side === plain ? [] : ["-e", repo]));
+      // Alternated, each side first in turn, so load from elsewhere hits all alike.
+      for (let k = 0; k < sides.length; k++) {
+        const side = sides[(i + k) % sides.length];
+        side.ms.push(await startup(side.args));
+      }
     }
-    log(`pi start to first model request: plain ${plain.map((x) => x.toFixed(0)).join(", ")}`);
-    log(`                        -e pi-native-ops ${withExtension.map((x) => x.toFixed(0)).join(", ")}`);
+    for (const side of sides)
+      log(`pi start to first model request, ${side.name}: ${side.ms.map((x) => x.toFixed(0)).join(", ")}`);
+    const [plain, withExtension, withEmpty] = sides.map((side) => side.ms);
 
     const script = path.join(dir, "extension-alone.mjs");
     writeFileSync(script, CHILD);
@@ -97,7 +110,7 @@ export async function bench({ piName, repo, log }) {
         stockMs: plainMs,
         ratio: extMs / plainMs,
         target: "≤ +50 ms",
-        note: `added ${(extMs - plainMs).toFixed(0)} ms (medians of ${PI_RUNS} alternated runs; pi's own run-to-run spread is larger)`,
+        note: `added ${(extMs - plainMs).toFixed(0)} ms; an empty extension: ${median(withEmpty).toFixed(0)} ms (medians of ${PI_RUNS} alternated runs; pi's own run-to-run spread is larger)`,
       },
       {
         operation: "the extension alone: import (addon included), factory, session_start",
