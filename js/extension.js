@@ -82,7 +82,8 @@ function runningPiEntry() {
  * The pi module of the pi running this extension: the tools must be built by it (its classes, its
  * renderers, its wording), never by another copy. Under the pi CLI that is the package of the running
  * script, imported by path so it is the very module instance pi runs. Otherwise (pi's SDK, a compiled
- * pi) the package names, which pi's loader maps to itself when it transforms the extension.
+ * pi) the package names: a compiled pi's loader maps them to itself; elsewhere they resolve from this
+ * package's location.
  */
 async function hostPi() {
   const entry = runningPiEntry();
