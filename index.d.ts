@@ -5,3 +5,4 @@ export * from "./js/find.js";
 export * from "./js/grep.js";
 export * from "./js/tools.js";
 export * from "./js/remote.js";
+export type { PiModule } from "./js/pi.js";

@@ -1,5 +1,5 @@
 import type { BoundFs } from "./fs.js";
-import type { Pi } from "./pi.js";
+import type { Pi, PiModule } from "./pi.js";
 
 /** pi's GrepOperations, bounded: `isDirectory` throws for missing or outside paths. */
 export interface BoundGrepOperations {
@@ -51,6 +51,12 @@ export declare function grep(options: GrepOptions): Promise<GrepResult>;
 export interface GrepToolFactoryOptions {
   /** Bound the search by this boundFs (and map its runtime root); default: unbounded below `cwd`. */
   fs?: BoundFs;
+  /**
+   * The pi-coding-agent module whose factories build the tools (`import * as pi from
+   * "@earendil-works/pi-coding-agent"`), e.g. the one pi gives an extension. Default: the installed pi,
+   * found by package name from this package's location. A TypeError if it is not a pi module.
+   */
+  pi?: PiModule;
 }
 
 /** pi's grep ToolDefinition from the installed pi, with a native execute. */

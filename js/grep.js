@@ -4,7 +4,7 @@
 import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
-import { requirePi } from "./pi.js";
+import { piOf } from "./pi.js";
 import { boundRootOf, checkObject, checkOptional } from "./args.js";
 
 const DEFAULT_LIMIT = 100;
@@ -122,16 +122,17 @@ export async function grepWith(search, options, defaultCwd) {
 export function createGrepToolDefinition(cwd, options = {}) {
   assertBoundedFsSupported("createGrepToolDefinition");
   if (typeof cwd !== "string") throw new TypeError("cwd must be a string");
+  const pi = piOf(options?.pi);
   const bound = options?.fs ? boundRootOf(options.fs) : null;
-  return grepToolDefinitionWith(cwd, (req, signal) => runSearch(bound, req, signal));
+  return grepToolDefinitionWith(cwd, (req, signal) => runSearch(bound, req, signal), pi);
 }
 
 /**
  * The grep ToolDefinition around a search: `search(request, signal)` runs it (natively here, over a
- * connection in remote.js); the output the model reads is formatted here for both.
+ * connection in remote.js); the output the model reads is formatted here for both. `pi`: the pi module
+ * (validated by piOf).
  */
-export function grepToolDefinitionWith(cwd, search) {
-  const { module: pi } = requirePi();
+export function grepToolDefinitionWith(cwd, search, pi) {
   const stock = pi.createGrepToolDefinition(cwd);
   return {
     ...stock,
@@ -175,12 +176,12 @@ export function grepToolDefinitionWith(cwd, search) {
 
 /** pi's grep AgentTool (as the installed pi's `createGrepTool` builds it) with a native `execute`. */
 export function createGrepTool(cwd, options = {}) {
-  return grepToolOf(cwd, createGrepToolDefinition(cwd, options));
+  const pi = piOf(options?.pi);
+  return grepToolOf(cwd, createGrepToolDefinition(cwd, { ...options, pi }), pi);
 }
 
-/** pi's grep AgentTool whose `execute` is `definition`'s. */
-export function grepToolOf(cwd, definition) {
-  const { module: pi } = requirePi();
+/** pi's grep AgentTool whose `execute` is `definition`'s; `pi`: the pi module (validated by piOf). */
+export function grepToolOf(cwd, definition, pi) {
   return {
     ...pi.createGrepTool(cwd),
     execute: (toolCallId, params, signal, onUpdate, ctx) =>

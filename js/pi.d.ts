@@ -16,4 +16,9 @@ export type Pi = Pick2<typeof Current, typeof Legacy>;
 /** pi's `BashSpawnHook`: rewrites a command, cwd or environment before the bash tool runs it. */
 export type BashSpawnHook = Pick2<Current.BashSpawnHook, Legacy.BashSpawnHook>;
 
+/** A pi-coding-agent module (either package) as `import * as pi from "…"` gives it: the `pi` option of the factories. */
+export type PiModule = typeof Current | typeof Legacy;
+
 export declare function requirePi(): { name: string; module: Pi };
+/** The `pi` option if given (a TypeError when it is not a pi module), else {@link requirePi}'s module. */
+export declare function piOf(option?: PiModule): Pi;

@@ -65,3 +65,55 @@ export function requirePi() {
       `Install "@earendil-works/pi-coding-agent" (Node >= 22.19) or "@mariozechner/pi-coding-agent".`,
   );
 }
+
+/** The factories and helpers the tools take from pi; a `pi` option lacking one is not a pi module. */
+const NEEDED = [
+  "createReadToolDefinition",
+  "createBashToolDefinition",
+  "createEditToolDefinition",
+  "createWriteToolDefinition",
+  "createGrepToolDefinition",
+  "createFindToolDefinition",
+  "createLsToolDefinition",
+  "createReadTool",
+  "createBashTool",
+  "createEditTool",
+  "createWriteTool",
+  "createGrepTool",
+  "createFindTool",
+  "createLsTool",
+  "truncateHead",
+  "formatSize",
+];
+
+/** The pi modules piOf has returned. */
+const accepted = new WeakSet();
+
+/**
+ * The pi module a factory uses: its `pi` option (the module as `import * as pi from
+ * "@earendil-works/pi-coding-agent"` gives it, e.g. the copy pi hands an extension), else the installed
+ * one found by name ({@link requirePi}).
+ */
+export function piOf(option) {
+  if (option === undefined) {
+    const { module } = requirePi();
+    accepted.add(module);
+    return module;
+  }
+  // A module already chosen (found by name, or checked) is passed on between the factories as is.
+  if (accepted.has(option)) return option;
+  if (option === null || (typeof option !== "object" && typeof option !== "function")) {
+    throw new TypeError(
+      `pi must be the pi-coding-agent module (import * as pi from "@earendil-works/pi-coding-agent")`,
+    );
+  }
+  const missing = NEEDED.filter((name) => typeof option[name] !== "function");
+  if (missing.length > 0) {
+    throw new TypeError(
+      `pi must be the pi-coding-agent module (import * as pi from "@earendil-works/pi-coding-agent"): ` +
+        `it has no ${missing.slice(0, 3).join(", ")}${missing.length > 3 ? ", …" : ""}`,
+    );
+  }
+  accepted.add(option);
+  return option;
+}

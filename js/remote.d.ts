@@ -3,7 +3,7 @@ import type { Readable, Writable } from "node:stream";
 import type { NativeBashOperations } from "./bash.js";
 import type { BoundFs, IndexOptions } from "./fs.js";
 import type { GrepOptions, GrepResult } from "./grep.js";
-import type { BashSpawnHook } from "./pi.js";
+import type { BashSpawnHook, PiModule } from "./pi.js";
 import type { NativeToolDefinitions, NativeTools } from "./tools.js";
 
 /**
@@ -78,6 +78,12 @@ export interface RemoteToolsOptions {
   connection: RemoteConnection;
   /** `shellPath` (on the server), plus pi's bash tool options (`spawnHook`, `commandPrefix`). */
   bash?: { shellPath?: string; spawnHook?: BashSpawnHook; commandPrefix?: string };
+  /**
+   * The pi-coding-agent module whose factories build the tools (`import * as pi from
+   * "@earendil-works/pi-coding-agent"`), e.g. the one pi gives an extension. Default: the installed pi,
+   * found by package name from this package's location. A TypeError if it is not a pi module.
+   */
+  pi?: PiModule;
 }
 
 /** Like createNativeTools(cwd): the seven tools, each running on the connection's server; `cwd` is a server path. */

@@ -11,6 +11,7 @@ import { checkOptions } from "./find.js";
 import { abortedError, createGrepOperations, grepToolDefinitionWith, grepWith } from "./grep.js";
 import { platformSuffix } from "./native.js";
 import { createIndexFace, emptyIndexStats } from "./search-index.js";
+import { piOf } from "./pi.js";
 import { assembleTools } from "./tools.js";
 
 const require = createRequire(import.meta.url);
@@ -798,14 +799,15 @@ function wireRemote(cwd, options, kind) {
     throw new TypeError("index: give it to connect(transport, { index }), whose connection the tools use");
   }
   const { connection, bash = {} } = options;
+  const pi = piOf(options.pi);
   if (!connection || typeof connection[searchKey] !== "function") {
     throw new TypeError("options.connection must be a connection made by connect()");
   }
   checkObject(bash, "options.bash");
   const { shellPath, ...bashToolOptions } = bash;
   const operations = shellPath === undefined ? connection.bash : connection.createBashOperations({ shellPath });
-  const grep = grepToolDefinitionWith(cwd, connection[searchKey]);
-  return assembleTools(cwd, kind, { fs: connection.fs, operations, bashToolOptions, grep });
+  const grep = grepToolDefinitionWith(cwd, connection[searchKey], pi);
+  return assembleTools(cwd, kind, { fs: connection.fs, operations, bashToolOptions, grep, pi });
 }
 
 /** Like createNativeTools(cwd), each tool running on the connection's server; `cwd` is a server path. */

@@ -1,6 +1,6 @@
 import type { NativeBashOptions, SandboxOptions } from "./bash.js";
 import type { BoundIndex, IndexOptions } from "./fs.js";
-import type { BashSpawnHook, Pi } from "./pi.js";
+import type { BashSpawnHook, Pi, PiModule } from "./pi.js";
 
 export interface NativeToolsOptions {
   /** Host directory the file tools are bounded to. Default: `cwd`. */
@@ -20,6 +20,12 @@ export interface NativeToolsOptions {
    * then has `index` (not enumerable) to await, inspect or close it.
    */
   index?: boolean | IndexOptions;
+  /**
+   * The pi-coding-agent module whose factories build the tools (`import * as pi from
+   * "@earendil-works/pi-coding-agent"`), e.g. the one pi gives an extension. Default: the installed pi,
+   * found by package name from this package's location. A TypeError if it is not a pi module.
+   */
+  pi?: PiModule;
 }
 
 /** pi's tool objects (AgentTool), each as the installed pi's own factory types it. */

@@ -5,7 +5,7 @@ import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
 import { checkObject } from "./args.js";
-import { requirePi } from "./pi.js";
+import { piOf } from "./pi.js";
 
 /**
  * pi words the find limit notice shorter when it runs custom operations (`[4 results limit reached]`)
@@ -57,6 +57,7 @@ function sandboxOf(options, root, runtimeRoot) {
 function wire(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");
   checkObject(options);
+  const pi = piOf(options.pi);
   const { bash = {} } = options;
   const sandboxObject = options.sandbox !== null && typeof options.sandbox === "object" ? options.sandbox : {};
   const root = options.root ?? sandboxObject.root ?? cwd;
@@ -77,7 +78,8 @@ function wire(cwd, options, kind) {
     fs,
     operations,
     bashToolOptions,
-    grep: createGrepToolDefinition(cwd, { fs }),
+    grep: createGrepToolDefinition(cwd, { fs, pi }),
+    pi,
   });
   // Not enumerable: callers take the tools as Object.values(tools).
   if (fs.index !== undefined) Object.defineProperty(tools, "index", { value: fs.index });
@@ -87,17 +89,16 @@ function wire(cwd, options, kind) {
 /**
  * The seven tools of `kind` ("Tool" or "ToolDefinition") from the installed pi's factories over `fs`'s
  * operations and bash's `operations`, with `grep` (our grep tool's definition) in pi's grep's place.
- * Shared by the local tools here and the remote ones (remote.js).
+ * `pi` is the pi module (validated by piOf). Shared by the local tools here and the remote ones (remote.js).
  */
-export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep }) {
-  const { module: pi } = requirePi();
+export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep, pi }) {
   const make = (name) => pi[`create${name}${kind}`];
   return {
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
-    grep: kind === "Tool" ? grepToolOf(cwd, grep) : grep,
+    grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
     find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };

@@ -23,6 +23,7 @@ const MAIN_REQUIRED = [
   "js/pi.d.ts",
   "js/args.js",
   "js/platforms.js",
+  "js/extension.js",
 ];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],

@@ -7,8 +7,9 @@
 #   3. check the tarballs' contents (scripts/pack-check.js) and report their sizes;
 #   4. install both tarballs into a fresh temporary project (pack-test/) together with pi, vitest and
 #      typescript from the registry, type-check it against both pi versions and run its vitest suite
-#      (ESM, plus a CommonJS consumer it runs as a child): Node 20 + @mariozechner/pi-coding-agent, and
-#      Node 22 + @earendil-works/pi-coding-agent.
+#      (ESM, plus a CommonJS consumer it runs as a child, and `pi install npm:pi-native-ops` from the
+#      tarballs into a scratch HOME): Node 20 + @mariozechner/pi-coding-agent, and Node 22 +
+#      @earendil-works/pi-coding-agent.
 # Usage: bash scripts/pack-test.sh   (PACK_TEST_KEEP=1 keeps the scratch directory; PACK_TEST_NODE22=<node>)
 # Ends with one summary line, "pack-test: PASS ..." or "pack-test: FAIL ...", and exits non-zero on failure.
 set -euo pipefail
@@ -96,7 +97,10 @@ node "$repo/scripts/pack-check.js" "$work/main-pack.json" "$work/platform-pack.j
 
 step="npm install into a fresh project"
 echo "pack-test: $step ($work/app)"
-cp "$repo"/pack-test/{package.json,tsconfig.json,types-check.ts,pi-tools.test.js,cjs-consumer.cjs,remote.test.js} "$work/app/"
+cp "$repo"/pack-test/{package.json,tsconfig.json,vitest.config.js,types-check.ts,pi-tools.test.js,cjs-consumer.cjs,remote.test.js} "$work/app/"
+# pi-install.test.js: `pi install npm:pi-native-ops` from the two tarballs (a loopback registry), with
+# the scripted model the repo's pi extension test uses.
+cp "$repo"/pack-test/pi-install.test.js "$repo"/__test__/helpers/fake-model.js "$work/app/"
 # Only the registry and the two tarballs: nothing of the repo's node_modules is visible from $work/app.
 (cd "$work/app" && run install npm install --no-audit --no-fund --prefer-offline "$main_tgz" "$platform_tgz")
 
@@ -119,7 +123,7 @@ check "tsc (pi 0.73.1 and 1.6.0)" "$node20" node_modules/typescript/bin/tsc --no
 # Runs the suite with one Node and one pi; reports "passed/total" from vitest's JSON report.
 vitest_leg() {
   local label="$1" node_bin="$2" pi_name="$3" report="$work/vitest-$1.json"
-  PI_NATIVE_OPS_PI="$pi_name" check "vitest $label" "$node_bin" node_modules/vitest/vitest.mjs run \
+  PACK_TEST_TARBALLS="$main_tgz:$platform_tgz" PI_NATIVE_OPS_PI="$pi_name" check "vitest $label" "$node_bin" node_modules/vitest/vitest.mjs run \
     --reporter=default --reporter=json --outputFile="$report" || true
   if [[ -f "$report" ]]; then
     # shellcheck disable=SC2016 # the backticks are JavaScript, for node -p

@@ -33,3 +33,12 @@ export const notAny: [
 export const wrong: string = definitions.read;
 // @ts-expect-error spawnHook takes pi's BashSpawnContext, and must return one
 createNativeTools("/workspace", { bash: { spawnHook: (context: number) => context } });
+
+// The pi module can be injected (either package's), and anything else is a type error.
+import * as piModule from "@earendil-works/pi-coding-agent";
+import { createGrepTool as createGrepToolWithPi, type PiModule } from "pi-native-ops";
+export const injected: PiModule = piModule;
+createNativeTools("/tmp/workspace", { pi: piModule });
+createGrepToolWithPi("/tmp/workspace", { pi: piModule });
+// @ts-expect-error pi is the pi module
+createNativeTools("/tmp/workspace", { pi: "pi" });

@@ -1,0 +1,384 @@
+// pi-native-ops as a pi extension (`pi install npm:pi-native-ops`, `pi -e npm:pi-native-ops`): the seven
+// built-in tools and the user's `!` commands run on the native operations. The tools are pi's own
+// definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
+// the "pi-native-ops" entry of pi's settings.json.
+import { spawn } from "node:child_process";
+import { readFileSync, realpathSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { createBashOperations, sandboxSupport } from "./bash.js";
+import { connect, createRemoteToolDefinitions } from "./remote.js";
+import { createNativeToolDefinitions } from "./tools.js";
+
+const NAMES = ["read", "bash", "edit", "write", "grep", "find", "ls"];
+const STATUS = "pi-native-ops";
+/** The most of a remote command's stderr kept to explain its failure: enough for ssh's message. */
+const STDERR_KEPT_BYTES = 4096;
+
+const FLAGS = {
+  "native-sandbox": { type: "boolean", default: false, description: "pi-native-ops: run bash in a sandbox" },
+  "native-sandbox-mode": {
+    type: "string",
+    description: "pi-native-ops: sandbox mode: auto (default), namespaces or landlock",
+  },
+  "native-sandbox-network": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: let sandboxed bash use the host's network",
+  },
+  "native-sandbox-ro": {
+    type: "string",
+    description: `pi-native-ops: extra host paths sandboxed bash may read ("${path.delimiter}"-separated)`,
+  },
+  "native-sandbox-rw": {
+    type: "string",
+    description: `pi-native-ops: extra host paths sandboxed bash may write ("${path.delimiter}"-separated)`,
+  },
+  "native-index": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: keep a warm search index of the workspace for find and grep",
+  },
+  "native-remote": {
+    type: "string",
+    description:
+      'pi-native-ops: run the tools on a pi-native-ops-server started by this shell command, e.g. "ssh host pi-native-ops-server --root /srv/w"',
+  },
+};
+
+const PI_NAMES = ["@earendil-works/pi-coding-agent", "@mariozechner/pi-coding-agent"];
+/** How many directories above the running script its package.json may be (pi's bin is dist/cli.js). */
+const PACKAGE_DEPTH = 4;
+
+/**
+ * The entry file of the pi package whose CLI runs this process, or null (an application on pi's SDK,
+ * a compiled pi binary).
+ */
+function runningPiEntry() {
+  let dir;
+  try {
+    dir = path.dirname(realpathSync(process.argv[1]));
+  } catch {
+    return null;
+  }
+  for (let up = 0; up < PACKAGE_DEPTH; up++, dir = path.dirname(dir)) {
+    let manifest;
+    try {
+      manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
+    } catch {
+      continue;
+    }
+    if (!PI_NAMES.includes(manifest.name)) return null;
+    const root = manifest.exports?.["."] ?? manifest.exports;
+    const entry = (typeof root === "string" ? root : (root?.import ?? root?.default)) ?? manifest.main;
+    const file = typeof entry === "string" ? entry : entry?.default;
+    return typeof file === "string" ? path.join(dir, file) : null;
+  }
+  return null;
+}
+
+/**
+ * The pi module of the pi running this extension: the tools must be built by it (its classes, its
+ * renderers, its wording), never by another copy. Under the pi CLI that is the package of the running
+ * script, imported by path so it is the very module instance pi runs. Otherwise (pi's SDK, a compiled
+ * pi) the package names: a compiled pi's loader maps them to itself; elsewhere they resolve from this
+ * package's location.
+ */
+async function hostPi() {
+  const entry = runningPiEntry();
+  if (entry !== null) return import(pathToFileURL(entry).href);
+  const failures = [];
+  for (const name of PI_NAMES) {
+    try {
+      return await import(name);
+    } catch (err) {
+      failures.push(`${name}: ${String(err?.message ?? err).split("\n")[0]}`);
+    }
+  }
+  throw new Error(`pi-native-ops: cannot load the pi module this extension runs in:\n  ${failures.join("\n  ")}`);
+}
+
+/** A flag's value as a path list, or undefined when not given. */
+function pathList(value) {
+  if (value === undefined || value === "") return undefined;
+  return value.split(path.delimiter).filter((p) => p !== "");
+}
+
+/** The settings entry's name in pi's settings.json, and its keys with the flag each one matches. */
+const SETTINGS_KEY = "pi-native-ops";
+const SETTINGS = {
+  sandbox: ["boolean", "native-sandbox"],
+  sandboxMode: ["string", "native-sandbox-mode"],
+  sandboxNetwork: ["boolean", "native-sandbox-network"],
+  sandboxReadOnly: ["paths", "native-sandbox-ro"],
+  sandboxReadWrite: ["paths", "native-sandbox-rw"],
+  index: ["boolean", "native-index"],
+  remote: ["string", "native-remote"],
+};
+
+/**
+ * pi's settings: pi 1.x gives the merged global and project settings; pi 0.x has no such call, so its
+ * global settings file is read (a sandbox asked for there is never ignored).
+ */
+function piSettings(api) {
+  if (typeof api.getSettings === "function") return api.getSettings();
+  const agentDir = process.env.PI_CODING_AGENT_DIR || path.join(os.homedir(), ".pi", "agent");
+  try {
+    return JSON.parse(readFileSync(path.join(agentDir, "settings.json"), "utf8"));
+  } catch (err) {
+    if (err.code === "ENOENT") return {};
+    throw new Error(`cannot read ${path.join(agentDir, "settings.json")}: ${err.message}`);
+  }
+}
+
+/** The `"pi-native-ops"` settings entry, checked, as flag values (undefined where not set). */
+function readSettings(api) {
+  const entry = piSettings(api)?.[SETTINGS_KEY];
+  if (entry === undefined) return {};
+  const where = `settings "${SETTINGS_KEY}"`;
+  if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
+    throw new Error(`${where} must be an object (keys: ${Object.keys(SETTINGS).join(", ")})`);
+  }
+  const values = {};
+  for (const [key, value] of Object.entries(entry)) {
+    if (!(key in SETTINGS)) {
+      throw new Error(`${where}: unknown key "${key}" (keys: ${Object.keys(SETTINGS).join(", ")})`);
+    }
+    const [type, flag] = SETTINGS[key];
+    const ok =
+      type === "paths" ? Array.isArray(value) && value.every((p) => typeof p === "string") : typeof value === type;
+    if (!ok) throw new Error(`${where}.${key} must be ${type === "paths" ? "an array of paths" : `a ${type}`}`);
+    values[flag] = type === "paths" ? value.join(path.delimiter) : value;
+  }
+  return values;
+}
+
+/**
+ * The options of a session: the settings entry, then the flags over it (a boolean flag can only turn
+ * an option on), checked before anything starts.
+ */
+function readOptions(api) {
+  const settings = readSettings(api);
+  const flag = (name) => api.getFlag(name) ?? settings[name];
+  const on = (name) => api.getFlag(name) === true || settings[name] === true;
+  const options = {
+    sandbox: on("native-sandbox"),
+    mode: flag("native-sandbox-mode"),
+    network: on("native-sandbox-network"),
+    readOnly: pathList(flag("native-sandbox-ro")),
+    readWrite: pathList(flag("native-sandbox-rw")),
+    index: on("native-index"),
+    remote: flag("native-remote"),
+  };
+  const sandboxOnly = [
+    ["native-sandbox-mode", options.mode !== undefined],
+    ["native-sandbox-network", options.network],
+    ["native-sandbox-ro", options.readOnly !== undefined],
+    ["native-sandbox-rw", options.readWrite !== undefined],
+  ];
+  for (const [name, given] of sandboxOnly) {
+    if (given && !options.sandbox) {
+      throw new Error(`--${name} needs --native-sandbox (in settings: "sandbox": true)`);
+    }
+  }
+  if (options.remote !== undefined && options.remote.trim() === "") {
+    throw new Error("--native-remote needs the command that starts pi-native-ops-server");
+  }
+  if (options.remote !== undefined && options.sandbox) {
+    throw new Error(
+      "--native-sandbox does not apply to --native-remote: run pi-native-ops-server itself in the sandbox (a container)",
+    );
+  }
+  return options;
+}
+
+/** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
+function sandboxUnavailable(mode = "auto") {
+  const support = sandboxSupport();
+  if (mode === "auto") {
+    if (support.auto !== null) return null;
+    return `namespaces mode: ${support.namespacesError}; landlock mode: ${support.landlockError}`;
+  }
+  // Another value is left to createBashOperations, which names the modes.
+  const error = { namespaces: support.namespacesError, landlock: support.landlockError }[mode] ?? null;
+  return error === null ? null : `${mode} mode: ${error}`;
+}
+
+/** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
+async function connectRemote(command, { index, signal }) {
+  const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (chunk) => {
+    if (stderr.length < STDERR_KEPT_BYTES) stderr += chunk.toString("utf8").slice(0, STDERR_KEPT_BYTES - stderr.length);
+  });
+  const spawned = new Promise((_, reject) => child.once("error", reject));
+  try {
+    const connection = await Promise.race([connect(child, { index, signal }), spawned]);
+    return { connection, child };
+  } catch (err) {
+    // What the command said (ssh's reason, a shell's "not found") comes once its pipes close.
+    const closed = new Promise((resolve) => {
+      child.once("close", (code, sig) => resolve(sig ?? code));
+      signal.addEventListener("abort", () => resolve(null), { once: true });
+    });
+    child.kill("SIGKILL");
+    const exit = await closed;
+    const said = stderr.trim();
+    throw new Error(
+      `cannot connect to the remote workspace (${JSON.stringify(command)} exited: ${exit}): ${err.message}${said ? `\n${said}` : ""}`,
+    );
+  }
+}
+
+/** The session's tools and `!` operations from `flags`, in `cwd`. */
+async function start(pi, flags, cwd, signal) {
+  if (flags.remote !== undefined) {
+    const { connection, child } = await connectRemote(flags.remote, { index: flags.index || undefined, signal });
+    const root = connection.server.root;
+    const tools = createRemoteToolDefinitions(root, { connection, pi });
+    // pi gives `!` commands its own cwd: the same place on the server.
+    const toServer = (dir) => {
+      const rel = path.relative(cwd, dir);
+      const outside = rel === ".." || rel.startsWith(`..${path.sep}`) || path.isAbsolute(rel);
+      return outside ? root : path.posix.join(root, rel.split(path.sep).join("/"));
+    };
+    const userBash = { exec: (command, dir, options) => connection.bash.exec(command, toServer(dir), options) };
+    // pi 1.x resolves a tool's relative paths against the context's cwd, which is local: give it the
+    // server's. The rest of the context reads through to pi's own (methods bound to it).
+    const context = (ctx) =>
+      ctx &&
+      new Proxy(ctx, {
+        get(target, key) {
+          if (key === "cwd") return toServer(target.cwd ?? cwd);
+          const value = Reflect.get(target, key, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    const close = async () => {
+      connection.close();
+      child.kill();
+    };
+    return {
+      tools,
+      userBash,
+      close,
+      status: `remote ${root}${flags.index ? " · index" : ""}`,
+      remote: { localCwd: cwd, root },
+      context,
+    };
+  }
+  let sandbox;
+  if (flags.sandbox) {
+    const why = sandboxUnavailable(flags.mode);
+    if (why !== null) throw new Error(`no bash sandbox on this machine (${why})`);
+    sandbox = {
+      ...(flags.mode === undefined ? {} : { mode: flags.mode }),
+      network: flags.network,
+      ...(flags.readOnly === undefined ? {} : { readOnly: flags.readOnly }),
+      ...(flags.readWrite === undefined ? {} : { readWrite: flags.readWrite }),
+    };
+  }
+  const tools = createNativeToolDefinitions(cwd, {
+    pi,
+    ...(sandbox === undefined ? {} : { sandbox }),
+    ...(flags.index ? { index: true } : {}),
+  });
+  // The same shell as the bash tool: sandboxed the same way, over the same workspace.
+  const userBash = createBashOperations(
+    sandbox === undefined ? {} : { sandbox: { ...sandbox, root: cwd, runtimeRoot: cwd } },
+  );
+  const close = async () => {
+    await tools.index?.close();
+  };
+  const parts = ["native tools"];
+  if (sandbox !== undefined) parts.push(`sandbox (${flags.mode ?? sandboxSupport().auto})`);
+  if (flags.index) parts.push("index");
+  return { tools, userBash, close, status: parts.join(" · ") };
+}
+
+export default async function piNativeOps(api) {
+  const pi = await hostPi();
+  for (const [name, options] of Object.entries(FLAGS)) api.registerFlag(name, options);
+
+  // Set at session_start: a promise of the session's tools (rejecting with why they cannot run).
+  let session = null;
+  let abort = null;
+
+  const active = () => {
+    if (session === null) throw new Error("pi-native-ops: the session has not started");
+    return session;
+  };
+
+  // pi's own definitions (name, description, parameters, prompt snippet and guidelines, renderers),
+  // each running the session's native tool of that name.
+  const cwd = process.cwd();
+  for (const name of NAMES) {
+    const factory = `create${name[0].toUpperCase()}${name.slice(1)}ToolDefinition`;
+    const stock = pi[factory](cwd);
+    api.registerTool({
+      ...stock,
+      async execute(toolCallId, params, signal, onUpdate, ctx) {
+        const { tools, context } = await active();
+        return tools[name].execute(toolCallId, params, signal, onUpdate, context ? context(ctx) : ctx);
+      },
+    });
+  }
+
+  api.on("session_start", async (_event, ctx) => {
+    abort = new AbortController();
+    const setStatus = (text) => {
+      if (ctx.hasUI) ctx.ui.setStatus(STATUS, text);
+    };
+    session = (async () => start(pi, readOptions(api), ctx.cwd ?? cwd, abort.signal))();
+    try {
+      const { status } = await session;
+      setStatus(status);
+    } catch (err) {
+      // Never a silent fallback: every tool and `!` command fails with this until the next session.
+      const message = `pi-native-ops: ${err.message}`;
+      session = Promise.reject(new Error(message));
+      session.catch(() => {});
+      setStatus("pi-native-ops: failed");
+      if (ctx.hasUI) ctx.ui.notify(message, "error");
+      throw new Error(message);
+    }
+  });
+
+  api.on("session_shutdown", async () => {
+    abort?.abort();
+    const ending = session;
+    session = null;
+    if (ending === null) return;
+    try {
+      await (await ending).close();
+    } catch {
+      // A session that never started has nothing to close.
+    }
+  });
+
+  api.on("user_bash", async () => {
+    const { userBash } = await active();
+    return { operations: userBash };
+  });
+
+  api.on("before_agent_start", async (event) => {
+    if (session === null) return undefined;
+    let remote;
+    try {
+      ({ remote } = await session);
+    } catch {
+      return undefined;
+    }
+    if (remote === undefined) return undefined;
+    // The working directory the model is told is the server's (pi 0.x and 1.x word it differently).
+    let systemPrompt = event.systemPrompt;
+    for (const [local, server] of [
+      [`Current working directory: ${remote.localCwd}`, `Current working directory: ${remote.root}`],
+      [`<cwd>\n${remote.localCwd}\n</cwd>`, `<cwd>\n${remote.root}\n</cwd>`],
+    ]) {
+      systemPrompt = systemPrompt.replace(local, server);
+    }
+    return systemPrompt === event.systemPrompt ? undefined : { systemPrompt };
+  });
+}
