@@ -6,6 +6,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { lstatSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import * as pno from "pi-native-ops";
+import { untilDead } from "./helpers/procs.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execAllAs, nobody, removeScripts, tempDirFor } from "./helpers/nobody.js";
 
@@ -23,32 +24,6 @@ afterAll(() => {
   for (const fn of cleanup.reverse()) fn();
   removeScripts();
 });
-
-/** Host pids whose command line contains `marker` (zombies excluded). */
-function pidsWith(marker) {
-  const pids = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8");
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const zombie = stat
-        .slice(stat.lastIndexOf(")") + 1)
-        .trim()
-        .startsWith("Z");
-      if (!zombie && cmdline.replaceAll("\0", " ").includes(marker)) pids.push(Number(name));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return pids;
-}
-
-/** Waits (up to ~10 s) for every process carrying `marker` to be gone; what is left. */
-async function untilGone(marker) {
-  for (let i = 0; i < 400 && pidsWith(marker).length > 0; i++) await new Promise((r) => setTimeout(r, 25));
-  return pidsWith(marker);
-}
 
 /** Every path under `dir` whose mode has a setuid or setgid bit. */
 function setIdFiles(dir) {
@@ -250,7 +225,7 @@ for (const [mode, available, why] of modes) {
             },
           ]);
           expect(r).toEqual({ output: "started\n", exitCode: 0 });
-          expect(await untilGone(marker)).toEqual([]);
+          expect(await untilDead(marker, 400)).toEqual([]);
         });
       },
     );

@@ -8,6 +8,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import * as pno from "pi-native-ops";
+import { pidsWith, untilDead } from "./helpers/procs.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeServer } from "./helpers/fake-server.js";
 import {
@@ -25,27 +26,6 @@ const support = process.platform === "linux" ? pno.sandboxSupport() : null;
 const FAKE_KEY = `sk-fake-${process.pid}-do-not-leak`;
 process.env.PNO_FAKE_API_KEY = FAKE_KEY;
 
-/** Host pids whose command line contains `marker` (the tree of a command that used it). */
-function pidsWith(marker) {
-  const pids = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8");
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const zombie = stat
-        .slice(stat.lastIndexOf(")") + 1)
-        .trim()
-        .startsWith("Z");
-      // cmdline separates the arguments with NUL bytes.
-      if (!zombie && cmdline.replaceAll("\0", " ").includes(marker)) pids.push(Number(name));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return pids;
-}
-
 /** A TCP listener on the host's loopback, counting the connections it accepts. */
 async function listen() {
   const server = net.createServer((socket) => {
@@ -62,11 +42,6 @@ function hostSleeper(user, env = process.env) {
   const argv = user === "nobody" ? [...nobody.argv, "sleep", "600"] : ["sleep", "600"];
   const child = spawn(argv[0], argv.slice(1), { stdio: "ignore", env });
   return child;
-}
-
-async function untilDead(marker) {
-  for (let i = 0; i < 200 && pidsWith(marker).length > 0; i++) await new Promise((r) => setTimeout(r, 25));
-  return pidsWith(marker);
 }
 
 const cleanup = [];
