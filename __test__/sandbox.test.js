@@ -327,6 +327,8 @@ for (const [mode, available, why] of modes) {
           expect(server.accepted).toBe(0);
           const [on] = await run([probe], { network: true });
           expect(on).toEqual({ output: "CONNECTED\n", exitCode: 0 });
+          // The accept is this process's event: it may come after the exec has settled.
+          for (let i = 0; i < 400 && server.accepted === 0; i++) await new Promise((r) => setTimeout(r, 25));
           expect(server.accepted).toBe(1);
         });
 
