@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use libc::sock_filter;
 
-use super::seccomp::{AUDIT_ARCH, RET_ALLOW};
+use super::seccomp::{AUDIT_ARCH, RET_ALLOW, SYS_REMOVEXATTRAT, SYS_SETXATTRAT, XATTR_CALLS};
 
 /// `SECCOMP_RET_ERRNO`: the call fails with the errno in the low 16 bits.
 const RET_ERRNO: u32 = 0x0005_0000;
@@ -73,9 +73,6 @@ const HANDLER_STACK_BYTES: usize = 256 << 10;
 const LOCK_RETRY_FIRST: Duration = Duration::from_millis(1);
 const LOCK_RETRY_MAX: Duration = Duration::from_millis(50);
 
-/// `setxattrat` and `removexattrat` (Linux 6.13), one number on every architecture.
-const SYS_SETXATTRAT: libc::c_long = 463;
-const SYS_REMOVEXATTRAT: libc::c_long = 466;
 /// `fchmodat2` (Linux 6.6), one number on every architecture.
 const SYS_FCHMODAT2: libc::c_long = 452;
 /// `pidfd_open`'s flag for a thread's pid (Linux 6.9; `O_EXCL`'s value).
@@ -89,9 +86,10 @@ const RESOLVE_BENEATH: u64 = 0x08;
 /// `capset`'s `_LINUX_CAPABILITY_VERSION_3`.
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// The metadata calls Landlock does not govern, with the path (or descriptor) they act on.
+/// The mode, owner and time calls Landlock does not govern, with the path (or descriptor) they act
+/// on; with `XATTR_CALLS`, every metadata call the handler performs.
 #[cfg(target_arch = "x86_64")]
-const METADATA_CALLS: &[libc::c_long] = &[
+const MODE_OWNER_TIME_CALLS: &[libc::c_long] = &[
     libc::SYS_chmod,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
@@ -104,31 +102,15 @@ const METADATA_CALLS: &[libc::c_long] = &[
     libc::SYS_utimes,
     libc::SYS_futimesat,
     libc::SYS_utimensat,
-    libc::SYS_setxattr,
-    libc::SYS_lsetxattr,
-    libc::SYS_fsetxattr,
-    libc::SYS_removexattr,
-    libc::SYS_lremovexattr,
-    libc::SYS_fremovexattr,
-    SYS_SETXATTRAT,
-    SYS_REMOVEXATTRAT,
 ];
 #[cfg(target_arch = "aarch64")]
-const METADATA_CALLS: &[libc::c_long] = &[
+const MODE_OWNER_TIME_CALLS: &[libc::c_long] = &[
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
     SYS_FCHMODAT2,
     libc::SYS_fchown,
     libc::SYS_fchownat,
     libc::SYS_utimensat,
-    libc::SYS_setxattr,
-    libc::SYS_lsetxattr,
-    libc::SYS_fsetxattr,
-    libc::SYS_removexattr,
-    libc::SYS_lremovexattr,
-    libc::SYS_fremovexattr,
-    SYS_SETXATTRAT,
-    SYS_REMOVEXATTRAT,
 ];
 /// Refused in Landlock mode: fanotify reports events on what Landlock would not let the shell read
 /// (unprivileged fanotify exists since Linux 5.13), and a sandboxed shell has no use for it.
@@ -375,8 +357,9 @@ pub(super) fn program(landlock: bool) -> Vec<sock_filter> {
         .filter(|_| landlock)
         .map(|&nr| nr as u32)
         .collect();
-    let calls: Vec<u32> = METADATA_CALLS
+    let calls: Vec<u32> = MODE_OWNER_TIME_CALLS
         .iter()
+        .chain(XATTR_CALLS)
         .chain(std::iter::once(&libc::SYS_inotify_add_watch))
         .filter(|_| landlock)
         .chain(std::iter::once(&libc::SYS_flock))
@@ -1839,7 +1822,7 @@ pub(super) mod tests {
     fn the_filter_notifies_only_what_it_must() {
         let landlock = program(true);
         let namespaces = program(false);
-        for &nr in METADATA_CALLS {
+        for &nr in MODE_OWNER_TIME_CALLS.iter().chain(XATTR_CALLS) {
             assert_eq!(verdict(&landlock, nr as u32, 0), RET_USER_NOTIF, "{nr}");
             assert_eq!(verdict(&namespaces, nr as u32, 0), RET_ALLOW, "{nr}");
         }

@@ -86,18 +86,21 @@ pub(super) const DENIED: &[libc::c_long] = &[
     libc::SYS_quotactl,
 ];
 
-/// In Landlock mode a root caller's shell owns the host's system files, and Landlock governs no
-/// ACL or other xattr: the filter refuses their changes. `setxattrat` (463) and `removexattrat`
-/// (466) have one number on every architecture.
-const XATTR_CALLS: &[libc::c_long] = &[
+/// `setxattrat` and `removexattrat` (Linux 6.13), one number on every architecture.
+pub(super) const SYS_SETXATTRAT: libc::c_long = 463;
+pub(super) const SYS_REMOVEXATTRAT: libc::c_long = 466;
+/// Every call that changes an xattr (ACLs included): Landlock governs none. The notification handler
+/// performs them beneath the writable paths; without it, a root caller's shell (which owns the
+/// host's system files) gets none.
+pub(super) const XATTR_CALLS: &[libc::c_long] = &[
     libc::SYS_setxattr,
     libc::SYS_lsetxattr,
     libc::SYS_fsetxattr,
     libc::SYS_removexattr,
     libc::SYS_lremovexattr,
     libc::SYS_fremovexattr,
-    463,
-    466,
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
 ];
 /// The setuid and setgid bits of a mode: refused in every mode and for every caller, since a
 /// set-id file left in the workspace (or any writable path) serves processes outside the sandbox
