@@ -563,6 +563,29 @@ fn answers_over_the_header_limit_travel_in_the_payload() {
 /// Peak resident memory allowed a server whose client reads nothing (docs/protocol.md, "Limits").
 const MEMORY_BOUND_KIB: u64 = 256 << 10;
 
+/// Waits until the server's reads stop for a second (or `done`, or its peak passes the bound),
+/// then asserts its peak resident memory stayed under the bound.
+fn assert_memory_bound_while_idle(pid: u32, what: &str, done: impl Fn() -> bool) {
+    let mut last = read_chars(pid);
+    let mut still = 0;
+    while still < 20 && !done() && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read_chars(pid);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    let peak = status_field(pid, "VmHWM:");
+    eprintln!(
+        "{what}: peak RSS {} MiB, {} MiB read before it stopped",
+        peak >> 10,
+        last >> 20
+    );
+    assert!(
+        peak < MEMORY_BOUND_KIB,
+        "peak RSS {peak} KiB over the bound"
+    );
+}
+
 #[test]
 fn a_client_that_never_reads_holds_the_server_to_its_memory_bound() {
     // The report's 64 MiB file; 8 calls (512 MiB of answers) are enough to pass the bound.
@@ -579,24 +602,7 @@ fn a_client_that_never_reads_holds_the_server_to_its_memory_bound() {
     }
     // Nothing is read until the server has done all it will: its reads of the files stop (it
     // would read all 40 unbounded) or it is already past the bound.
-    let mut last = read_chars(pid);
-    let mut still = 0;
-    while still < 20 && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
-        std::thread::sleep(Duration::from_millis(50));
-        let now = read_chars(pid);
-        still = if now == last { still + 1 } else { 0 };
-        last = now;
-    }
-    let peak = status_field(pid, "VmHWM:");
-    eprintln!(
-        "never-reading client: peak RSS {} MiB, {} MiB read before it stopped",
-        peak >> 10,
-        last >> 20
-    );
-    assert!(
-        peak < MEMORY_BOUND_KIB,
-        "peak RSS {peak} KiB over the bound"
-    );
+    assert_memory_bound_while_idle(pid, "never-reading client", || false);
     // Every answer still comes, whole, once read (in any order).
     let mut answered = std::collections::HashSet::new();
     while answered.len() < CALLS as usize {
@@ -698,24 +704,9 @@ fn refusals_to_a_client_that_never_reads_stop_its_input_not_the_memory_bound() {
             }
         }
     });
-    let mut last = read_chars(pid);
-    let mut still = 0;
-    while still < 20 && !writer.is_finished() && status_field(pid, "VmHWM:") < MEMORY_BOUND_KIB {
-        std::thread::sleep(Duration::from_millis(50));
-        let now = read_chars(pid);
-        still = if now == last { still + 1 } else { 0 };
-        last = now;
-    }
-    let peak = status_field(pid, "VmHWM:");
-    eprintln!(
-        "refusals to a never-reading client: peak RSS {} MiB, {} MiB read before it stopped",
-        peak >> 10,
-        last >> 20
-    );
-    assert!(
-        peak < MEMORY_BOUND_KIB,
-        "peak RSS {peak} KiB over the bound"
-    );
+    assert_memory_bound_while_idle(pid, "refusals to a never-reading client", || {
+        writer.is_finished()
+    });
     server.child.lock().unwrap().kill().unwrap();
     writer.join().unwrap();
 }
