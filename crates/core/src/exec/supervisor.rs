@@ -3,13 +3,14 @@
 //! file makes raw system calls on memory prepared before the fork only: no
 //! allocation, no locks, nothing that may panic.
 
+use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::ptr;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::spawn::Prepared;
+use super::sandbox::Plan;
 use super::{CMD_DETACH, MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED};
-use crate::sys::read_full;
+use crate::sys::{errno, read_full};
 
 /// The shell's exit code when it fails between fork and `execve`, the shell
 /// convention for "could not run". Node never sees it: the errno goes to the
@@ -29,6 +30,25 @@ const FD_SCAN_DEFAULT: RawFd = 4096;
 /// Bytes drained from the SIGCHLD self-pipe per read: any size works, it
 /// only holds wake-up bytes.
 const WAKE_DRAIN_BYTES: usize = 64;
+
+/// What the forked children read: built before the fork (`spawn`) in memory that stays put and
+/// unchanged until the supervisor exits.
+#[derive(Clone, Copy)]
+pub(super) struct Command<'a> {
+    /// The shell's path, resolved.
+    pub(super) shell: &'a CStr,
+    pub(super) cwd: &'a CStr,
+    /// `execve`'s arguments and environment, each ending with a null pointer.
+    pub(super) argv: &'a [*const libc::c_char],
+    pub(super) envp: &'a [*const libc::c_char],
+    /// Stack the shell's process runs on until `execve` (Linux `clone`).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) shell_stack: &'a [u8],
+    /// The sandbox, when the request asks for one.
+    pub(super) sandbox: Option<&'a Plan>,
+    /// The socket the shell's process sends its notification listener over (-1: none).
+    pub(super) notify_channel: RawFd,
+}
 
 /// The supervisor's ends of its three pipes with Node.
 pub(super) struct SupervisorFds {
@@ -52,36 +72,6 @@ unsafe fn report(fd: RawFd, tag: u8, value: i32) {
     message[0] = tag;
     message[4..].copy_from_slice(&value.to_ne_bytes());
     libc::write(fd, message.as_ptr().cast(), message.len());
-}
-
-pub(super) unsafe fn errno() -> i32 {
-    *errno_location()
-}
-
-#[cfg(target_os = "linux")]
-pub(super) unsafe fn set_errno(value: i32) {
-    *errno_location() = value;
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-unsafe fn errno_location() -> *mut libc::c_int {
-    libc::__errno_location()
-}
-
-#[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
-unsafe fn errno_location() -> *mut libc::c_int {
-    libc::__error()
-}
-
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd"
-)))]
-unsafe fn errno_location() -> *mut libc::c_int {
-    libc::__errno()
 }
 
 /// `pipe2(O_CLOEXEC)` where it exists; async-signal-safe.
@@ -159,7 +149,7 @@ unsafe fn close_range(first: RawFd, last: RawFd) {
 
 /// The supervisor: starts the shell, reports its exit, and kills the tree on
 /// Node's command or when Node is gone. Never returns.
-pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
+pub(super) unsafe fn supervise(command: &Command, fds: SupervisorFds) -> ! {
     reset_signals();
     libc::signal(libc::SIGPIPE, libc::SIG_IGN); // a vanished Node must not kill us before cleanup
     libc::setsid(); // out of Node's group: a terminal's Ctrl-C is Node's business
@@ -168,7 +158,7 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
 
     // A sandbox's descriptors (-1 when none): the Landlock ruleset the shell's process applies,
     // the template's namespaces we join.
-    let [ruleset, user, mnt, net] = prepared.sandbox.as_ref().map_or([-1; 4], |p| p.kept_fds());
+    let [ruleset, user, mnt, net] = command.sandbox.map_or([-1; 4], |p| p.kept_fds());
     let mut keep = [
         fds.control,
         fds.status,
@@ -177,7 +167,7 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
         user,
         mnt,
         net,
-        prepared.notify_channel,
+        command.notify_channel,
     ];
     keep.sort_unstable();
     close_all_except(&keep);
@@ -205,13 +195,13 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
     libc::sigaction(libc::SIGCHLD, &action, ptr::null_mut());
 
     let shell_start = ShellStart {
-        prepared,
+        command,
         supervisor: libc::getpid(),
         devnull,
         output: fds.output,
         exec_error: exec_error[1],
     };
-    let shell = match prepared.sandbox.as_ref() {
+    let shell = match command.sandbox {
         #[cfg(target_os = "linux")]
         Some(plan) if plan.namespaces().is_some() => {
             super::sandbox::start_in_namespaces(plan.namespaces().expect("checked"), &shell_start)
@@ -263,7 +253,7 @@ pub(super) unsafe fn supervise(prepared: &Prepared, fds: SupervisorFds) -> ! {
             reap_finished(shell, &mut shell_reaped, fds.status);
             // In a sandbox everything the command started ends with it (namespaces mode: the PID
             // namespace dies with its init; Landlock mode has none, so the tree is killed here).
-            if shell_reaped && prepared.sandbox.is_some() {
+            if shell_reaped && command.sandbox.is_some() {
                 kill_tree(shell, &mut shell_reaped, fds.status);
             }
         }
@@ -333,7 +323,7 @@ unsafe fn kill_tree(shell: libc::pid_t, shell_reaped: &mut bool, out: RawFd) {
 /// What the shell's process needs between its creation and `execve`.
 #[derive(Clone, Copy)]
 pub(super) struct ShellStart<'a> {
-    pub(super) prepared: &'a Prepared,
+    pub(super) command: &'a Command<'a>,
     /// The pid the shell's parent must have (its own namespace's view).
     pub(super) supervisor: libc::pid_t,
     pub(super) devnull: RawFd,
@@ -354,7 +344,7 @@ pub(super) unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
             run_shell(start)
         }
     }
-    let stack = start.prepared.shell_stack.as_ptr() as usize + start.prepared.shell_stack.len();
+    let stack = start.command.shell_stack.as_ptr() as usize + start.command.shell_stack.len();
     let stack_top = (stack & !(STACK_ALIGN - 1)) as *mut libc::c_void;
     libc::clone(
         entry,
@@ -375,7 +365,7 @@ unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
 
 unsafe fn run_shell(start: &ShellStart) -> ! {
     let ShellStart {
-        prepared,
+        command,
         supervisor,
         devnull,
         output,
@@ -404,21 +394,21 @@ unsafe fn run_shell(start: &ShellStart) -> ! {
     {
         fail(exec_error);
     }
-    if libc::chdir(prepared.cwd.as_ptr()) != 0 {
+    if libc::chdir(command.cwd.as_ptr()) != 0 {
         fail(exec_error);
     }
     #[cfg(target_os = "linux")]
-    if let Some(plan) = prepared.sandbox.as_ref() {
-        if let Err(code) = super::sandbox::confine(plan, prepared.notify_channel) {
+    if let Some(plan) = command.sandbox {
+        if let Err(code) = super::sandbox::confine(plan, command.notify_channel) {
             let code = code.to_ne_bytes();
             libc::write(exec_error, code.as_ptr().cast(), code.len());
             libc::_exit(EXIT_CANNOT_EXEC);
         }
     }
     libc::execve(
-        prepared.shell.as_ptr(),
-        prepared.argv.as_ptr(),
-        prepared.envp.as_ptr(),
+        command.shell.as_ptr(),
+        command.argv.as_ptr(),
+        command.envp.as_ptr(),
     );
     fail(exec_error)
 }

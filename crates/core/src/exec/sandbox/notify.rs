@@ -42,7 +42,7 @@ use super::seccomp::{AUDIT_ARCH, RET_ALLOW, SYS_REMOVEXATTRAT, SYS_SETXATTRAT, X
 
 /// `SECCOMP_RET_ERRNO`: the call fails with the errno in the low 16 bits.
 const RET_ERRNO: u32 = 0x0005_0000;
-use crate::exec::supervisor::errno;
+use crate::sys::errno;
 
 /// `SECCOMP_RET_USER_NOTIF`: the call waits for the listener's answer.
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;

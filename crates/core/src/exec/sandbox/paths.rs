@@ -331,7 +331,7 @@ pub(super) fn mounts(areas: &[(&Path, &Path, bool)]) -> Vec<Mount> {
 /// # Safety
 /// Raw system calls only; the caller owns the descriptor returned.
 pub(super) unsafe fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
-    use crate::exec::supervisor::{errno, set_errno};
+    use crate::sys::{errno, set_errno};
     /// The kernel's longest file name (`NAME_MAX`), plus its NUL.
     const NAME_BYTES: usize = 256;
     let mut dir = libc::open(

@@ -1,10 +1,8 @@
 //! The sandbox of one exec prepared before the fork (`Plan`), the confinement the shell's process
 //! applies to itself before `execve` (`confine`), and the machine's `support()`.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -12,16 +10,13 @@ use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
 use super::paths::{Kind, Resolved};
 use super::seccomp;
+use super::setup::{
+    invalid_spec, step_error, step_index, unavailable, Step, FIXED_STEPS, STEP_BASE,
+};
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
-use crate::exec::supervisor::errno;
+use crate::sys::errno;
 
-/// Exit code of a sandbox process that failed during setup; nobody reads it (the error pipe
-/// carries the step and errno).
-pub(super) const EXIT_SETUP_FAILED: i32 = 127;
-/// A setup failure travels as `STEP_BASE * (step + 1) + errno` where a plain spawn error is an
-/// errno: errnos stay below the kernel's `MAX_ERRNO` (4095), so the two never collide.
-const STEP_BASE: i32 = 4096;
 /// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
 const SANDBOX_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 /// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
@@ -31,79 +26,6 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Capability numbers tried when emptying the bounding set: above the highest the kernel knows
 /// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
 const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
-
-/// A step of the setup that can fail, reported with its errno.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
-    NoNewPrivs,
-    Capabilities,
-    Landlock,
-    Seccomp,
-    Clone,
-    Setgroups,
-    UidMap,
-    GidMap,
-    Private,
-    SetupTmpfs,
-    PivotSetup,
-    NewRoot,
-    PivotNew,
-    DetachHost,
-    StartShell,
-    JoinTemplate,
-    Notify,
-    /// The n-th action of the namespaces plan.
-    Action(usize),
-}
-
-const FIXED_STEPS: &[(Step, &str)] = &[
-    (Step::NoNewPrivs, "setting no_new_privs"),
-    (Step::Capabilities, "dropping capabilities"),
-    (Step::Landlock, "applying the Landlock ruleset"),
-    (Step::Seccomp, "installing the seccomp filter"),
-    (Step::Clone, "creating the namespaces"),
-    (Step::Setgroups, "writing /proc/self/setgroups"),
-    (Step::UidMap, "writing /proc/self/uid_map"),
-    (Step::GidMap, "writing /proc/self/gid_map"),
-    (Step::Private, "making the mounts private"),
-    (Step::SetupTmpfs, "mounting the setup tmpfs on /tmp"),
-    (Step::PivotSetup, "pivot_root into the setup tmpfs"),
-    (Step::NewRoot, "mounting the new root's tmpfs"),
-    (Step::PivotNew, "pivot_root into the new root"),
-    (Step::DetachHost, "detaching the host's root"),
-    (Step::StartShell, "starting the shell"),
-    (Step::JoinTemplate, "joining the sandbox's namespaces"),
-    (Step::Notify, "installing the seccomp notification filter"),
-];
-
-fn step_index(step: Step) -> usize {
-    match step {
-        Step::Action(n) => FIXED_STEPS.len() + n,
-        fixed => FIXED_STEPS
-            .iter()
-            .position(|(s, _)| *s == fixed)
-            .expect("every fixed step is listed"),
-    }
-}
-
-/// The value reporting that `step` failed with `errno`. Async-signal-safe.
-pub(super) fn step_error(step: Step, errno: i32) -> i32 {
-    let step = i32::try_from(step_index(step)).unwrap_or(i32::MAX / STEP_BASE - 1);
-    STEP_BASE.saturating_mul(step + 1).saturating_add(errno)
-}
-
-pub(super) fn invalid_spec(why: String) -> io::Error {
-    unavailable(why)
-}
-
-fn unavailable(why: String) -> io::Error {
-    io::Error::other(Error::sandbox_unavailable(why))
-}
-
-pub(super) fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| invalid_spec(format!("{} contains a NUL byte", path.display())))
-}
 
 /// The sandbox of one exec, ready for the fork.
 pub(in crate::exec) struct Plan {

@@ -1,4 +1,4 @@
-use super::plan::{step_error, Step};
+use super::setup::{step_error, Step};
 use super::*;
 use crate::exec::{spawn, ExecRequest};
 use std::path::Path;
