@@ -130,8 +130,8 @@ impl Ruleset {
                 io::Error::last_os_error()
             )));
         }
-        // SAFETY: a descriptor we just got and own.
         let ruleset = Ruleset {
+            // SAFETY: a descriptor we just got and own.
             fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
         };
         let read = (EXECUTE | READ_FILE | READ_DIR) & all_fs;
@@ -239,8 +239,14 @@ impl Ruleset {
     }
 
     /// Confines the calling process (and what it executes). Async-signal-safe; `Err` is the errno.
+    ///
+    /// # Safety
+    ///
+    /// Only in the shell's own process before `execve` (as `confine`): the confinement cannot be
+    /// undone, and Node's process must never get it.
     pub(super) unsafe fn restrict_self(&self) -> Result<(), i32> {
-        if libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0) != 0 {
+        // SAFETY: our open ruleset descriptor; the caller's process is the one to confine.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0) } != 0 {
             return Err(errno());
         }
         Ok(())

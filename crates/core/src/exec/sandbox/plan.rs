@@ -41,6 +41,7 @@ pub(in crate::exec) struct Plan {
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
 // are none (it is plain data). A built plan is never changed (shared by every exec of a sandbox).
 unsafe impl Send for Plan {}
+// SAFETY: as for `Send`: shared plans are only read.
 unsafe impl Sync for Plan {}
 
 impl Plan {
@@ -258,38 +259,56 @@ fn seccomp_available() -> bool {
 /// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
 /// encoded failed step.
 /// `notify_channel`: the socket the notification filter's listener is sent over.
+///
+/// # Safety
+///
+/// Only in the shell's own process (a forked child of Node, single-threaded) just before
+/// `execve`: what it sets cannot be undone and holds for this process and everything it runs.
+/// `plan` was built before the fork; `notify_channel` is the children's end of the plan's
+/// notification socket pair (or -1 when the plan has no handler).
 pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Result<(), i32> {
-    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+    // SAFETY: plain integers; the caller's process is the one to confine.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(step_error(Step::NoNewPrivs, errno()));
     }
-    drop_capabilities().map_err(|e| step_error(Step::Capabilities, e))?;
+    // SAFETY: the caller's contract, passed on.
+    unsafe { drop_capabilities() }.map_err(|e| step_error(Step::Capabilities, e))?;
     if let Some(ruleset) = &plan.ruleset {
-        ruleset
-            .restrict_self()
-            .map_err(|e| step_error(Step::Landlock, e))?;
+        // SAFETY: the caller's contract, passed on: the shell's process, before `execve`.
+        unsafe { ruleset.restrict_self() }.map_err(|e| step_error(Step::Landlock, e))?;
     }
     let program = libc::sock_fprog {
         len: plan.seccomp.len() as libc::c_ushort,
         filter: plan.seccomp.as_ptr() as *mut libc::sock_filter,
     };
-    if libc::prctl(
-        libc::PR_SET_SECCOMP,
-        SECCOMP_MODE_FILTER,
-        &program as *const libc::sock_fprog,
-        0,
-        0,
-    ) != 0
+    // SAFETY: `program` points to the plan's filter, valid for `len` instructions; the kernel
+    // copies it.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            SECCOMP_MODE_FILTER,
+            &program as *const libc::sock_fprog,
+            0,
+            0,
+        )
+    } != 0
     {
         return Err(step_error(Step::Seccomp, errno()));
     }
     if let Some(policy) = &plan.notify {
-        super::notify::install(policy, notify_channel).map_err(|e| step_error(Step::Notify, e))?;
+        // SAFETY: the caller's contract, passed on (`notify_channel` the plan's channel).
+        unsafe { super::notify::install(policy, notify_channel) }
+            .map_err(|e| step_error(Step::Notify, e))?;
     }
     Ok(())
 }
 
 /// Empties the bounding, ambient, effective, permitted and inheritable sets, so neither this
 /// process nor what it executes (root included) holds a capability.
+///
+/// # Safety
+///
+/// As `confine`: only in the shell's own process before `execve` (it cannot be undone).
 unsafe fn drop_capabilities() -> Result<(), i32> {
     #[repr(C)]
     struct Header {
@@ -304,16 +323,19 @@ unsafe fn drop_capabilities() -> Result<(), i32> {
     }
     // Without CAP_SETPCAP (an unprivileged caller in Landlock mode) the bounding set cannot be
     // changed; such a caller has no capability to lose, and no_new_privs stops setuid gains.
-    for cap in CAP_NUMBERS {
-        libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+    // SAFETY: plain integers, on the caller's process.
+    unsafe {
+        for cap in CAP_NUMBERS {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
     }
-    libc::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-        0,
-        0,
-        0,
-    );
     let header = Header {
         version: CAPABILITY_VERSION_3,
         pid: 0,
@@ -330,7 +352,9 @@ unsafe fn drop_capabilities() -> Result<(), i32> {
             inheritable: 0,
         },
     ];
-    if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
+    // SAFETY: `header` and the two `data` words are the `_LINUX_CAPABILITY_VERSION_3` layout
+    // capset reads.
+    if unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) } != 0 {
         return Err(errno());
     }
     Ok(())
@@ -359,8 +383,9 @@ fn probe() -> Support {
 }
 
 fn kernel_release() -> Option<String> {
-    // SAFETY: uname fills the struct it is given.
+    // SAFETY: `utsname` is a plain C struct: all-zero bytes are valid.
     let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct it is given.
     if unsafe { libc::uname(&mut name) } != 0 {
         return None;
     }

@@ -153,28 +153,45 @@ impl Script {
 static INIT_SCRIPT: AtomicPtr<Script> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Writes `data` to the file at `path`; async-signal-safe.
-unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
-    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return false;
     }
-    let ok = libc::write(fd, data.as_ptr().cast(), data.len()) == data.len() as isize;
-    libc::close(fd);
-    ok
+    // SAFETY: `data` is valid for its length; `fd` is ours, closed right after.
+    unsafe {
+        let ok = libc::write(fd, data.as_ptr().cast(), data.len()) == data.len() as isize;
+        libc::close(fd);
+        ok
+    }
 }
 
 /// The template's builder (a fork of Node in the template's new namespaces): writes its id maps,
 /// builds the root and pivots into it, brings the loopback up, reports 0 (or the failed step) on
 /// `ready`, and waits for Node to have opened its namespaces (end-of-file on `release`).
+///
+/// # Safety
+///
+/// Only in the child of `NsPlan::build_template`'s `clone`, in the new user, mount and (without
+/// network) network namespaces: a single-threaded copy of Node that may only make
+/// async-signal-safe calls, and whose mounts are its own namespace's. `ready` and `release` are
+/// its open ends of the two pipes with Node; `script` was built before the fork.
 pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd) -> ! {
     // Node's handlers would run in this copy of Node.
-    reset_signals();
+    // SAFETY: a forked child (our contract) may replace the handlers it inherited.
+    unsafe { reset_signals() };
     // Only while Node waits for us; a dead Node also closes `release`.
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    // SAFETY: plain integers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     let fail = |step: Step| -> ! {
         let code = step_error(step, errno()).to_ne_bytes();
-        libc::write(ready, code.as_ptr().cast(), code.len());
-        libc::_exit(EXIT_SETUP_FAILED)
+        // SAFETY: `code` is valid for its length; `ready` is our end (our contract); `_exit` runs
+        // no handler.
+        unsafe {
+            libc::write(ready, code.as_ptr().cast(), code.len());
+            libc::_exit(EXIT_SETUP_FAILED)
+        }
     };
     if script.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
         fail(Step::Setgroups);
@@ -186,83 +203,111 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd) -> !
         fail(Step::GidMap);
     }
     let null = std::ptr::null::<libc::c_char>();
-    if libc::mount(
-        null,
-        c"/".as_ptr(),
-        null,
-        libc::MS_REC | libc::MS_PRIVATE,
-        null.cast(),
-    ) != 0
+    // SAFETY: static NUL-terminated strings and null pointers where `mount` takes none; the
+    // mounts are our own namespace's (our contract).
+    if unsafe {
+        libc::mount(
+            null,
+            c"/".as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            null.cast(),
+        )
+    } != 0
     {
         fail(Step::Private);
     }
-    if libc::mount(
-        c"tmpfs".as_ptr(),
-        SETUP_BASE.as_ptr(),
-        c"tmpfs".as_ptr(),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        c"mode=0755".as_ptr().cast(),
-    ) != 0
+    // SAFETY: as above.
+    if unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            SETUP_BASE.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"mode=0755".as_ptr().cast(),
+        )
+    } != 0
     {
         fail(Step::SetupTmpfs);
     }
-    if libc::chdir(SETUP_BASE.as_ptr()) != 0
-        || libc::mkdir(c"newroot".as_ptr(), 0o755) != 0
-        || libc::mkdir(c"oldroot".as_ptr(), 0o755) != 0
-        || libc::mkdir(c"emptydir".as_ptr(), 0o000) != 0
-    {
+    // SAFETY: static NUL-terminated paths, in the setup tmpfs of our own namespace.
+    if unsafe {
+        libc::chdir(SETUP_BASE.as_ptr()) != 0
+            || libc::mkdir(c"newroot".as_ptr(), 0o755) != 0
+            || libc::mkdir(c"oldroot".as_ptr(), 0o755) != 0
+            || libc::mkdir(c"emptydir".as_ptr(), 0o000) != 0
+    } {
         fail(Step::SetupTmpfs);
     }
-    let empty = libc::open(
-        c"empty".as_ptr(),
-        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-        0o000,
-    );
+    // SAFETY: as above.
+    let empty = unsafe {
+        libc::open(
+            c"empty".as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o000,
+        )
+    };
     if empty < 0 {
         fail(Step::SetupTmpfs);
     }
-    libc::close(empty);
-    if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()) != 0
-        || libc::chdir(c"/".as_ptr()) != 0
-    {
+    // SAFETY: ours, not used again.
+    unsafe { libc::close(empty) };
+    // SAFETY: static NUL-terminated paths; the root pivoted is our own namespace's.
+    if unsafe {
+        libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()) != 0
+            || libc::chdir(c"/".as_ptr()) != 0
+    } {
         fail(Step::PivotSetup);
     }
-    if libc::mount(
-        c"tmpfs".as_ptr(),
-        c"/newroot".as_ptr(),
-        c"tmpfs".as_ptr(),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        c"mode=0755".as_ptr().cast(),
-    ) != 0
+    // SAFETY: as for the setup tmpfs.
+    if unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/newroot".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"mode=0755".as_ptr().cast(),
+        )
+    } != 0
     {
         fail(Step::NewRoot);
     }
     for (index, action) in script.template_actions.iter().enumerate() {
-        if !perform(action) {
+        // SAFETY: the builder, in its own mount namespace (our contract).
+        if !unsafe { perform(action) } {
             fail(Step::Action(index));
         }
     }
-    if libc::chdir(c"/newroot".as_ptr()) != 0
-        || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
-    {
+    // SAFETY: as for the first pivot.
+    if unsafe {
+        libc::chdir(c"/newroot".as_ptr()) != 0
+            || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+    } {
         fail(Step::PivotNew);
     }
     // The host's root now lies over ours at "/": detach it (and everything under it).
-    if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+    // SAFETY: static NUL-terminated paths, in our own namespace.
+    if unsafe {
+        libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 || libc::chdir(c"/".as_ptr()) != 0
+    } {
         fail(Step::DetachHost);
     }
     if !script.network {
-        loopback_up();
+        // SAFETY: we are in the template's new network namespace (`network` is off).
+        unsafe { loopback_up() };
     }
     let done = 0i32.to_ne_bytes();
-    libc::write(ready, done.as_ptr().cast(), done.len());
+    // SAFETY: `done` is valid for its length; `ready` is our end (our contract).
+    unsafe { libc::write(ready, done.as_ptr().cast(), done.len()) };
     let mut byte = [0u8; 1];
-    while libc::read(release, byte.as_mut_ptr().cast(), 1) != 0 {
+    // SAFETY: reads at most one byte into `byte` from our end of `release`.
+    while unsafe { libc::read(release, byte.as_mut_ptr().cast(), 1) } != 0 {
         if errno() != libc::EINTR {
             break;
         }
     }
-    libc::_exit(0)
+    // SAFETY: ends this process without running any handler.
+    unsafe { libc::_exit(0) }
 }
 
 /// Joins the template and creates the init of the command's own namespaces; returns its pid (in
@@ -275,12 +320,20 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd) -> !
 /// which each reads only right after a call of its own failed, while the other is blocked: the
 /// supervisor in its read of the exec-error pipe until the shell has exec'd or the init failed,
 /// the init (after that) in `waitpid`, which cannot fail while the shell lives.
+///
+/// # Safety
+///
+/// Only in the supervisor (a forked, single-threaded child of Node), once per process: it joins
+/// the template's namespaces for good. `start` and `script` stay valid and unchanged for as long
+/// as the supervisor runs (they live in its never-returning `supervise` and in the plan it holds),
+/// and no one else uses `script.init_stack`, which the init runs on.
 pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
     /// The ABI's stack alignment at a call (x86-64 and AArch64: 16 bytes).
     const STACK_ALIGN: usize = 16;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the supervisor's `ShellStart`, alive while the supervisor runs (it
-        // never returns from `supervise`); the plan it points to was built before the fork.
+        // SAFETY: `arg` is the supervisor's `ShellStart` and `INIT_SCRIPT` its script, both alive
+        // while the supervisor runs (`start`'s contract), and we are the new, single-threaded
+        // init in the command's own namespaces, as `init` needs.
         unsafe {
             let start = &*(arg as *const ShellStart);
             match INIT_SCRIPT.load(Ordering::Relaxed).as_ref() {
@@ -291,10 +344,14 @@ pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
     }
     let [user, mnt, net] = script.template_fds();
     // The user namespace first: it gives the capabilities the other two need.
+    // SAFETY: descriptors of the template's namespaces, open in the supervisor; joining them is
+    // the supervisor's to do (our contract).
     let joined = user >= 0
-        && libc::setns(user, libc::CLONE_NEWUSER) == 0
-        && libc::setns(mnt, libc::CLONE_NEWNS) == 0
-        && (net < 0 || libc::setns(net, libc::CLONE_NEWNET) == 0);
+        && unsafe {
+            libc::setns(user, libc::CLONE_NEWUSER) == 0
+                && libc::setns(mnt, libc::CLONE_NEWNS) == 0
+                && (net < 0 || libc::setns(net, libc::CLONE_NEWNET) == 0)
+        };
     if !joined {
         let code = if user < 0 { libc::EINVAL } else { errno() };
         set_errno(step_error(Step::JoinTemplate, code));
@@ -302,18 +359,23 @@ pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
     }
     for fd in [user, mnt, net] {
         if fd >= 0 {
-            libc::close(fd);
+            // SAFETY: the supervisor's copies, not used again (the init needs none of them).
+            unsafe { libc::close(fd) };
         }
     }
     INIT_SCRIPT.store(script as *const Script as *mut Script, Ordering::Relaxed);
     let stack = script.init_stack.as_ptr() as usize + script.init_stack.len();
     let stack_top = (stack & !(STACK_ALIGN - 1)) as *mut libc::c_void;
-    let pid = libc::clone(
-        entry,
-        stack_top,
-        script.clone_flags | libc::CLONE_VM | libc::SIGCHLD,
-        start as *const ShellStart as *mut libc::c_void,
-    );
+    // SAFETY: `stack_top` is the aligned end of a stack no one else uses (our contract); `entry`
+    // never returns into it (`init` exits); `start` outlives the init (our contract).
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            stack_top,
+            script.clone_flags | libc::CLONE_VM | libc::SIGCHLD,
+            start as *const ShellStart as *mut libc::c_void,
+        )
+    };
     if pid < 0 {
         set_errno(step_error(Step::Clone, errno()));
         return -1;
@@ -321,31 +383,54 @@ pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
     pid
 }
 
+/// Reports `step` (with errno) on the exec-error pipe and exits.
+///
+/// # Safety
+///
+/// Only in the init (a process of its own, which may exit); `start.exec_error` is open.
 unsafe fn fail(start: &ShellStart, step: Step) -> ! {
     let code = step_error(step, errno()).to_ne_bytes();
-    libc::write(start.exec_error, code.as_ptr().cast(), code.len());
-    libc::_exit(EXIT_SETUP_FAILED)
+    // SAFETY: `code` is valid for its length; `_exit` runs no handler.
+    unsafe {
+        libc::write(start.exec_error, code.as_ptr().cast(), code.len());
+        libc::_exit(EXIT_SETUP_FAILED)
+    }
 }
 
 /// PID 1 of the sandbox: adds the command's part of the root, starts the shell, and exits with its
 /// status.
+///
+/// # Safety
+///
+/// Only in the init cloned by `start`: single-threaded, in the command's own mount and PID
+/// namespaces, sharing the supervisor's memory (so async-signal-safe calls only, and the memory
+/// it writes is only its stack, errno and Node's argument and environment areas, which nothing
+/// else reads). `script` and `start` are the supervisor's, valid while it runs.
 unsafe fn init(script: &Script, start: &ShellStart) -> ! {
-    reset_signals();
-    libc::setsid(); // its own group: the supervisor's kill(-pid) reaches it
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    // SAFETY: a new process (our contract) may replace the handlers it inherited; setsid and
+    // prctl take integers.
+    unsafe {
+        reset_signals();
+        libc::setsid(); // its own group: the supervisor's kill(-pid) reaches it
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
     // The supervisor died before the line above: nobody reads the error pipe any more.
     let mut alive = libc::pollfd {
         fd: start.exec_error,
         events: libc::POLLOUT,
         revents: 0,
     };
-    if libc::poll(&mut alive, 1, 0) < 0 || alive.revents & libc::POLLERR != 0 {
-        libc::_exit(EXIT_SETUP_FAILED);
+    // SAFETY: one valid pollfd.
+    if unsafe { libc::poll(&mut alive, 1, 0) } < 0 || alive.revents & libc::POLLERR != 0 {
+        // SAFETY: ends this process without running any handler.
+        unsafe { libc::_exit(EXIT_SETUP_FAILED) };
     }
     let first = script.template_actions.len();
     for (index, action) in script.command_actions.iter().enumerate() {
-        if !perform(action) {
-            fail(start, Step::Action(first + index));
+        // SAFETY: the init, in the command's own mount namespace (our contract).
+        if !unsafe { perform(action) } {
+            // SAFETY: the init (our contract).
+            unsafe { fail(start, Step::Action(first + index)) };
         }
         // The process bound: pid_max of our PID namespace where the kernel namespaces it
         // (6.14), written before /proc/sys turns read-only. Older kernels refuse the write:
@@ -359,36 +444,54 @@ unsafe fn init(script: &Script, start: &ShellStart) -> ! {
             rlim_cur: max,
             rlim_max: max,
         };
-        libc::setrlimit(libc::RLIMIT_NPROC, &limit);
+        // SAFETY: `limit` is a valid rlimit.
+        unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit) };
     }
     if let Some((start, end)) = script.env_area {
-        std::ptr::write_bytes(start as *mut u8, 0, end - start);
+        // SAFETY: the initial environment's bytes of this process's memory, as the kernel reports
+        // them (`/proc/self/stat`, read before the fork): mapped and writable; nothing in this
+        // process reads them again (our contract).
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
     }
     if let Some((start, end)) = script.argv_area {
         // Our own copy of Node's memory (the supervisor's, shared): pi's command line stays pi's.
-        std::ptr::write_bytes(start as *mut u8, 0, end - start);
         let name = b"pi-sandbox-init";
-        std::ptr::copy_nonoverlapping(
-            name.as_ptr(),
-            start as *mut u8,
-            name.len().min(end - start - 1),
-        );
+        // SAFETY: as for the environment: the command line's `end - start` bytes (at least one,
+        // `stat_area` checks), then the name within them, keeping the last byte a NUL.
+        unsafe {
+            std::ptr::write_bytes(start as *mut u8, 0, end - start);
+            std::ptr::copy_nonoverlapping(
+                name.as_ptr(),
+                start as *mut u8,
+                name.len().min(end - start - 1),
+            );
+        }
     }
-    libc::prctl(libc::PR_SET_NAME, c"pi-sandbox-init".as_ptr(), 0, 0, 0);
+    // SAFETY: a static NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"pi-sandbox-init".as_ptr(), 0, 0, 0) };
     let shell_start = ShellStart {
-        supervisor: libc::getpid(),
+        // SAFETY: a plain getter.
+        supervisor: unsafe { libc::getpid() },
         ..*start
     };
-    let shell = start_shell(&shell_start);
+    // SAFETY: we are a single-threaded child; `shell_start` lives in this frame, which never
+    // returns, and the shell's stack is the supervisor's, which waits meanwhile (blocked in its
+    // read of the exec-error pipe).
+    let shell = unsafe { start_shell(&shell_start) };
     if shell < 0 {
-        fail(start, Step::StartShell);
+        // SAFETY: the init (our contract).
+        unsafe { fail(start, Step::StartShell) };
     }
     // The shell has exec'd (or reported its failure): let the supervisor's read end.
-    libc::close(start.exec_error);
-    libc::close(start.output);
+    // SAFETY: our copies of the two ends, not used again.
+    unsafe {
+        libc::close(start.exec_error);
+        libc::close(start.output);
+    }
     loop {
         let mut status = 0;
-        let pid = libc::waitpid(-1, &mut status, 0);
+        // SAFETY: `status` is valid; reaps our own children.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid == shell {
             // The shell's code, `128 + signal` for a signal: what the supervisor would report.
             let code = if libc::WIFSIGNALED(status) {
@@ -396,99 +499,117 @@ unsafe fn init(script: &Script, start: &ShellStart) -> ! {
             } else {
                 libc::WEXITSTATUS(status)
             };
-            libc::_exit(code);
+            // SAFETY: ends this process without running any handler.
+            unsafe { libc::_exit(code) };
         }
         if pid < 0 && errno() != libc::EINTR {
-            libc::_exit(EXIT_SETUP_FAILED);
+            // SAFETY: as above.
+            unsafe { libc::_exit(EXIT_SETUP_FAILED) };
         }
     }
 }
 
+/// Carries out one action of the script on this process's mount namespace; false with errno set
+/// when it fails.
+///
+/// # Safety
+///
+/// Only in the template's builder or a command's init (`builder`'s and `init`'s contracts): a
+/// single-threaded forked child whose mount namespace is its own, never Node's or the host's.
+/// The actions were built before the fork.
 unsafe fn perform(action: &Action) -> bool {
     let null = std::ptr::null::<libc::c_char>();
-    match action {
-        Action::Mkdir(path) => libc::mkdir(path.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST,
-        Action::Bind {
-            src,
-            dst,
-            dir,
-            read_only,
-        } => {
-            if !*dir {
-                let fd = libc::open(
+    // SAFETY: every call below takes the action's NUL-terminated strings (built before the fork),
+    // static strings or null pointers where it takes none, and descriptors it opens and closes
+    // itself; the mounts it changes are the caller's own namespace's (our contract).
+    unsafe {
+        match action {
+            Action::Mkdir(path) => {
+                libc::mkdir(path.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST
+            }
+            Action::Bind {
+                src,
+                dst,
+                dir,
+                read_only,
+            } => {
+                if !*dir {
+                    let fd = libc::open(
+                        dst.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                }
+                if libc::mount(
+                    src.as_ptr(),
                     dst.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o644,
-                );
-                if fd >= 0 {
-                    libc::close(fd);
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    null.cast(),
+                ) != 0
+                {
+                    return false;
+                }
+                !*read_only || make_read_only(dst)
+            }
+            Action::Verified {
+                src,
+                dev,
+                ino,
+                dst,
+                dir,
+                read_only,
+                dst_checked,
+            } => bind_verified(src, (*dev, *ino), dst, *dir, *read_only, *dst_checked),
+            Action::Symlink { target, dst } => libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
+            Action::Tmpfs { dst, data, flags } => {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dst.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    *flags,
+                    data.as_ptr().cast(),
+                ) == 0
+            }
+            Action::Empty { path, dir } => {
+                if *dir {
+                    libc::mkdir(path.as_ptr(), 0o000) == 0
+                } else {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o000,
+                    );
+                    fd >= 0 && libc::close(fd) == 0
                 }
             }
-            if libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                null,
-                libc::MS_BIND | libc::MS_REC,
-                null.cast(),
-            ) != 0
-            {
-                return false;
-            }
-            !*read_only || make_read_only(dst)
-        }
-        Action::Verified {
-            src,
-            dev,
-            ino,
-            dst,
-            dir,
-            read_only,
-            dst_checked,
-        } => bind_verified(src, (*dev, *ino), dst, *dir, *read_only, *dst_checked),
-        Action::Symlink { target, dst } => libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
-        Action::Tmpfs { dst, data, flags } => {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                dst.as_ptr(),
-                c"tmpfs".as_ptr(),
-                *flags,
-                data.as_ptr().cast(),
-            ) == 0
-        }
-        Action::Empty { path, dir } => {
-            if *dir {
-                libc::mkdir(path.as_ptr(), 0o000) == 0
-            } else {
-                let fd = libc::open(
-                    path.as_ptr(),
-                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o000,
-                );
-                fd >= 0 && libc::close(fd) == 0
-            }
-        }
-        Action::Proc(dst) => {
-            libc::mount(
-                c"proc".as_ptr(),
-                dst.as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                null.cast(),
-            ) == 0
-        }
-        Action::ReadOnly(dst) => remount_read_only(dst),
-        Action::Move { src, dst, dir } => {
-            let made = if *dir {
-                libc::mkdir(dst.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST
-            } else {
-                let fd = libc::open(
+            Action::Proc(dst) => {
+                libc::mount(
+                    c"proc".as_ptr(),
                     dst.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o644,
-                );
-                fd >= 0 && libc::close(fd) == 0
-            };
-            made && libc::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_MOVE, null.cast()) == 0
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    null.cast(),
+                ) == 0
+            }
+            Action::ReadOnly(dst) => remount_read_only(dst),
+            Action::Move { src, dst, dir } => {
+                let made = if *dir {
+                    libc::mkdir(dst.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST
+                } else {
+                    let fd = libc::open(
+                        dst.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    fd >= 0 && libc::close(fd) == 0
+                };
+                made && libc::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_MOVE, null.cast())
+                    == 0
+            }
         }
     }
 }
@@ -497,6 +618,10 @@ unsafe fn perform(action: &Action) -> bool {
 /// at `src` without following symlinks, through a detached copy of its mount tree (`open_tree`,
 /// Linux 5.2) made read-only before it is attached, so no path is looked up twice. Before 5.2,
 /// `mount` binds the descriptors through `/proc/self/fd`.
+///
+/// # Safety
+///
+/// As `perform`.
 unsafe fn bind_verified(
     src: &CString,
     id: (u64, u64),
@@ -509,47 +634,67 @@ unsafe fn bind_verified(
     if source < 0 {
         return false;
     }
-    let mut st: libc::stat = std::mem::zeroed();
-    if libc::fstat(source, &mut st) != 0 || (st.st_dev, st.st_ino) != id {
-        libc::close(source);
+    // SAFETY: `stat` is a plain C struct: all-zero bytes are valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `source` is ours and `st` valid; closed here when it is not the file asked for.
+    if unsafe { libc::fstat(source, &mut st) } != 0 || (st.st_dev, st.st_ino) != id {
+        // SAFETY: ours, not used again.
+        unsafe { libc::close(source) };
         set_errno(libc::ESTALE);
         return false;
     }
     let target = if dst_checked {
         open_no_symlinks(dst)
     } else {
-        if !dir {
-            let fd = libc::open(
-                dst.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o644,
-            );
-            if fd >= 0 {
-                libc::close(fd);
+        // SAFETY: `dst` is NUL-terminated; the descriptors opened here are ours (the first
+        // closed at once, the second below).
+        unsafe {
+            if !dir {
+                let fd = libc::open(
+                    dst.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                }
             }
+            libc::open(dst.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
         }
-        libc::open(dst.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)
     };
-    let bound = target >= 0 && attach(source, target, dst, read_only);
+    // SAFETY: our open descriptors, in the caller's own mount namespace (our contract).
+    let bound = target >= 0 && unsafe { attach(source, target, dst, read_only) };
     let failed = errno();
-    libc::close(source);
-    if target >= 0 {
-        libc::close(target);
+    // SAFETY: ours, not used again.
+    unsafe {
+        libc::close(source);
+        if target >= 0 {
+            libc::close(target);
+        }
     }
     set_errno(failed);
     bound
 }
 
 /// Binds what `source` is open on at what `target` is open on (`dst` names it), read-only if asked.
+///
+/// # Safety
+///
+/// As `perform`; `source` and `target` are open descriptors of this process.
 unsafe fn attach(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
-    let tree = libc::syscall(
-        libc::SYS_open_tree,
-        source,
-        c"".as_ptr(),
-        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH | AT_RECURSIVE,
-    ) as libc::c_int;
+    // SAFETY: `source` is open (our contract); the empty path is static.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            source,
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH | AT_RECURSIVE,
+        )
+    } as libc::c_int;
     if tree < 0 {
-        return errno() == libc::ENOSYS && attach_by_fd_paths(source, target, dst, read_only);
+        // SAFETY: our contract, passed on.
+        return errno() == libc::ENOSYS
+            && unsafe { attach_by_fd_paths(source, target, dst, read_only) };
     }
     let mut set = true;
     if read_only {
@@ -559,63 +704,89 @@ unsafe fn attach(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -
             propagation: 0,
             userns_fd: 0,
         };
-        set = libc::syscall(
-            libc::SYS_mount_setattr,
-            tree,
-            c"".as_ptr(),
-            AT_EMPTY_PATH | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            size_of::<MountAttr>(),
-        ) == 0;
+        // SAFETY: `tree` is our detached mount; `attr` is valid for the size passed.
+        set = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree,
+                c"".as_ptr(),
+                AT_EMPTY_PATH | AT_RECURSIVE,
+                &attr as *const MountAttr,
+                size_of::<MountAttr>(),
+            )
+        } == 0;
         // Before 5.12: the bind itself, once attached.
         if !set && errno() != libc::ENOSYS {
             let failed = errno();
-            libc::close(tree);
+            // SAFETY: ours, not used again.
+            unsafe { libc::close(tree) };
             set_errno(failed);
             return false;
         }
     }
-    let moved = libc::syscall(
-        libc::SYS_move_mount,
-        tree,
-        c"".as_ptr(),
-        target,
-        c"".as_ptr(),
-        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-    ) == 0;
+    // SAFETY: `tree` is ours and `target` open (our contract); the mount lands in the caller's own
+    // namespace.
+    let moved = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            target,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    } == 0;
     let failed = errno();
-    libc::close(tree);
+    // SAFETY: ours, not used again.
+    unsafe { libc::close(tree) };
     set_errno(failed);
-    moved && (set || remount_attached(dst))
+    // SAFETY: our contract, passed on.
+    moved && (set || unsafe { remount_attached(dst) })
 }
 
 /// `attach` before Linux 5.2: `mount` of the host's `/proc/self/fd` names of the two descriptors
 /// (both opened in this mount namespace, as a bind requires).
+///
+/// # Safety
+///
+/// As `attach`.
 unsafe fn attach_by_fd_paths(source: RawFd, target: RawFd, dst: &CString, read_only: bool) -> bool {
     let (mut from, mut to) = ([0u8; FD_PATH_BYTES], [0u8; FD_PATH_BYTES]);
     let null = std::ptr::null::<libc::c_char>();
-    libc::mount(
-        fd_path(source, &mut from),
-        fd_path(target, &mut to),
-        null,
-        libc::MS_BIND | libc::MS_REC,
-        null.cast(),
-    ) == 0
-        && (!read_only || remount_attached(dst))
+    // SAFETY: `fd_path` fills NUL-terminated paths in `from` and `to`, alive across the call; the
+    // mount lands in the caller's own namespace (our contract).
+    let bound = unsafe {
+        libc::mount(
+            fd_path(source, &mut from),
+            fd_path(target, &mut to),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            null.cast(),
+        )
+    } == 0;
+    // SAFETY: our contract, passed on.
+    bound && (!read_only || unsafe { remount_attached(dst) })
 }
 
 /// Makes the bind just attached at `dst` read-only: the mount found there again without following
 /// symlinks, remounted through its `/proc/self/fd` name.
+///
+/// # Safety
+///
+/// As `perform`.
 unsafe fn remount_attached(dst: &CString) -> bool {
     let fd = open_no_symlinks(dst);
     if fd < 0 {
         return false;
     }
     let mut name = [0u8; FD_PATH_BYTES];
-    let path = std::ffi::CStr::from_ptr(fd_path(fd, &mut name));
-    let done = make_read_only(path);
+    // SAFETY: `fd_path` returns `name`'s start, NUL-terminated, alive for this function.
+    let path = unsafe { std::ffi::CStr::from_ptr(fd_path(fd, &mut name)) };
+    // SAFETY: our contract, passed on.
+    let done = unsafe { make_read_only(path) };
     let failed = errno();
-    libc::close(fd);
+    // SAFETY: ours, not used again.
+    unsafe { libc::close(fd) };
     set_errno(failed);
     done
 }
@@ -624,8 +795,8 @@ unsafe fn remount_attached(dst: &CString) -> bool {
 const FD_PATH_BYTES: usize = 48;
 
 /// `/oldroot/proc/self/fd/<fd>` in `buf` (the host's proc, which shows this process too): a path
-/// naming the file `fd` is open on. No allocation.
-unsafe fn fd_path(fd: RawFd, buf: &mut [u8; FD_PATH_BYTES]) -> *const libc::c_char {
+/// naming the file `fd` is open on, NUL-terminated, at `buf`'s start. No allocation.
+fn fd_path(fd: RawFd, buf: &mut [u8; FD_PATH_BYTES]) -> *const libc::c_char {
     const PREFIX: &[u8] = b"/oldroot/proc/self/fd/";
     buf[..PREFIX.len()].copy_from_slice(PREFIX);
     let mut digits = [0u8; 10];
@@ -647,6 +818,10 @@ unsafe fn fd_path(fd: RawFd, buf: &mut [u8; FD_PATH_BYTES]) -> *const libc::c_ch
 
 /// Read-only, nosuid and nodev for the bind at `dst` and every mount under it (`mount_setattr`,
 /// Linux 5.12); on older kernels only the bind itself.
+///
+/// # Safety
+///
+/// As `perform`.
 unsafe fn make_read_only(dst: &std::ffi::CStr) -> bool {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -654,37 +829,57 @@ unsafe fn make_read_only(dst: &std::ffi::CStr) -> bool {
         propagation: 0,
         userns_fd: 0,
     };
-    let r = libc::syscall(
-        libc::SYS_mount_setattr,
-        libc::AT_FDCWD,
-        dst.as_ptr(),
-        AT_RECURSIVE,
-        &attr as *const MountAttr,
-        size_of::<MountAttr>(),
-    );
-    r == 0 || (errno() == libc::ENOSYS && remount_read_only(dst))
+    // SAFETY: `dst` is NUL-terminated and `attr` valid for the size passed; the mounts are the
+    // caller's own namespace's (our contract).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            size_of::<MountAttr>(),
+        )
+    };
+    // SAFETY: our contract, passed on.
+    r == 0 || (errno() == libc::ENOSYS && unsafe { remount_read_only(dst) })
 }
 
 /// Remounts the bind at `dst` read-only, keeping the flags it has (a locked one cannot be cleared).
+///
+/// # Safety
+///
+/// As `perform`.
 unsafe fn remount_read_only(dst: &std::ffi::CStr) -> bool {
-    let mut fs: libc::statvfs = std::mem::zeroed();
-    let kept = if libc::statvfs(dst.as_ptr(), &mut fs) == 0 {
+    // SAFETY: `statvfs` is a plain C struct: all-zero bytes are valid.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `dst` is NUL-terminated, `fs` valid.
+    let kept = if unsafe { libc::statvfs(dst.as_ptr(), &mut fs) } == 0 {
         fs.f_flag as libc::c_ulong & KEPT_MOUNT_FLAGS
     } else {
         0
     };
     let null = std::ptr::null::<libc::c_char>();
-    libc::mount(
-        null,
-        dst.as_ptr(),
-        null,
-        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | kept,
-        null.cast(),
-    ) == 0
+    // SAFETY: `dst` is NUL-terminated, null pointers where `mount` takes none; the mount is the
+    // caller's own namespace's (our contract).
+    unsafe {
+        libc::mount(
+            null,
+            dst.as_ptr(),
+            null,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | kept,
+            null.cast(),
+        ) == 0
+    }
 }
 
 /// Brings the new network namespace's loopback up, so servers the shell starts on localhost work.
 /// A failure only costs that.
+///
+/// # Safety
+///
+/// Only in the template's builder, in its new network namespace (never Node's or the host's,
+/// whose loopback it would change).
 unsafe fn loopback_up() {
     /// `struct ifreq` as `SIOCSIFFLAGS` reads it: the name, then the flags in the union (40 bytes).
     #[repr(C)]
@@ -693,7 +888,8 @@ unsafe fn loopback_up() {
         flags: libc::c_short,
         _pad: [u8; 22],
     }
-    let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+    // SAFETY: plain integers.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return;
     }
@@ -703,6 +899,10 @@ unsafe fn loopback_up() {
         _pad: [0; 22],
     };
     req.name[..2].copy_from_slice(b"lo");
-    libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req as *mut IfReq);
-    libc::close(fd);
+    // SAFETY: `req` has `struct ifreq`'s layout and size; `fd` is our socket, closed right after;
+    // the interface is our own namespace's (our contract).
+    unsafe {
+        libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req as *mut IfReq);
+        libc::close(fd);
+    }
 }
