@@ -544,7 +544,9 @@ impl NsPlan {
             )));
         }
         if pid == 0 {
-            // SAFETY: see above.
+            // SAFETY: we are the child of the clone above: single-threaded, in the new namespaces,
+            // with our own copies of every descriptor (so closing all but our two ends touches
+            // nothing of Node's), as `close_all_except` and `init::builder` require.
             unsafe {
                 // Only our two ends: a copy of `release`'s write end, or of another thread's pipes
                 // (a concurrent build or exec), would keep an end-of-file from coming, ours or
