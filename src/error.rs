@@ -37,6 +37,8 @@ fn node_error<'env>(env: &'env Env, err: &CoreError) -> Result<Object<'env>> {
         return Ok(Object::from_raw(env.raw(), raw));
     }
     // A null code: napi-rs's own errors would carry `code: "GenericFailure"`.
+    // SAFETY: `message` is a live string of this env (a null code is allowed); `raw` receives the
+    // error.
     check_status!(unsafe {
         sys::napi_create_error(env.raw(), ptr::null_mut(), message.raw(), &mut raw)
     })?;

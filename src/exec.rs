@@ -199,16 +199,24 @@ type EventArgs = (Option<NodeOwnedChunk>, Option<i32>, bool);
 pub(crate) struct NodeOwnedChunk(Vec<u8>);
 
 impl ToNapiValue for NodeOwnedChunk {
+    /// # Safety
+    ///
+    /// As `ToNapiValue::to_napi_value`: `env` is the live environment of the current call on the
+    /// JS thread.
     unsafe fn to_napi_value(env: sys::napi_env, chunk: Self) -> Result<sys::napi_value> {
         let mut data = std::ptr::null_mut();
         let mut buffer = std::ptr::null_mut();
-        let status = sys::napi_create_buffer_copy(
-            env,
-            chunk.0.len(),
-            chunk.0.as_ptr().cast(),
-            &mut data,
-            &mut buffer,
-        );
+        // SAFETY: `env` is live (our contract); Node copies `len` bytes from the chunk, which
+        // outlives the call, and writes the two out-pointers.
+        let status = unsafe {
+            sys::napi_create_buffer_copy(
+                env,
+                chunk.0.len(),
+                chunk.0.as_ptr().cast(),
+                &mut data,
+                &mut buffer,
+            )
+        };
         if status != sys::Status::napi_ok {
             return Err(Error::new(
                 Status::from(status),

@@ -278,9 +278,15 @@ impl TypeName for PathArg {
 impl ValidateNapiValue for PathArg {}
 
 impl FromNapiValue for PathArg {
+    /// # Safety
+    ///
+    /// As `FromNapiValue::from_napi_value`: `env` is the live environment of the current call on
+    /// the JS thread and `value` a value of it.
     unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
         let mut buf = Vec::<u8>::with_capacity(PATH_ARG_BYTES);
         let mut len = 0;
+        // SAFETY: `env` and `value` are live (our contract); napi writes at most `capacity` bytes
+        // (a NUL included) into `buf`'s spare capacity and the length into `len`.
         let status = unsafe {
             sys::napi_get_value_string_utf8(
                 env,
@@ -297,6 +303,7 @@ impl FromNapiValue for PathArg {
         // does not fit (UTF-8 takes up to 4 bytes): this near the end, the
         // string may have been cut, so it is read whole the allocating way.
         if len + 4 >= buf.capacity() {
+            // SAFETY: our own contract, passed on.
             return Ok(PathArg(unsafe { String::from_napi_value(env, value) }?));
         }
         // SAFETY: napi wrote `len` bytes (< capacity) at the start of `buf`.

@@ -4,6 +4,10 @@
 //! core results and errors into JS values, and decides nothing itself.
 
 #![deny(clippy::all)]
+// Every unsafe operation sits in an `unsafe` block with a `// SAFETY:` comment giving its reason,
+// also inside an `unsafe fn` (whose `# Safety` section states what its callers must keep).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod error;
 mod exec;

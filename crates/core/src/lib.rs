@@ -7,6 +7,10 @@
 //! napi binding and any other face only convert.
 
 #![deny(clippy::all)]
+// Every unsafe operation sits in an `unsafe` block with a `// SAFETY:` comment giving its reason,
+// also inside an `unsafe fn` (whose `# Safety` section states what its callers must keep).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod error;
 pub mod exec;

@@ -135,6 +135,47 @@ mod dirent {
     }
 }
 
+/// The calling thread's `errno`. Async-signal-safe (one load, no allocation), for forked children
+/// where `io::Error::last_os_error` would do the same load but build an error.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: `errno_location` returns the calling thread's errno slot, valid and aligned for as
+    // long as the thread lives.
+    unsafe { *errno_location() }
+}
+
+/// Sets the calling thread's `errno` (a value a caller reads after a failed call).
+/// Async-signal-safe.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_errno(value: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *errno_location() = value };
+}
+
+/// The address of the calling thread's `errno`, from the C library of each target.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn errno_location() -> *mut libc::c_int {
+    // SAFETY: takes no argument and always returns the calling thread's errno slot.
+    unsafe { libc::__errno_location() }
+}
+
+#[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+fn errno_location() -> *mut libc::c_int {
+    // SAFETY: takes no argument and always returns the calling thread's errno slot.
+    unsafe { libc::__error() }
+}
+
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd"
+)))]
+fn errno_location() -> *mut libc::c_int {
+    // SAFETY: takes no argument and always returns the calling thread's errno slot.
+    unsafe { libc::__errno() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

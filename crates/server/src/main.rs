@@ -3,6 +3,10 @@
 //! it converts and dispatches, and the core decides (bounds, rules, errors, messages).
 
 #![deny(clippy::all)]
+// Every unsafe operation sits in an `unsafe` block with a `// SAFETY:` comment giving its reason,
+// also inside an `unsafe fn` (whose `# Safety` section states what its callers must keep).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(unix)]
 mod budget;

@@ -1,5 +1,7 @@
 //! The built server over pipes, as a client drives it (docs/protocol.md).
 #![cfg(unix)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -343,8 +345,8 @@ fn pipes_are_widened_to_a_whole_data_frame() {
     let size = unsafe { libc::fcntl(server.stdout.as_raw_fd(), libc::F_GETPIPE_SZ) };
     assert_eq!(size, 1 << 20);
     let stdin = server.stdin.as_ref().unwrap();
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_GETPIPE_SZ) },
         1 << 20
     );

@@ -20,16 +20,26 @@ const PID_DIGITS_MAX: usize = 9;
 const PID_T_DIGITS: usize = 10;
 
 /// SIGKILLs every child of this (single-threaded) process.
+///
+/// # Safety
+///
+/// Only in the supervisor (single-threaded, so `thread-self` lists all of its children), whose
+/// every child belongs to the tree being killed. Async-signal-safe.
 pub(super) unsafe fn kill_children() {
-    let fd = libc::open(
-        c"/proc/thread-self/children".as_ptr(),
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
+    // SAFETY: a static NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
-        kill_children_by_scan();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { kill_children_by_scan() };
         return;
     }
-    let children = BorrowedFd::borrow_raw(fd);
+    // SAFETY: `fd` was just opened and is closed only at the end of this function.
+    let children = unsafe { BorrowedFd::borrow_raw(fd) };
     let mut buf = [0u8; CHILDREN_CHUNK_BYTES];
     let mut pid: libc::pid_t = 0;
     loop {
@@ -39,7 +49,8 @@ pub(super) unsafe fn kill_children() {
                 pid = pid * 10 + (byte - b'0') as libc::pid_t;
             } else {
                 if pid > 0 {
-                    libc::kill(pid, libc::SIGKILL);
+                    // SAFETY: a child of ours (the caller's contract: all of them may die).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
                 pid = 0;
             }
@@ -49,32 +60,46 @@ pub(super) unsafe fn kill_children() {
         }
     }
     if pid > 0 {
-        libc::kill(pid, libc::SIGKILL);
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    libc::close(fd);
+    // SAFETY: our descriptor, not used again (`children` is dead).
+    unsafe { libc::close(fd) };
 }
 
 /// Kernels without CONFIG_PROC_CHILDREN: find our children by the parent field of /proc/<pid>/stat.
+///
+/// # Safety
+///
+/// As `kill_children`.
 unsafe fn kill_children_by_scan() {
-    let me = libc::getpid();
-    let dir = libc::open(
-        c"/proc".as_ptr(),
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-    );
+    // SAFETY: a plain getter.
+    let me = unsafe { libc::getpid() };
+    // SAFETY: a static NUL-terminated path.
+    let dir = unsafe {
+        libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if dir < 0 {
         return;
     }
+    // SAFETY: `dir` was just opened and is closed only at the end of this function.
+    let proc = unsafe { BorrowedFd::borrow_raw(dir) };
     let mut buf = DirentBuf::<PROC_DIRENT_BYTES>::new();
-    while let Ok(Some(batch)) = getdents(BorrowedFd::borrow_raw(dir), &mut buf) {
+    while let Ok(Some(batch)) = getdents(proc, &mut buf) {
         for entry in batch {
             if let Some(pid) = parse_pid(entry.name) {
                 if parent_of(pid) == Some(me) {
-                    libc::kill(pid, libc::SIGKILL);
+                    // SAFETY: a child of ours (the caller's contract: all of them may die).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }
         }
     }
-    libc::close(dir);
+    // SAFETY: our descriptor, not used again.
+    unsafe { libc::close(dir) };
 }
 
 fn parse_pid(digits: &[u8]) -> Option<libc::pid_t> {
@@ -90,7 +115,8 @@ fn parse_pid(digits: &[u8]) -> Option<libc::pid_t> {
 }
 
 /// The parent pid from /proc/<pid>/stat: "pid (comm) state ppid ...", comm may hold ')'.
-unsafe fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+/// Async-signal-safe (stack buffers only).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     const PREFIX: &[u8] = b"/proc/";
     const SUFFIX: &[u8] = b"/stat\0";
     let mut path = [0u8; PREFIX.len() + PID_T_DIGITS + SUFFIX.len()];
@@ -112,13 +138,16 @@ unsafe fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
         at += 1;
     }
     path[at..at + SUFFIX.len()].copy_from_slice(SUFFIX);
-    let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+    // SAFETY: `path` is NUL-terminated (SUFFIX ends with the NUL).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return None;
     }
     let mut stat = [0u8; STAT_HEAD_BYTES];
-    let n = read_full(BorrowedFd::borrow_raw(fd), &mut stat);
-    libc::close(fd);
+    // SAFETY: `fd` was just opened and is closed right after this read.
+    let n = read_full(unsafe { BorrowedFd::borrow_raw(fd) }, &mut stat);
+    // SAFETY: our descriptor, not used again.
+    unsafe { libc::close(fd) };
     let stat = &stat[..n.ok().filter(|&n| n > 0)?];
     let close_paren = stat.iter().rposition(|&b| b == b')')?;
     let mut fields = stat[close_paren + 1..]

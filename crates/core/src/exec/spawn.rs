@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::sandbox::{Plan, TempDir};
-use super::supervisor::{raw_cloexec_pipe, supervise, SupervisorFds};
+use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
@@ -259,8 +259,17 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
             status: status_write.as_raw_fd(),
             output: output_write.as_raw_fd(),
         };
+        let command = Command {
+            shell: &prepared.shell,
+            cwd: &prepared.cwd,
+            argv: &prepared.argv,
+            envp: &prepared.envp,
+            shell_stack: &prepared.shell_stack,
+            sandbox: prepared.sandbox.as_deref(),
+            notify_channel: prepared.notify_channel,
+        };
         // SAFETY: see above.
-        unsafe { supervise(&prepared, fds) }
+        unsafe { supervise(&command, fds) }
     }
     drop((output_write, status_write, control_read));
     let notify = prepared.notify.take();

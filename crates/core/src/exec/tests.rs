@@ -31,6 +31,7 @@ fn alive(pid: libc::pid_t) -> bool {
             .unwrap_or("")
             .trim_start()
             .starts_with('Z'),
+        // SAFETY: signal 0 only checks that the process exists.
         Err(_) => unsafe { libc::kill(pid, 0) == 0 },
     }
 }
@@ -91,6 +92,7 @@ fn background_holder_does_not_block_settling() {
     let text = String::from_utf8(output).unwrap();
     let pid: libc::pid_t = text.lines().nth(1).unwrap().trim().parse().unwrap();
     assert!(alive(pid), "background child is left running");
+    // SAFETY: kills the test's own background child (its pid read just above).
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 

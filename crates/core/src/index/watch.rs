@@ -79,8 +79,8 @@ impl Inotify {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` was just returned to us and is owned by nothing else.
         Ok(Inotify {
+            // SAFETY: `fd` was just returned to us and is owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }
@@ -194,8 +194,8 @@ pub(crate) fn untrusted_filesystem(dir: BorrowedFd<'_>) -> Option<&'static str> 
     if unsafe { libc::fstatfs(dir.as_raw_fd(), st.as_mut_ptr()) } != 0 {
         return None;
     }
-    // SAFETY: `fstatfs` succeeded and filled it.
     #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between libcs
+    // SAFETY: `fstatfs` succeeded and filled it.
     let kind = unsafe { st.assume_init() }.f_type as i64;
     UNTRUSTED
         .iter()
@@ -320,8 +320,8 @@ impl Waker {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: just returned, owned by nothing else.
         Ok(Waker {
+            // SAFETY: just returned, owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

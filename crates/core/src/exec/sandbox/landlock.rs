@@ -7,11 +7,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::namespaces::{present_secrets, SECRETS};
 use super::paths::{Kind, Resolved};
-use super::plan::invalid_spec;
+use super::policy::{present_secrets, DEV, DEVICES, ETC, SECRETS, SYSTEM_DIRS};
+use super::setup::invalid_spec;
 use super::Sandbox;
-use crate::exec::supervisor::errno;
+use crate::sys::errno;
 
 // Access rights (include/uapi/linux/landlock.h), by the ABI that introduced them.
 const EXECUTE: u64 = 1 << 0;
@@ -48,20 +48,6 @@ struct PathBeneath {
     allowed_access: u64,
     parent_fd: i32,
 }
-
-/// System directories the shell may read and execute.
-const SYSTEM_DIRS: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
-];
-/// Device files the shell may read and write.
-const DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-];
 
 /// The Landlock ABI this kernel offers, or why none.
 pub(super) fn abi() -> Result<u32, String> {
@@ -144,8 +130,8 @@ impl Ruleset {
                 io::Error::last_os_error()
             )));
         }
-        // SAFETY: a descriptor we just got and own.
         let ruleset = Ruleset {
+            // SAFETY: a descriptor we just got and own.
             fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
         };
         let read = (EXECUTE | READ_FILE | READ_DIR) & all_fs;
@@ -156,7 +142,7 @@ impl Ruleset {
         ruleset.allow_etc(read)?;
         ruleset.allow_if_present(Path::new("/proc"), READ_FILE | READ_DIR)?;
         for device in DEVICES {
-            ruleset.allow_if_present(Path::new(device), dev)?;
+            ruleset.allow_if_present(&Path::new(DEV).join(device), dev)?;
         }
         // The configured paths by the descriptors held since the sandbox was made: what their
         // paths name now does not matter.
@@ -186,8 +172,8 @@ impl Ruleset {
     /// directory holds secrets, like `/etc/ssh`).
     fn allow_etc(&self, read: u64) -> io::Result<()> {
         let secrets: Vec<PathBuf> = present_secrets().into_iter().map(|(p, _)| p).collect();
-        self.allow_if_present(Path::new("/etc"), READ_DIR)?;
-        let mut dirs = vec![PathBuf::from("/etc")];
+        self.allow_if_present(Path::new(ETC), READ_DIR)?;
+        let mut dirs = vec![PathBuf::from(ETC)];
         while let Some(dir) = dirs.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -253,8 +239,14 @@ impl Ruleset {
     }
 
     /// Confines the calling process (and what it executes). Async-signal-safe; `Err` is the errno.
+    ///
+    /// # Safety
+    ///
+    /// Only in the shell's own process before `execve` (as `confine`): the confinement cannot be
+    /// undone, and Node's process must never get it.
     pub(super) unsafe fn restrict_self(&self) -> Result<(), i32> {
-        if libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0) != 0 {
+        // SAFETY: our open ruleset descriptor; the caller's process is the one to confine.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0) } != 0 {
             return Err(errno());
         }
         Ok(())

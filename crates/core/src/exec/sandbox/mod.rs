@@ -326,7 +326,11 @@ mod paths;
 #[cfg(target_os = "linux")]
 mod plan;
 #[cfg(target_os = "linux")]
+mod policy;
+#[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
+mod setup;
 
 #[cfg(target_os = "linux")]
 pub(super) use namespaces::start as start_in_namespaces;

@@ -42,7 +42,7 @@ use super::seccomp::{AUDIT_ARCH, RET_ALLOW, SYS_REMOVEXATTRAT, SYS_SETXATTRAT, X
 
 /// `SECCOMP_RET_ERRNO`: the call fails with the errno in the low 16 bits.
 const RET_ERRNO: u32 = 0x0005_0000;
-use crate::exec::supervisor::errno;
+use crate::sys::errno;
 
 /// `SECCOMP_RET_USER_NOTIF`: the call waits for the listener's answer.
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;
@@ -133,6 +133,7 @@ pub(in crate::exec) struct Policy {
 
 // SAFETY: `sock_filter` is plain data (no pointers); descriptors are shareable.
 unsafe impl Send for Policy {}
+// SAFETY: as for `Send`; a policy is only read once built.
 unsafe impl Sync for Policy {}
 
 enum Writable {
@@ -401,18 +402,24 @@ pub(super) fn program(landlock: bool) -> Vec<sock_filter> {
 /// `execve`. Async-signal-safe; `Err` is the errno.
 ///
 /// # Safety
-/// Call only in a process about to `execve`: the filter stays for good.
+///
+/// Call only in a process about to `execve`: the filter stays for good. `channel` is an open
+/// socket of this process (the children's end of the plan's pair).
 pub(in crate::exec) unsafe fn install(policy: &Policy, channel: RawFd) -> Result<(), i32> {
     let program = libc::sock_fprog {
         len: policy.program.len() as libc::c_ushort,
         filter: policy.program.as_ptr() as *mut sock_filter,
     };
-    let listener = libc::syscall(
-        libc::SYS_seccomp,
-        libc::SECCOMP_SET_MODE_FILTER,
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-        &program as *const libc::sock_fprog,
-    );
+    // SAFETY: `program` points to the policy's filter, valid for `len` instructions (the kernel
+    // copies it); the caller's process is the one to filter.
+    let listener = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &program as *const libc::sock_fprog,
+        )
+    };
     if listener < 0 {
         return Err(errno());
     }
@@ -425,19 +432,26 @@ pub(in crate::exec) unsafe fn install(policy: &Policy, channel: RawFd) -> Result
         iov_base: byte.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    let mut message: libc::msghdr = std::mem::zeroed();
+    // SAFETY: `msghdr` is a plain C struct: all-zero bytes are valid.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
     message.msg_iov = &mut iov;
     message.msg_iovlen = 1;
     message.msg_control = control.as_mut_ptr().cast();
     message.msg_controllen = CONTROL_BYTES as _;
-    let header = libc::CMSG_FIRSTHDR(&message);
-    (*header).cmsg_level = libc::SOL_SOCKET;
-    (*header).cmsg_type = libc::SCM_RIGHTS;
-    (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
-    std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), listener);
-    let sent = libc::sendmsg(channel, &message, libc::MSG_NOSIGNAL);
+    // SAFETY: `control` (8-byte aligned, CONTROL_BYTES long) holds one header and one descriptor,
+    // so CMSG_FIRSTHDR is non-null and the header and its data lie inside it.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), listener);
+    }
+    // SAFETY: `message` and the buffers it points to are valid; `channel` is the caller's socket.
+    let sent = unsafe { libc::sendmsg(channel, &message, libc::MSG_NOSIGNAL) };
     let code = errno();
-    libc::close(listener);
+    // SAFETY: the listener is ours; the handler got its copy.
+    unsafe { libc::close(listener) };
     if sent != 1 {
         return Err(code);
     }
@@ -1145,7 +1159,7 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
 
     let path = proc_fd(fd);
     let symlink = is_symlink(fd);
-    // SAFETY (each call below): system calls on our descriptor, our NUL-terminated strings and
+    // SAFETY: each call below is a system call on our descriptor, our NUL-terminated strings and
     // buffers read above.
     let r = unsafe {
         match (call.op, arguments) {

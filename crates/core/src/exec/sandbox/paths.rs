@@ -326,18 +326,19 @@ pub(super) fn mounts(areas: &[(&Path, &Path, bool)]) -> Vec<Mount> {
 }
 
 /// Opens `path` (absolute) with `O_PATH`, following no symlink in any component (`..` refused);
-/// -1 with errno set on failure. Async-signal-safe.
-///
-/// # Safety
-/// Raw system calls only; the caller owns the descriptor returned.
-pub(super) unsafe fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
-    use crate::exec::supervisor::{errno, set_errno};
+/// -1 with errno set on failure. Async-signal-safe (raw system calls on a stack buffer); the
+/// caller owns the descriptor returned, and closes it.
+pub(super) fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
+    use crate::sys::{errno, set_errno};
     /// The kernel's longest file name (`NAME_MAX`), plus its NUL.
     const NAME_BYTES: usize = 256;
-    let mut dir = libc::open(
-        c"/".as_ptr(),
-        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-    );
+    // SAFETY: a static NUL-terminated path.
+    let mut dir = unsafe {
+        libc::open(
+            c"/".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if dir < 0 {
         return -1;
     }
@@ -347,7 +348,8 @@ pub(super) unsafe fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
             continue;
         }
         if part == b".." || part.len() >= NAME_BYTES {
-            libc::close(dir);
+            // SAFETY: `dir` is ours, not used again.
+            unsafe { libc::close(dir) };
             set_errno(if part == b".." {
                 libc::EINVAL
             } else {
@@ -357,13 +359,17 @@ pub(super) unsafe fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
         }
         name[..part.len()].copy_from_slice(part);
         name[part.len()] = 0;
-        let next = libc::openat(
-            dir,
-            name.as_ptr().cast(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        );
+        // SAFETY: `dir` is our open directory; `name` holds the NUL-terminated component.
+        let next = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr().cast(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         let failed = errno();
-        libc::close(dir);
+        // SAFETY: `dir` is ours, replaced by `next` below.
+        unsafe { libc::close(dir) };
         if next < 0 {
             set_errno(failed);
             return -1;

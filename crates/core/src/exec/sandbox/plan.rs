@@ -1,10 +1,8 @@
 //! The sandbox of one exec prepared before the fork (`Plan`), the confinement the shell's process
 //! applies to itself before `execve` (`confine`), and the machine's `support()`.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -12,16 +10,13 @@ use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
 use super::paths::{Kind, Resolved};
 use super::seccomp;
+use super::setup::{
+    invalid_spec, step_error, step_index, unavailable, Step, FIXED_STEPS, STEP_BASE,
+};
 use super::{Mode, Sandbox, Support};
 use crate::error::Error;
-use crate::exec::supervisor::errno;
+use crate::sys::errno;
 
-/// Exit code of a sandbox process that failed during setup; nobody reads it (the error pipe
-/// carries the step and errno).
-pub(super) const EXIT_SETUP_FAILED: i32 = 127;
-/// A setup failure travels as `STEP_BASE * (step + 1) + errno` where a plain spawn error is an
-/// errno: errnos stay below the kernel's `MAX_ERRNO` (4095), so the two never collide.
-const STEP_BASE: i32 = 4096;
 /// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
 const SANDBOX_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 /// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
@@ -31,79 +26,6 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Capability numbers tried when emptying the bounding set: above the highest the kernel knows
 /// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
 const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
-
-/// A step of the setup that can fail, reported with its errno.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
-    NoNewPrivs,
-    Capabilities,
-    Landlock,
-    Seccomp,
-    Clone,
-    Setgroups,
-    UidMap,
-    GidMap,
-    Private,
-    SetupTmpfs,
-    PivotSetup,
-    NewRoot,
-    PivotNew,
-    DetachHost,
-    StartShell,
-    JoinTemplate,
-    Notify,
-    /// The n-th action of the namespaces plan.
-    Action(usize),
-}
-
-const FIXED_STEPS: &[(Step, &str)] = &[
-    (Step::NoNewPrivs, "setting no_new_privs"),
-    (Step::Capabilities, "dropping capabilities"),
-    (Step::Landlock, "applying the Landlock ruleset"),
-    (Step::Seccomp, "installing the seccomp filter"),
-    (Step::Clone, "creating the namespaces"),
-    (Step::Setgroups, "writing /proc/self/setgroups"),
-    (Step::UidMap, "writing /proc/self/uid_map"),
-    (Step::GidMap, "writing /proc/self/gid_map"),
-    (Step::Private, "making the mounts private"),
-    (Step::SetupTmpfs, "mounting the setup tmpfs on /tmp"),
-    (Step::PivotSetup, "pivot_root into the setup tmpfs"),
-    (Step::NewRoot, "mounting the new root's tmpfs"),
-    (Step::PivotNew, "pivot_root into the new root"),
-    (Step::DetachHost, "detaching the host's root"),
-    (Step::StartShell, "starting the shell"),
-    (Step::JoinTemplate, "joining the sandbox's namespaces"),
-    (Step::Notify, "installing the seccomp notification filter"),
-];
-
-fn step_index(step: Step) -> usize {
-    match step {
-        Step::Action(n) => FIXED_STEPS.len() + n,
-        fixed => FIXED_STEPS
-            .iter()
-            .position(|(s, _)| *s == fixed)
-            .expect("every fixed step is listed"),
-    }
-}
-
-/// The value reporting that `step` failed with `errno`. Async-signal-safe.
-pub(super) fn step_error(step: Step, errno: i32) -> i32 {
-    let step = i32::try_from(step_index(step)).unwrap_or(i32::MAX / STEP_BASE - 1);
-    STEP_BASE.saturating_mul(step + 1).saturating_add(errno)
-}
-
-pub(super) fn invalid_spec(why: String) -> io::Error {
-    unavailable(why)
-}
-
-fn unavailable(why: String) -> io::Error {
-    io::Error::other(Error::sandbox_unavailable(why))
-}
-
-pub(super) fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| invalid_spec(format!("{} contains a NUL byte", path.display())))
-}
 
 /// The sandbox of one exec, ready for the fork.
 pub(in crate::exec) struct Plan {
@@ -119,6 +41,7 @@ pub(in crate::exec) struct Plan {
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
 // are none (it is plain data). A built plan is never changed (shared by every exec of a sandbox).
 unsafe impl Send for Plan {}
+// SAFETY: as for `Send`: shared plans are only read.
 unsafe impl Sync for Plan {}
 
 impl Plan {
@@ -336,38 +259,56 @@ fn seccomp_available() -> bool {
 /// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
 /// encoded failed step.
 /// `notify_channel`: the socket the notification filter's listener is sent over.
+///
+/// # Safety
+///
+/// Only in the shell's own process (a forked child of Node, single-threaded) just before
+/// `execve`: what it sets cannot be undone and holds for this process and everything it runs.
+/// `plan` was built before the fork; `notify_channel` is the children's end of the plan's
+/// notification socket pair (or -1 when the plan has no handler).
 pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Result<(), i32> {
-    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+    // SAFETY: plain integers; the caller's process is the one to confine.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(step_error(Step::NoNewPrivs, errno()));
     }
-    drop_capabilities().map_err(|e| step_error(Step::Capabilities, e))?;
+    // SAFETY: the caller's contract, passed on.
+    unsafe { drop_capabilities() }.map_err(|e| step_error(Step::Capabilities, e))?;
     if let Some(ruleset) = &plan.ruleset {
-        ruleset
-            .restrict_self()
-            .map_err(|e| step_error(Step::Landlock, e))?;
+        // SAFETY: the caller's contract, passed on: the shell's process, before `execve`.
+        unsafe { ruleset.restrict_self() }.map_err(|e| step_error(Step::Landlock, e))?;
     }
     let program = libc::sock_fprog {
         len: plan.seccomp.len() as libc::c_ushort,
         filter: plan.seccomp.as_ptr() as *mut libc::sock_filter,
     };
-    if libc::prctl(
-        libc::PR_SET_SECCOMP,
-        SECCOMP_MODE_FILTER,
-        &program as *const libc::sock_fprog,
-        0,
-        0,
-    ) != 0
+    // SAFETY: `program` points to the plan's filter, valid for `len` instructions; the kernel
+    // copies it.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            SECCOMP_MODE_FILTER,
+            &program as *const libc::sock_fprog,
+            0,
+            0,
+        )
+    } != 0
     {
         return Err(step_error(Step::Seccomp, errno()));
     }
     if let Some(policy) = &plan.notify {
-        super::notify::install(policy, notify_channel).map_err(|e| step_error(Step::Notify, e))?;
+        // SAFETY: the caller's contract, passed on (`notify_channel` the plan's channel).
+        unsafe { super::notify::install(policy, notify_channel) }
+            .map_err(|e| step_error(Step::Notify, e))?;
     }
     Ok(())
 }
 
 /// Empties the bounding, ambient, effective, permitted and inheritable sets, so neither this
 /// process nor what it executes (root included) holds a capability.
+///
+/// # Safety
+///
+/// As `confine`: only in the shell's own process before `execve` (it cannot be undone).
 unsafe fn drop_capabilities() -> Result<(), i32> {
     #[repr(C)]
     struct Header {
@@ -382,16 +323,19 @@ unsafe fn drop_capabilities() -> Result<(), i32> {
     }
     // Without CAP_SETPCAP (an unprivileged caller in Landlock mode) the bounding set cannot be
     // changed; such a caller has no capability to lose, and no_new_privs stops setuid gains.
-    for cap in CAP_NUMBERS {
-        libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+    // SAFETY: plain integers, on the caller's process.
+    unsafe {
+        for cap in CAP_NUMBERS {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
     }
-    libc::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-        0,
-        0,
-        0,
-    );
     let header = Header {
         version: CAPABILITY_VERSION_3,
         pid: 0,
@@ -408,7 +352,9 @@ unsafe fn drop_capabilities() -> Result<(), i32> {
             inheritable: 0,
         },
     ];
-    if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
+    // SAFETY: `header` and the two `data` words are the `_LINUX_CAPABILITY_VERSION_3` layout
+    // capset reads.
+    if unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) } != 0 {
         return Err(errno());
     }
     Ok(())
@@ -437,8 +383,9 @@ fn probe() -> Support {
 }
 
 fn kernel_release() -> Option<String> {
-    // SAFETY: uname fills the struct it is given.
+    // SAFETY: `utsname` is a plain C struct: all-zero bytes are valid.
     let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct it is given.
     if unsafe { libc::uname(&mut name) } != 0 {
         return None;
     }

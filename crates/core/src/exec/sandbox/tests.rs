@@ -1,4 +1,4 @@
-use super::plan::{step_error, Step};
+use super::setup::{step_error, Step};
 use super::*;
 use crate::exec::{spawn, ExecRequest};
 use std::path::Path;
@@ -541,6 +541,7 @@ fn namespaces_limit_processes() {
     // pid_max bounds every caller at the limit + the kernel's 300 reserved pids; a non-root
     // caller's RLIMIT_NPROC is exact (bash, perl and init count too).
     assert!((100..=400).contains(&live), "{live} processes");
+    // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } != 0 {
         assert!(live <= 100, "{live} processes");
     }
@@ -593,6 +594,7 @@ fn landlock_confines_reads_writes_and_network() {
     assert!(root.join("made.txt").exists());
     assert_no_probe_files();
     // A root caller's shell owns the host's system files: Landlock cannot stop chmod, seccomp does.
+    // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } == 0 {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(other.path().join("hello.txt"))
