@@ -69,8 +69,9 @@ pub struct Sandbox {
     pub read_only: Vec<PathBuf>,
     /// Host paths bound read-write at the same path.
     pub read_write: Vec<PathBuf>,
-    /// Added to the sandbox's clean environment (the request's `env` is ignored).
-    pub env: Vec<(String, String)>,
+    /// `KEY=VALUE` entries (as `ExecRequest::env`) added to the sandbox's clean environment,
+    /// replacing a default of the same name (the request's `env` is ignored).
+    pub env: Vec<String>,
     pub mode: Mode,
     /// Most processes at once (`None`: `DEFAULT_MAX_PROCESSES`).
     pub max_processes: Option<u32>,

@@ -303,7 +303,7 @@ impl Plan {
 }
 
 /// HOME, PATH, TMPDIR, LANG and TERM, then `extra` (which may replace them).
-fn clean_env(home: &Path, extra: &[(String, String)]) -> io::Result<Vec<String>> {
+fn clean_env(home: &Path, extra: &[String]) -> io::Result<Vec<String>> {
     let home = home.to_string_lossy();
     let mut env: Vec<(String, String)> = [
         ("HOME", home.as_ref()),
@@ -315,13 +315,17 @@ fn clean_env(home: &Path, extra: &[(String, String)]) -> io::Result<Vec<String>>
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    for (key, value) in extra {
+    for entry in extra {
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(invalid_spec(format!("env entry {entry:?} has no \"=\"")));
+        };
+        let (key, value) = (key.to_string(), value.to_string());
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
             return Err(invalid_spec(format!("invalid environment entry {key:?}")));
         }
-        match env.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = value.clone(),
-            None => env.push((key.clone(), value.clone())),
+        match env.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => env.push((key, value)),
         }
     }
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
@@ -453,20 +457,15 @@ fn probe_namespaces() -> Result<(), String> {
     let mut sandbox = Sandbox::new(std::env::temp_dir());
     sandbox.mode = Mode::Namespaces;
     let request = crate::exec::ExecRequest {
-        shell: "/bin/sh".into(),
+        shell: Some("/bin/sh".into()),
         command: ":".into(),
         cwd: "/".into(),
         env: None,
+        cwd_map: None,
         sandbox: Some(sandbox.into()),
     };
     let hint = userns_hint();
-    let mut execution = crate::exec::spawn(&request).map_err(|e| {
-        let why = match e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
-            Some(inner) => inner.to_string(),
-            None => e.to_string(),
-        };
-        why
-    })?;
+    let mut execution = crate::exec::spawn(&request).map_err(|e| e.to_string())?;
     let outcome = execution.pump(&mut |_| true);
     match outcome.exit_code {
         Some(0) => Ok(()),
