@@ -23,7 +23,8 @@ pub(super) const EXIT_SETUP_FAILED: i32 = 127;
 /// errno: errnos stay below the kernel's `MAX_ERRNO` (4095), so the two never collide.
 const STEP_BASE: i32 = 4096;
 /// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
-const SANDBOX_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
+pub(super) const SANDBOX_PATH: &str =
+    "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 /// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
 const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
 /// `capset`'s `_LINUX_CAPABILITY_VERSION_3` (two 32-bit words of each set).
@@ -303,7 +304,7 @@ impl Plan {
 }
 
 /// HOME, PATH, TMPDIR, LANG and TERM, then `extra` (which may replace them).
-fn clean_env(home: &Path, extra: &[String]) -> io::Result<Vec<String>> {
+pub(super) fn clean_env(home: &Path, extra: &[String]) -> io::Result<Vec<String>> {
     let home = home.to_string_lossy();
     let mut env: Vec<(String, String)> = [
         ("HOME", home.as_ref()),

@@ -1039,3 +1039,30 @@ fn guarantees_follow_what_the_kernel_offers() {
     assert!(new.guarantees(Mode::Landlock).unwrap().signals);
     assert_eq!(new.guarantees(Mode::Auto), new.guarantees(Mode::Namespaces));
 }
+
+#[test]
+fn the_sandbox_env_is_key_value_entries_like_the_exec_env() {
+    let home = Path::new("/tmp/h");
+    let env = super::plan::clean_env(
+        home,
+        &["TERM=xterm".into(), "A=b=c".into(), "EMPTY=".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        env,
+        [
+            "HOME=/tmp/h",
+            format!("PATH={}", super::plan::SANDBOX_PATH).as_str(),
+            "TMPDIR=/tmp/h",
+            "LANG=C.UTF-8",
+            "TERM=xterm",
+            "A=b=c",
+            "EMPTY=",
+        ]
+    );
+    for bad in ["NOEQUALS", "=value", "K=a\0b"] {
+        let err = super::plan::clean_env(home, &[bad.into()]).unwrap_err();
+        let text = err.into_inner().unwrap().to_string();
+        assert!(text.starts_with("sandbox unavailable: "), "{bad:?}: {text}");
+    }
+}
