@@ -59,14 +59,8 @@ pub struct BashSandbox {
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
     let invalid = |why: String| CoreError::sandbox_unavailable(why);
     let mode = match js.mode.as_deref() {
-        None | Some("auto") => sandbox::Mode::Auto,
-        Some("namespaces") => sandbox::Mode::Namespaces,
-        Some("landlock") => sandbox::Mode::Landlock,
-        Some(other) => {
-            return Err(invalid(format!(
-                "mode must be \"auto\", \"namespaces\" or \"landlock\", got {other:?}"
-            )))
-        }
+        None => sandbox::Mode::default(),
+        Some(name) => sandbox::Mode::from_name(name)?,
     };
     let paths = |list: Option<Vec<String>>| {
         list.unwrap_or_default()
@@ -170,13 +164,7 @@ pub fn sandbox_support() -> SandboxSupport {
         landlock_error: s.landlock_error.clone(),
         seccomp: s.seccomp,
         user_notification: s.user_notification,
-        auto: s.auto().map(|mode| {
-            match mode {
-                sandbox::Mode::Landlock => "landlock",
-                _ => "namespaces",
-            }
-            .to_string()
-        }),
+        auto: s.auto().map(|mode| mode.name().to_string()),
         enforces: SandboxEnforces {
             namespaces: s.guarantees(sandbox::Mode::Namespaces).map(Into::into),
             landlock: s.guarantees(sandbox::Mode::Landlock).map(Into::into),

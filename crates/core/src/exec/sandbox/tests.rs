@@ -1066,3 +1066,15 @@ fn the_sandbox_env_is_key_value_entries_like_the_exec_env() {
         assert!(text.starts_with("sandbox unavailable: "), "{bad:?}: {text}");
     }
 }
+
+#[test]
+fn modes_are_named_once() {
+    for mode in [Mode::Auto, Mode::Namespaces, Mode::Landlock] {
+        assert_eq!(Mode::from_name(mode.name()).unwrap(), mode);
+    }
+    let err = Mode::from_name("chroot").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "sandbox unavailable: mode must be \"auto\", \"namespaces\" or \"landlock\", got \"chroot\""
+    );
+}
