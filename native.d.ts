@@ -94,7 +94,7 @@ export declare class GrepAbort {
 export interface BashSandbox {
   /** The host workspace. */
   root: string
-  /** Where the root appears inside; default `/workspace`. */
+  /** Where the root appears inside; absent: the core's default (`sandbox::DEFAULT_RUNTIME_ROOT`). */
   runtimeRoot?: string
   /** Share the host's network; default false. */
   network?: boolean
@@ -120,8 +120,10 @@ export interface BashSandbox {
 export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
 
 export interface BashSpawnRequest {
-  shell: string
+  /** pi's `shellPath`; absent: found as pi finds one (`exec::preflight`). */
+  shell?: string
   command: string
+  /** As the agent gave it (runtime form in a sandbox). */
   cwd: string
   /** `KEY=VALUE` entries forming the whole environment; absent inherits Node's. */
   env?: Array<string>

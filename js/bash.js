@@ -1,10 +1,9 @@
 // BashOperations backed by the native exec (src/exec.rs): one pipe for stdout+stderr, output
 // delivered with backpressure, the whole process tree killed on abort/timeout, and nothing left
-// running if Node dies. Validation, shell resolution and error strings follow pi 1.6.0's
-// createLocalBashOperations.
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
-import { access } from "node:fs/promises";
-import { spawnSync } from "node:child_process";
+// running if Node dies. Validation and the timeout/abort strings follow pi 1.6.0's
+// createLocalBashOperations; shell resolution, the working directory check and their errors are
+// the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
+import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
 import { checkObject, checkPath, checkString } from "./args.js";
 import { native } from "./native.js";
@@ -22,35 +21,6 @@ function resolveTimeoutMs(timeout) {
     throw new Error(`Invalid timeout: maximum is ${MAX_TIMEOUT_SECONDS} seconds`);
   }
   return timeoutMs;
-}
-
-function pathExists(path) {
-  try {
-    accessSync(path, constants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function bashOnPath() {
-  try {
-    const result = spawnSync("which", ["bash"], { encoding: "utf-8", timeout: 5000 });
-    if (result.status === 0 && result.stdout) return result.stdout.trim().split(/\r?\n/)[0] || null;
-  } catch {
-    // no `which`: fall through to sh
-  }
-  return null;
-}
-
-/** pi's Unix shell resolution: shellPath, else /bin/bash, else bash on PATH, else sh. */
-function resolveShell(shellPath) {
-  if (shellPath) {
-    if (pathExists(shellPath)) return shellPath;
-    throw new Error(`Custom shell path not found: ${shellPath}`);
-  }
-  if (pathExists("/bin/bash")) return "/bin/bash";
-  return bashOnPath() ?? "sh";
 }
 
 /** Validates exec's arguments (as pi's local exec would fail on them); also used by the remote exec. */
@@ -114,14 +84,7 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   for (const key of Object.keys(sandbox)) {
     if (!SANDBOX_KEYS.includes(key)) throw new TypeError(`${what}: unknown option "${key}"`);
   }
-  const {
-    runtimeRoot = "/workspace",
-    network = false,
-    readOnly = [],
-    readWrite = [],
-    env = {},
-    mode = "auto",
-  } = sandbox;
+  const { runtimeRoot, network = false, readOnly = [], readWrite = [], env = {}, mode = "auto" } = sandbox;
   checkString(sandbox.root, `${what}.root`);
   const root = path.resolve(sandbox.root);
   try {
@@ -129,7 +92,8 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   } catch {
     throw new TypeError(`${what}.root must be an existing directory, got ${JSON.stringify(sandbox.root)}`);
   }
-  checkPath(runtimeRoot, `${what}.runtimeRoot`);
+  // Absent: the core's default.
+  if (runtimeRoot !== undefined) checkPath(runtimeRoot, `${what}.runtimeRoot`);
   if (typeof network !== "boolean") throw new TypeError(`${what}.network must be a boolean`);
   checkObject(env, `${what}.env`);
   for (const [key, value] of Object.entries(env)) {
@@ -154,7 +118,7 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   }
   return {
     root,
-    runtimeRoot: path.resolve(runtimeRoot),
+    runtimeRoot: runtimeRoot === undefined ? undefined : path.resolve(runtimeRoot),
     network,
     readOnly: checkPathList(readOnly, `${what}.readOnly`),
     readWrite: checkPathList(readWrite, `${what}.readWrite`),
@@ -163,17 +127,6 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     maxProcesses,
     tmpSize,
   };
-}
-
-/**
- * The host path behind `cwd` as the sandboxed shell sees it: under `runtimeRoot`, the same place under
- * `root`; elsewhere (system directories, extra binds) the host's own path.
- */
-function hostPathOf(sandbox, cwd) {
-  const rel = path.relative(sandbox.runtimeRoot, path.resolve(cwd));
-  if (rel === "" || (rel !== ".." && !rel.startsWith("../") && !path.isAbsolute(rel)))
-    return path.join(sandbox.root, rel);
-  return cwd;
 }
 
 function noSandboxInBinary() {
@@ -228,20 +181,11 @@ export function createBashOperations(options = {}) {
       if (signal?.aborted) throw new Error("aborted");
       // An addon built before the sandbox would ignore request.sandbox and run the command unconfined.
       if (sandbox && typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
-      const shell = resolveShell(shellPath);
-      try {
-        await access(sandbox ? hostPathOf(sandbox, cwd) : cwd, constants.F_OK);
-      } catch {
-        throw new Error(`Working directory does not exist: ${cwd}\nCannot execute bash commands.`);
-      }
-      if (cwd.includes("\0")) throw new TypeError("exec: cwd must not contain NUL bytes");
       // Sandboxed, the caller's env (pi passes the agent's whole environment, API keys included) never
       // reaches the shell: it gets the sandbox's clean environment plus sandbox.env.
       const request = sandbox
-        ? { shell, command, cwd, sandbox }
-        : { shell, command, cwd, env: env === undefined ? undefined : envEntries(env) };
-      // The signal may have fired while we awaited access().
-      if (signal?.aborted) throw new Error("aborted");
+        ? { shell: shellPath, command, cwd, sandbox }
+        : { shell: shellPath, command, cwd, env: env === undefined ? undefined : envEntries(env) };
 
       return new Promise((resolve, reject) => {
         let execution;
@@ -268,7 +212,7 @@ export function createBashOperations(options = {}) {
           else resolve({ exitCode: exitCode ?? null });
         };
         try {
-          // A failure to start is Node's `spawn <shell> <CODE>` error, shaped natively.
+          // pi's missing-shell and missing-cwd errors and Node's `spawn <shell> <CODE>`: the core's.
           if (sandboxHandle) {
             execution = sandboxHandle.spawn(request, onEvent);
           } else {

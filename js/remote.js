@@ -53,23 +53,27 @@ function closedError(reason) {
   return error;
 }
 
+/** Node's properties of a system error, in Node's order, with the type each must have. */
+const NODE_ERROR_FIELDS = [
+  ["errno", "number"],
+  ["code", "string"],
+  ["syscall", "string"],
+  ["path", "string"],
+];
+
 /**
- * The Error a local call throws, from an error frame's fields: the exact message, and Node's errno,
- * code, syscall and path (in Node's order) for a system error, as the napi binding builds it
- * (src/error.rs). The message is never parsed.
+ * The Error a local call throws, from an error frame's fields: the exact message, the class the
+ * core names (`name`, e.g. `RangeError`; default `Error`), and each of Node's fields the frame
+ * carries, set in Node's order. The server sends exactly what the core decides a local error
+ * carries (crates/core/src/error.rs, `node_fields`); nothing here knows one error from another,
+ * and the message is never parsed.
  */
 function remoteError(fields) {
   const f = fields !== null && typeof fields === "object" ? fields : {};
   const message = typeof f.message === "string" ? f.message : "remote error without a message";
-  // A file too large to read whole: Node's RangeError with its code alone.
-  const error = f.kind === "FileTooLarge" ? new RangeError(message) : new Error(message);
-  if (typeof f.errno === "number" && typeof f.code === "string") {
-    error.errno = f.errno;
-    error.code = f.code;
-    if (typeof f.syscall === "string") error.syscall = f.syscall;
-    if (typeof f.path === "string") error.path = f.path;
-  } else if (f.kind === "FileTooLarge" && typeof f.code === "string") {
-    error.code = f.code;
+  const error = f.name === "RangeError" ? new RangeError(message) : new Error(message);
+  for (const [key, type] of NODE_ERROR_FIELDS) {
+    if (typeof f[key] === type) error[key] = f[key];
   }
   frameFields.set(error, f);
   return error;
@@ -478,9 +482,6 @@ function remoteBashOperations(conn, { shellPath, forwardEnv }) {
     exec: async (command, cwd, execOptions) => {
       const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
       if (signal?.aborted) throw new Error("aborted");
-      // What the local exec answers for a cwd no system call can take.
-      if (cwd.includes("\0"))
-        throw new Error(`Working directory does not exist: ${cwd}\nCannot execute bash commands.`);
       let sent = null;
       if (forwardEnv === true) sent = env === undefined ? null : envEntries(env);
       else if (typeof forwardEnv === "function") {

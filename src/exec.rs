@@ -23,8 +23,10 @@ const CHUNKS_IN_FLIGHT: usize = 1;
 
 #[napi(object)]
 pub struct BashSpawnRequest {
-    pub shell: String,
+    /// pi's `shellPath`; absent: found as pi finds one (`exec::preflight`).
+    pub shell: Option<String>,
     pub command: String,
+    /// As the agent gave it (runtime form in a sandbox).
     pub cwd: String,
     /// `KEY=VALUE` entries forming the whole environment; absent inherits Node's.
     pub env: Option<Vec<String>>,
@@ -37,7 +39,7 @@ pub struct BashSpawnRequest {
 pub struct BashSandbox {
     /// The host workspace.
     pub root: String,
-    /// Where the root appears inside; default `/workspace`.
+    /// Where the root appears inside; absent: the core's default (`sandbox::DEFAULT_RUNTIME_ROOT`).
     pub runtime_root: Option<String>,
     /// Share the host's network; default false.
     pub network: Option<bool>,
@@ -57,24 +59,9 @@ pub struct BashSandbox {
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
     let invalid = |why: String| CoreError::sandbox_unavailable(why);
     let mode = match js.mode.as_deref() {
-        None | Some("auto") => sandbox::Mode::Auto,
-        Some("namespaces") => sandbox::Mode::Namespaces,
-        Some("landlock") => sandbox::Mode::Landlock,
-        Some(other) => {
-            return Err(invalid(format!(
-                "mode must be \"auto\", \"namespaces\" or \"landlock\", got {other:?}"
-            )))
-        }
+        None => sandbox::Mode::default(),
+        Some(name) => sandbox::Mode::from_name(name)?,
     };
-    let env = js
-        .env
-        .unwrap_or_default()
-        .into_iter()
-        .map(|entry| match entry.split_once('=') {
-            Some((key, value)) => Ok((key.to_string(), value.to_string())),
-            None => Err(invalid(format!("env entry {entry:?} has no \"=\""))),
-        })
-        .collect::<std::result::Result<_, _>>()?;
     let paths = |list: Option<Vec<String>>| {
         list.unwrap_or_default()
             .into_iter()
@@ -88,7 +75,7 @@ fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreEr
     spec.network = js.network.unwrap_or(false);
     spec.read_only = paths(js.read_only);
     spec.read_write = paths(js.read_write);
-    spec.env = env;
+    spec.env = js.env.unwrap_or_default();
     spec.mode = mode;
     spec.max_processes = js.max_processes;
     spec.tmp_size = match js.tmp_size {
@@ -177,13 +164,7 @@ pub fn sandbox_support() -> SandboxSupport {
         landlock_error: s.landlock_error.clone(),
         seccomp: s.seccomp,
         user_notification: s.user_notification,
-        auto: s.auto().map(|mode| {
-            match mode {
-                sandbox::Mode::Landlock => "landlock",
-                _ => "namespaces",
-            }
-            .to_string()
-        }),
+        auto: s.auto().map(|mode| mode.name().to_string()),
         enforces: SandboxEnforces {
             namespaces: s.guarantees(sandbox::Mode::Namespaces).map(Into::into),
             landlock: s.guarantees(sandbox::Mode::Landlock).map(Into::into),
@@ -318,7 +299,7 @@ impl BashSandboxHandle {
 
 fn spawn(
     env: &Env,
-    shell: String,
+    shell: Option<String>,
     command: String,
     cwd: String,
     exec_env: Option<Vec<String>>,
@@ -334,26 +315,18 @@ fn spawn(
                 ExecEvent::Done(outcome) => (None, outcome.exit_code, outcome.killed).into(),
             })
         })?;
-    // Node's `spawn <shell> <CODE>` error, for a failure to start or to follow the command.
-    let shell_name = shell.clone();
-    let spawn_error = |err: std::io::Error| {
-        // A sandbox that cannot be built says so; anything else reads as Node's spawn error.
-        if let Some(core) = err.get_ref().and_then(|e| e.downcast_ref::<CoreError>()) {
-            return to_js(env, core);
-        }
-        to_js(
-            env,
-            &pi_native_ops_core::Error::spawn(&shell_name, errno_of(&err)),
-        )
-    };
     let mut execution = exec::spawn(&exec::ExecRequest {
         shell,
         command,
         cwd,
         env: exec_env,
+        cwd_map: None,
         sandbox,
     })
-    .map_err(spawn_error)?;
+    .map_err(|e| to_js(env, &e))?;
+    // Node's `spawn <shell> <CODE>` error, for a failure to follow the command.
+    let shell = execution.shell().to_string();
+    let follow_error = |err: std::io::Error| to_js(env, &CoreError::spawn(&shell, errno_of(&err)));
     let control = execution.control();
 
     std::thread::Builder::new()
@@ -400,6 +373,6 @@ fn spawn(
             drop(execution);
             drop(events);
         })
-        .map_err(spawn_error)?;
+        .map_err(follow_error)?;
     Ok(BashExecution { control })
 }

@@ -42,6 +42,10 @@ pub enum ErrorKind {
     /// A whole-file read of more than [`MAX_READ_BYTES`]: Node's
     /// `ERR_FS_FILE_TOO_LARGE` (a `RangeError`), no errno.
     FileTooLarge,
+    /// exec's custom shell does not exist (pi's bash wording, no code).
+    ShellNotFound,
+    /// exec's working directory does not exist (pi's bash wording, no code).
+    WorkingDirectory,
 }
 
 /// The most bytes a whole-file read returns: Node's `kIoMaxLength`
@@ -161,6 +165,23 @@ impl Error {
         }
     }
 
+    /// pi's refusal of a custom shell `shell` that does not exist.
+    pub fn shell_not_found(shell: &str) -> Error {
+        Error {
+            text: Some(shell.to_string()),
+            ..Error::new(ErrorKind::ShellNotFound)
+        }
+    }
+
+    /// pi's refusal of an exec whose working directory `cwd` (as the caller
+    /// gave it) does not exist.
+    pub fn working_directory(cwd: &str) -> Error {
+        Error {
+            text: Some(cwd.to_string()),
+            ..Error::new(ErrorKind::WorkingDirectory)
+        }
+    }
+
     /// Names the call and the path (as the caller gave it) an OS error or a
     /// refusal came from, unless it already names its own: an error keeps the
     /// innermost context, so `read` on an opened file stays path-less.
@@ -215,11 +236,80 @@ impl Error {
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
+
+    /// The JS error a face builds for this one (the napi binding, the
+    /// server's wire): decided here, once.
+    pub fn node_fields(&self) -> NodeFields {
+        let mut fields = NodeFields {
+            class: NodeClass::Error,
+            message: self.to_string(),
+            errno: None,
+            code: None,
+            syscall: None,
+            path: None,
+        };
+        match (self.errno, self.code()) {
+            // A system error: Node's errno (negative), code, and the call and
+            // path when known.
+            (Some(errno), Some(code)) => {
+                fields.errno = Some(-errno);
+                fields.code = Some(code);
+                fields.syscall = self.syscall.as_ref().map(|s| s.to_string());
+                fields.path = self.path.as_ref().map(|p| p.to_string_lossy().into_owned());
+            }
+            // A code without an errno (ESANDBOX, ERR_FS_FILE_TOO_LARGE): the
+            // code alone. Refusals and pattern errors: the message alone (pi's
+            // edit tool then shows the model the message itself).
+            (_, code) => fields.code = code,
+        }
+        if self.kind == ErrorKind::FileTooLarge {
+            // Node's own: `fs.readFile` throws a RangeError.
+            fields.class = NodeClass::RangeError;
+        }
+        fields
+    }
+}
+
+/// The class of the JS error a core error becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeClass {
+    Error,
+    RangeError,
+}
+
+impl NodeClass {
+    /// The class's JS name (`error.name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeClass::Error => "Error",
+            NodeClass::RangeError => "RangeError",
+        }
+    }
+}
+
+/// A core error as a Node-style JS error: its class, its message, and the
+/// properties it carries, each present only when the error has it, set in
+/// this order (Node's: errno, code, syscall, path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFields {
+    pub class: NodeClass,
+    /// The exact text (`Display`).
+    pub message: String,
+    /// Negative, as Node's.
+    pub errno: Option<i32>,
+    pub code: Option<Cow<'static, str>>,
+    pub syscall: Option<String>,
+    /// Lossy UTF-8, as Node shows a name that is not.
+    pub path: Option<String>,
 }
 
 impl fmt::Display for Error {
+    /// Never panics: a field a kind normally carries but lacks reads as empty.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let path = self.path.as_deref().map(Path::display);
+        // The subject of the kinds that always name one (set by their constructor).
+        let subject = self.path.as_deref().unwrap_or(Path::new("")).display();
+        let text = self.text.as_deref().unwrap_or_default();
         match self.kind {
             ErrorKind::Outside => match path {
                 Some(path) => write!(f, "path \"{path}\" is outside workspace"),
@@ -239,32 +329,23 @@ impl fmt::Display for Error {
             ErrorKind::RootUnavailable => {
                 // Rust's wording of the OS error, `No such file or directory (os error 2)`.
                 let os = io::Error::from_raw_os_error(self.errno.unwrap_or(0));
-                let path = path.expect("a root error names its path");
-                write!(f, "cannot open workspace root \"{path}\": {os}")
+                write!(f, "cannot open workspace root \"{subject}\": {os}")
             }
-            ErrorKind::InvalidGlob | ErrorKind::InvalidRegex => {
-                f.write_str(self.text.as_deref().unwrap_or_default())
-            }
-            ErrorKind::PathNotFound => {
-                let path = path.expect("a not-found error names its path");
-                write!(f, "Path not found: {path}")
-            }
+            ErrorKind::InvalidGlob | ErrorKind::InvalidRegex => f.write_str(text),
+            ErrorKind::PathNotFound => write!(f, "Path not found: {subject}"),
             ErrorKind::Spawn => {
-                let shell = path.expect("a spawn error names its shell");
                 let (code, _) = errno_name(self.errno.unwrap_or(0));
-                write!(f, "spawn {shell} {code}")
+                write!(f, "spawn {subject} {code}")
             }
             ErrorKind::Aborted => f.write_str("Operation aborted"),
-            ErrorKind::SandboxUnavailable => write!(
-                f,
-                "sandbox unavailable: {}",
-                self.text.as_deref().unwrap_or_default()
-            ),
+            ErrorKind::SandboxUnavailable => write!(f, "sandbox unavailable: {text}"),
             // Node's words (`ERR_FS_FILE_TOO_LARGE` in lib/internal/errors.js).
-            ErrorKind::FileTooLarge => write!(
+            ErrorKind::FileTooLarge => write!(f, "File size ({text}) is greater than 2 GiB"),
+            // pi's words (createLocalBashOperations).
+            ErrorKind::ShellNotFound => write!(f, "Custom shell path not found: {text}"),
+            ErrorKind::WorkingDirectory => write!(
                 f,
-                "File size ({}) is greater than 2 GiB",
-                self.text.as_deref().unwrap_or_default()
+                "Working directory does not exist: {text}\nCannot execute bash commands."
             ),
         }
     }
@@ -437,6 +518,109 @@ mod tests {
             "cannot open workspace root \"/nope\": No such file or directory (os error 2)"
         );
         assert_eq!(root.code().as_deref(), Some("ENOENT"));
+    }
+
+    /// Every kind, even built without the fields its constructor sets (the
+    /// path of a root, not-found or spawn error), formats without panicking:
+    /// `Display` runs inside the faces' error paths, where a panic would kill
+    /// a server thread or abort Node.
+    #[test]
+    fn display_never_panics_whatever_a_kind_lacks() {
+        let kinds = [
+            ErrorKind::Outside,
+            ErrorKind::Os,
+            ErrorKind::RootUnavailable,
+            ErrorKind::InvalidGlob,
+            ErrorKind::InvalidRegex,
+            ErrorKind::PathNotFound,
+            ErrorKind::Spawn,
+            ErrorKind::Aborted,
+            ErrorKind::SandboxUnavailable,
+            ErrorKind::FileTooLarge,
+            ErrorKind::ShellNotFound,
+            ErrorKind::WorkingDirectory,
+        ];
+        for kind in kinds {
+            let bare = Error::new(kind);
+            let _ = bare.to_string();
+            let _ = bare.node_fields();
+        }
+        assert_eq!(
+            Error::new(ErrorKind::PathNotFound).to_string(),
+            "Path not found: "
+        );
+        assert!(Error::new(ErrorKind::Spawn)
+            .to_string()
+            .starts_with("spawn  "));
+    }
+
+    #[test]
+    fn exec_preflight_errors_read_as_pi_words_them() {
+        let shell = Error::shell_not_found("/no/such/shell");
+        assert_eq!(
+            shell.to_string(),
+            "Custom shell path not found: /no/such/shell"
+        );
+        assert_eq!(shell.kind(), ErrorKind::ShellNotFound);
+        let cwd = Error::working_directory("/w/gone");
+        assert_eq!(
+            cwd.to_string(),
+            "Working directory does not exist: /w/gone\nCannot execute bash commands."
+        );
+        for e in [shell, cwd] {
+            let f = e.node_fields();
+            assert_eq!(
+                (f.errno, f.code, f.syscall, f.path),
+                (None, None, None, None)
+            );
+            assert_eq!(f.class, NodeClass::Error);
+        }
+    }
+
+    #[test]
+    fn node_fields_are_the_binding_and_the_wire_shape() {
+        let os = Error::os(libc::ENOENT)
+            .at("open", Path::new("/w/x"))
+            .node_fields();
+        assert_eq!(
+            os,
+            NodeFields {
+                class: NodeClass::Error,
+                message: "ENOENT: no such file or directory, open '/w/x'".into(),
+                errno: Some(-libc::ENOENT),
+                code: Some("ENOENT".into()),
+                syscall: Some("open".into()),
+                path: Some("/w/x".into()),
+            }
+        );
+        let spawn = Error::spawn("/bin/sh", libc::EACCES).node_fields();
+        assert_eq!(spawn.message, "spawn /bin/sh EACCES");
+        assert_eq!(
+            (spawn.syscall.as_deref(), spawn.path.as_deref()),
+            (Some("spawn /bin/sh"), Some("/bin/sh"))
+        );
+        let outside = Error::outside().at("open", Path::new("/etc")).node_fields();
+        assert_eq!(
+            (outside.code, outside.errno, outside.path),
+            (None, None, None)
+        );
+        let large = Error::file_too_large(1 << 40).node_fields();
+        assert_eq!(large.class, NodeClass::RangeError);
+        assert_eq!(
+            (large.code.as_deref(), large.errno),
+            (Some("ERR_FS_FILE_TOO_LARGE"), None)
+        );
+        let sandbox = Error::sandbox_unavailable("x").node_fields();
+        assert_eq!(
+            (sandbox.code.as_deref(), sandbox.syscall),
+            (Some("ESANDBOX"), None)
+        );
+        // A root that cannot be opened is a system error too.
+        let root = Error::root_unavailable(Path::new("/nope"), libc::ENOENT).node_fields();
+        assert_eq!(
+            (root.errno, root.path.as_deref()),
+            (Some(-libc::ENOENT), Some("/nope"))
+        );
     }
 
     #[test]

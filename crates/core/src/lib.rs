@@ -40,4 +40,4 @@ mod sys;
 #[cfg(unix)]
 pub mod walk;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, NodeClass, NodeFields, Result};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -19,7 +19,7 @@ use pi_native_ops_core::{find, Error as CoreError};
 
 use crate::index::SearchIndex;
 use crate::outbox::Outbox;
-use crate::wire::{kind, ExecRequest, Failure, GrepRequest, Op, WireError};
+use crate::wire::{ExecRequest, Failure, GrepRequest, Op, WireError};
 
 /// `data` payload a stream may have sent and not yet had credited (docs/protocol.md, "Streams
 /// and flow control"): four of the largest chunks, so a consumer that keeps up never stalls the
@@ -372,39 +372,13 @@ pub struct ExecSite<'a> {
 }
 
 impl ExecSite<'_> {
-    /// `cwd` as the host sees it: a path under the runtime root is moved under the host root
-    /// (lexically, as the shell would be given it locally); any other path is the host's own.
-    fn host_cwd(&self, cwd: &str) -> PathBuf {
-        let cwd = Path::new(cwd);
-        if self.host_root == self.runtime_root {
-            return cwd.to_path_buf();
-        }
-        match cwd.strip_prefix(self.runtime_root) {
-            Ok(rel) if rel.as_os_str().is_empty() => self.host_root.to_path_buf(),
-            Ok(rel) => self.host_root.join(rel),
-            Err(_) => cwd.to_path_buf(),
+    /// How the core maps the agent's `cwd` to the host.
+    fn cwd_map(&self) -> exec::preflight::CwdMap {
+        exec::preflight::CwdMap {
+            host: self.host_root.to_path_buf(),
+            runtime: self.runtime_root.to_path_buf(),
         }
     }
-}
-
-/// pi's Unix shell resolution (js/bash.js's `resolveShell`): a custom shell if it exists, else
-/// /bin/bash, else bash on PATH, else sh.
-fn resolve_shell(custom: Option<&str>) -> Result<String, Failure> {
-    if let Some(shell) = custom.filter(|s| !s.is_empty()) {
-        if Path::new(shell).exists() {
-            return Ok(shell.to_string());
-        }
-        return Err(WireError::plain(
-            kind::SHELL_NOT_FOUND,
-            format!("Custom shell path not found: {shell}"),
-        )
-        .into());
-    }
-    if Path::new("/bin/bash").exists() {
-        return Ok("/bin/bash".to_string());
-    }
-    let search_path = std::env::var("PATH").unwrap_or_default();
-    Ok(exec::find_on_path("bash", &search_path).unwrap_or_else(|| "sh".to_string()))
 }
 
 /// Runs a command, streaming its output, until it ends or is killed; answers `exitCode` and
@@ -423,26 +397,15 @@ pub fn exec(
             Vec::new(),
         ));
     }
-    let shell = resolve_shell(req.shell.as_deref())?;
-    let cwd = site.host_cwd(&req.cwd);
-    if std::fs::metadata(&cwd).is_err() {
-        return Err(WireError::plain(
-            kind::WORKING_DIRECTORY,
-            format!(
-                "Working directory does not exist: {}\nCannot execute bash commands.",
-                req.cwd
-            ),
-        )
-        .into());
-    }
+    // The core's preflight (shell, cwd on the host) and start: its errors as they are.
     let mut execution = exec::spawn(&exec::ExecRequest {
-        shell: shell.clone(),
+        shell: req.shell,
         command: req.command,
-        cwd: lossy(&cwd),
+        cwd: req.cwd,
         env: req.env,
+        cwd_map: Some(site.cwd_map()),
         sandbox: None,
-    })
-    .map_err(|e| CoreError::spawn(&shell, errno_of(&e)))?;
+    })?;
     stream.attach(execution.control());
     #[cfg(target_os = "linux")]
     let outcome = execution.pump_with(&mut |pipe| take_output(out, id, stream, pipe));
@@ -596,40 +559,5 @@ mod tests {
         stream.cancel();
         assert!(!waiter.join().unwrap());
         assert!(!stream.acquire(0));
-    }
-
-    #[test]
-    fn cwd_under_the_runtime_root_moves_to_the_host() {
-        let site = ExecSite {
-            host_root: Path::new("/home/u/proj"),
-            runtime_root: Path::new("/workspace"),
-        };
-        assert_eq!(site.host_cwd("/workspace"), Path::new("/home/u/proj"));
-        assert_eq!(
-            site.host_cwd("/workspace/src"),
-            Path::new("/home/u/proj/src")
-        );
-        assert_eq!(site.host_cwd("/workspaces"), Path::new("/workspaces"));
-        assert_eq!(site.host_cwd("/tmp"), Path::new("/tmp"));
-        let same = ExecSite {
-            host_root: Path::new("/w"),
-            runtime_root: Path::new("/w"),
-        };
-        assert_eq!(same.host_cwd("/w/x/../y"), Path::new("/w/x/../y"));
-    }
-
-    #[test]
-    fn shells_resolve_as_pi_resolves_them() {
-        let missing = resolve_shell(Some("/no/such/shell")).unwrap_err();
-        assert_eq!(missing.kind, "ShellNotFound");
-        assert_eq!(
-            missing.message,
-            "Custom shell path not found: /no/such/shell"
-        );
-        assert_eq!(resolve_shell(Some("/bin/sh")).unwrap(), "/bin/sh");
-        let default = resolve_shell(None).unwrap();
-        if Path::new("/bin/bash").exists() {
-            assert_eq!(default, "/bin/bash");
-        }
     }
 }

@@ -1,10 +1,10 @@
 //! The messages of docs/protocol.md as serde types, and the one place a core error becomes a wire
-//! error (mirroring what the napi binding's `src/error.rs` puts on a JS error).
+//! error (the core's `Error::node_fields`, as the napi binding's `src/error.rs` reads them).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use pi_native_ops_core::{Error as CoreError, ErrorKind};
+use pi_native_ops_core::{Error as CoreError, NodeClass};
 
 /// The protocol this server speaks.
 pub const PROTOCOL: u64 = 1;
@@ -197,6 +197,9 @@ pub enum Outgoing<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct WireError {
     pub kind: String,
+    /// The JS class when it is not `Error` (`RangeError`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -215,10 +218,6 @@ pub struct WireError {
 pub mod kind {
     /// A malformed message, or one the protocol does not allow.
     pub const PROTOCOL: &str = "Protocol";
-    /// exec's working directory does not exist (pi's bash wording).
-    pub const WORKING_DIRECTORY: &str = "WorkingDirectory";
-    /// exec's custom shell does not exist (pi's bash wording).
-    pub const SHELL_NOT_FOUND: &str = "ShellNotFound";
     /// A call beyond the calls in flight one connection may have (`conn::MAX_IN_FLIGHT`).
     pub const BUSY: &str = "Busy";
     /// The server failed while running a call (a bug: its stderr has the panic).
@@ -234,6 +233,7 @@ impl WireError {
     pub fn plain(kind: &str, message: impl Into<String>) -> WireError {
         WireError {
             kind: kind.to_string(),
+            name: None,
             message: message.into(),
             code: None,
             errno: None,
@@ -249,20 +249,20 @@ impl WireError {
 }
 
 impl From<&CoreError> for WireError {
-    /// As the napi binding shapes its JS error: the message is the core's text; a system error
-    /// (one with an errno) adds errno (negative, as Node's), code, and syscall and path when known.
+    /// The core's Node fields, each present only when the local error has it; the kind is the
+    /// core's `ErrorKind` name.
     fn from(err: &CoreError) -> WireError {
-        let mut wire = WireError::plain(&format!("{:?}", err.kind()), err.to_string());
-        if let (Some(errno), Some(code)) = (err.errno(), err.code()) {
-            wire.errno = Some(-errno);
-            wire.code = Some(code.into_owned());
-            wire.syscall = err.syscall().map(str::to_string);
-            wire.path = err.path().map(|p| p.to_string_lossy().into_owned());
-        } else if err.kind() == ErrorKind::FileTooLarge {
-            // Node's code without an errno: the client rebuilds its RangeError.
-            wire.code = err.code().map(|c| c.into_owned());
+        let fields = err.node_fields();
+        WireError {
+            kind: format!("{:?}", err.kind()),
+            name: (fields.class != NodeClass::Error).then(|| fields.class.name().to_string()),
+            message: fields.message,
+            code: fields.code.map(|c| c.into_owned()),
+            errno: fields.errno,
+            syscall: fields.syscall,
+            path: fields.path,
+            files_searched: None,
         }
-        wire
     }
 }
 
@@ -416,11 +416,20 @@ mod tests {
         // Node's RangeError: its code, no errno.
         assert_eq!(
             serde_json::to_string(&WireError::from(CoreError::file_too_large(1 << 40))).unwrap(),
-            r#"{"kind":"FileTooLarge","message":"File size (1099511627776) is greater than 2 GiB","code":"ERR_FS_FILE_TOO_LARGE"}"#
+            r#"{"kind":"FileTooLarge","name":"RangeError","message":"File size (1099511627776) is greater than 2 GiB","code":"ERR_FS_FILE_TOO_LARGE"}"#
         );
         let spawn = WireError::from(CoreError::spawn("/bin/sh", 2));
         assert_eq!(spawn.syscall.as_deref(), Some("spawn /bin/sh"));
         assert_eq!(spawn.path.as_deref(), Some("/bin/sh"));
+        // exec's preflight refusals: pi's text alone, under the core's kind.
+        assert_eq!(
+            serde_json::to_string(&WireError::from(CoreError::working_directory("/w/x"))).unwrap(),
+            r#"{"kind":"WorkingDirectory","message":"Working directory does not exist: /w/x\nCannot execute bash commands."}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&WireError::from(CoreError::shell_not_found("/no/sh"))).unwrap(),
+            r#"{"kind":"ShellNotFound","message":"Custom shell path not found: /no/sh"}"#
+        );
     }
 
     #[test]

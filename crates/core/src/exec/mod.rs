@@ -25,6 +25,7 @@
 
 use std::time::Duration;
 
+pub mod preflight;
 #[cfg(target_os = "linux")]
 mod procfs;
 pub mod sandbox;
@@ -80,13 +81,19 @@ const CMD_KILL: u8 = b'K';
 #[cfg(unix)]
 const CMD_DETACH: u8 = b'D';
 
-/// What to run: `[shell, "-c", command]` in `cwd`.
+/// What to run: `[shell, "-c", command]` in `cwd`. `spawn` first runs the preflight
+/// (`preflight::check`): which shell, and whether `cwd` exists.
 pub struct ExecRequest {
-    pub shell: String,
+    /// The custom shell (pi's `shellPath`); `None` or empty: found as pi finds one.
+    pub shell: Option<String>,
     pub command: String,
+    /// As the agent gave it: mapped to the host through the sandbox's root, else `cwd_map`.
     pub cwd: String,
     /// `KEY=VALUE` entries forming the whole environment; `None` inherits this process's environment.
     pub env: Option<Vec<String>>,
+    /// Where the agent's root is on the host, when the agent sees it elsewhere (the remote
+    /// server's `--runtime-root`); ignored with a sandbox, whose root maps `cwd`.
+    pub cwd_map: Option<preflight::CwdMap>,
     /// Run the shell sandboxed (then `env` is ignored: the sandbox's clean environment applies,
     /// and `cwd` is in the sandbox's runtime form). `None`: exactly today's unsandboxed exec.
     /// A `Sandbox` converts (`.into()`); reuse one `Prepared` for many execs.
@@ -140,20 +147,21 @@ pub use unsupported::{spawn, Control, Execution};
 #[cfg(not(unix))]
 mod unsupported {
     use super::*;
-    use std::io;
 
     /// Executions cannot exist on this platform.
     pub enum Execution {}
     pub enum Control {}
 
-    pub fn spawn(_request: &ExecRequest) -> io::Result<Execution> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "bash exec is not supported on this platform",
-        ))
+    /// Fails with `ENOTSUP` (as Node names a call it cannot make here) after the preflight.
+    pub fn spawn(request: &ExecRequest) -> crate::Result<Execution> {
+        let ready = super::preflight::check(request)?;
+        Err(crate::Error::spawn(&ready.shell, libc::ENOTSUP))
     }
 
     impl Execution {
+        pub fn shell(&self) -> &str {
+            match *self {}
+        }
         pub fn control(&self) -> std::sync::Arc<Control> {
             match *self {}
         }

@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::preflight::{self, Ready};
 use super::sandbox::{Plan, TempDir};
 use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
 };
+use crate::error::{errno_of, Error};
 use crate::sys::read_full;
 
 /// Stack the shell's process runs on from `clone` to `execve` (Linux): a
@@ -70,7 +72,7 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
-    fn new(request: &ExecRequest) -> io::Result<Self> {
+    fn new(request: &ExecRequest, ready: &Ready) -> io::Result<Self> {
         let (sandbox, sandbox_temp) = match &request.sandbox {
             Some(prepared) => {
                 let (plan, temp) = prepared.plan()?;
@@ -96,17 +98,17 @@ impl Prepared {
                 })
                 .collect(),
         };
-        let shell = if request.shell.contains('/') {
-            request.shell.clone()
+        let shell = if ready.shell.contains('/') {
+            ready.shell.clone()
         } else {
             let search_path = env_value(&env_storage, "PATH")
                 .or_else(|| std::env::var("PATH").ok())
                 .unwrap_or_else(|| DEFAULT_PATH.to_string());
-            find_on_path(&request.shell, &search_path)
+            find_on_path(&ready.shell, &search_path)
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?
         };
         let argv_storage = vec![
-            c_string(&request.shell, "the shell path")?,
+            c_string(&ready.shell, "the shell path")?,
             CString::new("-c").expect("static"),
             c_string(&request.command, "command")?,
         ];
@@ -122,7 +124,7 @@ impl Prepared {
         let notify_channel = notify.as_ref().map_or(-1, |(_, child)| child.as_raw_fd());
         Ok(Prepared {
             shell: c_string(&shell, "the shell path")?,
-            cwd: c_string(&request.cwd, "cwd")?,
+            cwd: c_string(&ready.cwd, "cwd")?,
             _argv_storage: argv_storage,
             argv,
             _envp_storage: env_storage,
@@ -224,14 +226,33 @@ pub struct Execution {
     status: OwnedFd,
     control: Arc<Control>,
     supervisor: libc::pid_t,
+    /// The shell as resolved (what a spawn error names).
+    shell: String,
     /// A sandbox's private temp dir, removed after the supervisor is reaped (fields drop last).
     _sandbox_temp: Option<TempDir>,
 }
 
-/// Starts `[shell, "-c", command]` under a supervisor. Fails like `spawn` does (ENOENT, EACCES, a
-/// missing cwd as ENOENT) before anything runs.
-pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
-    let mut prepared = Prepared::new(request)?;
+/// Starts `[shell, "-c", command]` under a supervisor, after the preflight (`preflight::check`:
+/// pi's missing-shell and missing-cwd refusals). Fails before anything runs as Node's `spawn`
+/// does (`spawn <shell> ENOENT`, `EACCES`; a directory that vanished since the preflight as
+/// `ENOENT`), or with the sandbox's own error.
+pub fn spawn(request: &ExecRequest) -> Result<Execution, Error> {
+    let ready = preflight::check(request)?;
+    start(request, &ready).map_err(|e| start_error(&ready.shell, e))
+}
+
+/// What a failure to start is to the caller: the sandbox's own error (carried inside the I/O
+/// error by the sandbox's setup), else Node's `spawn <shell> <CODE>`.
+fn start_error(shell: &str, e: io::Error) -> Error {
+    let errno = errno_of(&e);
+    match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+        Some(Ok(core)) => *core,
+        _ => Error::spawn(shell, errno),
+    }
+}
+
+fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
+    let mut prepared = Prepared::new(request, ready)?;
     let sandbox_temp = prepared.sandbox_temp.take();
     let (output_read, output_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
@@ -281,6 +302,7 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
             killed: AtomicBool::new(false),
         }),
         supervisor,
+        shell: ready.shell.clone(),
         _sandbox_temp: sandbox_temp,
     };
     #[cfg(target_os = "linux")]
@@ -306,6 +328,12 @@ pub fn spawn(request: &ExecRequest) -> io::Result<Execution> {
 }
 
 impl Execution {
+    /// The shell as resolved by the preflight: what Node's `spawn <shell> <CODE>` names for a
+    /// failure to follow the command (e.g. no thread to pump its output).
+    pub fn shell(&self) -> &str {
+        &self.shell
+    }
+
     /// The handle that kills this execution from any thread.
     pub fn control(&self) -> Arc<Control> {
         Arc::clone(&self.control)

@@ -1,13 +1,13 @@
 use super::*;
-use std::io;
 use std::time::Instant;
 
 fn request(command: &str) -> ExecRequest {
     ExecRequest {
-        shell: "/bin/sh".into(),
+        shell: Some("/bin/sh".into()),
         command: command.into(),
         cwd: "/".into(),
         env: Some(vec!["PATH=/usr/bin:/bin".into()]),
+        cwd_map: None,
         sandbox: None,
     }
 }
@@ -65,22 +65,22 @@ fn environment_is_exactly_the_given_one() {
 fn missing_cwd_and_shell_fail_at_spawn() {
     let mut bad_cwd = request("true");
     bad_cwd.cwd = "/definitely/not/here".into();
-    assert_eq!(
-        spawn(&bad_cwd).err().unwrap().raw_os_error(),
-        Some(libc::ENOENT)
-    );
+    let err = spawn(&bad_cwd).err().unwrap();
+    assert_eq!(err.kind(), crate::ErrorKind::WorkingDirectory);
     let mut bad_shell = request("true");
-    bad_shell.shell = "/no/such/shell".into();
-    assert_eq!(
-        spawn(&bad_shell).err().unwrap().raw_os_error(),
-        Some(libc::ENOENT)
-    );
+    bad_shell.shell = Some("/no/such/shell".into());
+    let err = spawn(&bad_shell).err().unwrap();
+    assert_eq!(err.kind(), crate::ErrorKind::ShellNotFound);
+    // A shell that exists and cannot be executed is Node's spawn error.
+    let mut not_exec = request("true");
+    not_exec.shell = Some("/".into());
+    let err = spawn(&not_exec).err().unwrap();
+    assert_eq!(err.to_string(), "spawn / EACCES");
+    assert_eq!(err.syscall(), Some("spawn /"));
     let mut nul = request("a\0b");
     nul.command = "a\0b".into();
-    assert_eq!(
-        spawn(&nul).err().unwrap().kind(),
-        io::ErrorKind::InvalidInput
-    );
+    let err = spawn(&nul).err().unwrap();
+    assert_eq!(err.to_string(), "spawn /bin/sh EINVAL");
 }
 
 #[test]

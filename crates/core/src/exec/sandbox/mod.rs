@@ -56,6 +56,36 @@ pub enum Mode {
     Landlock,
 }
 
+impl Mode {
+    /// Every mode, by the name the faces take (`"auto"`, `"namespaces"`, `"landlock"`).
+    const NAMES: [(Mode, &'static str); 3] = [
+        (Mode::Auto, "auto"),
+        (Mode::Namespaces, "namespaces"),
+        (Mode::Landlock, "landlock"),
+    ];
+
+    /// The mode named `name`, or the sandbox's refusal of a name it does not know.
+    pub fn from_name(name: &str) -> Result<Mode, crate::error::Error> {
+        Mode::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(mode, _)| *mode)
+            .ok_or_else(|| {
+                crate::error::Error::sandbox_unavailable(format!(
+                    "mode must be \"auto\", \"namespaces\" or \"landlock\", got {name:?}"
+                ))
+            })
+    }
+
+    /// The mode's name, as `from_name` takes it.
+    pub fn name(self) -> &'static str {
+        Mode::NAMES
+            .iter()
+            .find(|(mode, _)| *mode == self)
+            .map_or("auto", |(_, name)| name)
+    }
+}
+
 /// A sandbox for one exec. `ExecRequest::cwd` is in runtime form (under `runtime_root`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -69,8 +99,9 @@ pub struct Sandbox {
     pub read_only: Vec<PathBuf>,
     /// Host paths bound read-write at the same path.
     pub read_write: Vec<PathBuf>,
-    /// Added to the sandbox's clean environment (the request's `env` is ignored).
-    pub env: Vec<(String, String)>,
+    /// `KEY=VALUE` entries (as `ExecRequest::env`) added to the sandbox's clean environment,
+    /// replacing a default of the same name (the request's `env` is ignored).
+    pub env: Vec<String>,
     pub mode: Mode,
     /// Most processes at once (`None`: `DEFAULT_MAX_PROCESSES`).
     pub max_processes: Option<u32>,

@@ -14,11 +14,11 @@ use super::setup::{
     invalid_spec, step_error, step_index, unavailable, Step, FIXED_STEPS, STEP_BASE,
 };
 use super::{Mode, Sandbox, Support};
-use crate::error::Error;
 use crate::sys::errno;
 
 /// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
-const SANDBOX_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
+pub(super) const SANDBOX_PATH: &str =
+    "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 /// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
 const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
 /// `capset`'s `_LINUX_CAPABILITY_VERSION_3` (two 32-bit words of each set).
@@ -226,7 +226,7 @@ impl Plan {
 }
 
 /// HOME, PATH, TMPDIR, LANG and TERM, then `extra` (which may replace them).
-fn clean_env(home: &Path, extra: &[(String, String)]) -> io::Result<Vec<String>> {
+pub(super) fn clean_env(home: &Path, extra: &[String]) -> io::Result<Vec<String>> {
     let home = home.to_string_lossy();
     let mut env: Vec<(String, String)> = [
         ("HOME", home.as_ref()),
@@ -238,13 +238,17 @@ fn clean_env(home: &Path, extra: &[(String, String)]) -> io::Result<Vec<String>>
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    for (key, value) in extra {
+    for entry in extra {
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(invalid_spec(format!("env entry {entry:?} has no \"=\"")));
+        };
+        let (key, value) = (key.to_string(), value.to_string());
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
             return Err(invalid_spec(format!("invalid environment entry {key:?}")));
         }
-        match env.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = value.clone(),
-            None => env.push((key.clone(), value.clone())),
+        match env.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => env.push((key, value)),
         }
     }
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
@@ -400,20 +404,15 @@ fn probe_namespaces() -> Result<(), String> {
     let mut sandbox = Sandbox::new(std::env::temp_dir());
     sandbox.mode = Mode::Namespaces;
     let request = crate::exec::ExecRequest {
-        shell: "/bin/sh".into(),
+        shell: Some("/bin/sh".into()),
         command: ":".into(),
         cwd: "/".into(),
         env: None,
+        cwd_map: None,
         sandbox: Some(sandbox.into()),
     };
     let hint = userns_hint();
-    let mut execution = crate::exec::spawn(&request).map_err(|e| {
-        let why = match e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
-            Some(inner) => inner.to_string(),
-            None => e.to_string(),
-        };
-        why
-    })?;
+    let mut execution = crate::exec::spawn(&request).map_err(|e| e.to_string())?;
     let outcome = execution.pump(&mut |_| true);
     match outcome.exit_code {
         Some(0) => Ok(()),

@@ -4,20 +4,21 @@ use crate::exec::{spawn, ExecRequest};
 use std::path::Path;
 
 /// Runs `command` with bash in `sandbox` at `cwd`, with a caller environment holding a secret.
-fn run(sandbox: &Sandbox, cwd: &str, command: &str) -> std::io::Result<(String, Option<i32>)> {
+fn run(sandbox: &Sandbox, cwd: &str, command: &str) -> crate::Result<(String, Option<i32>)> {
     run_in(&sandbox.clone().into(), cwd, command)
 }
 
 /// `run` in a sandbox prepared once for several commands.
-fn run_in(sandbox: &Prepared, cwd: &str, command: &str) -> std::io::Result<(String, Option<i32>)> {
+fn run_in(sandbox: &Prepared, cwd: &str, command: &str) -> crate::Result<(String, Option<i32>)> {
     let mut execution = spawn(&ExecRequest {
-        shell: "/bin/bash".into(),
+        shell: Some("/bin/bash".into()),
         command: command.into(),
         cwd: cwd.into(),
         env: Some(vec![
             "API_KEY=sk-secret".into(),
             "PATH=/usr/bin:/bin".into(),
         ]),
+        cwd_map: None,
         sandbox: Some(sandbox.clone()),
     })?;
     let mut output = Vec::new();
@@ -412,13 +413,9 @@ fn support_names_the_kernel_and_landlock() {
 #[test]
 fn invalid_specs_are_refused_before_anything_runs() {
     let dir = workspace();
-    let err = run(&Sandbox::new("relative/root"), "/workspace", "true").unwrap_err();
-    let inner = err
-        .get_ref()
-        .unwrap()
-        .downcast_ref::<crate::Error>()
-        .unwrap();
-    assert_eq!(inner.kind(), crate::ErrorKind::SandboxUnavailable);
+    // (cwd outside the runtime root: the preflight checks it on the host, where it exists.)
+    let err = run(&Sandbox::new("relative/root"), "/", "true").unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::SandboxUnavailable);
     let landlock = Sandbox {
         mode: Mode::Landlock,
         ..Sandbox::new(dir.path())
@@ -512,7 +509,10 @@ fn namespaces_keep_exit_codes_and_signals() {
         Some(137)
     );
     let err = run(&sandbox, "/nonexistent", "true").unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(err.kind(), crate::ErrorKind::WorkingDirectory);
+    // On the host and not in the sandbox: the shell cannot start there.
+    let err = run(&sandbox, "/root", "true").unwrap_err();
+    assert_eq!(err.to_string(), "spawn /bin/bash ENOENT");
 }
 
 #[test]
@@ -632,10 +632,11 @@ fn namespaces_kill_takes_the_whole_tree() {
     }
     let dir = workspace();
     let mut execution = spawn(&ExecRequest {
-        shell: "/bin/bash".into(),
+        shell: Some("/bin/bash".into()),
         command: "setsid sleep 4242 & sleep 4243 & echo started; wait".into(),
         cwd: "/workspace".into(),
         env: None,
+        cwd_map: None,
         sandbox: Some(ns_sandbox(dir.path()).into()),
     })
     .unwrap();
@@ -742,12 +743,7 @@ fn namespaces_refuse_a_root_removed_and_recreated() {
     std::fs::create_dir(dir.path()).unwrap();
     std::fs::write(dir.path().join("hello.txt"), "a new root\n").unwrap();
     let err = run_in(&sandbox, "/workspace", "cat hello.txt").unwrap_err();
-    let inner = err
-        .get_ref()
-        .unwrap()
-        .downcast_ref::<crate::Error>()
-        .unwrap();
-    assert_eq!(inner.kind(), crate::ErrorKind::SandboxUnavailable);
+    assert_eq!(err.kind(), crate::ErrorKind::SandboxUnavailable);
     assert!(
         err.to_string().contains("is no longer the directory"),
         "{err}"
@@ -1044,4 +1040,43 @@ fn guarantees_follow_what_the_kernel_offers() {
     let new = support(Ok(()), 7);
     assert!(new.guarantees(Mode::Landlock).unwrap().signals);
     assert_eq!(new.guarantees(Mode::Auto), new.guarantees(Mode::Namespaces));
+}
+
+#[test]
+fn the_sandbox_env_is_key_value_entries_like_the_exec_env() {
+    let home = Path::new("/tmp/h");
+    let env = super::plan::clean_env(
+        home,
+        &["TERM=xterm".into(), "A=b=c".into(), "EMPTY=".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        env,
+        [
+            "HOME=/tmp/h",
+            format!("PATH={}", super::plan::SANDBOX_PATH).as_str(),
+            "TMPDIR=/tmp/h",
+            "LANG=C.UTF-8",
+            "TERM=xterm",
+            "A=b=c",
+            "EMPTY=",
+        ]
+    );
+    for bad in ["NOEQUALS", "=value", "K=a\0b"] {
+        let err = super::plan::clean_env(home, &[bad.into()]).unwrap_err();
+        let text = err.into_inner().unwrap().to_string();
+        assert!(text.starts_with("sandbox unavailable: "), "{bad:?}: {text}");
+    }
+}
+
+#[test]
+fn modes_are_named_once() {
+    for mode in [Mode::Auto, Mode::Namespaces, Mode::Landlock] {
+        assert_eq!(Mode::from_name(mode.name()).unwrap(), mode);
+    }
+    let err = Mode::from_name("chroot").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "sandbox unavailable: mode must be \"auto\", \"namespaces\" or \"landlock\", got \"chroot\""
+    );
 }

@@ -1,0 +1,125 @@
+// One failure, two faces: the same failing exec (missing cwd, missing shell, a shell that cannot be
+// executed, a cwd no system call takes) and the same fs errors through the napi addon and through a
+// `pi-native-ops-server` reached with connect() give the identical error: class, message, and Node's
+// own properties in Node's order. Each text is decided once, in the core (crates/core/src/error.rs,
+// exec/preflight.rs), so it is asserted here literally too: a change there shows in both faces alike,
+// and the missing-cwd text is pi's own (checked against pi's createLocalBashOperations).
+import { rmSync, truncateSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createBashOperations, createBoundFs } from "pi-native-ops";
+import { serverPath, startServer } from "./helpers/face.js";
+import { pi } from "./helpers/pi.js";
+import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
+
+let base;
+let dir;
+let server;
+beforeAll(async () => {
+  base = tempDir("pno-faces-");
+  dir = makeTree(path.join(base, "root"), { "a.txt": "A\n", "sub/b.txt": "B\n", "script.sh": "echo hi\n" });
+  if (serverPath()) server = await startServer(dir);
+});
+afterAll(async () => {
+  await server?.close();
+  removeTree(base);
+});
+
+/** What a caller can see of an error: its class, message, and own properties in order. */
+const shape = (err) => ({
+  class: err?.constructor?.name,
+  message: err?.message,
+  props: Object.fromEntries(Object.keys(err ?? {}).map((k) => [k, err[k]])),
+});
+async function failure(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  throw new Error("expected a rejection");
+}
+
+const onData = () => {};
+
+describe.skipIf(!serverPath())("the local and the remote face fail identically", () => {
+  /** The failure of `exec` through both faces, asserted identical; returns its shape. */
+  async function bothExec(shellPath, command, cwd) {
+    const options = shellPath === undefined ? {} : { shellPath };
+    const local = createBashOperations(options);
+    const remote = shellPath === undefined ? server.connection.bash : server.connection.createBashOperations(options);
+    const mine = shape(await failure(local.exec(command, cwd, { onData })));
+    const theirs = shape(await failure(remote.exec(command, cwd, { onData })));
+    expect(theirs).toEqual(mine);
+    return mine;
+  }
+
+  it("exec in a missing working directory: pi's text, nothing else", async () => {
+    const missing = path.join(dir, "none");
+    const text = `Working directory does not exist: ${missing}\nCannot execute bash commands.`;
+    expect(await bothExec(undefined, "true", missing)).toEqual({ class: "Error", message: text, props: {} });
+    // pi's own words.
+    const stock = await failure(pi.createLocalBashOperations().exec("true", missing, { onData }));
+    expect(stock.message).toBe(text);
+  });
+
+  it("exec in a cwd no system call can take (a NUL byte) is the same refusal", async () => {
+    const cwd = `${dir}\0x`;
+    expect(await bothExec(undefined, "true", cwd)).toEqual({
+      class: "Error",
+      message: `Working directory does not exist: ${cwd}\nCannot execute bash commands.`,
+      props: {},
+    });
+  });
+
+  it("exec with a missing custom shell: pi's text, checked before the cwd", async () => {
+    const shell = path.join(dir, "no-shell");
+    expect(await bothExec(shell, "true", path.join(dir, "none"))).toEqual({
+      class: "Error",
+      message: `Custom shell path not found: ${shell}`,
+      props: {},
+    });
+  });
+
+  it("exec with a shell that cannot be executed: Node's spawn error, fields in Node's order", async () => {
+    const shell = path.join(dir, "script.sh"); // not executable: EACCES
+    expect(await bothExec(shell, "true", dir)).toEqual({
+      class: "Error",
+      message: `spawn ${shell} EACCES`,
+      props: { errno: -13, code: "EACCES", syscall: `spawn ${shell}`, path: shell },
+    });
+  });
+
+  it("fs errors: a system error, a refusal", async () => {
+    const local = createBoundFs(dir);
+    const remote = server.connection.fs;
+    const missing = path.join(dir, "missing.txt");
+    const mine = shape(await failure(local.read.readFile(missing)));
+    expect(shape(await failure(remote.read.readFile(missing)))).toEqual(mine);
+    expect(mine).toEqual({
+      class: "Error",
+      message: `ENOENT: no such file or directory, open '${missing}'`,
+      props: { errno: -2, code: "ENOENT", syscall: "open", path: missing },
+    });
+    const refusal = shape(await failure(local.ls.stat("/etc/passwd")));
+    expect(shape(await failure(remote.ls.stat("/etc/passwd")))).toEqual(refusal);
+    expect(refusal).toEqual({ class: "Error", message: 'path "/etc/passwd" is outside workspace', props: {} });
+  });
+
+  it("a file too large to read whole: Node's RangeError with its code alone", async () => {
+    const huge = path.join(dir, "sparse-1t.bin");
+    writeFileSync(huge, "");
+    truncateSync(huge, 2 ** 40); // sparse: no disk used
+    try {
+      const mine = shape(await failure(createBoundFs(dir).read.readFile(huge)));
+      expect(shape(await failure(server.connection.fs.read.readFile(huge)))).toEqual(mine);
+      expect(mine).toEqual({
+        class: "RangeError",
+        message: `File size (${2 ** 40}) is greater than 2 GiB`,
+        props: { code: "ERR_FS_FILE_TOO_LARGE" },
+      });
+    } finally {
+      rmSync(huge);
+    }
+  });
+});
