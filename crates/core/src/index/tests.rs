@@ -2,11 +2,16 @@
 //! trees full of ignore rules (equivalence), right after every kind of
 //! change (freshness), and when it steps aside or closes.
 
+use super::content::{Ids, Refresh};
+use super::reader::{read_up_to, READ_RESERVE};
+use super::thread::large_files;
 use super::*;
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::find::{self, Search};
 use crate::grep::{self, Query};
