@@ -182,9 +182,65 @@ impl Collector {
     }
 }
 
+/// A line of a file worth sending to the collector.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub number: u64,
+    pub shown: Shown,
+    pub is_match: bool,
+}
+
+/// Decides, per file, which lines can still matter to pi's limit logic: every
+/// line until the file's `limit`-th match and its trailing context, then only
+/// the next match (the proof that results were cut).
+pub struct Limiter {
+    limit: u64,
+    context: u64,
+    matches: u64,
+    cutoff: Option<u64>,
+}
+
+impl Limiter {
+    pub fn new(limit: u64, context: u64) -> Self {
+        Limiter {
+            limit,
+            context,
+            matches: 0,
+            cutoff: None,
+        }
+    }
+
+    /// Whether to record the line, and whether the file is worth reading on.
+    pub fn accept(&mut self, number: u64, is_match: bool) -> (bool, bool) {
+        match self.cutoff {
+            None => {
+                if is_match {
+                    self.matches += 1;
+                    if self.matches >= self.limit {
+                        self.cutoff = Some(number.saturating_add(self.context));
+                    }
+                }
+                (true, true)
+            }
+            Some(cutoff) if number <= cutoff => (true, true),
+            Some(_) if is_match => (true, false),
+            Some(_) => (false, true),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limiter_keeps_window_then_one_proof() {
+        let mut l = Limiter::new(1, 1);
+        assert_eq!(l.accept(1, true), (true, true));
+        assert_eq!(l.accept(2, true), (true, true));
+        assert_eq!(l.accept(3, false), (false, true));
+        assert_eq!(l.accept(4, true), (true, false));
+    }
 
     #[test]
     fn strips_only_the_terminator() {
