@@ -39,8 +39,9 @@ impl Rules {
     /// Nested repository boundaries: ripgrep and fd only notice `.git` (and
     /// stop parent `.gitignore` rules there) when they require git, and then
     /// ignore `.gitignore` outside repositories. So, as pi 1.6.0 does with fd
-    /// (pi #5960), git is required exactly when the walk starts inside a
-    /// repository (`.git` in the directory or an ancestor).
+    /// (<https://github.com/earendil-works/pi/issues/5960>), git is required
+    /// exactly when the walk starts inside a repository (`.git` in the
+    /// directory or an ancestor).
     pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
         // Ancestors are those of the real directory (as `ignore` finds them),
         // also when a caller outside a root passes a symlinked or `..` path.
