@@ -50,6 +50,17 @@ pub enum ErrorKind {
 pub const MAX_READ_BYTES: u64 = (1 << 31) - 1;
 
 /// A failure of a core operation.
+///
+/// ```
+/// use std::path::Path;
+/// use pi_native_ops_core::{Error, ErrorKind};
+///
+/// let e = Error::os(2).at("open", Path::new("/w/missing.txt"));
+/// assert_eq!(e.kind(), ErrorKind::Os);
+/// assert_eq!(e.code().as_deref(), Some("ENOENT"));
+/// assert_eq!(e.to_string(), "ENOENT: no such file or directory, open '/w/missing.txt'");
+/// assert_eq!(Error::path_not_found(Path::new("/w/x")).to_string(), "Path not found: /w/x");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: ErrorKind,
@@ -61,6 +72,7 @@ pub struct Error {
     text: Option<String>,
 }
 
+/// The core's result: every fallible call fails with an `Error`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
@@ -140,6 +152,7 @@ impl Error {
         }
     }
 
+    /// The operation was cancelled (pi's abort signal).
     pub fn aborted() -> Error {
         Error::new(ErrorKind::Aborted)
     }
@@ -186,6 +199,7 @@ impl Error {
         self
     }
 
+    /// What went wrong, as the faces branch on it.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }

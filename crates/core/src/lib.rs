@@ -7,6 +7,7 @@
 //! napi binding and any other face only convert.
 
 #![deny(clippy::all)]
+#![deny(missing_docs)]
 
 pub mod error;
 pub mod exec;
@@ -25,6 +26,7 @@ pub mod index;
 /// grep's signatures the same on every target.
 #[cfg(not(target_os = "linux"))]
 pub mod index {
+    /// No index can exist here: find and grep always walk.
     pub enum Index {}
 }
 #[cfg(unix)]

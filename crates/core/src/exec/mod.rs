@@ -22,6 +22,26 @@
 //! runs in the forked children, between `fork` and `exec`/`_exit`: raw system calls on memory
 //! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
 //! supervisor's children to kill).
+//!
+//! ```
+//! use pi_native_ops_core::exec::{self, ExecRequest};
+//!
+//! let request = ExecRequest {
+//!     shell: "/bin/sh".into(),
+//!     command: "echo hi; exit 3".into(),
+//!     cwd: "/".into(),
+//!     env: None,
+//!     sandbox: None,
+//! };
+//! let mut execution = exec::spawn(&request)?;
+//! let mut output = Vec::new();
+//! let outcome = execution.pump(&mut |chunk| {
+//!     output.extend(chunk);
+//!     true
+//! });
+//! assert_eq!((output.as_slice(), outcome.exit_code), (&b"hi\n"[..], Some(3)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::time::Duration;
 
@@ -82,8 +102,11 @@ const CMD_DETACH: u8 = b'D';
 
 /// What to run: `[shell, "-c", command]` in `cwd`.
 pub struct ExecRequest {
+    /// The shell binary (`bash`, or a path), run as `shell -c command`.
     pub shell: String,
+    /// The command line handed to `-c`.
     pub command: String,
+    /// Working directory of the shell (host form; runtime form when sandboxed).
     pub cwd: String,
     /// `KEY=VALUE` entries forming the whole environment; `None` inherits this process's environment.
     pub env: Option<Vec<String>>,
@@ -144,8 +167,10 @@ mod unsupported {
 
     /// Executions cannot exist on this platform.
     pub enum Execution {}
+    /// Controls cannot exist on this platform.
     pub enum Control {}
 
+    /// Fails: exec needs unix.
     pub fn spawn(_request: &ExecRequest) -> io::Result<Execution> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
@@ -154,15 +179,18 @@ mod unsupported {
     }
 
     impl Execution {
+        /// Unreachable: no `Execution` exists.
         pub fn control(&self) -> std::sync::Arc<Control> {
             match *self {}
         }
+        /// Unreachable: no `Execution` exists.
         pub fn pump(&mut self, _sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
             match *self {}
         }
     }
 
     impl Control {
+        /// Unreachable: no `Control` exists.
         pub fn kill(&self) {
             match *self {}
         }

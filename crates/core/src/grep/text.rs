@@ -15,7 +15,9 @@ pub const LINE_PREFIX_BYTES: usize = 3 * (MAX_LINE_UNITS + 1) + 4;
 /// A line as pi shows it: decoded lossily, terminator stripped, cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shown {
+    /// The text pi shows, cut to 500 UTF-16 units with `... [truncated]`.
     pub text: String,
+    /// Whether the line was cut.
     pub truncated: bool,
 }
 
@@ -56,9 +58,13 @@ pub fn show_line(bytes: &[u8], complete: bool) -> Shown {
 /// One output line, structured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutLine {
+    /// The file's path as shown (relative to the searched directory).
     pub path: Arc<str>,
+    /// The line's number in its file, from 1.
     pub line_number: u64,
+    /// The line as pi shows it (see `show_line`).
     pub text: String,
+    /// A matching line (`rel:N: text`), or context (`rel-N- text`).
     pub is_match: bool,
 }
 
@@ -75,12 +81,15 @@ impl OutLine {
 pub struct Outcome {
     /// Stored lines: all of them, or (with a byte cap) those pi keeps.
     pub lines: Vec<OutLine>,
+    /// Matches counted, up to the limit.
     pub match_count: u64,
     /// Another match after the limit-th proved results were cut.
     pub match_limit_reached: bool,
+    /// Whether any output line was cut at 500 units.
     pub lines_truncated: bool,
     /// Bytes of all output lines joined with `\n` (stored or not).
     pub output_bytes: u64,
+    /// Output lines (stored or not).
     pub output_lines: u64,
 }
 

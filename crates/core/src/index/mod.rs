@@ -73,14 +73,20 @@ impl Default for IndexOptions {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an index is in its life (`stats().state`).
 pub enum IndexState {
+    /// The first build (or a rebuild) is under way: searches walk live.
     Building,
+    /// Built and kept fresh: searches read only the files that can match.
     Ready,
+    /// Stepped aside (see `Stats::reason`): searches walk live until a rebuild.
     Aside,
+    /// Closed: searches walk live for good.
     Closed,
 }
 
 impl IndexState {
+    /// The state's name as the faces show it (`"ready"`).
     pub fn as_str(self) -> &'static str {
         match self {
             IndexState::Building => "building",
@@ -92,22 +98,30 @@ impl IndexState {
 }
 
 #[derive(Debug, Clone)]
+/// An index's figures, as `Index::stats` reports them.
 pub struct Stats {
+    /// Where the index is.
     pub state: IndexState,
     /// Why the index stepped aside.
     pub reason: Option<String>,
+    /// Files in indexed directories (not ignored).
     pub files: u64,
+    /// Indexed directories.
     pub directories: u64,
+    /// Bytes of the files whose n-grams are indexed.
     pub bytes_indexed: u64,
+    /// Heap bytes the index holds, roughly (allocator overhead left out).
     pub memory_bytes: u64,
     /// The last completed (re)build, in milliseconds.
     pub build_ms: f64,
     /// When events were last applied (Unix time, milliseconds).
     pub last_refresh_unix_ms: Option<f64>,
+    /// Files changed since they were read, searched by every grep until re-read.
     pub dirty_files: u64,
     /// Large files whose exact filter the thread has still to make (read
     /// by every search their folded grams allow until then): 0 once warm.
     pub unfiltered_files: u64,
+    /// inotify watches held.
     pub watches: u64,
 }
 
@@ -164,6 +178,27 @@ struct Live {
 impl Index {
     /// Starts building in the background; never fails (problems show in
     /// `stats()` and searches walk live).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use std::sync::Arc;
+    /// use pi_native_ops_core::find::{self, Search};
+    /// use pi_native_ops_core::index::{Index, IndexOptions, IndexState};
+    /// use pi_native_ops_core::root::Root;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("a.rs"), "fn main() {}\n")?;
+    /// let root = Arc::new(Root::open(dir.path(), Some(Path::new("/w")))?);
+    /// let index = Index::start(root.clone(), IndexOptions::default());
+    /// let stats = index.wait_ready();
+    /// assert_eq!((stats.state, stats.files), (IndexState::Ready, 1));
+    /// // A file made after the build is seen by the next search.
+    /// std::fs::write(dir.path().join("b.rs"), "")?;
+    /// let search = Search { pattern: "*.rs", ignore: &[], limit: 10 };
+    /// let found = find::glob(&root, Path::new("/w"), &search, Some(&index))?;
+    /// assert_eq!(found, ["/w/a.rs", "/w/b.rs"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn start(root: Arc<Root>, options: IndexOptions) -> Index {
         let waker = Waker::new().ok();
         let failed = waker.is_none();

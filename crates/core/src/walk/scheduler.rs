@@ -146,6 +146,37 @@ const FILES_PER_TASK: usize = 8;
 /// made for), handing each visit's output to `sink` in path order until it
 /// returns `false`, or until `cancel` is raised (from any thread). Entries
 /// that cannot be read are skipped, as fd and ripgrep do.
+///
+/// ```
+/// use std::sync::atomic::AtomicBool;
+/// use pi_native_ops_core::walk::{self, Entry, Rules, Visitor};
+///
+/// /// Yields every entry's path.
+/// struct Paths;
+/// impl Visitor for Paths {
+///     type Out = String;
+///     type Local = ();
+///     fn local(&self) {}
+///     fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<String> {
+///         Some(entry.rel().display().to_string())
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::create_dir(dir.path().join("b"))?;
+/// std::fs::write(dir.path().join("b/c.txt"), "")?;
+/// std::fs::write(dir.path().join("a.txt"), "")?;
+/// std::fs::write(dir.path().join(".ignore"), "a.txt\n")?;
+/// let start = std::fs::File::open(dir.path())?.into();
+/// let mut seen = Vec::new();
+/// let rules = Rules::new(dir.path(), None);
+/// walk::walk(start, &rules, &Paths, &AtomicBool::new(false), |path| {
+///     seen.push(path);
+///     true
+/// });
+/// assert_eq!(seen, [".ignore", "b", "b/c.txt"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn walk<V: Visitor>(
     start: OwnedFd,
     rules: &Rules,
