@@ -8,6 +8,11 @@
 //! applies what it holds under the index lock, then answers from the tree;
 //! whenever the index cannot answer exactly (not ready, stepped aside, a walk
 //! that would enter an unindexed directory) the caller walks live.
+//!
+//! Here: the API and the state shared with the thread. `thread` runs the
+//! thread; `tree` is the cached walk, `watch` its inotify; `reader` reads a
+//! file, `grams` and `content` keep its n-grams; `query` turns a pattern into
+//! a query over them and `grep_scope` into grep's files.
 
 mod content;
 mod grams;

@@ -3,6 +3,11 @@
 //! ignore decision (the walker's own rules, from the root), and per file its
 //! content id or a mark that it must be read. Kept fresh by applying
 //! inotify events (see `apply`); answers walks with `dfs`.
+//!
+//! One job per file: `node` (what is kept per directory and entry), `build`
+//! (the first build, growing into new directories), `watches` (which watch
+//! stands for what), `events` (applying inotify events, settling re-read
+//! files) and `search` (answering walks).
 
 mod build;
 mod events;
