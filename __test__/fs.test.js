@@ -224,7 +224,7 @@ describe("bad arguments never crash", () => {
   });
 });
 
-// Issue 24: hostile files never crash, hang or bloat the process; the next call is answered.
+// Hostile files never crash, hang or bloat the process; the next call is answered.
 describe.runIf(process.platform === "linux")("huge and special files", () => {
   it("refuses a file over 2 GiB as Node's fs.readFile does, without reserving its claimed size", async () => {
     const sparse = path.join(dir, "sparse-1t.bin");

@@ -190,7 +190,7 @@ describe("deliberate improvements and safety", () => {
   });
 });
 
-// Issue 24: a FIFO never hangs grep. A walk skips it (as ripgrep skips special files); one named as the
+// A FIFO never hangs grep. A walk skips it (as ripgrep skips special files); one named as the
 // search path is searched as ripgrep searches it, waiting for its data only until the search is aborted.
 describe.runIf(process.platform === "linux")("FIFOs", () => {
   let root;

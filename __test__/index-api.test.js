@@ -1,4 +1,4 @@
-// The warm search index's API (issue 16) through the built package and the built server: the `index`
+// The warm search index's API through the built package and the built server: the `index`
 // option's validation, `fs.index`'s shape and lifecycle (ready, stats, close, the finalizer), the tools'
 // pass-through, the fallback where there is no inotify, and the same through a remote connection
 // (connect's `index` option, the server's `--index`). What searches return with the index on is the

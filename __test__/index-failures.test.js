@@ -1,4 +1,4 @@
-// The warm search index when it cannot be trusted or is stopped (issue 16): a watch limit reached, an
+// The warm search index when it cannot be trusted or is stopped: a watch limit reached, an
 // inotify queue overflow, unreadable directories, the root deleted or moved, close() during a build. In
 // every case searches give exactly what they give without an index (helpers/indexed.js compares with a
 // fresh unindexed fs over the same tree), the index says what happened, and nothing crashes.

@@ -1,4 +1,4 @@
-// The warm search index is never stale (issue 16): every change, by whatever means, is seen by the very
+// The warm search index is never stale: every change, by whatever means, is seen by the very
 // next search. Each step makes one change and searches AT ONCE (no sleep, no polling), through pi's find
 // tool and our grep tool over an fs with the index on, and expects the output byte for byte equal to the
 // same searches through a fresh fs without an index over the same tree (helpers/indexed.js). Each step
@@ -232,7 +232,7 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
       await step(ws, SEARCHES, () => rmSync(`${ws.root}/lib/a-link.ts`));
       await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/src/a.ts`, "needle after unlink\n"));
       // A later link to a file that had one name, written through the link: the first name, which no
-      // event names, holds the new contents too (issue 24).
+      // event names, holds the new contents too.
       linkSync(`${ws.root}/lib/m3.ts`, `${ws.root}/src/m3-link.ts`);
       await step(ws, SEARCHES, () => writeFileSync(`${ws.root}/src/m3-link.ts`, "needle via a later link\n"));
     } finally {
@@ -240,7 +240,7 @@ describe.runIf(process.platform === "linux")("the index sees every change at the
     }
   });
 
-  // Issue 24's case: `ln a/one.txt b/one-link.txt` inside the root after the build, and a write through the new
+  // A hard link made after the build: `ln a/one.txt b/one-link.txt` inside the root after the build, and a write through the new
   // name, with no search between (so the link and the write reach the index in one batch), or with one.
   const LINKED = { "a/one.txt": "one\n", "a/two.txt": "two\n", "b/keep.txt": "keep\n" };
   const LINK_SEARCHES = [

@@ -1,4 +1,4 @@
-// The remote server's limits from JS through the built package (issue 24): answers over the 1 MiB
+// The remote server's limits from JS through the built package: answers over the 1 MiB
 // header limit travel, and short calls are answered while calls that block fill the server. The
 // protocol-level cases (a reused id, a client that never reads, the fuzzers) are in the server's
 // own tests (crates/server/tests/e2e.rs, crates/server/src/fuzz.rs).

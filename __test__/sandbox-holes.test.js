@@ -1,4 +1,4 @@
-// The sandbox against a determined shell (issue 23): set-id bits never reach the host, only
+// The sandbox against a determined shell: set-id bits never reach the host, only
 // listed socket families exist (no AF_VSOCK), host processes and IPC objects stay out of reach in
 // Landlock mode (which has no PID or IPC namespace), and nothing a command starts outlives it. Each
 // case as root (this process) and as nobody (a child Node), in both modes. Judged on the host side.

@@ -1,4 +1,4 @@
-// Bench: the warm search index (issue 16). Each corpus's rows run in one child process
+// Bench: the warm search index (docs/index.md). Each corpus's rows run in one child process
 // (bench/child-index.js) that builds the index once: first the build row (wall time, the index's stats,
 // the child's RSS growth, apart from other rows' memory), then the search rows on that index. Each search
 // row times three sides alternated call by call, through the same tools as the find and grep rows: pi's

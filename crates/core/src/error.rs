@@ -54,6 +54,17 @@ pub enum ErrorKind {
 pub const MAX_READ_BYTES: u64 = (1 << 31) - 1;
 
 /// A failure of a core operation.
+///
+/// ```
+/// use std::path::Path;
+/// use pi_native_ops_core::{Error, ErrorKind};
+///
+/// let e = Error::os(2).at("open", Path::new("/w/missing.txt"));
+/// assert_eq!(e.kind(), ErrorKind::Os);
+/// assert_eq!(e.code().as_deref(), Some("ENOENT"));
+/// assert_eq!(e.to_string(), "ENOENT: no such file or directory, open '/w/missing.txt'");
+/// assert_eq!(Error::path_not_found(Path::new("/w/x")).to_string(), "Path not found: /w/x");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     kind: ErrorKind,
@@ -65,6 +76,7 @@ pub struct Error {
     text: Option<String>,
 }
 
+/// The core's result: every fallible call fails with an `Error`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
@@ -144,6 +156,7 @@ impl Error {
         }
     }
 
+    /// The operation was cancelled (pi's abort signal).
     pub fn aborted() -> Error {
         Error::new(ErrorKind::Aborted)
     }
@@ -207,6 +220,7 @@ impl Error {
         self
     }
 
+    /// What went wrong, as the faces branch on it.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
@@ -273,7 +287,9 @@ impl Error {
 /// The class of the JS error a core error becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeClass {
+    /// A plain `Error` (every errno error, `ESANDBOX`, pi's exec refusals).
     Error,
+    /// A `RangeError` (Node's `ERR_FS_FILE_TOO_LARGE`).
     RangeError,
 }
 
@@ -292,12 +308,15 @@ impl NodeClass {
 /// this order (Node's: errno, code, syscall, path).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFields {
+    /// Which JS error class to build.
     pub class: NodeClass,
     /// The exact text (`Display`).
     pub message: String,
     /// Negative, as Node's.
     pub errno: Option<i32>,
+    /// Node's `code` (`ENOENT`, `ESANDBOX`, `ERR_FS_FILE_TOO_LARGE`).
     pub code: Option<Cow<'static, str>>,
+    /// The system call that failed, as Node names it (`open`, `scandir`).
     pub syscall: Option<String>,
     /// Lossy UTF-8, as Node shows a name that is not.
     pub path: Option<String>,

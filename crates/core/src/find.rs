@@ -28,10 +28,12 @@ use crate::walk::{self, Entry, Kind, Rules, Visitor};
 /// One search: what to match, what to prune, how many results at most.
 #[derive(Debug, Clone)]
 pub struct Search<'a> {
+    /// fd's glob pattern (matched against the name, or the path when it holds a `/`).
     pub pattern: &'a str,
     /// Globs (relative to the search directory) whose matches are pruned
     /// with everything below them; `dir/**` prunes `dir` itself too.
     pub ignore: &'a [String],
+    /// Results kept at most; the walk stops once it has this many.
     pub limit: usize,
 }
 
@@ -279,6 +281,24 @@ type Found = (PathBuf, bool);
 ///
 /// With `index` (of this root), the walk is answered from its cached tree
 /// when it can be, with the same result.
+///
+/// ```
+/// use std::path::Path;
+/// use pi_native_ops_core::find::{self, Search};
+/// use pi_native_ops_core::root::Root;
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::create_dir(dir.path().join("src"))?;
+/// std::fs::write(dir.path().join("src/main.rs"), "")?;
+/// std::fs::write(dir.path().join("README.md"), "")?;
+/// std::fs::write(dir.path().join(".ignore"), "skip.rs\n")?;
+/// std::fs::write(dir.path().join("skip.rs"), "")?;
+/// let root = Root::open(dir.path(), Some(Path::new("/w")))?;
+/// let search = Search { pattern: "*.rs", ignore: &[], limit: 100 };
+/// let found = find::glob(&root, Path::new("/w"), &search, None)?;
+/// assert_eq!(found, ["/w/src/main.rs"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn glob(
     root: &Root,
     cwd: &Path,

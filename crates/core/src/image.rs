@@ -7,6 +7,15 @@ pub const SNIFF_BYTES: usize = 4100;
 const PNG_SIGNATURE: &[u8] = &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
 
 /// The MIME type of a supported image, from the first `SNIFF_BYTES` of a file.
+///
+/// ```
+/// use pi_native_ops_core::image::detect_image_mime;
+///
+/// assert_eq!(detect_image_mime(b"GIF89a\x01\x00\x01\x00"), Some("image/gif"));
+/// // JPEG-LS starts like a JPEG; pi does not send it as an image.
+/// assert_eq!(detect_image_mime(&[0xff, 0xd8, 0xff, 0xf7]), None);
+/// assert_eq!(detect_image_mime(b"plain text"), None);
+/// ```
 pub fn detect_image_mime(head: &[u8]) -> Option<&'static str> {
     if head.starts_with(&[0xff, 0xd8, 0xff]) {
         return (head.get(3) != Some(&0xf7)).then_some("image/jpeg");

@@ -11,6 +11,7 @@
 // also inside an `unsafe fn` (whose `# Safety` section states what its callers must keep).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(missing_docs)]
 
 pub mod error;
 pub mod exec;
@@ -29,6 +30,7 @@ pub mod index;
 /// grep's signatures the same on every target.
 #[cfg(not(target_os = "linux"))]
 pub mod index {
+    /// No index can exist here: find and grep always walk.
     pub enum Index {}
 }
 #[cfg(unix)]

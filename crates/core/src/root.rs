@@ -34,18 +34,26 @@ const MAX_SYMLINKS: usize = 40;
 /// What `stat` reports (symlinks followed, still bounded).
 #[derive(Debug, Clone, Copy)]
 pub struct Stat {
+    /// A directory.
     pub is_dir: bool,
+    /// A regular file.
     pub is_file: bool,
+    /// The path itself is a symlink (its target is what the other fields describe).
     pub is_symlink: bool,
+    /// Size in bytes.
     pub size: u64,
+    /// Last modification, in milliseconds since the Unix epoch (Node's `mtimeMs`).
     pub mtime_ms: f64,
+    /// File type and permission bits (`st_mode`).
     pub mode: u32,
 }
 
 /// Access to check, like `R_OK` / `R_OK | W_OK`.
 #[derive(Debug, Clone, Copy)]
 pub enum Access {
+    /// Readable (`R_OK`).
     Read,
+    /// Readable and writable (`R_OK | W_OK`).
     ReadWrite,
 }
 
@@ -61,6 +69,22 @@ struct Entry {
 
 /// A workspace root. Paths under the runtime root, the root as given or its
 /// canonical form all map to the same host directory.
+///
+/// ```
+/// use std::path::Path;
+/// use pi_native_ops_core::{root::Root, ErrorKind};
+///
+/// let dir = tempfile::tempdir()?;
+/// let root = Root::open(dir.path(), Some(Path::new("/workspace")))?;
+/// // The agent's path and the host path name the same file.
+/// root.write_file(Path::new("/workspace/a.txt"), b"hi")?;
+/// assert_eq!(root.read_file(&dir.path().join("a.txt"))?, b"hi");
+/// // A symlink leading out of the root is refused, not followed.
+/// std::os::unix::fs::symlink("/etc", dir.path().join("out"))?;
+/// let err = root.read_file(Path::new("/workspace/out/hostname")).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Outside);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Root {
     dir: OwnedFd,

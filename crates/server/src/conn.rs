@@ -22,7 +22,7 @@ use crate::frame::{read_frame, Frame, ReadError, MAX_PAYLOAD};
 use crate::index::WarmIndex;
 use crate::ops::{self, ExecSite, Registry, Running};
 use crate::outbox::{write_frames, Outbox, Output, SMALL_FRAME};
-use crate::wire::{self, Failure, Incoming, Op, WireError};
+use crate::wire::{self, Answer, Failure, Incoming, Op, WireError};
 
 /// Calls in flight on one connection at most (answered or queued); one more is refused with a
 /// `Busy` error. Far above what an agent runs at once, and it bounds what queued calls hold
@@ -185,12 +185,12 @@ struct Answerer {
 }
 
 impl Answerer {
-    fn send(self, result: Result<ops::Answer, Failure>) {
+    fn send(self, result: Result<Answer, Failure>) {
         self.send_with(result, None);
     }
 
     /// Sends the answer, whose payload's bytes `permit` may already hold in the output budget.
-    fn send_with(mut self, result: Result<ops::Answer, Failure>, permit: Option<Permit>) {
+    fn send_with(mut self, result: Result<Answer, Failure>, permit: Option<Permit>) {
         self.done = true;
         ops::lock(&self.running).remove(&self.id);
         match result {

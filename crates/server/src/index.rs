@@ -8,10 +8,9 @@ use serde_json::{json, Map, Value};
 
 use pi_native_ops_core::root::Root;
 
-use crate::ops::Answer;
 #[cfg(target_os = "linux")]
 use crate::wire::kind;
-use crate::wire::{Failure, Op, WireError};
+use crate::wire::{Answer, Failure, Op, WireError};
 
 use pi_native_ops_core::index::Index;
 #[cfg(target_os = "linux")]

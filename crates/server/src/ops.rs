@@ -19,7 +19,7 @@ use pi_native_ops_core::{find, Error as CoreError};
 
 use crate::index::SearchIndex;
 use crate::outbox::Outbox;
-use crate::wire::{ExecRequest, Failure, GrepRequest, Op, WireError};
+use crate::wire::{Answer, ExecRequest, Failure, GrepRequest, Op, WireError};
 
 /// `data` payload a stream may have sent and not yet had credited (docs/protocol.md, "Streams
 /// and flow control"): four of the largest chunks, so a consumer that keeps up never stalls the
@@ -27,9 +27,6 @@ use crate::wire::{ExecRequest, Failure, GrepRequest, Op, WireError};
 pub const WINDOW: u64 = 4 << 20;
 /// Largest `data` payload: the exec pipe's largest chunk on Linux, and what the protocol allows.
 pub const MAX_DATA: usize = 1 << 20;
-
-/// What a call answers: its fields and its payload.
-pub type Answer = (Map<String, Value>, Vec<u8>);
 
 fn fields(value: Value) -> Map<String, Value> {
     match value {

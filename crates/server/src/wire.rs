@@ -272,6 +272,9 @@ impl From<CoreError> for WireError {
     }
 }
 
+/// What a call answers: its fields and its payload.
+pub type Answer = (Map<String, Value>, Vec<u8>);
+
 /// A failed call. Boxed: failures are the rare path, and a small `Result` keeps answers cheap to
 /// move.
 #[derive(Debug)]

@@ -22,6 +22,27 @@
 //! runs in the forked children, between `fork` and `exec`/`_exit`: raw system calls on memory
 //! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
 //! supervisor's children to kill).
+//!
+//! ```
+//! use pi_native_ops_core::exec::{self, ExecRequest};
+//!
+//! let request = ExecRequest {
+//!     shell: Some("/bin/sh".into()),
+//!     command: "echo hi; exit 3".into(),
+//!     cwd: "/".into(),
+//!     cwd_map: None,
+//!     env: None,
+//!     sandbox: None,
+//! };
+//! let mut execution = exec::spawn(&request)?;
+//! let mut output = Vec::new();
+//! let outcome = execution.pump(&mut |chunk| {
+//!     output.extend(chunk);
+//!     true
+//! });
+//! assert_eq!((output.as_slice(), outcome.exit_code), (&b"hi\n"[..], Some(3)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::time::Duration;
 
@@ -86,6 +107,7 @@ const CMD_DETACH: u8 = b'D';
 pub struct ExecRequest {
     /// The custom shell (pi's `shellPath`); `None` or empty: found as pi finds one.
     pub shell: Option<String>,
+    /// The command line handed to `-c`.
     pub command: String,
     /// As the agent gave it: mapped to the host through the sandbox's root, else `cwd_map`.
     pub cwd: String,
@@ -150,6 +172,7 @@ mod unsupported {
 
     /// Executions cannot exist on this platform.
     pub enum Execution {}
+    /// Controls cannot exist on this platform.
     pub enum Control {}
 
     /// Fails with `ENOTSUP` (as Node names a call it cannot make here) after the preflight.
@@ -159,18 +182,21 @@ mod unsupported {
     }
 
     impl Execution {
+        /// Unreachable: no `Execution` exists.
         pub fn shell(&self) -> &str {
             match *self {}
         }
         pub fn control(&self) -> std::sync::Arc<Control> {
             match *self {}
         }
+        /// Unreachable: no `Execution` exists.
         pub fn pump(&mut self, _sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Outcome {
             match *self {}
         }
     }
 
     impl Control {
+        /// Unreachable: no `Control` exists.
         pub fn kill(&self) {
             match *self {}
         }

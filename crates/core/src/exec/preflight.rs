@@ -73,6 +73,7 @@ pub fn check_cwd(cwd: &str, host: &Path) -> Result<()> {
 /// An exec that passed its preflight: the shell to run and the directory to start it in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ready {
+    /// The shell binary to run as `shell -c command`.
     pub shell: String,
     /// As the shell is given it: the host path, or in a sandbox the runtime form (namespaces
     /// mode remaps the root; Landlock mode requires both forms to be equal).

@@ -13,7 +13,8 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::search::{Engine, Hit, Worker};
+use super::search::{Engine, Worker};
+use super::text::Hit;
 use crate::walk;
 
 /// Files claimed ahead of the one the sink waits for, at most: enough to

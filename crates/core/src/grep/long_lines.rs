@@ -25,8 +25,7 @@ use regex_automata::util::start;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, MatchKind, Span};
 
-use super::search::{Engine, EngineOptions, Hit, Limiter};
-use super::text::{show_line, LINE_PREFIX_BYTES};
+use super::text::{show_line, Hit, Limiter, LINE_PREFIX_BYTES};
 
 /// Lines up to this length are kept whole and matched by the regular matcher.
 const FULL_LINE: usize = 1 << 20;
@@ -53,13 +52,9 @@ fn escape(pattern: &str) -> String {
 }
 
 impl StreamMatcher {
-    /// Compiles `pattern` as the searcher's matcher does; only the matching options of `options` apply.
-    pub fn new(pattern: &str, options: &EngineOptions) -> Result<Self, String> {
-        let EngineOptions {
-            ignore_case,
-            literal,
-            ..
-        } = *options;
+    /// Compiles `pattern` as the searcher's matcher does (`ignore_case`: rg
+    /// `-i`; `literal`: rg `-F`).
+    pub fn new(pattern: &str, ignore_case: bool, literal: bool) -> Result<Self, String> {
         let pattern = if literal {
             escape(pattern)
         } else {
@@ -207,10 +202,14 @@ impl Emitter {
     }
 }
 
-/// Searches `reader` (a whole file) line by line in bounded memory.
+/// Searches `reader` (a whole file) line by line in bounded memory: lines up
+/// to `FULL_LINE` are decided by `short` (the searcher's matcher), longer
+/// ones by `stream`; `limit` and `context` as the searcher's.
 pub fn search(
-    engine: &Engine,
     stream: &StreamMatcher,
+    short: &dyn Fn(&[u8]) -> bool,
+    limit: u64,
+    context: u64,
     reader: impl Read,
     walked: bool,
     halted: &dyn Fn() -> bool,
@@ -231,10 +230,10 @@ pub fn search(
         matched: false,
     };
     let mut out = Emitter {
-        context: engine.context,
+        context,
         before: VecDeque::new(),
         after_left: 0,
-        limiter: Limiter::new(engine.limit, engine.context),
+        limiter: Limiter::new(limit, context),
         hits: Vec::new(),
     };
     let mut chunk = vec![0u8; CHUNK];
@@ -276,7 +275,7 @@ pub fn search(
                 let is_match = if streaming {
                     scan.finish()
                 } else {
-                    engine.is_match(&line)
+                    short(&line)
                 };
                 let done = std::mem::take(&mut line);
                 if !out.line(number, done, !streaming, is_match) {
@@ -291,7 +290,7 @@ pub fn search(
         let is_match = if streaming {
             scan.finish()
         } else {
-            engine.is_match(&line)
+            short(&line)
         };
         out.line(number, line, !streaming, is_match);
     }
@@ -301,6 +300,22 @@ pub fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grep::search::Engine;
+    use crate::grep::EngineOptions;
+
+    /// `search` as the grep engine runs it for `engine`'s pattern.
+    fn search_as(engine: &Engine, stream: &StreamMatcher, data: &[u8]) -> io::Result<Vec<Hit>> {
+        let short = |line: &[u8]| engine.is_match(line);
+        search(
+            stream,
+            &short,
+            engine.limit,
+            engine.context,
+            data,
+            true,
+            &|| false,
+        )
+    }
 
     fn run(pattern: &str, data: &[u8], context: u64) -> Vec<(u64, String, bool)> {
         let options = EngineOptions {
@@ -309,8 +324,8 @@ mod tests {
             ..Default::default()
         };
         let engine = Engine::new(pattern, options).unwrap();
-        let stream = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
-        search(&engine, &stream, data, true, &|| false)
+        let stream = StreamMatcher::new(pattern, false, false).unwrap();
+        search_as(&engine, &stream, data)
             .unwrap()
             .into_iter()
             .map(|h| (h.number, h.shown.text, h.is_match))
@@ -379,15 +394,7 @@ mod tests {
             ("a.b(", false, true, b"a.b("),
             ("NeEdLe", true, false, b"nEEDle"),
         ] {
-            let m = StreamMatcher::new(
-                pattern,
-                &EngineOptions {
-                    ignore_case,
-                    literal,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let m = StreamMatcher::new(pattern, ignore_case, literal).unwrap();
             assert!(
                 m.prefilter.is_some(),
                 "{pattern}: a literal every match begins with"
@@ -395,17 +402,10 @@ mod tests {
             agrees_everywhere(&m, needle);
             assert!(scan(&m, needle, &[needle.len() / 2]) || pattern.starts_with(r"\b"));
         }
-        let m = StreamMatcher::new("needle", &EngineOptions::default()).unwrap();
+        let m = StreamMatcher::new("needle", false, false).unwrap();
         assert!(!scan(&m, b"needl needlx eedle", &[]));
         assert!(scan(&m, b"xxxxneedle", &[4, 5, 6, 7, 8, 9]));
-        let m = StreamMatcher::new(
-            "NEEDLE",
-            &EngineOptions {
-                ignore_case: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = StreamMatcher::new("NEEDLE", true, false).unwrap();
         assert!(scan(&m, b"a NeEdLe b", &[5]));
         assert!(!scan(&m, b"a NeEdL b", &[]));
     }
@@ -417,7 +417,7 @@ mod tests {
             (r"\w+!", b"--ab!", b"--!"),
             ("[^x]y", b"xay", b"xxy"),
         ] {
-            let m = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
+            let m = StreamMatcher::new(pattern, false, false).unwrap();
             assert!(m.prefilter.is_none(), "{pattern}");
             assert!(scan(&m, hit, &[1]), "{pattern}");
             assert!(!scan(&m, miss, &[1]), "{pattern}");
@@ -445,8 +445,8 @@ mod tests {
                 ("needles", 0),
                 ("aneedle", 1),
             ] {
-                let stream = StreamMatcher::new(pattern, &EngineOptions::default()).unwrap();
-                let got = search(&engine(pattern), &stream, &data[..], true, &|| false).unwrap();
+                let stream = StreamMatcher::new(pattern, false, false).unwrap();
+                let got = search_as(&engine(pattern), &stream, &data[..]).unwrap();
                 assert_eq!(got.len(), hits, "{pattern} at {at}");
                 if hits > 0 {
                     assert_eq!(got[0].number, 1);

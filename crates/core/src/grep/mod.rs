@@ -34,12 +34,17 @@ use text::Collector;
 /// What to search for.
 #[derive(Debug, Clone, Default)]
 pub struct Query {
+    /// The regex (or the literal text with `literal`).
     pub pattern: String,
+    /// Case-insensitive matching (rg `-i`).
     pub ignore_case: bool,
+    /// The pattern is a literal string, not a regex (rg `-F`).
     pub literal: bool,
     /// rg `--glob`, rooted at the searched directory (leading `./` already dropped).
     pub glob: Option<String>,
+    /// Lines kept before and after each match (rg `-C`).
     pub context: u64,
+    /// Matches reported at most; one more proves the results were cut.
     pub limit: u64,
     /// Store output lines only while the output is under this many bytes
     /// (pi's 50 KB cut); `None` stores every line.
@@ -49,6 +54,7 @@ pub struct Query {
 /// Where to search: a directory (walked) or one named file.
 #[derive(Debug, Clone)]
 pub enum Target {
+    /// A directory, walked with the ignore rules.
     Dir(PathBuf),
     /// A file, with the name its lines are shown under.
     File(PathBuf, String),
@@ -119,6 +125,24 @@ pub fn target(root: Option<&Root>, path: &Path, display_name: String) -> Result<
 /// Runs the search. `cancel` may be raised from any thread. `searched`
 /// counts the files whose contents the search began to read, so a caller can
 /// see how far a cancelled search got.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, AtomicU64};
+/// use pi_native_ops_core::grep::{self, Query};
+/// use pi_native_ops_core::root::Root;
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("a.txt"), "one\nneedle two\nthree\n")?;
+/// let root = Root::open(dir.path(), None)?;
+/// let target = grep::target(Some(&root), dir.path(), String::new())?;
+/// let query = Query { pattern: "needle".into(), limit: 100, ..Query::default() };
+/// let (cancel, searched) = (AtomicBool::new(false), AtomicU64::new(0));
+/// let outcome = grep::run(&target, &query, &root, &cancel, &searched, None)?;
+/// assert_eq!(outcome.match_count, 1);
+/// let line = &outcome.lines[0];
+/// assert_eq!((&*line.path, line.line_number, &*line.text), ("a.txt", 2, "needle two"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn run(
     target: &Target,
     query: &Query,

@@ -13,7 +13,8 @@ use grep_searcher::{
 };
 
 use super::long_lines::{self, StreamMatcher};
-use super::text::{show_line, Shown};
+pub(crate) use super::text::Hit;
+use super::text::{show_line, Limiter};
 use crate::error::{Error, Result};
 use crate::sys::read_full;
 
@@ -41,53 +42,6 @@ pub struct Worker {
     searcher: Searcher,
     buf: Vec<u8>,
     matcher: RegexMatcher,
-}
-
-/// A line of a file worth sending to the collector.
-#[derive(Debug, Clone)]
-pub struct Hit {
-    pub number: u64,
-    pub shown: Shown,
-    pub is_match: bool,
-}
-
-/// Decides, per file, which lines can still matter to pi's limit logic: every
-/// line until the file's `limit`-th match and its trailing context, then only
-/// the next match (the proof that results were cut).
-pub struct Limiter {
-    limit: u64,
-    context: u64,
-    matches: u64,
-    cutoff: Option<u64>,
-}
-
-impl Limiter {
-    pub fn new(limit: u64, context: u64) -> Self {
-        Limiter {
-            limit,
-            context,
-            matches: 0,
-            cutoff: None,
-        }
-    }
-
-    /// Whether to record the line, and whether the file is worth reading on.
-    pub fn accept(&mut self, number: u64, is_match: bool) -> (bool, bool) {
-        match self.cutoff {
-            None => {
-                if is_match {
-                    self.matches += 1;
-                    if self.matches >= self.limit {
-                        self.cutoff = Some(number.saturating_add(self.context));
-                    }
-                }
-                (true, true)
-            }
-            Some(cutoff) if number <= cutoff => (true, true),
-            Some(_) if is_match => (true, false),
-            Some(_) => (false, true),
-        }
-    }
 }
 
 /// How a pattern is matched, and how much of each file is kept.
@@ -195,7 +149,13 @@ impl Engine {
 
     fn stream_matcher(&self) -> Result<&StreamMatcher, String> {
         self.stream
-            .get_or_init(|| StreamMatcher::new(&self.pattern, &self.options))
+            .get_or_init(|| {
+                StreamMatcher::new(
+                    &self.pattern,
+                    self.options.ignore_case,
+                    self.options.literal,
+                )
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -296,7 +256,10 @@ impl Engine {
             inner: file,
             halted,
         };
-        long_lines::search(self, stream, reader, walked, halted).unwrap_or_default()
+        let short = |line: &[u8]| self.is_match(line);
+        let (limit, context) = (self.limit, self.context);
+        long_lines::search(stream, &short, limit, context, reader, walked, halted)
+            .unwrap_or_default()
     }
 }
 
@@ -393,15 +356,6 @@ impl Sink for Collect<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limiter_keeps_window_then_one_proof() {
-        let mut l = Limiter::new(1, 1);
-        assert_eq!(l.accept(1, true), (true, true));
-        assert_eq!(l.accept(2, true), (true, true));
-        assert_eq!(l.accept(3, false), (false, true));
-        assert_eq!(l.accept(4, true), (true, false));
-    }
 
     #[test]
     fn regex_errors_read_like_rg() {

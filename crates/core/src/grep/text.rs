@@ -15,7 +15,9 @@ pub const LINE_PREFIX_BYTES: usize = 3 * (MAX_LINE_UNITS + 1) + 4;
 /// A line as pi shows it: decoded lossily, terminator stripped, cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shown {
+    /// The text pi shows, cut to 500 UTF-16 units with `... [truncated]`.
     pub text: String,
+    /// Whether the line was cut.
     pub truncated: bool,
 }
 
@@ -56,9 +58,13 @@ pub fn show_line(bytes: &[u8], complete: bool) -> Shown {
 /// One output line, structured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutLine {
+    /// The file's path as shown (relative to the searched directory).
     pub path: Arc<str>,
+    /// The line's number in its file, from 1.
     pub line_number: u64,
+    /// The line as pi shows it (see `show_line`).
     pub text: String,
+    /// A matching line (`rel:N: text`), or context (`rel-N- text`).
     pub is_match: bool,
 }
 
@@ -75,12 +81,15 @@ impl OutLine {
 pub struct Outcome {
     /// Stored lines: all of them, or (with a byte cap) those pi keeps.
     pub lines: Vec<OutLine>,
+    /// Matches counted, up to the limit.
     pub match_count: u64,
     /// Another match after the limit-th proved results were cut.
     pub match_limit_reached: bool,
+    /// Whether any output line was cut at 500 units.
     pub lines_truncated: bool,
     /// Bytes of all output lines joined with `\n` (stored or not).
     pub output_bytes: u64,
+    /// Output lines (stored or not).
     pub output_lines: u64,
 }
 
@@ -182,9 +191,65 @@ impl Collector {
     }
 }
 
+/// A line of a file worth sending to the collector.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub number: u64,
+    pub shown: Shown,
+    pub is_match: bool,
+}
+
+/// Decides, per file, which lines can still matter to pi's limit logic: every
+/// line until the file's `limit`-th match and its trailing context, then only
+/// the next match (the proof that results were cut).
+pub struct Limiter {
+    limit: u64,
+    context: u64,
+    matches: u64,
+    cutoff: Option<u64>,
+}
+
+impl Limiter {
+    pub fn new(limit: u64, context: u64) -> Self {
+        Limiter {
+            limit,
+            context,
+            matches: 0,
+            cutoff: None,
+        }
+    }
+
+    /// Whether to record the line, and whether the file is worth reading on.
+    pub fn accept(&mut self, number: u64, is_match: bool) -> (bool, bool) {
+        match self.cutoff {
+            None => {
+                if is_match {
+                    self.matches += 1;
+                    if self.matches >= self.limit {
+                        self.cutoff = Some(number.saturating_add(self.context));
+                    }
+                }
+                (true, true)
+            }
+            Some(cutoff) if number <= cutoff => (true, true),
+            Some(_) if is_match => (true, false),
+            Some(_) => (false, true),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limiter_keeps_window_then_one_proof() {
+        let mut l = Limiter::new(1, 1);
+        assert_eq!(l.accept(1, true), (true, true));
+        assert_eq!(l.accept(2, true), (true, true));
+        assert_eq!(l.accept(3, false), (false, true));
+        assert_eq!(l.accept(4, true), (true, false));
+    }
 
     #[test]
     fn strips_only_the_terminator() {

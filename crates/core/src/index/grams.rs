@@ -1159,124 +1159,123 @@ pub(crate) mod tests {
             );
         }
     }
-}
 
-/// Build figures on a real tree, for docs/index.md ("N-gram scheme"). Run:
-/// `PI_INDEX_CORPUS=bench/.corpus/linux cargo test --release -p
-/// pi-native-ops-core index::grams::measure -- --ignored --nocapture`
-#[cfg(test)]
-pub(crate) mod measure {
-    use super::*;
-    use std::path::{Path, PathBuf};
+    /// Build figures on a real tree, for docs/index.md ("N-gram scheme"). Run:
+    /// `PI_INDEX_CORPUS=bench/.corpus/linux cargo test --release -p
+    /// pi-native-ops-core index::grams::tests::measure -- --ignored --nocapture`
+    pub(crate) mod measure {
+        use super::*;
+        use std::path::{Path, PathBuf};
 
-    /// This thread's CPU time: the machine is shared, so wall time would
-    /// measure the neighbours.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Instant(f64);
-    impl Instant {
-        pub(crate) fn now() -> Instant {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: a valid out-pointer.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            Instant(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+        /// This thread's CPU time: the machine is shared, so wall time would
+        /// measure the neighbours.
+        #[derive(Clone, Copy)]
+        pub(crate) struct Instant(f64);
+        impl Instant {
+            pub(crate) fn now() -> Instant {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: a valid out-pointer.
+                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                Instant(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+            }
+            pub(crate) fn elapsed(&self) -> std::time::Duration {
+                Instant::now() - *self
+            }
         }
-        pub(crate) fn elapsed(&self) -> std::time::Duration {
-            Instant::now() - *self
+        impl std::ops::Sub for Instant {
+            type Output = std::time::Duration;
+            fn sub(self, o: Instant) -> std::time::Duration {
+                std::time::Duration::from_secs_f64((self.0 - o.0).max(0.0))
+            }
         }
-    }
-    impl std::ops::Sub for Instant {
-        type Output = std::time::Duration;
-        fn sub(self, o: Instant) -> std::time::Duration {
-            std::time::Duration::from_secs_f64((self.0 - o.0).max(0.0))
-        }
-    }
 
-    /// Regular files under `dir` (no `.git`, symlinks not followed), sorted.
-    pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let Ok(t) = e.file_type() else { continue };
-                if t.is_dir() && e.file_name() != ".git" {
-                    stack.push(e.path());
-                } else if t.is_file() {
-                    out.push(e.path());
+        /// Regular files under `dir` (no `.git`, symlinks not followed), sorted.
+        pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
+            let mut out = Vec::new();
+            let mut stack = vec![dir.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    let Ok(t) = e.file_type() else { continue };
+                    if t.is_dir() && e.file_name() != ".git" {
+                        stack.push(e.path());
+                    } else if t.is_file() {
+                        out.push(e.path());
+                    }
                 }
             }
+            out.sort();
+            out
         }
-        out.sort();
-        out
-    }
 
-    pub(crate) fn corpus() -> PathBuf {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let rel = std::env::var("PI_INDEX_CORPUS").unwrap_or("bench/.corpus/linux".into());
-        root.join(rel)
-    }
+        pub(crate) fn corpus() -> PathBuf {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let rel = std::env::var("PI_INDEX_CORPUS").unwrap_or("bench/.corpus/linux".into());
+            root.join(rel)
+        }
 
-    /// The index of a tree: (postings, files, bytes indexed).
-    pub(crate) fn build_tree(files: &[PathBuf], report: bool) -> (Postings, u64) {
-        let t0 = Instant::now();
-        let mut buf = Vec::new();
-        let mut builder = SegmentBuilder::new();
-        let (mut bytes, mut t_read, mut t_grams, mut t_add) = (0u64, 0f64, 0f64, 0f64);
-        for (id, path) in files.iter().enumerate() {
-            let t = Instant::now();
-            buf.clear();
-            let Ok(mut f) = std::fs::File::open(path) else {
-                continue;
-            };
-            if std::io::Read::read_to_end(&mut f, &mut buf).is_err() {
-                continue;
+        /// The index of a tree: (postings, files, bytes indexed).
+        pub(crate) fn build_tree(files: &[PathBuf], report: bool) -> (Postings, u64) {
+            let t0 = Instant::now();
+            let mut buf = Vec::new();
+            let mut builder = SegmentBuilder::new();
+            let (mut bytes, mut t_read, mut t_grams, mut t_add) = (0u64, 0f64, 0f64, 0f64);
+            for (id, path) in files.iter().enumerate() {
+                let t = Instant::now();
+                buf.clear();
+                let Ok(mut f) = std::fs::File::open(path) else {
+                    continue;
+                };
+                if std::io::Read::read_to_end(&mut f, &mut buf).is_err() {
+                    continue;
+                }
+                let t1 = Instant::now();
+                bytes += buf.len() as u64;
+                let t2 = Instant::now();
+                builder.add_text(id as u32, &buf);
+                let t3 = Instant::now();
+                t_read += (t1 - t).as_secs_f64();
+                t_grams += (t2 - t1).as_secs_f64();
+                t_add += (t3 - t2).as_secs_f64();
             }
-            let t1 = Instant::now();
-            bytes += buf.len() as u64;
-            let t2 = Instant::now();
-            builder.add_text(id as u32, &buf);
-            let t3 = Instant::now();
-            t_read += (t1 - t).as_secs_f64();
-            t_grams += (t2 - t1).as_secs_f64();
-            t_add += (t3 - t2).as_secs_f64();
+            let t4 = Instant::now();
+            let seg = builder.finish();
+            let t_finish = t4.elapsed().as_secs_f64();
+            let mut postings = Postings::new();
+            postings.push(seg);
+            if report {
+                let seg = &postings.segments()[0];
+                let mem = postings.memory_bytes();
+                let bitmaps = (0..seg.grams.len())
+                    .filter(|&i| seg.list_at(i).bitmap)
+                    .count();
+                println!(
+                    "files {} bytes {} ({:.1} MB) | grams {} bitmaps {} postings {} | memory {:.1} MB = {:.1}% (dir {:.1} MB, data {:.1} MB)",
+                    files.len(), bytes, bytes as f64 / 1e6, seg.grams.len(), bitmaps, seg.postings(),
+                    mem as f64 / 1e6, 100.0 * mem as f64 / bytes as f64,
+                    (seg.grams.len() * 8) as f64 / 1e6, seg.data.len() as f64 / 1e6
+                );
+                println!(
+                    "thread CPU time total {:.2} s: read {:.2} s, grams {:.2} s ({:.2} GB/s), add {:.2} s, finish {:.2} s; grams+segment {:.2} GB/s",
+                    t0.elapsed().as_secs_f64(), t_read, t_grams, bytes as f64 / t_grams / 1e9, t_add, t_finish,
+                    bytes as f64 / (t_grams + t_add + t_finish) / 1e9
+                );
+            }
+            (postings, bytes)
         }
-        let t4 = Instant::now();
-        let seg = builder.finish();
-        let t_finish = t4.elapsed().as_secs_f64();
-        let mut postings = Postings::new();
-        postings.push(seg);
-        if report {
-            let seg = &postings.segments()[0];
-            let mem = postings.memory_bytes();
-            let bitmaps = (0..seg.grams.len())
-                .filter(|&i| seg.list_at(i).bitmap)
-                .count();
-            println!(
-                "files {} bytes {} ({:.1} MB) | grams {} bitmaps {} postings {} | memory {:.1} MB = {:.1}% (dir {:.1} MB, data {:.1} MB)",
-                files.len(), bytes, bytes as f64 / 1e6, seg.grams.len(), bitmaps, seg.postings(),
-                mem as f64 / 1e6, 100.0 * mem as f64 / bytes as f64,
-                (seg.grams.len() * 8) as f64 / 1e6, seg.data.len() as f64 / 1e6
-            );
-            println!(
-                "thread CPU time total {:.2} s: read {:.2} s, grams {:.2} s ({:.2} GB/s), add {:.2} s, finish {:.2} s; grams+segment {:.2} GB/s",
-                t0.elapsed().as_secs_f64(), t_read, t_grams, bytes as f64 / t_grams / 1e9, t_add, t_finish,
-                bytes as f64 / (t_grams + t_add + t_finish) / 1e9
-            );
-        }
-        (postings, bytes)
-    }
 
-    #[test]
-    #[ignore]
-    fn build_figures() {
-        let files = files_under(&corpus());
-        // Twice: the first run warms the page cache.
-        build_tree(&files, false);
-        build_tree(&files, true);
+        #[test]
+        #[ignore]
+        fn build_figures() {
+            let files = files_under(&corpus());
+            // Twice: the first run warms the page cache.
+            build_tree(&files, false);
+            build_tree(&files, true);
+        }
     }
 }

@@ -2,11 +2,16 @@
 //! trees full of ignore rules (equivalence), right after every kind of
 //! change (freshness), and when it steps aside or closes.
 
+use super::content::{Ids, Refresh};
+use super::reader::{read_up_to, READ_RESERVE};
+use super::thread::large_files;
 use super::*;
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::find::{self, Search};
 use crate::grep::{self, Query};
@@ -423,7 +428,7 @@ fn the_next_search_sees_every_change() {
     assert_grep_equal(&root, &index, &d, &["needle", "changed", "x"]);
 }
 
-/// Hard links made after the build, inside the root (issue 24): `ln a b`
+/// Hard links made after the build, inside the root: `ln a b`
 /// raises an event only where `b` is created, and a write through `b` only
 /// there (and on `b`'s inode once watched), yet `a` has the new contents too.
 #[test]
@@ -1071,7 +1076,7 @@ fn exact_filters_keep_grep_equal_to_the_walk() {
     assert_grep_equal(&root, &index, t.path(), GREP_PATTERNS);
 }
 
-/// A size the file only claims reserves at most `READ_RESERVE` (issue 24):
+/// A size the file only claims reserves at most `READ_RESERVE`:
 /// the read grows as bytes arrive and ends at the file's end.
 #[test]
 fn a_claimed_size_is_not_reserved() {

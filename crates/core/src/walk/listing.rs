@@ -2,14 +2,12 @@
 //! name, with their kinds, and which ignore files it holds.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::os::fd::BorrowedFd;
 
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, SFlag};
 
-use super::rules::{Level, Markers};
-use super::{Entry, Halt, Kind};
+use super::Kind;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 use crate::sys::{getdents, DirentBuf};
 
@@ -24,6 +22,31 @@ pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
             _ => Kind::Other,
         },
     )
+}
+
+/// Which ignore files and repository markers a directory holds.
+#[derive(Default)]
+pub(crate) struct Markers {
+    pub(super) ignore: bool,
+    pub(super) gitignore: bool,
+    pub(super) git: bool,
+    pub(super) jj: bool,
+}
+
+impl Markers {
+    pub(crate) fn note(&mut self, name: &[u8]) {
+        match name {
+            b".ignore" => self.ignore = true,
+            b".gitignore" => self.gitignore = true,
+            b".git" => self.git = true,
+            b".jj" => self.jj = true,
+            _ => {}
+        }
+    }
+
+    pub(crate) fn any(&self) -> bool {
+        self.ignore || self.gitignore || self.git || self.jj
+    }
 }
 
 /// A directory's entries: names in one buffer, sorted by their bytes.
@@ -143,62 +166,4 @@ fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -
         }
     }
     Ok(())
-}
-
-/// A directory being walked: its descriptor, path, rules and entries.
-pub(super) struct Dir {
-    pub(super) fd: OwnedFd,
-    pub(super) rel: Vec<u8>,
-    pub(super) level: Arc<Level>,
-    pub(super) key: Vec<u32>,
-    pub(super) listing: Listing,
-}
-
-impl Dir {
-    /// Entry `index`, its path written into `path`.
-    pub(super) fn entry<'a>(
-        &'a self,
-        index: usize,
-        path: &'a mut Vec<u8>,
-        halt: Halt<'a>,
-    ) -> Entry<'a> {
-        let listed = &self.listing.entries[index];
-        let name = self.listing.name(listed);
-        join(path, &self.rel, name);
-        Entry {
-            dir: self.fd.as_fd(),
-            name,
-            rel: path,
-            kind: listed.kind.unwrap_or(Kind::Other),
-            halt,
-        }
-    }
-
-    /// The path of entry `index` (its name joined to this directory's path).
-    pub(super) fn child_path(&self, index: usize) -> Vec<u8> {
-        let mut path = Vec::new();
-        join(
-            &mut path,
-            &self.rel,
-            self.listing.name(&self.listing.entries[index]),
-        );
-        path
-    }
-
-    pub(super) fn child_key(&self, index: usize) -> Vec<u32> {
-        let mut key = Vec::with_capacity(self.key.len() + 1);
-        key.extend_from_slice(&self.key);
-        key.push(u32::try_from(index).unwrap_or(u32::MAX));
-        key
-    }
-}
-
-/// `path` := `dir/name` (or `name` at the top).
-fn join(path: &mut Vec<u8>, dir: &[u8], name: &[u8]) {
-    path.clear();
-    path.extend_from_slice(dir);
-    if !dir.is_empty() {
-        path.push(b'/');
-    }
-    path.extend_from_slice(name);
 }

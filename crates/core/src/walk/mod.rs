@@ -54,9 +54,13 @@ pub use scheduler::walk;
 /// What a directory entry is (symlinks are never followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A directory.
     Dir,
+    /// A regular file.
     File,
+    /// A symlink (never followed).
     Symlink,
+    /// Anything else: a FIFO, socket or device (never read by a walk).
     Other,
 }
 
@@ -65,6 +69,7 @@ pub struct Entry<'a> {
     dir: BorrowedFd<'a>,
     name: &'a [u8],
     rel: &'a [u8],
+    /// What the entry is.
     pub kind: Kind,
     halt: Halt<'a>,
 }
@@ -118,6 +123,7 @@ pub trait Visitor: Sync {
     /// threads share a large directory.
     const SEARCHES_FILES: bool = false;
 
+    /// Makes one thread's `Local`, once per walking thread.
     fn local(&self) -> Self::Local;
     /// Entries left out with everything below them, beyond the ignore rules.
     fn skip(&self, _entry: &Entry<'_>) -> bool {

@@ -18,7 +18,7 @@ use ignore::Match;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
-use super::listing::kind_at;
+use super::listing::{kind_at, Markers};
 use super::Kind;
 
 /// The rules of one walk: the ignore files above the start directory and how
@@ -39,8 +39,9 @@ impl Rules {
     /// Nested repository boundaries: ripgrep and fd only notice `.git` (and
     /// stop parent `.gitignore` rules there) when they require git, and then
     /// ignore `.gitignore` outside repositories. So, as pi 1.6.0 does with fd
-    /// (pi #5960), git is required exactly when the walk starts inside a
-    /// repository (`.git` in the directory or an ancestor).
+    /// (<https://github.com/earendil-works/pi/issues/5960>), git is required
+    /// exactly when the walk starts inside a repository (`.git` in the
+    /// directory or an ancestor).
     pub fn new(start: &Path, overrides: Option<Override>) -> Rules {
         // Ancestors are those of the real directory (as `ignore` finds them),
         // also when a caller outside a root passes a symlinked or `..` path.
@@ -191,31 +192,6 @@ enum Place {
     /// An ancestor of the start directory, whose path relative to it is
     /// `start`.
     Above { start: Vec<u8> },
-}
-
-/// Which ignore files and repository markers a directory holds.
-#[derive(Default)]
-pub(crate) struct Markers {
-    ignore: bool,
-    gitignore: bool,
-    git: bool,
-    jj: bool,
-}
-
-impl Markers {
-    pub(crate) fn note(&mut self, name: &[u8]) {
-        match name {
-            b".ignore" => self.ignore = true,
-            b".gitignore" => self.gitignore = true,
-            b".git" => self.git = true,
-            b".jj" => self.jj = true,
-            _ => {}
-        }
-    }
-
-    pub(crate) fn any(&self) -> bool {
-        self.ignore || self.gitignore || self.git || self.jj
-    }
 }
 
 impl Level {

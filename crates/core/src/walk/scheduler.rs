@@ -11,9 +11,67 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
-use super::listing::{Dir, Listing};
+use super::listing::Listing;
 use super::rules::{Level, Rules};
-use super::{Halt, Kind, Visitor};
+use super::{Entry, Halt, Kind, Visitor};
+
+/// A directory being walked: its descriptor, path, rules and entries.
+pub(super) struct Dir {
+    pub(super) fd: OwnedFd,
+    pub(super) rel: Vec<u8>,
+    pub(super) level: Arc<Level>,
+    pub(super) key: Vec<u32>,
+    pub(super) listing: Listing,
+}
+
+impl Dir {
+    /// Entry `index`, its path written into `path`.
+    pub(super) fn entry<'a>(
+        &'a self,
+        index: usize,
+        path: &'a mut Vec<u8>,
+        halt: Halt<'a>,
+    ) -> Entry<'a> {
+        let listed = &self.listing.entries[index];
+        let name = self.listing.name(listed);
+        join(path, &self.rel, name);
+        Entry {
+            dir: self.fd.as_fd(),
+            name,
+            rel: path,
+            kind: listed.kind.unwrap_or(Kind::Other),
+            halt,
+        }
+    }
+
+    /// The path of entry `index` (its name joined to this directory's path).
+    pub(super) fn child_path(&self, index: usize) -> Vec<u8> {
+        let mut path = Vec::new();
+        join(
+            &mut path,
+            &self.rel,
+            self.listing.name(&self.listing.entries[index]),
+        );
+        path
+    }
+
+    pub(super) fn child_key(&self, index: usize) -> Vec<u32> {
+        let mut key = Vec::with_capacity(self.key.len() + 1);
+        key.extend_from_slice(&self.key);
+        key.push(u32::try_from(index).unwrap_or(u32::MAX));
+        key
+    }
+}
+
+/// `path` := `dir/name` (or `name` at the top).
+fn join(path: &mut Vec<u8>, dir: &[u8], name: &[u8]) {
+    path.clear();
+    path.extend_from_slice(dir);
+    if !dir.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+}
 
 enum Work {
     /// List the start directory.
@@ -88,6 +146,37 @@ const FILES_PER_TASK: usize = 8;
 /// made for), handing each visit's output to `sink` in path order until it
 /// returns `false`, or until `cancel` is raised (from any thread). Entries
 /// that cannot be read are skipped, as fd and ripgrep do.
+///
+/// ```
+/// use std::sync::atomic::AtomicBool;
+/// use pi_native_ops_core::walk::{self, Entry, Rules, Visitor};
+///
+/// /// Yields every entry's path.
+/// struct Paths;
+/// impl Visitor for Paths {
+///     type Out = String;
+///     type Local = ();
+///     fn local(&self) {}
+///     fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<String> {
+///         Some(entry.rel().display().to_string())
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::create_dir(dir.path().join("b"))?;
+/// std::fs::write(dir.path().join("b/c.txt"), "")?;
+/// std::fs::write(dir.path().join("a.txt"), "")?;
+/// std::fs::write(dir.path().join(".ignore"), "a.txt\n")?;
+/// let start = std::fs::File::open(dir.path())?.into();
+/// let mut seen = Vec::new();
+/// let rules = Rules::new(dir.path(), None);
+/// walk::walk(start, &rules, &Paths, &AtomicBool::new(false), |path| {
+///     seen.push(path);
+///     true
+/// });
+/// assert_eq!(seen, [".ignore", "b", "b/c.txt"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn walk<V: Visitor>(
     start: OwnedFd,
     rules: &Rules,

@@ -14,6 +14,18 @@
 //! Both drop every capability, set `no_new_privs` and install the seccomp filter of `seccomp.rs`
 //! just before `execve`. Everything the forked children use (paths, map contents, the BPF program,
 //! the Landlock ruleset's descriptor) is built here, before the fork.
+//!
+//! ```
+//! use pi_native_ops_core::exec::sandbox::{Prepared, Sandbox};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let mut spec = Sandbox::new(dir.path());
+//! assert!(Prepared::open(spec.clone()).is_ok());
+//! // Configured paths are resolved when the sandbox is prepared: a missing one is refused then.
+//! spec.read_only.push(dir.path().join("missing"));
+//! assert!(Prepared::open(spec).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::path::PathBuf;
 
@@ -52,7 +64,9 @@ pub enum Mode {
     /// Namespaces when this machine allows them, else Landlock; an error when neither works.
     #[default]
     Auto,
+    /// User, mount, PID, IPC and network namespaces: the shell sees only the bound paths.
     Namespaces,
+    /// Landlock and seccomp on the host's filesystem view: writes only to the writable paths.
     Landlock,
 }
 
@@ -102,6 +116,7 @@ pub struct Sandbox {
     /// `KEY=VALUE` entries (as `ExecRequest::env`) added to the sandbox's clean environment,
     /// replacing a default of the same name (the request's `env` is ignored).
     pub env: Vec<String>,
+    /// Which mode to build.
     pub mode: Mode,
     /// Most processes at once (`None`: `DEFAULT_MAX_PROCESSES`).
     pub max_processes: Option<u32>,
@@ -181,6 +196,7 @@ impl Prepared {
         Ok(prepared)
     }
 
+    /// The sandbox this was prepared from.
     pub fn spec(&self) -> &Sandbox {
         &self.0.spec
     }

@@ -337,7 +337,7 @@ fn plan_is_sound_on_generated_cases() {
 #[test]
 #[ignore]
 fn selectivity() {
-    use crate::index::grams::measure::{build_tree, corpus, files_under};
+    use crate::index::grams::tests::measure::{build_tree, corpus, files_under};
     let files = files_under(&corpus());
     let (postings, bytes) = build_tree(&files, true);
     for (pattern, ignore_case) in [
@@ -401,4 +401,57 @@ fn exact_pieces_are_the_literal_parts_of_a_case_sensitive_pattern() {
     assert!(pieces("foo|barbaz", false, false).is_empty());
     assert!(pieces("ab", false, false).is_empty());
     assert!(pieces("(unclosed", false, false).is_empty());
+}
+
+/// Lists of every density (bitmaps and delta lists), in segments that
+/// start on and off word and byte boundaries, give each id exactly
+/// once they hold, whether decoded id by id or a byte at a time.
+#[test]
+fn lists_into_sets_as_their_ids() {
+    for (lo, n) in [(0, 200), (3, 200), (61, 130), (64, 64), (100, 7), (5, 1)] {
+        let mut postings = Postings::new();
+        // A first segment before `lo`, so later ones sit at an offset.
+        if lo > 0 {
+            let mut b = SegmentBuilder::new();
+            for id in 0..lo {
+                b.add(id, &[1, 2]);
+            }
+            postings.push(b.finish());
+        }
+        let mut b = SegmentBuilder::new();
+        let grams = |id: u32| -> Vec<Gram> {
+            let mut g = vec![1];
+            if id.is_multiple_of(3) {
+                g.push(2);
+            }
+            if id % 50 == 7 {
+                g.push(3);
+            }
+            if id == lo + n - 1 {
+                g.push(4);
+            }
+            g
+        };
+        for id in lo..lo + n {
+            b.add(id, &grams(id));
+        }
+        postings.push(b.finish());
+        let end = postings.id_end();
+        for g in [1, 2, 3, 4, 5] {
+            let want: Vec<u32> = (0..end)
+                .filter(|&id| {
+                    if id < lo {
+                        g <= 2
+                    } else {
+                        grams(id).contains(&g)
+                    }
+                })
+                .collect();
+            let set = candidates(&GramQuery::Gram(g), &postings).unwrap();
+            let got: Vec<u32> = (0..end + 64).filter(|&id| set.contains(id)).collect();
+            assert_eq!(got, want, "gram {g}, segment at {lo} of {n} ids");
+            assert_eq!(set.iter().collect::<Vec<u32>>(), want);
+            assert_eq!(set.len(), want.len());
+        }
+    }
 }
