@@ -33,6 +33,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -614,6 +615,7 @@ enum Reply {
 
 fn run(policy: &Policy, listener: Arc<OwnedFd>) {
     let mut watcher = None;
+    let pidfds = Pidfds::default();
     // SAFETY: an ioctl on our listener with a valid flags value; older kernels refuse it harmlessly.
     unsafe {
         libc::ioctl(
@@ -661,7 +663,10 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>) {
         }
         let call = Call::decode(notif.data.nr as libc::c_long, notif.data.args);
         let reply = match call {
-            Ok(call) => handle(policy, &Target::new(&listener, &notif), call, &mut watcher),
+            Ok(call) => {
+                let target = Target::new(&listener, &pidfds, notif.pid as libc::pid_t, notif.id);
+                handle(policy, &target, call, &mut watcher)
+            }
             Err(code) => Reply::Errno(code),
         };
         respond(listener.as_fd(), notif.id, reply);
@@ -887,25 +892,59 @@ impl Call {
 /// The caller of one notification: its pid (in our namespace), a pidfd, the listener and id.
 struct Target<'a> {
     pid: libc::pid_t,
-    /// Opened on first use: a path relative to the cwd needs none.
-    pidfd: std::cell::OnceCell<Result<OwnedFd, i32>>,
+    /// Taken from `pidfds` or opened on first use: a path relative to the cwd needs none.
+    pidfd: std::cell::OnceCell<Result<Rc<OwnedFd>, i32>>,
+    pidfds: &'a Pidfds,
     listener: &'a Arc<OwnedFd>,
     id: u64,
 }
 
+/// The pidfd of the last caller, kept across notifications: a shell's metadata calls come in runs
+/// from one process (`touch` and `chmod` make one call per file), and a pidfd_open and close per
+/// call are a fifth of the handler's system calls. Safe to keep: a pidfd names one process for
+/// good, so once that process has gone it answers `ESRCH` and a fresh one is opened (`Target::fd`).
+#[derive(Default)]
+struct Pidfds {
+    last: std::cell::RefCell<Option<(libc::pid_t, Rc<OwnedFd>)>>,
+}
+
+impl Pidfds {
+    fn get(&self, pid: libc::pid_t) -> Option<Rc<OwnedFd>> {
+        match &*self.last.borrow() {
+            Some((last, fd)) if *last == pid => Some(Rc::clone(fd)),
+            _ => None,
+        }
+    }
+
+    fn keep(&self, pid: libc::pid_t, fd: &Rc<OwnedFd>) {
+        *self.last.borrow_mut() = Some((pid, Rc::clone(fd)));
+    }
+
+    fn forget(&self, pid: libc::pid_t) {
+        let mut last = self.last.borrow_mut();
+        if matches!(&*last, Some((p, _)) if *p == pid) {
+            *last = None;
+        }
+    }
+}
+
 impl<'a> Target<'a> {
-    fn new(listener: &'a Arc<OwnedFd>, notif: &libc::seccomp_notif) -> Target<'a> {
+    fn new(listener: &'a Arc<OwnedFd>, pidfds: &'a Pidfds, pid: libc::pid_t, id: u64) -> Self {
         Target {
-            pid: notif.pid as libc::pid_t,
+            pid,
             pidfd: std::cell::OnceCell::new(),
+            pidfds,
             listener,
-            id: notif.id,
+            id,
         }
     }
 
     /// A pidfd of the caller (checked against pid reuse by `valid` before anything is done).
     fn pidfd(&self) -> Result<BorrowedFd<'_>, i32> {
         let fd = self.pidfd.get_or_init(|| {
+            if let Some(kept) = self.pidfds.get(self.pid) {
+                return Ok(kept);
+            }
             let open = |flags: libc::c_uint| {
                 // SAFETY: pidfd_open takes a pid and flags.
                 unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, flags) }
@@ -926,7 +965,9 @@ impl<'a> Target<'a> {
                 return Err(libc::ESRCH);
             }
             // SAFETY: just opened, ours.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+            let fd = Rc::new(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+            self.pidfds.keep(self.pid, &fd);
+            Ok(fd)
         });
         fd.as_ref().map(|fd| fd.as_fd()).map_err(|e| *e)
     }
@@ -941,17 +982,24 @@ impl<'a> Target<'a> {
         if fd < 0 {
             return Err(libc::EBADF);
         }
-        let pidfd = self.pidfd()?.as_raw_fd();
-        // SAFETY: pidfd_getfd on our pidfd.
-        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) };
-        if copy < 0 {
-            let e = errno_now();
-            return Err(if e == libc::EBADF { libc::EBADF } else { e });
+        let getfd = |pidfd: BorrowedFd<'_>| {
+            // SAFETY: pidfd_getfd on our pidfd; the copy it makes is close-on-exec.
+            let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+            if copy < 0 {
+                return Err(errno_now());
+            }
+            // SAFETY: a descriptor we just got.
+            Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+        };
+        match getfd(self.pidfd()?) {
+            Err(libc::ESRCH) if self.pidfds.get(self.pid).is_some() => {
+                // The kept pidfd named an earlier process with this pid: open the caller's own.
+                self.pidfds.forget(self.pid);
+                let fresh = Target::new(self.listener, self.pidfds, self.pid, self.id);
+                getfd(fresh.pidfd()?)
+            }
+            copy => copy,
         }
-        // SAFETY: a descriptor we just got.
-        let copy = unsafe { OwnedFd::from_raw_fd(copy as RawFd) };
-        set_cloexec(&copy);
-        Ok(copy)
     }
 
     /// `len` bytes of the caller's memory at `addr`.
@@ -1056,11 +1104,6 @@ fn errno_now() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
-}
-
-fn set_cloexec(fd: &OwnedFd) {
-    // SAFETY: plain fcntl on our descriptor.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
 }
 
 /// `openat(dir, path, O_PATH)`, following the last component or not.
@@ -1599,6 +1642,42 @@ pub(super) mod tests {
         assert_eq!(beneath(b"/wsx/a", b"/ws"), None);
         assert_eq!(beneath(b"/etc/passwd", b"/ws"), None);
         assert_eq!(beneath(b"/etc/passwd", b"/"), Some(&b"etc/passwd"[..]));
+    }
+
+    #[test]
+    fn a_kept_pidfd_of_a_process_gone_is_replaced() {
+        // A pidfd kept under our pid that names a process which has exited and been reaped: what
+        // the cache holds when a pid is reused. The copy must come from the caller (us) anyway.
+        // SAFETY: the child only calls _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: async-signal-safe exit in the forked child.
+            unsafe { libc::_exit(0) };
+        }
+        // SAFETY: pidfd_open of our child before it is reaped.
+        let gone = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) };
+        assert!(gone >= 0, "pidfd_open: {}", io::Error::last_os_error());
+        // SAFETY: reaping our own child.
+        assert_eq!(
+            unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) },
+            child
+        );
+        // SAFETY: a descriptor we just got.
+        let gone = Rc::new(unsafe { OwnedFd::from_raw_fd(gone as RawFd) });
+
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let pidfds = Pidfds::default();
+        pidfds.keep(me, &gone);
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let target = Target::new(&listener, &pidfds, me, 0);
+        let copy = target
+            .fd(file.as_raw_fd())
+            .expect("a copy of our own descriptor");
+        assert_eq!(identity(copy.as_fd()), identity(file.as_fd()));
+        // The fresh pidfd is kept for the next call of this caller.
+        assert!(!Rc::ptr_eq(&pidfds.get(me).unwrap(), &gone));
     }
 
     #[test]
