@@ -8,6 +8,7 @@
 
 #![deny(clippy::all)]
 
+pub mod cancel;
 pub mod error;
 pub mod exec;
 // The bounded root and the walk are built on unix descriptors (openat2,
@@ -26,6 +27,8 @@ pub mod index;
 #[cfg(not(target_os = "linux"))]
 pub mod index {
     pub enum Index {}
+    /// Why this target keeps no index (see the Linux module's).
+    pub const UNSUPPORTED: Option<&str> = Some("the index needs Linux (inotify)");
 }
 #[cfg(unix)]
 pub mod root;
@@ -36,4 +39,5 @@ mod sys;
 #[cfg(unix)]
 pub mod walk;
 
+pub use cancel::Cancel;
 pub use error::{Error, ErrorKind, Result};

@@ -75,6 +75,9 @@ impl OutLine {
 pub struct Outcome {
     /// Stored lines: all of them, or (with a byte cap) those pi keeps.
     pub lines: Vec<OutLine>,
+    /// The match limit the search ran with (`Query`'s, defaults and clamps
+    /// applied): the number pi's notice and `details` show.
+    pub limit: u64,
     pub match_count: u64,
     /// Another match after the limit-th proved results were cut.
     pub match_limit_reached: bool,
@@ -99,9 +102,10 @@ pub struct Collector {
 }
 
 impl Collector {
+    /// `limit` is at least 1 (`Query::new` sees to it).
     pub fn new(limit: u64, context: u64, store_cap: Option<u64>) -> Self {
         Collector {
-            limit: limit.max(1),
+            limit,
             context,
             store_cap,
             limit_hit: false,
@@ -109,7 +113,10 @@ impl Collector {
             last_file: usize::MAX,
             bytes_with_newlines: 0,
             done: false,
-            out: Outcome::default(),
+            out: Outcome {
+                limit,
+                ..Outcome::default()
+            },
         }
     }
 

@@ -14,6 +14,7 @@ use nix::sys::stat::Mode;
 use super::listing::{Dir, Listing};
 use super::rules::{Level, Rules};
 use super::{Halt, Kind, Visitor};
+use crate::cancel::Cancel;
 
 enum Work {
     /// List the start directory.
@@ -92,7 +93,7 @@ pub fn walk<V: Visitor>(
     start: OwnedFd,
     rules: &Rules,
     visitor: &V,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     mut sink: impl FnMut(V::Out) -> bool,
 ) {
     let stop = AtomicBool::new(false);
@@ -114,7 +115,7 @@ pub fn walk<V: Visitor>(
         next_id: AtomicUsize::new(1),
         halt: Halt {
             stop: &stop,
-            cancel,
+            cancel: cancel.flag(),
         },
     };
     std::thread::scope(|scope| {
