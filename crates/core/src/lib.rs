@@ -3,11 +3,14 @@
 //! One module per capability, each usable without Node: `root` (the bounded
 //! filesystem), `walk` (the ordered parallel walker), `find` and `grep` (the two
 //! searches on it), `exec` (streaming shell execution with whole-tree kill) and
-//! `image` (MIME sniffing), with one error type for all of them (`error`). The
+//! `image` (MIME sniffing), with one error type for all of them (`error`) and
+//! one cancel and progress handle for the searches (`cancel`). The
 //! napi binding and any other face only convert.
 
 #![deny(clippy::all)]
 
+// The cancel handle of the searches below (unix only, as they are).
+#[cfg(unix)]
 pub mod cancel;
 pub mod error;
 pub mod exec;
@@ -39,5 +42,6 @@ mod sys;
 #[cfg(unix)]
 pub mod walk;
 
+#[cfg(unix)]
 pub use cancel::Cancel;
 pub use error::{Error, ErrorKind, Result};
