@@ -843,6 +843,7 @@ module.exports.bashSpawn = nativeBinding.bashSpawn
 module.exports.findExists = nativeBinding.findExists
 module.exports.findGlob = nativeBinding.findGlob
 module.exports.grepSearch = nativeBinding.grepSearch
+module.exports.indexUnsupported = nativeBinding.indexUnsupported
 module.exports.rootExists = nativeBinding.rootExists
 module.exports.rootStat = nativeBinding.rootStat
 module.exports.sandboxSupport = nativeBinding.sandboxSupport

@@ -136,13 +136,14 @@ export declare function findExists(root: BoundRoot, path: string): Promise<boole
 
 /**
  * Absolute runtime paths of the entries matching `pattern` below `cwd`, in
- * path order, directories with a trailing `/`, at most `limit` of them,
- * each followed by a NUL (no path holds one): one string crosses to JS
- * rather than one per path, which cost more than a warm search.
+ * path order, directories with a trailing `/`, at most `limit` of them
+ * (absent: none; `Search::new` decides), each followed by a NUL (no path
+ * holds one): one string crosses to JS rather than one per path, which
+ * cost more than a warm search.
  * Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
  * find reads fd's output), never dropped.
  */
-export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit: number): Promise<string>
+export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit?: number | undefined | null): Promise<string>
 
 export interface GrepLine {
   path: string
@@ -151,6 +152,10 @@ export interface GrepLine {
   isMatch: boolean
 }
 
+/**
+ * grep's options as JS gives them; the core decides their defaults and
+ * bounds (`Query::new`).
+ */
 export interface GrepOptions {
   pattern: string
   /** Absolute path of the directory or file to search. */
@@ -160,8 +165,8 @@ export interface GrepOptions {
   ignoreCase: boolean
   literal: boolean
   glob?: string
-  context: number
-  limit: number
+  context?: number
+  limit?: number
   /** Store lines only while the output is under this many bytes. */
   storeCap?: number
 }
@@ -169,6 +174,8 @@ export interface GrepOptions {
 export interface GrepResult {
   lines: Array<GrepLine>
   matchCount: number
+  /** The match limit the search ran with (defaults and bounds applied). */
+  limit: number
   matchLimitReached: boolean
   linesTruncated: boolean
   outputBytes: number
@@ -200,6 +207,12 @@ export interface IndexStats {
   watches: number
 }
 
+/**
+ * Why this platform keeps no index, `null` where it does (the core's
+ * `index::UNSUPPORTED`): js/fs.js reports it as an index that stays aside.
+ */
+export declare function indexUnsupported(): string | null
+
 /** A file opened for reading; the receiver owns `fd`. */
 export interface OpenedFile {
   fd: number
@@ -207,7 +220,10 @@ export interface OpenedFile {
   isFile: boolean
 }
 
-/** Whether `path` exists inside the root (false when missing or outside). */
+/**
+ * Whether `path` exists inside the root: false when missing, the
+ * workspace refusal when outside (`Root::exists_inside`).
+ */
 export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: string): boolean
 
 /**

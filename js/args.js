@@ -26,6 +26,13 @@ export function checkOptional(value, type, what) {
   return value;
 }
 
+/** Validates an optional number argument: absent (`undefined` or `null`) or a number that is not NaN. */
+export function checkNumber(value, what) {
+  checkOptional(value, "number", what);
+  if (Number.isNaN(value)) throw new TypeError(`${what} must be a number, got NaN`);
+  return value;
+}
+
 /** Validates an options argument: a non-null object. */
 export function checkObject(value, what = "options") {
   if (value === null || typeof value !== "object") throw new TypeError(`${what} must be an object`);

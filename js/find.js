@@ -7,17 +7,20 @@ import { checkPath, checkString } from "./args.js";
 /** An absolute path argument, normalized. */
 const checkAbsolute = (p, what) => path.resolve(checkPath(p, what));
 
-/** Validates `{ ignore, limit }`; a missing limit means no limit, a fractional one is floored. */
+/**
+ * Validates `{ ignore, limit }` (types; a limit below 0 is the caller's bug); `limit` is passed on as given,
+ * `null` when absent: the core decides what it means (crates/core/src/find.rs, `Search::new`).
+ */
 export function checkOptions(options) {
-  if (options === undefined || options === null) return { ignore: [], limit: Infinity };
+  if (options === undefined || options === null) return { ignore: [], limit: null };
   if (typeof options !== "object") throw new TypeError(`options must be an object, got ${typeof options}`);
-  const { ignore = [], limit = Infinity } = options;
+  const { ignore = [], limit } = options;
   if (!Array.isArray(ignore)) throw new TypeError("options.ignore must be an array of glob strings");
   for (const [i, g] of ignore.entries()) checkString(g, `options.ignore[${i}]`);
-  if (typeof limit !== "number" || Number.isNaN(limit) || limit < 0) {
+  if (limit !== undefined && (typeof limit !== "number" || Number.isNaN(limit) || limit < 0)) {
     throw new TypeError(`options.limit must be a number >= 0, got ${String(limit)}`);
   }
-  return { ignore, limit: Math.floor(limit) };
+  return { ignore, limit: limit ?? null };
 }
 
 /** The native search's paths, each ended by a NUL, as an array. */

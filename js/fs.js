@@ -39,16 +39,13 @@ class BoundStats {
 // synchronous and read at once.
 const statValues = new Float64Array(3);
 
-/** Why `index` gives no index here: it is built on inotify. */
-const INDEX_NEEDS_LINUX = "the index needs Linux (inotify)";
-
 /**
- * `fs.index` of a root made with `index` options: the native index's, or (where there is none) one that
- * stays aside and lets every search walk, so the option is never an error.
+ * `fs.index` of a root made with `index` options: the native index's, or (where the core keeps none, and
+ * says why) one that stays aside and lets every search walk, so the option is never an error.
  */
-function indexFace(bound) {
-  if (process.platform !== "linux") {
-    const aside = () => emptyIndexStats("aside", INDEX_NEEDS_LINUX);
+function indexFace(bound, unsupported) {
+  if (unsupported !== null) {
+    const aside = () => emptyIndexStats("aside", unsupported);
     return createIndexFace({ ready: async () => aside(), stats: async () => aside(), close: async () => {} });
   }
   return createIndexFace({
@@ -71,7 +68,8 @@ export function createBoundFs(root, options = {}) {
   const hostRoot = path.resolve(root);
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const index = checkIndexOption(options.index);
-  const indexed = index !== null && process.platform === "linux";
+  const unsupported = index === null ? null : native.indexUnsupported();
+  const indexed = index !== null && unsupported === null;
   const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined);
 
   const readFile = async (p) => bound.readFile(checkPath(p));
@@ -119,9 +117,8 @@ export function createBoundFs(root, options = {}) {
       access: async (p) => bound.access(checkPath(p), "rw"),
     },
     ls: {
-      // false for a missing path; an outside one rejects with the refusal, so the model reads
-      // `path "…" is outside workspace` (as from read/write/edit/find), not `Path not found`.
-      exists: async (p) => native.rootExists(handle, checkPath(p)) || native.findExists(bound, p),
+      // The core's answer (`Root::exists_inside`): false when missing, the refusal when outside.
+      exists: async (p) => native.rootExists(handle, checkPath(p)),
       stat,
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: async (p) => {
@@ -133,6 +130,6 @@ export function createBoundFs(root, options = {}) {
   registerBoundFs(fs, bound);
   fs.find = createFindOperations(bound, fs);
   fs.grep = createGrepOperations(bound, fs);
-  if (index !== null) fs.index = indexFace(bound);
+  if (index !== null) fs.index = indexFace(bound, unsupported);
   return fs;
 }

@@ -5,9 +5,8 @@ import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { piOf } from "./pi.js";
-import { boundRootOf, checkObject, checkOptional } from "./args.js";
+import { boundRootOf, checkNumber, checkObject, checkOptional } from "./args.js";
 
-const DEFAULT_LIMIT = 100;
 const MAX_BYTES = 50 * 1024;
 const MAX_LINE_CHARS = 500;
 const UNICODE_SPACES = /[\u00A0\u2000-\u200A\u202F\u205F\u3000]/g;
@@ -58,32 +57,29 @@ function runSearch(bound, request, signal) {
     .finally(() => signal?.removeEventListener("abort", onAbort));
 }
 
-/** Validates tool-style parameters and builds the native request for an absolute search path. */
+/**
+ * Validates tool-style parameters (types only) and builds the native request for an absolute search path;
+ * the core gives the options their defaults and bounds (crates/core/src/grep/mod.rs, `Query::new`) and
+ * answers the limit it ran with.
+ */
 function request(params, searchPath, storeCap) {
   const { pattern, glob, ignoreCase, literal, context, limit } = params;
   if (typeof pattern !== "string") throw new TypeError(`pattern must be a string, got ${typeof pattern}`);
   checkOptional(glob, "string", "glob");
-  checkOptional(context, "number", "context");
-  checkOptional(limit, "number", "limit");
+  checkNumber(context, "context");
+  checkNumber(limit, "limit");
   if (pattern.includes("\0") || searchPath.includes("\0"))
     throw new TypeError("pattern and path must not contain NUL bytes");
-  const contextValue = context && context > 0 ? Math.min(Math.floor(context), Number.MAX_SAFE_INTEGER) : 0;
-  const effectiveLimit = Math.max(1, Math.floor(limit ?? DEFAULT_LIMIT));
-  if (!Number.isFinite(effectiveLimit)) throw new TypeError(`limit must be a finite number, got ${limit}`);
   return {
-    effectiveLimit,
-    native: {
-      pattern,
-      path: searchPath,
-      displayName: path.basename(searchPath),
-      ignoreCase: Boolean(ignoreCase),
-      literal: Boolean(literal),
-      // rg never matches a leading "./", so pi drops it; "!" negates.
-      glob: glob ? glob.replace(/^(!?)(?:\.\/)+/, "$1") : undefined,
-      context: contextValue,
-      limit: effectiveLimit,
-      storeCap,
-    },
+    pattern,
+    path: searchPath,
+    displayName: path.basename(searchPath),
+    ignoreCase: Boolean(ignoreCase),
+    literal: Boolean(literal),
+    glob: glob ?? undefined,
+    context: context ?? undefined,
+    limit: limit ?? undefined,
+    storeCap,
   };
 }
 
@@ -108,12 +104,11 @@ export async function grepWith(search, options, defaultCwd) {
   checkOptional(options.path, "string", "path");
   const cwd = options.cwd ?? defaultCwd;
   const searchPath = resolveToCwd(options.path || ".", cwd);
-  const req = request(options, searchPath, undefined);
-  const out = await search(req.native, options.signal);
+  const out = await search(request(options, searchPath, undefined), options.signal);
   return {
     matches: out.lines.map((l) => ({ path: l.path, lineNumber: l.lineNumber, text: l.text, isContext: !l.isMatch })),
     matchCount: out.matchCount,
-    matchLimitReached: out.matchLimitReached ? req.effectiveLimit : undefined,
+    matchLimitReached: out.matchLimitReached ? out.limit : undefined,
     linesTruncated: out.linesTruncated,
   };
 }
@@ -139,8 +134,7 @@ export function grepToolDefinitionWith(cwd, search, pi) {
     async execute(_toolCallId, params, signal, _onUpdate, ctx) {
       if (signal?.aborted) throw new Error("Operation aborted");
       const searchPath = resolveToCwd(params?.path || ".", ctx?.cwd || cwd);
-      const req = request(params ?? {}, searchPath, MAX_BYTES);
-      const out = await search(req.native, signal);
+      const out = await search(request(params ?? {}, searchPath, MAX_BYTES), signal);
       if (out.matchCount === 0) return { content: [{ type: "text", text: "No matches found" }], details: undefined };
       const rawOutput = out.lines
         .map((l) => (l.isMatch ? `${l.path}:${l.lineNumber}: ${l.text}` : `${l.path}-${l.lineNumber}- ${l.text}`))
@@ -152,10 +146,8 @@ export function grepToolDefinitionWith(cwd, search, pi) {
       const details = {};
       const notices = [];
       if (out.matchLimitReached) {
-        notices.push(
-          `${req.effectiveLimit} matches limit reached. Use limit=${req.effectiveLimit * 2} for more, or refine pattern`,
-        );
-        details.matchLimitReached = req.effectiveLimit;
+        notices.push(`${out.limit} matches limit reached. Use limit=${out.limit * 2} for more, or refine pattern`);
+        details.matchLimitReached = out.limit;
       }
       if (truncation.truncated) {
         notices.push(`${pi.formatSize(MAX_BYTES)} limit reached`);

@@ -532,6 +532,12 @@ function remoteBashOperations(conn, { shellPath, forwardEnv }) {
   };
 }
 
+/**
+ * A number option as the wire carries it (docs/protocol.md): JSON has no infinities or NaN, so those travel
+ * as `String(n)`; absent is null. The server's core reads it as the binding reads the number itself.
+ */
+const wireNumber = (n) => (n === undefined || n === null ? null : Number.isFinite(n) ? n : String(n));
+
 /** grep's search over the connection, with the local search's abort semantics. */
 function remoteSearch(conn) {
   return (request, signal) => {
@@ -543,8 +549,8 @@ function remoteSearch(conn) {
       ignoreCase: request.ignoreCase,
       literal: request.literal,
       glob: request.glob ?? null,
-      context: request.context,
-      limit: request.limit,
+      context: wireNumber(request.context),
+      limit: wireNumber(request.limit),
       storeCap: request.storeCap ?? null,
     });
     const onAbort = () => conn.cancel(id);
@@ -676,12 +682,7 @@ function remoteFs(conn) {
         checkString(pattern, "pattern");
         const dir = path.resolve(checkPath(cwd, "cwd"));
         const { ignore, limit } = checkOptions(options);
-        const answer = await conn.call("glob", {
-          pattern,
-          cwd: dir,
-          ignore,
-          limit: Number.isFinite(limit) ? limit : null,
-        });
+        const answer = await conn.call("glob", { pattern, cwd: dir, ignore, limit: wireNumber(limit) });
         return answer.paths;
       },
     },

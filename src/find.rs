@@ -10,9 +10,10 @@ use crate::{blocking, Blocking};
 use pi_native_ops_core::find::{self, Search};
 
 /// Absolute runtime paths of the entries matching `pattern` below `cwd`, in
-/// path order, directories with a trailing `/`, at most `limit` of them,
-/// each followed by a NUL (no path holds one): one string crosses to JS
-/// rather than one per path, which cost more than a warm search.
+/// path order, directories with a trailing `/`, at most `limit` of them
+/// (absent: none; `Search::new` decides), each followed by a NUL (no path
+/// holds one): one string crosses to JS rather than one per path, which
+/// cost more than a warm search.
 /// Names that are not UTF-8 come back with U+FFFD replacements (as pi's own
 /// find reads fd's output), never dropped.
 #[napi(ts_return_type = "Promise<string>")]
@@ -21,18 +22,12 @@ pub fn find_glob(
     pattern: String,
     cwd: String,
     ignore: Vec<String>,
-    limit: f64,
+    limit: Option<f64>,
 ) -> AsyncTask<Blocking<String>> {
     let index = root.search_index();
     let root = root.root.clone();
-    // JS validated `limit` (a number >= 0, possibly Infinity); `as` saturates.
-    let limit = limit as usize;
     blocking(move || {
-        let search = Search {
-            pattern: &pattern,
-            ignore: &ignore,
-            limit,
-        };
+        let search = Search::new(&pattern, &ignore, limit);
         let paths = find::glob(&root, Path::new(&cwd), &search, index.as_ref())?;
         let mut out = String::new();
         for p in paths {
@@ -47,5 +42,5 @@ pub fn find_glob(
 #[napi(ts_return_type = "Promise<boolean>")]
 pub fn find_exists(root: &BoundRoot, path: String) -> AsyncTask<Blocking<bool>> {
     let root = root.root.clone();
-    blocking(move || find::exists(&root, Path::new(&path)))
+    blocking(move || root.exists_inside(Path::new(&path)))
 }

@@ -164,13 +164,8 @@ impl BoundRoot {
     /// `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK).
     #[napi]
     pub fn access(&self, env: &Env, path: String, mode: String) -> Result<()> {
-        let access = if mode == "rw" {
-            Access::ReadWrite
-        } else {
-            Access::Read
-        };
         self.root
-            .access(Path::new(&path), access)
+            .access(Path::new(&path), Access::from_mode(&mode))
             .map_err(|e| to_js(env, &e))
     }
 
@@ -245,10 +240,12 @@ pub fn root_stat(
     }
 }
 
-/// Whether `path` exists inside the root (false when missing or outside).
+/// Whether `path` exists inside the root: false when missing, the
+/// workspace refusal when outside (`Root::exists_inside`).
 #[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string")]
-pub fn root_exists(root: &External<Arc<Root>>, path: PathArg) -> bool {
-    root.exists(Path::new(path.as_str()))
+pub fn root_exists(env: &Env, root: &External<Arc<Root>>, path: PathArg) -> Result<bool> {
+    root.exists_inside(Path::new(path.as_str()))
+        .map_err(|e| to_js(env, &e))
 }
 
 /// Bytes a path argument is first read into: enough for the paths pi's tools

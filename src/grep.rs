@@ -1,22 +1,20 @@
 //! napi binding of the in-process grep (`pi_native_ops_core::grep`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 
 use crate::fs::BoundRoot;
 use crate::{blocking, Blocking};
-use pi_native_ops_core::grep::{self, Opener, PlainFs, Query};
+use pi_native_ops_core::grep::{self, Opener, PlainFs, Query, RawQuery};
+use pi_native_ops_core::Cancel;
 
 /// A cancel flag a running search polls; `abort()` stops it promptly.
 /// `filesSearched` tells how far the search got (final once it has settled).
 #[napi]
 pub struct GrepAbort {
-    flag: Arc<AtomicBool>,
-    searched: Arc<AtomicU64>,
+    cancel: Cancel,
 }
 
 #[napi]
@@ -25,23 +23,24 @@ impl GrepAbort {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         GrepAbort {
-            flag: Arc::new(AtomicBool::new(false)),
-            searched: Arc::new(AtomicU64::new(0)),
+            cancel: Cancel::new(),
         }
     }
 
     #[napi]
     pub fn abort(&self) {
-        self.flag.store(true, Ordering::Relaxed);
+        self.cancel.cancel();
     }
 
     /// How many files the search has begun to read.
     #[napi(getter)]
     pub fn files_searched(&self) -> f64 {
-        self.searched.load(Ordering::Relaxed) as f64
+        self.cancel.files_searched() as f64
     }
 }
 
+/// grep's options as JS gives them; the core decides their defaults and
+/// bounds (`Query::new`).
 #[napi(object)]
 pub struct GrepOptions {
     pub pattern: String,
@@ -52,8 +51,8 @@ pub struct GrepOptions {
     pub ignore_case: bool,
     pub literal: bool,
     pub glob: Option<String>,
-    pub context: f64,
-    pub limit: f64,
+    pub context: Option<f64>,
+    pub limit: Option<f64>,
     /// Store lines only while the output is under this many bytes.
     pub store_cap: Option<f64>,
 }
@@ -70,18 +69,12 @@ pub struct GrepLine {
 pub struct GrepResult {
     pub lines: Vec<GrepLine>,
     pub match_count: f64,
+    /// The match limit the search ran with (defaults and bounds applied).
+    pub limit: f64,
     pub match_limit_reached: bool,
     pub lines_truncated: bool,
     pub output_bytes: f64,
     pub output_lines: f64,
-}
-
-fn count(v: f64) -> u64 {
-    if v.is_finite() && v > 0.0 {
-        v.floor().min(u64::MAX as f64) as u64
-    } else {
-        0
-    }
 }
 
 /// Searches like pi's grep tool; bounded by `root` when given.
@@ -93,28 +86,27 @@ pub fn grep_search(
 ) -> AsyncTask<Blocking<GrepResult>> {
     let index = root.and_then(BoundRoot::search_index);
     let root = root.map(|r| r.root.clone());
-    let cancel = abort.flag.clone();
-    let searched = abort.searched.clone();
+    let cancel = abort.cancel.clone();
     blocking(move || {
         let target = grep::target(
             root.as_deref(),
             Path::new(&options.path),
             options.display_name,
         )?;
-        let query = Query {
+        let query = Query::new(RawQuery {
             pattern: options.pattern,
             ignore_case: options.ignore_case,
             literal: options.literal,
             glob: options.glob,
-            context: count(options.context),
-            limit: count(options.limit).max(1),
-            store_cap: options.store_cap.map(count),
-        };
+            context: options.context,
+            limit: options.limit,
+            store_cap: options.store_cap,
+        });
         let opener: &dyn Opener = match &root {
             Some(root) => root.as_ref(),
             None => &PlainFs,
         };
-        let out = grep::run(&target, &query, opener, &cancel, &searched, index.as_ref())?;
+        let out = grep::run(&target, &query, opener, &cancel, index.as_ref())?;
         Ok(GrepResult {
             lines: out
                 .lines
@@ -127,6 +119,7 @@ pub fn grep_search(
                 })
                 .collect(),
             match_count: out.match_count as f64,
+            limit: out.limit as f64,
             match_limit_reached: out.match_limit_reached,
             lines_truncated: out.lines_truncated,
             output_bytes: out.output_bytes as f64,

@@ -18,19 +18,15 @@ pub struct IndexConfig {
 #[cfg(target_os = "linux")]
 impl From<IndexConfig> for IndexOptions {
     fn from(config: IndexConfig) -> IndexOptions {
-        let defaults = IndexOptions::default();
-        // JS checked both are integers >= 0 (within 2^53); `as` saturates.
-        IndexOptions {
-            max_watches: config
-                .max_watches
-                .map(|n| n as usize)
-                .or(defaults.max_watches),
-            max_file_bytes: config
-                .max_file_bytes
-                .map_or(defaults.max_file_bytes, |n| n as u64),
-            ..defaults
-        }
+        IndexOptions::from_raw(config.max_watches, config.max_file_bytes)
     }
+}
+
+/// Why this platform keeps no index, `null` where it does (the core's
+/// `index::UNSUPPORTED`): js/fs.js reports it as an index that stays aside.
+#[napi]
+pub fn index_unsupported() -> Option<String> {
+    pi_native_ops_core::index::UNSUPPORTED.map(str::to_string)
 }
 
 /// What `fs.index.stats()` reads (js/search-index.js gives every field, `null` when absent).

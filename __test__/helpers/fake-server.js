@@ -6,6 +6,9 @@ import { PassThrough } from "node:stream";
 import { createBoundFs } from "pi-native-ops";
 import { native } from "../../js/native.js";
 
+/** A JS number option off the wire (docs/protocol.md): null is absent, non-finite ones come as strings. */
+const fromWire = (n) => (n === null || n === undefined ? undefined : Number(n));
+
 /** Encodes one frame. */
 export function frame(header, payload = Buffer.alloc(0)) {
   const json = Buffer.from(typeof header === "string" ? header : JSON.stringify(header));
@@ -167,11 +170,17 @@ export function fakeServer(root, options = {}) {
         return answer(id, async () => [{ names: await fs.ls.readdir(h.path) }]);
       case "glob":
         return answer(id, async () => [
-          { paths: await fs.find.glob(h.pattern, h.cwd, { ignore: h.ignore, limit: h.limit ?? Infinity }) },
+          { paths: await fs.find.glob(h.pattern, h.cwd, { ignore: h.ignore, limit: fromWire(h.limit) }) },
         ]);
       case "grep": {
-        const { t: _t, id: _id, op: _op, glob, storeCap, ...rest } = h;
-        const request = { ...rest, glob: glob ?? undefined, storeCap: storeCap ?? undefined };
+        const { t: _t, id: _id, op: _op, glob, storeCap, context, limit, ...rest } = h;
+        const request = {
+          ...rest,
+          glob: glob ?? undefined,
+          storeCap: storeCap ?? undefined,
+          context: fromWire(context),
+          limit: fromWire(limit),
+        };
         return answer(id, async () => [await native.grepSearch(bound, request, new native.GrepAbort())]);
       }
       case "readStream":

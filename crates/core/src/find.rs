@@ -14,27 +14,42 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
 use crate::index::Index;
 #[cfg(target_os = "linux")]
 use crate::index::{Child, DirNode, NameEnds, TreeSearch};
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
-/// One search: what to match, what to prune, how many results at most.
+/// One search: what to match, what to prune, how many results at most
+/// (built by `Search::new`).
 #[derive(Debug, Clone)]
 pub struct Search<'a> {
     /// fd's glob pattern (matched against the name, or the path when it holds a `/`).
-    pub pattern: &'a str,
+    pub(crate) pattern: &'a str,
     /// Globs (relative to the search directory) whose matches are pruned
     /// with everything below them; `dir/**` prunes `dir` itself too.
-    pub ignore: &'a [String],
+    pub(crate) ignore: &'a [String],
     /// Results kept at most; the walk stops once it has this many.
-    pub limit: usize,
+    pub(crate) limit: usize,
+}
+
+impl<'a> Search<'a> {
+    /// The one place find's options get their defaults and bounds, for every
+    /// face. `limit` as a JS number: absent or infinite is no limit, a
+    /// fraction is floored, NaN or a negative one finds nothing.
+    pub fn new(pattern: &'a str, ignore: &'a [String], limit: Option<f64>) -> Search<'a> {
+        Search {
+            pattern,
+            ignore,
+            // `as` floors and saturates (NaN is 0).
+            limit: limit.map_or(usize::MAX, |l| l as usize),
+        }
+    }
 }
 
 /// What a compiled pattern is matched against.
@@ -294,7 +309,7 @@ type Found = (PathBuf, bool);
 /// std::fs::write(dir.path().join(".ignore"), "skip.rs\n")?;
 /// std::fs::write(dir.path().join("skip.rs"), "")?;
 /// let root = Root::open(dir.path(), Some(Path::new("/w")))?;
-/// let search = Search { pattern: "*.rs", ignore: &[], limit: 100 };
+/// let search = Search::new("*.rs", &[], Some(100.0));
 /// let found = find::glob(&root, Path::new("/w"), &search, None)?;
 /// assert_eq!(found, ["/w/src/main.rs"]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -321,7 +336,7 @@ pub fn glob(
         found.clear();
         let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
         let rules = Rules::new(&dir, None);
-        walk::walk(start, &rules, &visitor, &AtomicBool::new(false), |m| {
+        walk::walk(start, &rules, &visitor, &Cancel::new(), |m| {
             found.push(m);
             found.len() < search.limit
         });
@@ -437,16 +452,6 @@ impl TreeSearch for Cached<'_, '_> {
     }
 }
 
-/// Whether `path` exists inside the root; a path leaving the root is an error
-/// (pi's find reports it instead of "not found").
-pub fn exists(root: &Root, path: &Path) -> Result<bool> {
-    match root.resolve_existing(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == ErrorKind::Outside => Err(e),
-        Err(_) => Ok(false),
-    }
-}
-
 /// The runtime path results are built on: `cwd` as given when it is in
 /// runtime form (so pi's `path.relative(cwd, result)` works even through a
 /// symlinked `cwd`), mapped when it is under the host root, else the real
@@ -470,6 +475,7 @@ fn file_name(rel: &Path) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
     use std::fs;
 
     fn tree(files: &[&str]) -> tempfile::TempDir {
@@ -799,8 +805,21 @@ mod tests {
             t.path().join("a").display()
         );
         assert_eq!(err.to_string(), want);
-        let err = exists(&root, Path::new("/")).unwrap_err();
+        let err = root.exists_inside(Path::new("/")).unwrap_err();
         assert_eq!(err.to_string(), "path \"/\" is outside workspace");
-        assert_eq!(exists(&root, &t.path().join("missing")), Ok(false));
+        assert_eq!(root.exists_inside(&t.path().join("missing")), Ok(false));
+    }
+
+    /// Every face hands find's limit over raw; `Search::new` decides it.
+    #[test]
+    fn search_new_decides_the_limit() {
+        let limit = |l: Option<f64>| Search::new("*", &[], l).limit;
+        assert_eq!(limit(None), usize::MAX);
+        assert_eq!(limit(Some(f64::INFINITY)), usize::MAX);
+        assert_eq!(limit(Some(1e300)), usize::MAX);
+        assert_eq!(limit(Some(3.9)), 3);
+        assert_eq!(limit(Some(0.0)), 0);
+        assert_eq!(limit(Some(-2.0)), 0);
+        assert_eq!(limit(Some(f64::NAN)), 0);
     }
 }

@@ -3,7 +3,8 @@
 //! One module per capability, each usable without Node: `root` (the bounded
 //! filesystem), `walk` (the ordered parallel walker), `find` and `grep` (the two
 //! searches on it), `exec` (streaming shell execution with whole-tree kill) and
-//! `image` (MIME sniffing), with one error type for all of them (`error`). The
+//! `image` (MIME sniffing), with one error type for all of them (`error`) and
+//! one cancel and progress handle for the searches (`cancel`). The
 //! napi binding and any other face only convert.
 
 #![deny(clippy::all)]
@@ -13,6 +14,9 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
+// The cancel handle of the searches below (unix only, as they are).
+#[cfg(unix)]
+pub mod cancel;
 pub mod error;
 pub mod exec;
 // The bounded root and the walk are built on unix descriptors (openat2,
@@ -32,6 +36,8 @@ pub mod index;
 pub mod index {
     /// No index can exist here: find and grep always walk.
     pub enum Index {}
+    /// Why this target keeps no index (see the Linux module's).
+    pub const UNSUPPORTED: Option<&str> = Some("the index needs Linux (inotify)");
 }
 #[cfg(unix)]
 pub mod root;
@@ -42,4 +48,6 @@ mod sys;
 #[cfg(unix)]
 pub mod walk;
 
+#[cfg(unix)]
+pub use cancel::Cancel;
 pub use error::{Error, ErrorKind, NodeClass, NodeFields, Result};

@@ -26,7 +26,7 @@ use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
 
 pub use crate::error::Result;
-use crate::error::{errno_of, Error, MAX_READ_BYTES};
+use crate::error::{errno_of, Error, ErrorKind, MAX_READ_BYTES};
 
 /// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
@@ -55,6 +55,18 @@ pub enum Access {
     Read,
     /// Readable and writable (`R_OK | W_OK`).
     ReadWrite,
+}
+
+impl Access {
+    /// The access a face's mode names: `"rw"` is R_OK | W_OK (pi's edit
+    /// tool), anything else R_OK (its read tool).
+    pub fn from_mode(mode: &str) -> Access {
+        if mode == "rw" {
+            Access::ReadWrite
+        } else {
+            Access::Read
+        }
+    }
 }
 
 /// A directory entry found by a resolution: the open parent directory and the
@@ -399,6 +411,21 @@ impl Root {
         self.stat(path).is_ok()
     }
 
+    /// pi's `ls.exists` and `find.exists`: false for a missing path, the
+    /// refusal for a path leaving the root, so the model reads
+    /// `path "…" is outside workspace` (as from read, write and edit) rather
+    /// than a `not found`. An existing path costs what `exists` costs.
+    pub fn exists_inside(&self, path: &Path) -> Result<bool> {
+        if self.exists(path) {
+            return Ok(true);
+        }
+        match self.resolve_existing(path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::Outside => Err(e),
+            Err(_) => Ok(false),
+        }
+    }
+
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
         let st = named("stat", path, || match self.stat_in_root(path)? {
@@ -650,7 +677,6 @@ fn temp_name() -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
     use std::fs;
     use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 
@@ -868,6 +894,7 @@ mod tests {
                 "{given}"
             );
             assert!(r.exists(&f.root.join(given)), "{given}");
+            assert_eq!(r.exists_inside(&f.root.join(given)), Ok(true));
         }
         // A symlink in the root is followed, never stat'ed as the link, and
         // still bounded.
@@ -880,6 +907,15 @@ mod tests {
                 "{missing}"
             );
             assert!(!r.exists(&f.root.join(missing)), "{missing}");
+            assert_eq!(r.exists_inside(&f.root.join(missing)), Ok(false));
+        }
+        for given in ["a.txt", "sub", "."] {
+            assert_eq!(r.exists_inside(&f.root.join(given)), Ok(true), "{given}");
+        }
+        // Outside: the refusal, not `false` (a link out, the root's parent).
+        for outside in [f.root.join("out-file"), f.root.join("..")] {
+            let refused = r.exists_inside(&outside).unwrap_err();
+            assert_eq!(refused.kind(), ErrorKind::Outside, "{outside:?}");
         }
         assert_eq!(failure(r.stat(&f.root.join("a.txt/x"))), os(Errno::ENOTDIR));
         assert_eq!(
@@ -1022,5 +1058,13 @@ mod tests {
             r.resolve_dir(&f.root.join("sub/deep")).unwrap(),
             r.host().join("sub/deep")
         );
+    }
+
+    #[test]
+    fn access_modes_are_named_once() {
+        assert!(matches!(Access::from_mode("rw"), Access::ReadWrite));
+        for mode in ["r", "", "w", "RW", "rwx"] {
+            assert!(matches!(Access::from_mode(mode), Access::Read), "{mode}");
+        }
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::runtime::{Handle, Runtime};
 
 use pi_native_ops_core::root::Root;
+use pi_native_ops_core::Cancel;
 
 use crate::budget::{Budget, Permit};
 use crate::frame::{read_frame, Frame, ReadError, MAX_PAYLOAD};
@@ -315,7 +316,7 @@ impl Connection {
     fn call(&mut self, id: u64, op: Op, payload: Vec<u8>, held: Permit) {
         let running = match &op {
             Op::Exec(_) | Op::ReadStream { .. } => Running::Stream(Arc::default()),
-            Op::Grep(_) => Running::Grep(Arc::default()),
+            Op::Grep(_) => Running::Grep(Cancel::default()),
             _ => Running::Plain,
         };
         if !self.register(id, running.clone()) {
@@ -468,7 +469,7 @@ mod tests {
     use serde_json::{json, Value};
     use std::sync::mpsc::Receiver;
 
-    use crate::ops::{GrepCancel, Stream};
+    use crate::ops::Stream;
     use crate::outbox::{Out, Output};
     use std::os::fd::AsFd;
 
@@ -656,14 +657,14 @@ mod tests {
         assert_eq!(again["bytesIndexed"], ready["bytesIndexed"]);
         // grep reads only the candidate file once the index is ready (`searched` counts reads).
         let grep_reads = |index| {
-            let cancel = GrepCancel::default();
+            let cancel = Cancel::new();
             let request: wire::GrepRequest = serde_json::from_value(json!({
                 "pattern": "world", "path": "/workspace", "displayName": "workspace", "limit": 100
             }))
             .unwrap();
             let (answer, _) = ops::grep(&f.conn.workspace.root, index, request, &cancel).unwrap();
             assert_eq!(answer["matchCount"], 1);
-            cancel.searched.load(std::sync::atomic::Ordering::Relaxed)
+            cancel.files_searched()
         };
         assert_eq!(grep_reads(None), 2);
         assert_eq!(grep_reads(f.conn.workspace.index.search()), 1);
@@ -839,10 +840,8 @@ mod tests {
     #[test]
     fn a_cancelled_grep_is_aborted_with_its_progress() {
         let f = fixture();
-        let cancel = GrepCancel::default();
-        cancel
-            .flag
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let cancel = Cancel::new();
+        cancel.cancel();
         let request: wire::GrepRequest = serde_json::from_value(json!({
             "pattern": "x", "path": "/workspace", "displayName": "workspace", "limit": 100
         }))

@@ -25,17 +25,6 @@ pub struct WarmIndex {
     index: std::sync::OnceLock<Index>,
 }
 
-/// A count from the wire (`None`: the core's default); `as` saturates a huge or negative one.
-#[cfg(target_os = "linux")]
-fn options(max_watches: Option<f64>, max_file_bytes: Option<f64>) -> IndexOptions {
-    let defaults = IndexOptions::default();
-    IndexOptions {
-        max_watches: max_watches.map(|n| n as usize).or(defaults.max_watches),
-        max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |n| n as u64),
-        ..defaults
-    }
-}
-
 /// The stats as `fs.index.stats()` gives them (js/search-index.js), flat in the `ok` header.
 #[cfg(target_os = "linux")]
 fn stats_answer(s: Stats) -> Answer {
@@ -65,8 +54,12 @@ impl WarmIndex {
     /// Starts the index unless one was started already.
     #[cfg(target_os = "linux")]
     pub fn start(&self, root: &Arc<Root>, max_watches: Option<f64>, max_file_bytes: Option<f64>) {
-        self.index
-            .get_or_init(|| Index::start(Arc::clone(root), options(max_watches, max_file_bytes)));
+        self.index.get_or_init(|| {
+            Index::start(
+                Arc::clone(root),
+                IndexOptions::from_raw(max_watches, max_file_bytes),
+            )
+        });
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -115,7 +108,7 @@ impl WarmIndex {
         match op {
             Op::IndexReady | Op::IndexStats => Ok(fields(json!({
                 "state": "aside",
-                "reason": "the index needs Linux (inotify)",
+                "reason": pi_native_ops_core::index::UNSUPPORTED,
                 "files": 0,
                 "directories": 0,
                 "bytesIndexed": 0,

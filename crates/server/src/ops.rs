@@ -5,17 +5,16 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{json, Map, Value};
 
 use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec::{self, Control};
-use pi_native_ops_core::grep::{self, Query};
+use pi_native_ops_core::grep::{self, Query, RawQuery};
 use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
 use pi_native_ops_core::root::{Access, Root};
-use pi_native_ops_core::{find, Error as CoreError};
+use pi_native_ops_core::{find, Cancel, Error as CoreError};
 
 use crate::index::SearchIndex;
 use crate::outbox::Outbox;
@@ -55,13 +54,7 @@ pub fn simple(
     let answer = match op {
         Op::ReadFile { path } => (Map::new(), root.read_file(Path::new(&path))?),
         Op::Access { path, mode } => {
-            // As the binding: "rw" is R_OK | W_OK, anything else R_OK.
-            let access = if mode == "rw" {
-                Access::ReadWrite
-            } else {
-                Access::Read
-            };
-            root.access(Path::new(&path), access)?;
+            root.access(Path::new(&path), Access::from_mode(&mode))?;
             empty()
         }
         Op::DetectImageMimeType { path } => {
@@ -77,11 +70,8 @@ pub fn simple(
             root.mkdir_all(Path::new(&path))?;
             empty()
         }
-        Op::Exists { path } => {
-            // pi's `ls.exists` as js/fs.js answers it: false for a missing path, the refusal for
-            // an outside one.
-            let p = Path::new(&path);
-            let exists = root.exists(p) || find::exists(root, p)?;
+        Op::Exists { path } | Op::FindExists { path } => {
+            let exists = root.exists_inside(Path::new(&path))?;
             (fields(json!({ "exists": exists })), Vec::new())
         }
         Op::Stat { path } => {
@@ -104,24 +94,13 @@ pub fn simple(
                 .collect();
             (fields(json!({ "names": names })), Vec::new())
         }
-        Op::FindExists { path } => {
-            let exists = find::exists(root, Path::new(&path))?;
-            (fields(json!({ "exists": exists })), Vec::new())
-        }
         Op::Glob {
             pattern,
             cwd,
             ignore,
             limit,
         } => {
-            // As the binding: a number >= 0 (the client validates it); `as` saturates, so a huge
-            // one (or none) is no limit.
-            let limit = limit.map_or(usize::MAX, |l| l as usize);
-            let search = find::Search {
-                pattern: &pattern,
-                ignore: &ignore,
-                limit,
-            };
+            let search = find::Search::new(&pattern, &ignore, limit);
             let paths: Vec<String> = find::glob(root, Path::new(&cwd), &search, index)?
                 .into_iter()
                 .map(lossy)
@@ -141,50 +120,34 @@ pub fn simple(
     Ok(answer)
 }
 
-/// A non-negative count from a JS number, as the binding converts grep's.
-fn count(v: f64) -> u64 {
-    if v.is_finite() && v > 0.0 {
-        v.floor().min(u64::MAX as f64) as u64
-    } else {
-        0
-    }
-}
-
-/// grep's cancel flag and progress.
-#[derive(Default)]
-pub struct GrepCancel {
-    pub flag: AtomicBool,
-    pub searched: AtomicU64,
-}
-
 /// pi's grep, bounded by the root, reading `index` when it can answer. A cancelled search fails
 /// with `Aborted`, carrying how many files it had begun to read.
 pub fn grep(
     root: &Root,
     index: SearchIndex<'_>,
     req: GrepRequest,
-    cancel: &GrepCancel,
+    cancel: &Cancel,
 ) -> Result<Answer, Failure> {
     let aborted = || {
         let mut e = WireError::from(CoreError::aborted());
-        e.files_searched = Some(cancel.searched.load(Ordering::Relaxed));
+        e.files_searched = Some(cancel.files_searched());
         Failure::from(e)
     };
     let run = || -> Result<grep::Outcome, CoreError> {
         let target = grep::target(Some(root), Path::new(&req.path), req.display_name)?;
-        let query = Query {
+        let query = Query::new(RawQuery {
             pattern: req.pattern,
             ignore_case: req.ignore_case,
             literal: req.literal,
             glob: req.glob,
-            context: count(req.context),
-            limit: count(req.limit).max(1),
-            store_cap: req.store_cap.map(count),
-        };
-        grep::run(&target, &query, root, &cancel.flag, &cancel.searched, index)
+            context: req.context,
+            limit: req.limit,
+            store_cap: req.store_cap,
+        });
+        grep::run(&target, &query, root, cancel, index)
     };
     let result = run();
-    if cancel.flag.load(Ordering::Relaxed) {
+    if cancel.is_cancelled() {
         return Err(aborted());
     }
     let out = result?;
@@ -203,13 +166,14 @@ pub fn grep(
     let answer = json!({
         "lines": lines,
         "matchCount": out.match_count,
+        "limit": out.limit,
         "matchLimitReached": out.match_limit_reached,
         "linesTruncated": out.lines_truncated,
         "outputBytes": out.output_bytes,
         "outputLines": out.output_lines,
         // As the binding's `GrepAbort.filesSearched` once settled: the files it read (with the
         // index, only the candidates).
-        "filesSearched": cancel.searched.load(Ordering::Relaxed),
+        "filesSearched": cancel.files_searched(),
     });
     Ok((fields(answer), Vec::new()))
 }
@@ -506,7 +470,7 @@ fn read_output(
 #[derive(Clone)]
 pub enum Running {
     Stream(Arc<Stream>),
-    Grep(Arc<GrepCancel>),
+    Grep(Cancel),
     /// A one-shot call: in flight, not cancellable.
     Plain,
 }
@@ -515,7 +479,7 @@ impl Running {
     pub fn cancel(&self) {
         match self {
             Running::Stream(stream) => stream.cancel(),
-            Running::Grep(grep) => grep.flag.store(true, Ordering::Relaxed),
+            Running::Grep(grep) => grep.cancel(),
             Running::Plain => {}
         }
     }

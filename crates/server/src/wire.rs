@@ -1,7 +1,7 @@
 //! The messages of docs/protocol.md as serde types, and the one place a core error becomes a wire
 //! error (the core's `Error::node_fields`, as the napi binding's `src/error.rs` reads them).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use pi_native_ops_core::{Error as CoreError, NodeClass};
@@ -77,7 +77,7 @@ pub enum Op {
         #[serde(default)]
         ignore: Vec<String>,
         /// `None` is no limit.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "js_number")]
         limit: Option<f64>,
     },
     Grep(GrepRequest),
@@ -97,6 +97,32 @@ pub enum Op {
     IndexClose,
 }
 
+/// A JS number option as the client sends it (docs/protocol.md): JSON has no infinities or NaN, so
+/// those travel as the strings JS's `String()` makes of them; null or absent is `None`. The core
+/// then reads the number as the binding reads the same JS value.
+fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum JsNumber {
+        Number(f64),
+        Text(String),
+    }
+    Ok(match Option::<JsNumber>::deserialize(d)? {
+        None => None,
+        Some(JsNumber::Number(n)) => Some(n),
+        Some(JsNumber::Text(t)) => Some(match t.as_str() {
+            "Infinity" => f64::INFINITY,
+            "-Infinity" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            _ => {
+                let msg =
+                    format!("expected a number, \"Infinity\", \"-Infinity\" or \"NaN\", got {t:?}");
+                return Err(serde::de::Error::custom(msg));
+            }
+        }),
+    })
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GrepRequest {
@@ -109,9 +135,12 @@ pub struct GrepRequest {
     pub literal: bool,
     #[serde(default)]
     pub glob: Option<String>,
-    #[serde(default)]
-    pub context: f64,
-    pub limit: f64,
+    /// Absent: none. The core decides every default and bound (`Query::new`).
+    #[serde(default, deserialize_with = "js_number")]
+    pub context: Option<f64>,
+    /// Absent: pi's default.
+    #[serde(default, deserialize_with = "js_number")]
+    pub limit: Option<f64>,
     #[serde(default)]
     pub store_cap: Option<f64>,
 }
@@ -379,7 +408,31 @@ mod tests {
         let Ok(Op::Grep(grep)) = op else {
             panic!("grep")
         };
-        assert_eq!((grep.limit, grep.context, grep.glob), (5.0, 0.0, None));
+        assert_eq!(
+            (grep.limit, grep.context, grep.glob),
+            (Some(5.0), None, None)
+        );
+        // JS numbers JSON cannot hold travel as JS spells them.
+        let (_, op) = call(
+            r#"{"t":"call","id":16,"op":"grep","pattern":"x","path":"/w","displayName":"w","limit":"-Infinity","context":"Infinity"}"#,
+        );
+        let Ok(Op::Grep(grep)) = op else {
+            panic!("grep")
+        };
+        assert_eq!(
+            (grep.limit, grep.context),
+            (Some(f64::NEG_INFINITY), Some(f64::INFINITY))
+        );
+        let (_, op) =
+            call(r#"{"t":"call","id":17,"op":"glob","pattern":"*","cwd":"/w","limit":"Infinity"}"#);
+        assert!(matches!(op, Ok(Op::Glob { limit: Some(l), .. }) if l == f64::INFINITY));
+        let (_, op) =
+            call(r#"{"t":"call","id":18,"op":"glob","pattern":"*","cwd":"/w","limit":null}"#);
+        assert!(matches!(op, Ok(Op::Glob { limit: None, .. })));
+        let (_, op) = call(
+            r#"{"t":"call","id":19,"op":"grep","pattern":"x","path":"/w","displayName":"w","limit":"5"}"#,
+        );
+        assert!(op.unwrap_err().contains("expected a number"));
         let (_, op) = call(r#"{"t":"call","id":14,"op":"indexStart","maxWatches":9}"#);
         assert!(matches!(
             op,

@@ -10,11 +10,12 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::search::{Engine, Worker};
 use super::text::Hit;
+use crate::cancel::Cancel;
 use crate::walk;
 
 /// Files claimed ahead of the one the sink waits for, at most: enough to
@@ -37,8 +38,8 @@ struct Shared<'a, T, O> {
     engine: &'a Engine,
     files: &'a [T],
     open: &'a O,
-    cancel: &'a AtomicBool,
-    searched: &'a AtomicU64,
+    /// Raised by the caller; counts the files opened for reading.
+    cancel: &'a Cancel,
     stop: AtomicBool,
     state: Mutex<State>,
     changed: Condvar,
@@ -51,7 +52,7 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
     }
 
     fn halted(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.cancel.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || self.cancel.is_cancelled()
     }
 
     /// The next file to search, if it is within the window.
@@ -71,7 +72,7 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
         let Ok(file) = (self.open)(&self.files[i]) else {
             return Vec::new();
         };
-        self.searched.fetch_add(1, Ordering::Relaxed);
+        self.cancel.file_begun();
         self.engine.search_walked(worker, &file, &|| self.halted())
     }
 
@@ -139,13 +140,13 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
 /// Searches `files` (in the order their hits are wanted), each opened by
 /// `open`, on up to the walk's thread count, handing each file's hits (files
 /// without any skipped) to `sink` in list order, until it returns `false`
-/// or `cancel` is raised. `searched` counts the files opened for reading.
+/// or `cancel` is raised. `cancel`'s progress counts the files opened for
+/// reading.
 pub(crate) fn search_listed<T, O>(
     engine: &Engine,
     files: &[T],
     open: &O,
-    cancel: &AtomicBool,
-    searched: &AtomicU64,
+    cancel: &Cancel,
     mut sink: impl FnMut(&T, Vec<Hit>) -> bool,
 ) where
     T: Sync,
@@ -156,7 +157,6 @@ pub(crate) fn search_listed<T, O>(
         files,
         open,
         cancel,
-        searched,
         stop: AtomicBool::new(false),
         state: Mutex::new(State {
             next: 0,
@@ -223,21 +223,14 @@ mod tests {
         // A list order that is not the path order: reversed.
         let list: Vec<PathBuf> = paths.iter().rev().cloned().collect();
         let e = engine("needle", 100);
-        let searched = AtomicU64::new(0);
+        let searched = Cancel::new();
         let mut seen = Vec::new();
-        search_listed(
-            &e,
-            &list,
-            &open,
-            &AtomicBool::new(false),
-            &searched,
-            |p, hits| {
-                assert_eq!(hits.len(), 1);
-                assert_eq!(hits[0].number, 2);
-                seen.push(p.clone());
-                true
-            },
-        );
+        search_listed(&e, &list, &open, &searched, |p, hits| {
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].number, 2);
+            seen.push(p.clone());
+            true
+        });
         let want: Vec<PathBuf> = list
             .iter()
             .filter(|p| {
@@ -249,103 +242,68 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(seen, want);
-        assert_eq!(searched.load(Ordering::Relaxed), 500);
+        assert_eq!(searched.files_searched(), 500);
     }
 
     #[test]
     fn unreadable_files_are_skipped_and_not_counted() {
         let (_t, mut paths) = files(10, |_| true);
         paths.insert(5, PathBuf::from("/nonexistent/file"));
-        let searched = AtomicU64::new(0);
+        let searched = Cancel::new();
         let mut n = 0;
-        search_listed(
-            &engine("needle", 1),
-            &paths,
-            &open,
-            &AtomicBool::new(false),
-            &searched,
-            |_, _| {
-                n += 1;
-                true
-            },
-        );
+        search_listed(&engine("needle", 1), &paths, &open, &searched, |_, _| {
+            n += 1;
+            true
+        });
         assert_eq!(n, 10);
-        assert_eq!(searched.load(Ordering::Relaxed), 10);
+        assert_eq!(searched.files_searched(), 10);
     }
 
     #[test]
     fn an_early_stop_searches_few_files_past_it() {
         let (_t, paths) = files(2000, |_| true);
-        let searched = AtomicU64::new(0);
+        let searched = Cancel::new();
         let mut n = 0;
-        search_listed(
-            &engine("needle", 1),
-            &paths,
-            &open,
-            &AtomicBool::new(false),
-            &searched,
-            |_, _| {
-                n += 1;
-                // A slow sink gives the other threads every chance to run
-                // ahead: only the window holds them.
-                std::thread::sleep(std::time::Duration::from_millis(30));
-                n < 3
-            },
-        );
+        search_listed(&engine("needle", 1), &paths, &open, &searched, |_, _| {
+            n += 1;
+            // A slow sink gives the other threads every chance to run
+            // ahead: only the window holds them.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            n < 3
+        });
         assert_eq!(n, 3);
-        let s = searched.load(Ordering::Relaxed);
+        let s = searched.files_searched();
         assert!(s <= (3 + WINDOW) as u64, "searched {s}");
     }
 
     #[test]
     fn cancel_stops_the_search() {
         let (_t, paths) = files(2000, |_| true);
-        let searched = AtomicU64::new(0);
-        let cancel = AtomicBool::new(false);
+        let searched = Cancel::new();
+        let cancel = searched.clone();
         let mut n = 0;
-        search_listed(
-            &engine("needle", 1),
-            &paths,
-            &open,
-            &cancel,
-            &searched,
-            |_, _| {
-                n += 1;
-                if n == 2 {
-                    cancel.store(true, Ordering::Relaxed);
-                }
-                true
-            },
-        );
+        search_listed(&engine("needle", 1), &paths, &open, &cancel, |_, _| {
+            n += 1;
+            if n == 2 {
+                cancel.cancel();
+            }
+            true
+        });
         assert_eq!(n, 2);
-        assert!(searched.load(Ordering::Relaxed) <= (2 + WINDOW) as u64);
+        assert!(searched.files_searched() <= (2 + WINDOW) as u64);
     }
 
     #[test]
     fn empty_and_single_lists() {
         let e = engine("needle", 1);
         let none: Vec<PathBuf> = Vec::new();
-        search_listed(
-            &e,
-            &none,
-            &open,
-            &AtomicBool::new(false),
-            &AtomicU64::new(0),
-            |_, _| panic!("no files"),
-        );
+        search_listed(&e, &none, &open, &Cancel::new(), |_, _| panic!("no files"));
         let (_t, paths) = files(1, |_| true);
         let mut n = 0;
-        search_listed(
-            &e,
-            &paths,
-            &open,
-            &AtomicBool::new(false),
-            &AtomicU64::new(0),
-            |_, _| {
-                n += 1;
-                true
-            },
-        );
+        search_listed(&e, &paths, &open, &Cancel::new(), |_, _| {
+            n += 1;
+            true
+        });
         assert_eq!(n, 1);
     }
 }

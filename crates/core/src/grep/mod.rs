@@ -15,11 +15,11 @@ mod text;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ignore::overrides::{Override, OverrideBuilder};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::Index;
 use crate::root::Root;
@@ -31,24 +31,117 @@ pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 pub(crate) use search::{Engine, EngineOptions, Hit, Worker};
 use text::Collector;
 
-/// What to search for.
+/// pi's grep tool's `limit` when none is given (pi 1.6.0's `DEFAULT_LIMIT`).
+pub const DEFAULT_LIMIT: u64 = 100;
+
+/// The largest count a request keeps: 2^53 - 1, the largest integer a JS
+/// number holds exactly (`Number.MAX_SAFE_INTEGER`), so the limit a face
+/// reports back is exact; no file has more lines or bytes than that.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// A grep request as a face receives it: options absent or as given, numbers
+/// as JS numbers. `Query::new` decides every default and bound.
 #[derive(Debug, Clone, Default)]
-pub struct Query {
+pub struct RawQuery {
     /// The regex (or the literal text with `literal`).
     pub pattern: String,
     /// Case-insensitive matching (rg `-i`).
     pub ignore_case: bool,
     /// The pattern is a literal string, not a regex (rg `-F`).
     pub literal: bool,
-    /// rg `--glob`, rooted at the searched directory (leading `./` already dropped).
+    /// rg `--glob`; empty is none.
     pub glob: Option<String>,
-    /// Lines kept before and after each match (rg `-C`).
-    pub context: u64,
-    /// Matches reported at most; one more proves the results were cut.
-    pub limit: u64,
+    /// Lines of context; absent, NaN or not positive is none.
+    pub context: Option<f64>,
+    /// Matches at most; absent or NaN is `DEFAULT_LIMIT`, at least 1.
+    pub limit: Option<f64>,
+    /// Store output lines only while the output is under this many bytes.
+    pub store_cap: Option<f64>,
+}
+
+/// What to search for, defaults and bounds applied (built by `Query::new`).
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub(crate) pattern: String,
+    pub(crate) ignore_case: bool,
+    pub(crate) literal: bool,
+    /// rg `--glob`, rooted at the searched directory (leading `./` dropped).
+    pub(crate) glob: Option<String>,
+    pub(crate) context: u64,
+    /// At least 1.
+    pub(crate) limit: u64,
     /// Store output lines only while the output is under this many bytes
     /// (pi's 50 KB cut); `None` stores every line.
-    pub store_cap: Option<u64>,
+    pub(crate) store_cap: Option<u64>,
+}
+
+/// A count from a JS number: floored, NaN and anything not positive 0,
+/// at most `MAX_COUNT` (so infinity is `MAX_COUNT`).
+fn count(v: f64) -> u64 {
+    if v > 0.0 {
+        // `as` saturates; NaN never gets here.
+        (v.floor() as u64).min(MAX_COUNT)
+    } else {
+        0
+    }
+}
+
+impl Query {
+    /// The one place grep's options get their defaults and bounds, for
+    /// every face.
+    pub fn new(raw: RawQuery) -> Query {
+        Query {
+            pattern: raw.pattern,
+            ignore_case: raw.ignore_case,
+            literal: raw.literal,
+            // rg never matches a leading "./", so pi drops it; "!" negates.
+            glob: raw
+                .glob
+                .filter(|g| !g.is_empty())
+                .map(|g| strip_dot_slash(&g)),
+            context: raw.context.map_or(0, count),
+            limit: match raw.limit {
+                Some(l) if !l.is_nan() => count(l).max(1),
+                _ => DEFAULT_LIMIT,
+            },
+            store_cap: raw.store_cap.map(count),
+        }
+    }
+
+    /// The match limit (at least 1).
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Lines of context around each match.
+    pub fn context(&self) -> u64 {
+        self.context
+    }
+
+    /// The `--glob`, as rg is given it.
+    pub fn glob(&self) -> Option<&str> {
+        self.glob.as_deref()
+    }
+}
+
+impl Default for Query {
+    /// Every option absent: `Query::new` of an empty pattern.
+    fn default() -> Query {
+        Query::new(RawQuery::default())
+    }
+}
+
+/// `glob` without the `./` prefixes after an optional leading `!`
+/// (the JS `glob.replace(/^(!?)(?:\.\/)+/, "$1")` pi applies).
+fn strip_dot_slash(glob: &str) -> String {
+    let (bang, mut rest) = match glob.strip_prefix('!') {
+        Some(rest) => ("!", rest),
+        None => ("", glob),
+    };
+    while let Some(r) = rest.strip_prefix("./") {
+        rest = r;
+    }
+    format!("{bang}{rest}")
 }
 
 /// Where to search: a directory (walked) or one named file.
@@ -122,23 +215,24 @@ pub fn target(root: Option<&Root>, path: &Path, display_name: String) -> Result<
     })
 }
 
-/// Runs the search. `cancel` may be raised from any thread. `searched`
+/// Runs the search. `cancel` may be raised from any thread; its progress
 /// counts the files whose contents the search began to read, so a caller can
 /// see how far a cancelled search got.
 ///
 /// ```
-/// use std::sync::atomic::{AtomicBool, AtomicU64};
-/// use pi_native_ops_core::grep::{self, Query};
+/// use pi_native_ops_core::grep::{self, Query, RawQuery};
 /// use pi_native_ops_core::root::Root;
+/// use pi_native_ops_core::Cancel;
 ///
 /// let dir = tempfile::tempdir()?;
 /// std::fs::write(dir.path().join("a.txt"), "one\nneedle two\nthree\n")?;
 /// let root = Root::open(dir.path(), None)?;
 /// let target = grep::target(Some(&root), dir.path(), String::new())?;
-/// let query = Query { pattern: "needle".into(), limit: 100, ..Query::default() };
-/// let (cancel, searched) = (AtomicBool::new(false), AtomicU64::new(0));
-/// let outcome = grep::run(&target, &query, &root, &cancel, &searched, None)?;
-/// assert_eq!(outcome.match_count, 1);
+/// let query = Query::new(RawQuery { pattern: "needle".into(), ..RawQuery::default() });
+/// let cancel = Cancel::new();
+/// let outcome = grep::run(&target, &query, &root, &cancel, None)?;
+/// assert_eq!((outcome.match_count, outcome.limit), (1, grep::DEFAULT_LIMIT));
+/// assert_eq!(cancel.files_searched(), 1);
 /// let line = &outcome.lines[0];
 /// assert_eq!((&*line.path, line.line_number, &*line.text), ("a.txt", 2, "needle two"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -147,8 +241,7 @@ pub fn run(
     target: &Target,
     query: &Query,
     opener: &dyn Opener,
-    cancel: &AtomicBool,
-    searched: &AtomicU64,
+    cancel: &Cancel,
     index: Option<&Index>,
 ) -> Result<Outcome> {
     let engine = Engine::new(
@@ -164,9 +257,9 @@ pub fn run(
     match target {
         Target::File(path, name) => {
             let name: Arc<str> = Arc::from(name.as_str());
-            let halted = || cancel.load(Ordering::Relaxed);
+            let halted = || cancel.is_cancelled();
             if let Ok(file) = opener.open_named(path) {
-                searched.fetch_add(1, Ordering::Relaxed);
+                cancel.file_begun();
                 let mut searcher = engine.searcher(false);
                 for hit in engine.search_file(&mut searcher, &file, false, &halted) {
                     collector.line(0, &name, hit.number, &hit.shown, hit.is_match);
@@ -190,7 +283,6 @@ pub fn run(
                 overrides.as_ref(),
                 &engine,
                 cancel,
-                searched,
                 &mut sink,
             ) {
                 // Answered from the index's candidates.
@@ -199,7 +291,7 @@ pub fn run(
                 let rules = Rules::new(dir, overrides);
                 let visitor = Searching {
                     engine: &engine,
-                    searched,
+                    cancel,
                 };
                 walk::walk(start, &rules, &visitor, cancel, |(rel, hits)| {
                     sink(&rel, hits)
@@ -207,7 +299,7 @@ pub fn run(
             }
         }
     }
-    if cancel.load(Ordering::Relaxed) {
+    if cancel.is_cancelled() {
         return Err(Error::aborted());
     }
     Ok(collector.finish())
@@ -223,8 +315,7 @@ fn search_indexed(
     query: &Query,
     overrides: Option<&Override>,
     engine: &Engine,
-    cancel: &AtomicBool,
-    searched: &AtomicU64,
+    cancel: &Cancel,
     sink: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
 ) -> bool {
     let Some(index) = index else { return false };
@@ -238,7 +329,7 @@ fn search_indexed(
         return false;
     };
     let open = |f: &crate::index::GrepFile| found.open(f);
-    listed::search_listed(engine, &found.files, &open, cancel, searched, |f, hits| {
+    listed::search_listed(engine, &found.files, &open, cancel, |f, hits| {
         sink(&f.shown, hits)
     });
     true
@@ -252,8 +343,7 @@ fn search_indexed(
     _: &Query,
     _: Option<&Override>,
     _: &Engine,
-    _: &AtomicBool,
-    _: &AtomicU64,
+    _: &Cancel,
     _: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
 ) -> bool {
     match index {
@@ -275,7 +365,8 @@ fn overrides(glob: Option<&str>) -> Result<Option<Override>> {
 /// The walk's visitor: searches each file, keeping those with lines to show.
 struct Searching<'a> {
     engine: &'a Engine,
-    searched: &'a AtomicU64,
+    /// Counts the files begun.
+    cancel: &'a Cancel,
 }
 
 impl Visitor for Searching<'_> {
@@ -298,7 +389,7 @@ impl Visitor for Searching<'_> {
             return None;
         }
         let file = entry.open().ok()?;
-        self.searched.fetch_add(1, Ordering::Relaxed);
+        self.cancel.file_begun();
         let hits = self.engine.search_walked(worker, &file, &|| entry.halted());
         if hits.is_empty() {
             return None;

@@ -2,11 +2,10 @@ use super::*;
 use std::fs;
 
 fn query(pattern: &str) -> Query {
-    Query {
+    Query::new(RawQuery {
         pattern: pattern.to_string(),
-        limit: 100,
-        ..Query::default()
-    }
+        ..RawQuery::default()
+    })
 }
 
 /// `super::run` for tests that do not look at the files-searched count.
@@ -14,9 +13,9 @@ fn run(
     target: &Target,
     query: &Query,
     opener: &dyn Opener,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
 ) -> crate::Result<Outcome> {
-    super::run(target, query, opener, cancel, &AtomicU64::new(0), None)
+    super::run(target, query, opener, cancel, None)
 }
 
 fn lines(out: &Outcome) -> Vec<String> {
@@ -47,7 +46,7 @@ fn tree() -> tempfile::TempDir {
 #[test]
 fn walks_in_path_order_with_the_shared_rules() {
     let t = tree();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
     assert_eq!(
@@ -63,7 +62,7 @@ fn walks_in_path_order_with_the_shared_rules() {
 #[test]
 fn glob_filters_and_negates() {
     let t = tree();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let mut q = query("needle");
     q.glob = Some("*.rs".into());
@@ -83,7 +82,7 @@ fn glob_filters_and_negates() {
 #[test]
 fn named_binary_file_is_searched_and_context_merges() {
     let t = tree();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::File(t.path().join("bin.dat"), "bin.dat".into());
     let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
     assert_eq!(lines(&out), ["bin.dat:1: needle\0binary"]);
@@ -102,7 +101,7 @@ fn limit_stops_early_and_abort_is_reported() {
     for i in 0..50 {
         fs::write(t.path().join(format!("f{i:02}.txt")), "hit\nhit\n").unwrap();
     }
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let mut q = query("hit");
     q.limit = 3;
@@ -112,7 +111,7 @@ fn limit_stops_early_and_abort_is_reported() {
         ["f00.txt:1: hit", "f00.txt:2: hit", "f01.txt:1: hit"]
     );
     assert!(out.match_limit_reached);
-    cancel.store(true, Ordering::Relaxed);
+    cancel.cancel();
     assert_eq!(
         run(&target, &q, &PlainFs, &cancel).unwrap_err(),
         crate::Error::aborted()
@@ -127,36 +126,19 @@ fn counts_the_files_it_searched() {
     }
     fs::write(t.path().join(".gitignore"), "f4*\n").unwrap();
     let target = Target::Dir(t.path().to_path_buf());
-    let cancel = AtomicBool::new(false);
-    let searched = AtomicU64::new(0);
-    super::run(
-        &target,
-        &query("needle"),
-        &PlainFs,
-        &cancel,
-        &searched,
-        None,
-    )
-    .unwrap();
+    let cancel = Cancel::new();
+    super::run(&target, &query("needle"), &PlainFs, &cancel, None).unwrap();
     // The 40 files not ignored, and .gitignore (hidden files are searched, as pi's rg --hidden does).
-    assert_eq!(searched.load(Ordering::Relaxed), 41);
+    assert_eq!(cancel.files_searched(), 41);
     let named = Target::File(t.path().join("f00.txt"), "f00.txt".into());
-    let searched = AtomicU64::new(0);
-    super::run(&named, &query("needle"), &PlainFs, &cancel, &searched, None).unwrap();
-    assert_eq!(searched.load(Ordering::Relaxed), 1);
-    cancel.store(true, Ordering::Relaxed);
-    let searched = AtomicU64::new(0);
-    let err = super::run(
-        &target,
-        &query("needle"),
-        &PlainFs,
-        &cancel,
-        &searched,
-        None,
-    )
-    .unwrap_err();
+    let cancel = Cancel::new();
+    super::run(&named, &query("needle"), &PlainFs, &cancel, None).unwrap();
+    assert_eq!(cancel.files_searched(), 1);
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let err = super::run(&target, &query("needle"), &PlainFs, &cancel, None).unwrap_err();
     assert_eq!(err, crate::Error::aborted());
-    assert_eq!(searched.load(Ordering::Relaxed), 0);
+    assert_eq!(cancel.files_searched(), 0);
 }
 
 #[test]
@@ -165,7 +147,7 @@ fn huge_lines_fall_back_to_streaming() {
     let mut data = vec![b'z'; HEAP_LIMIT + 10];
     data.extend_from_slice(b" needle\nshort needle\n");
     fs::write(t.path().join("big.txt"), &data).unwrap();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
     assert_eq!(
@@ -185,7 +167,7 @@ fn walked_files_read_whole_keep_the_readers_binary_semantics() {
     fs::write(t.path().join("a.txt"), b"ab\nzz\0\n").unwrap();
     // A NUL in the first read hides every line.
     fs::write(t.path().join("b.txt"), b"x\nab\0\n").unwrap();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let out = run(&target, &query("ab"), &PlainFs, &cancel).unwrap();
     assert_eq!(lines(&out), ["a.txt:1: ab"]);
@@ -197,7 +179,7 @@ fn walked_files_larger_than_the_whole_file_buffer_stream_on() {
     let filler = "filler line\n".repeat(40_000); // ~480 KB, past the buffer
     let data = format!("needle 1\n{}needle {}\n", &filler[..filler.len() - 5], 2);
     fs::write(t.path().join("big.txt"), data).unwrap();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let out = run(&target, &query("needle"), &PlainFs, &cancel).unwrap();
     assert_eq!(
@@ -218,7 +200,7 @@ fn a_named_fifo_waits_for_data_until_cancelled() {
     // No writer: read to its end at once, nothing to find.
     let named = Target::File(fifo.clone(), "pipe".into());
     for opener in [&PlainFs as &dyn Opener, &root] {
-        let out = run(&named, &query("needle"), opener, &AtomicBool::new(false)).unwrap();
+        let out = run(&named, &query("needle"), opener, &Cancel::new()).unwrap();
         assert!(out.lines.is_empty());
     }
     // A writer holding it open (read-write: that open does not wait) and writing
@@ -229,16 +211,14 @@ fn a_named_fifo_waits_for_data_until_cancelled() {
         .open(&fifo)
         .unwrap();
     for opener in [&PlainFs as &dyn Opener, &root] {
-        let cancel = AtomicBool::new(false);
-        let searched = AtomicU64::new(0);
+        let cancel = Cancel::new();
         std::thread::scope(|s| {
-            let search =
-                s.spawn(|| super::run(&named, &query("needle"), opener, &cancel, &searched, None));
+            let search = s.spawn(|| super::run(&named, &query("needle"), opener, &cancel, None));
             // Cancelled once it has opened the FIFO.
-            while searched.load(Ordering::Relaxed) == 0 {
+            while cancel.files_searched() == 0 {
                 std::thread::yield_now();
             }
-            cancel.store(true, Ordering::Relaxed);
+            cancel.cancel();
             let e = search.join().unwrap().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Aborted);
         });
@@ -253,7 +233,7 @@ fn a_named_fifo_waits_for_data_until_cancelled() {
     use std::io::Write;
     (&writer).write_all(b"first\nneedle in a fifo\n").unwrap();
     drop(writer);
-    let out = run(&named, &query("needle"), &root, &AtomicBool::new(false)).unwrap();
+    let out = run(&named, &query("needle"), &root, &Cancel::new()).unwrap();
     assert_eq!(lines(&out), ["pipe:2: needle in a fifo"]);
     drop(keep);
 }
@@ -261,7 +241,7 @@ fn a_named_fifo_waits_for_data_until_cancelled() {
 #[test]
 fn a_store_cap_at_the_top_of_its_range_keeps_every_line() {
     let t = tree();
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let target = Target::Dir(t.path().to_path_buf());
     let capped = Query {
         store_cap: Some(u64::MAX),
@@ -269,4 +249,90 @@ fn a_store_cap_at_the_top_of_its_range_keeps_every_line() {
     };
     let out = run(&target, &capped, &PlainFs, &cancel).unwrap();
     assert_eq!(lines(&out).len(), 3);
+}
+
+/// Every face hands grep's options over raw; `Query::new` decides each
+/// default and bound once.
+#[test]
+fn query_new_decides_the_defaults_and_bounds() {
+    let raw = |context: Option<f64>, limit: Option<f64>| {
+        Query::new(RawQuery {
+            pattern: "x".into(),
+            context,
+            limit,
+            ..RawQuery::default()
+        })
+    };
+    // Absent: no context, pi's limit of 100.
+    let q = raw(None, None);
+    assert_eq!((q.context(), q.limit()), (0, DEFAULT_LIMIT));
+    assert_eq!(DEFAULT_LIMIT, 100);
+    // Fractions floor; a limit is at least 1; a context not above 0 is none.
+    for (given, want) in [
+        ((Some(2.9), Some(7.5)), (2, 7)),
+        ((Some(0.5), Some(0.5)), (0, 1)),
+        ((Some(-3.0), Some(0.0)), (0, 1)),
+        ((Some(-3.0), Some(-5.0)), (0, 1)),
+        ((Some(f64::NAN), Some(f64::NAN)), (0, DEFAULT_LIMIT)),
+        ((Some(f64::NEG_INFINITY), Some(f64::NEG_INFINITY)), (0, 1)),
+        // At most 2^53 - 1, so the limit a face reports is an exact JS number.
+        (
+            (Some(f64::INFINITY), Some(f64::INFINITY)),
+            (MAX_COUNT, MAX_COUNT),
+        ),
+        ((Some(1e300), Some(1e300)), (MAX_COUNT, MAX_COUNT)),
+        ((Some(9007199254740991.0), Some(42.0)), (MAX_COUNT, 42)),
+    ] {
+        let q = raw(given.0, given.1);
+        assert_eq!((q.context(), q.limit()), want, "{given:?}");
+    }
+    assert_eq!(MAX_COUNT, 9007199254740991);
+    // The store cap: absent stores every line; counts as the others.
+    let cap = |c: Option<f64>| {
+        Query::new(RawQuery {
+            store_cap: c,
+            ..RawQuery::default()
+        })
+        .store_cap
+    };
+    assert_eq!(cap(None), None);
+    assert_eq!(cap(Some(51200.0)), Some(51200));
+    assert_eq!(cap(Some(-1.0)), Some(0));
+    assert_eq!(cap(Some(f64::INFINITY)), Some(MAX_COUNT));
+    // `--glob`: empty is none; leading `./` dropped as pi drops it ("!" kept).
+    let glob = |g: &str| {
+        Query::new(RawQuery {
+            glob: Some(g.into()),
+            ..RawQuery::default()
+        })
+        .glob()
+        .map(str::to_string)
+    };
+    assert_eq!(glob(""), None);
+    assert_eq!(glob("*.rs").as_deref(), Some("*.rs"));
+    assert_eq!(glob("./src/*.rs").as_deref(), Some("src/*.rs"));
+    assert_eq!(glob("././a").as_deref(), Some("a"));
+    assert_eq!(glob("!./a/**").as_deref(), Some("!a/**"));
+    assert_eq!(glob("!").as_deref(), Some("!"));
+    assert_eq!(glob("./").as_deref(), Some(""));
+    assert_eq!(glob("a/./b").as_deref(), Some("a/./b"));
+    assert_eq!(glob(".//a").as_deref(), Some("/a"));
+    assert_eq!(Query::default().limit(), DEFAULT_LIMIT);
+}
+
+/// The limit a search ran with comes back with its outcome (pi's notice
+/// shows it).
+#[test]
+fn the_outcome_carries_the_limit() {
+    let t = tree();
+    let target = Target::Dir(t.path().to_path_buf());
+    let q = Query::new(RawQuery {
+        pattern: "needle".into(),
+        limit: Some(2.5),
+        ..RawQuery::default()
+    });
+    let out = run(&target, &q, &PlainFs, &Cancel::new()).unwrap();
+    assert_eq!((out.limit, out.match_limit_reached), (2, true));
+    let out = run(&target, &query("needle"), &PlainFs, &Cancel::new()).unwrap();
+    assert_eq!((out.limit, out.match_limit_reached), (100, false));
 }

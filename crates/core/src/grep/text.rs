@@ -81,6 +81,9 @@ impl OutLine {
 pub struct Outcome {
     /// Stored lines: all of them, or (with a byte cap) those pi keeps.
     pub lines: Vec<OutLine>,
+    /// The match limit the search ran with (`Query`'s, defaults and clamps
+    /// applied): the number pi's notice and `details` show.
+    pub limit: u64,
     /// Matches counted, up to the limit.
     pub match_count: u64,
     /// Another match after the limit-th proved results were cut.
@@ -108,9 +111,10 @@ pub struct Collector {
 }
 
 impl Collector {
+    /// `limit` is at least 1 (`Query::new` sees to it).
     pub fn new(limit: u64, context: u64, store_cap: Option<u64>) -> Self {
         Collector {
-            limit: limit.max(1),
+            limit,
             context,
             store_cap,
             limit_hit: false,
@@ -118,7 +122,10 @@ impl Collector {
             last_file: usize::MAX,
             bytes_with_newlines: 0,
             done: false,
-            out: Outcome::default(),
+            out: Outcome {
+                limit,
+                ..Outcome::default()
+            },
         }
     }
 

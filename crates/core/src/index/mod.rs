@@ -67,6 +67,23 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 /// a filter of 1/64 to 1/32 of their size.
 pub const DEFAULT_EXACT_MIN_BYTES: u64 = 256 << 10;
 
+/// This target keeps an index: `None`. Elsewhere the reason it does not,
+/// which every face reports as the stats of an index that stays aside.
+pub const UNSUPPORTED: Option<&str> = None;
+
+impl IndexOptions {
+    /// The options as a face receives them: JS numbers, absent ones the
+    /// defaults; `as` saturates a huge or negative one.
+    pub fn from_raw(max_watches: Option<f64>, max_file_bytes: Option<f64>) -> IndexOptions {
+        let defaults = IndexOptions::default();
+        IndexOptions {
+            max_watches: max_watches.map(|n| n as usize).or(defaults.max_watches),
+            max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |n| n as u64),
+            ..defaults
+        }
+    }
+}
+
 impl Default for IndexOptions {
     fn default() -> Self {
         IndexOptions {
@@ -199,7 +216,7 @@ impl Index {
     /// assert_eq!((stats.state, stats.files), (IndexState::Ready, 1));
     /// // A file made after the build is seen by the next search.
     /// std::fs::write(dir.path().join("b.rs"), "")?;
-    /// let search = Search { pattern: "*.rs", ignore: &[], limit: 10 };
+    /// let search = Search::new("*.rs", &[], Some(10.0));
     /// let found = find::glob(&root, Path::new("/w"), &search, Some(&index))?;
     /// assert_eq!(found, ["/w/a.rs", "/w/b.rs"]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::cancel::Cancel;
 use crate::find::{self, Search};
-use crate::grep::{self, Query};
+use crate::grep::{self, Query, RawQuery};
 
 /// Creates `files` (a trailing `/` makes a directory) with `text` as each
 /// file's contents.
@@ -142,24 +143,17 @@ fn answers(index: &Index, dir: &Path) -> bool {
 
 fn grep(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> String {
     let target = grep::target(Some(root), dir, String::new()).unwrap();
-    let cancel = AtomicBool::new(false);
-    let searched = std::sync::atomic::AtomicU64::new(0);
-    format!(
-        "{:?}",
-        grep::run(&target, q, root, &cancel, &searched, index)
-    )
+    format!("{:?}", grep::run(&target, q, root, &Cancel::new(), index))
 }
 
 fn query(pattern: &str, ignore_case: bool, literal: bool, glob: Option<&str>) -> Query {
-    Query {
+    Query::new(RawQuery {
         pattern: pattern.to_string(),
         ignore_case,
         literal,
         glob: glob.map(str::to_string),
-        context: 0,
-        limit: 100,
-        store_cap: None,
-    }
+        ..RawQuery::default()
+    })
 }
 
 /// grep with and without the index agree from every directory, for
@@ -772,13 +766,12 @@ fn kernel_figures() {
             let live = || grep(&root, dir, &q, None);
             assert_eq!(warm(), live(), "grep {pattern}");
             let target = grep::target(Some(&root), dir, String::new()).unwrap();
-            let searched = std::sync::atomic::AtomicU64::new(0);
-            let cancel = AtomicBool::new(false);
-            let _ = grep::run(&target, &q, &*root, &cancel, &searched, Some(&index));
+            let searched = Cancel::new();
+            let _ = grep::run(&target, &q, &*root, &searched, Some(&index));
             println!(
                 "  grep {pattern}: warm {:.2} ms ({} files read), live {:.2} ms",
                 median(&warm),
-                searched.into_inner(),
+                searched.files_searched(),
                 median(&live)
             );
         }
@@ -992,13 +985,9 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// Files grep reads, and its output.
 fn grep_counted(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> (u64, String) {
     let target = grep::target(Some(root), dir, String::new()).unwrap();
-    let cancel = AtomicBool::new(false);
-    let searched = std::sync::atomic::AtomicU64::new(0);
-    let out = format!(
-        "{:?}",
-        grep::run(&target, q, root, &cancel, &searched, index)
-    );
-    (searched.load(Ordering::SeqCst), out)
+    let searched = Cancel::new();
+    let out = format!("{:?}", grep::run(&target, q, root, &searched, index));
+    (searched.files_searched(), out)
 }
 
 /// A large file whose folded grams hold a literal but whose bytes do not
@@ -1088,4 +1077,21 @@ fn a_claimed_size_is_not_reserved() {
     read_up_to(&file, 1 << 40, 1 << 41, &mut buf).unwrap();
     assert_eq!(buf, b"ten bytes!");
     assert!(buf.capacity() <= READ_RESERVE + 1);
+}
+
+/// Every face hands the index's options over raw; `from_raw` decides them.
+#[test]
+fn options_from_raw_take_the_defaults_for_absent_ones() {
+    let d = IndexOptions::default();
+    let o = IndexOptions::from_raw(None, None);
+    assert_eq!((o.max_watches, o.max_file_bytes), (None, d.max_file_bytes));
+    let o = IndexOptions::from_raw(Some(8.0), Some(0.0));
+    assert_eq!((o.max_watches, o.max_file_bytes), (Some(8), 0));
+    let o = IndexOptions::from_raw(Some(1e300), Some(f64::INFINITY));
+    assert_eq!(
+        (o.max_watches, o.max_file_bytes),
+        (Some(usize::MAX), u64::MAX)
+    );
+    assert_eq!(o.exact_min_bytes, d.exact_min_bytes);
+    assert_eq!(UNSUPPORTED, None);
 }

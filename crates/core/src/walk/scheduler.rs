@@ -14,6 +14,7 @@ use nix::sys::stat::Mode;
 use super::listing::Listing;
 use super::rules::{Level, Rules};
 use super::{Entry, Halt, Kind, Visitor};
+use crate::cancel::Cancel;
 
 /// A directory being walked: its descriptor, path, rules and entries.
 pub(super) struct Dir {
@@ -148,8 +149,8 @@ const FILES_PER_TASK: usize = 8;
 /// that cannot be read are skipped, as fd and ripgrep do.
 ///
 /// ```
-/// use std::sync::atomic::AtomicBool;
 /// use pi_native_ops_core::walk::{self, Entry, Rules, Visitor};
+/// use pi_native_ops_core::Cancel;
 ///
 /// /// Yields every entry's path.
 /// struct Paths;
@@ -170,7 +171,7 @@ const FILES_PER_TASK: usize = 8;
 /// let start = std::fs::File::open(dir.path())?.into();
 /// let mut seen = Vec::new();
 /// let rules = Rules::new(dir.path(), None);
-/// walk::walk(start, &rules, &Paths, &AtomicBool::new(false), |path| {
+/// walk::walk(start, &rules, &Paths, &Cancel::new(), |path| {
 ///     seen.push(path);
 ///     true
 /// });
@@ -181,7 +182,7 @@ pub fn walk<V: Visitor>(
     start: OwnedFd,
     rules: &Rules,
     visitor: &V,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     mut sink: impl FnMut(V::Out) -> bool,
 ) {
     let stop = AtomicBool::new(false);
@@ -203,7 +204,7 @@ pub fn walk<V: Visitor>(
         next_id: AtomicUsize::new(1),
         halt: Halt {
             stop: &stop,
-            cancel,
+            cancel: cancel.flag(),
         },
     };
     std::thread::scope(|scope| {

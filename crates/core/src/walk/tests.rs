@@ -1,6 +1,8 @@
 use super::*;
 use std::fs;
 
+use crate::cancel::Cancel;
+
 use ignore::overrides::Override;
 
 /// Collects every entry's relative path (directories with a `/`).
@@ -27,14 +29,14 @@ fn walk_all(dir: &Path, limit: usize) -> Vec<String> {
 }
 
 fn walk_with<V: Visitor<Out = String>>(v: V, dir: &Path, limit: usize) -> Vec<String> {
-    walk_rules(v, dir, None, &AtomicBool::new(false), limit)
+    walk_rules(v, dir, None, &Cancel::new(), limit)
 }
 
 fn walk_rules<V: Visitor<Out = String>>(
     v: V,
     dir: &Path,
     overrides: Option<Override>,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     limit: usize,
 ) -> Vec<String> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
@@ -202,7 +204,7 @@ fn overrides_come_first_and_whitelist_ignored_files() {
         Paths::<true>,
         t.path(),
         Some(ov),
-        &AtomicBool::new(false),
+        &Cancel::new(),
         usize::MAX,
     );
     assert_eq!(out, ["a.c"]);
@@ -213,7 +215,8 @@ fn cancel_ends_the_walk() {
     let files: Vec<String> = (0..200).map(|i| format!("d{}/f{i}", i % 20)).collect();
     let refs: Vec<&str> = files.iter().map(String::as_str).collect();
     let t = tree(&refs);
-    let cancel = AtomicBool::new(true);
+    let cancel = Cancel::new();
+    cancel.cancel();
     assert!(walk_rules(Paths::<true>, t.path(), None, &cancel, usize::MAX).is_empty());
 }
 
@@ -235,13 +238,13 @@ fn stopped_and_cancelled_walks_always_end() {
                 for round in 0..12usize {
                     let limit = 1 + (lane * 12 + round) * 97 % all.len();
                     assert_eq!(walk_with(Paths::<true>, dir, limit), all[..limit]);
-                    let cancel = AtomicBool::new(false);
+                    let cancel = Cancel::new();
                     let out = std::thread::scope(|inner| {
                         inner.spawn(|| {
                             std::thread::sleep(std::time::Duration::from_micros(
                                 round as u64 * 300,
                             ));
-                            cancel.store(true, Ordering::Relaxed);
+                            cancel.cancel();
                         });
                         walk_rules(Paths::<false>, dir, None, &cancel, usize::MAX)
                     });
@@ -267,7 +270,7 @@ fn ancestors_are_those_of_the_real_directory() {
     let fd = nix::fcntl::open(&link, flags, Mode::empty()).unwrap();
     let rules = Rules::new(&link, None);
     let mut out = Vec::new();
-    walk(fd, &rules, &Paths::<false>, &AtomicBool::new(false), |p| {
+    walk(fd, &rules, &Paths::<false>, &Cancel::new(), |p| {
         out.push(p);
         true
     });
