@@ -1,0 +1,466 @@
+// The client's connection to a pi-native-ops-server (docs/protocol.md): framing of one byte stream in
+// each direction, calls in flight by id, flow-control credits, the handshake and the connection's life,
+// and the errors an answer becomes. It knows no operation; js/remote-operations.js builds those on it.
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const require = createRequire(import.meta.url);
+/** This package's version, sent in the handshake. */
+export const CLIENT_VERSION = require("../package.json").version;
+
+/** The protocol this client speaks (docs/protocol.md, "version 1"). */
+export const PROTOCOL_VERSION = 1;
+/** Bytes of a frame's length prefix: two u32 (header length, payload length). */
+const PREFIX_BYTES = 8;
+/** The largest header the protocol allows (1 MiB): a bigger length means a broken stream. */
+const MAX_HEADER_BYTES = 1024 * 1024;
+/** The largest payload the protocol allows (1 GiB). */
+const MAX_PAYLOAD_BYTES = 1024 * 1024 * 1024;
+
+/** Bytes of an oversized header read to find the call it answers (its `t` and `id` come first). */
+const OVERSIZED_PEEK_BYTES = 64;
+
+/** A frame header's JSON object, or null when it is none. */
+function parseHeader(bytes) {
+  let header;
+  try {
+    header = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    return null;
+  }
+  return header !== null && typeof header === "object" && !Array.isArray(header) ? header : null;
+}
+
+/** Errors this module made for a closed connection (so an abort does not mask them). */
+export const closedErrors = new WeakSet();
+/** The error frame's fields behind each error built from one (grep's abort reads `filesSearched`). */
+export const frameFields = new WeakMap();
+
+export function closedError(reason) {
+  const error = new Error(`remote connection closed: ${reason}`);
+  closedErrors.add(error);
+  return error;
+}
+
+/** Node's properties of a system error, in Node's order, with the type each must have. */
+const NODE_ERROR_FIELDS = [
+  ["errno", "number"],
+  ["code", "string"],
+  ["syscall", "string"],
+  ["path", "string"],
+];
+
+/**
+ * The Error a local call throws, from an error frame's fields: the exact message, the class the
+ * core names (`name`, e.g. `RangeError`; default `Error`), and each of Node's fields the frame
+ * carries, set in Node's order. The server sends exactly what the core decides a local error
+ * carries (crates/core/src/error.rs, `node_fields`); nothing here knows one error from another,
+ * and the message is never parsed.
+ */
+function remoteError(fields) {
+  const f = fields !== null && typeof fields === "object" ? fields : {};
+  const message = typeof f.message === "string" ? f.message : "remote error without a message";
+  const error = f.name === "RangeError" ? new RangeError(message) : new Error(message);
+  for (const [key, type] of NODE_ERROR_FIELDS) {
+    if (typeof f[key] === type) error[key] = f[key];
+  }
+  frameFields.set(error, f);
+  return error;
+}
+
+function isWebReadable(value) {
+  return value !== null && typeof value === "object" && typeof value.getReader === "function";
+}
+function isWebWritable(value) {
+  return value !== null && typeof value === "object" && typeof value.getWriter === "function";
+}
+function isNodeReadable(value) {
+  return (
+    value !== null && typeof value === "object" && typeof value.on === "function" && typeof value.read === "function"
+  );
+}
+function isNodeWritable(value) {
+  return (
+    value !== null && typeof value === "object" && typeof value.on === "function" && typeof value.write === "function"
+  );
+}
+
+/**
+ * The two byte streams of a transport: a child process's stdout/stdin, `{ readable, writable }` (Node
+ * or web streams), or a Node Duplex. A Duplex has boolean `readable`/`writable` properties, so stream
+ * objects are told apart from those by shape.
+ */
+function streamsOf(transport) {
+  if (transport === null || typeof transport !== "object") {
+    throw new TypeError("transport must be a child process, a Duplex stream or { readable, writable }");
+  }
+  if (isNodeReadable(transport.stdout) && isNodeWritable(transport.stdin)) {
+    return { input: transport.stdout, output: transport.stdin, child: transport };
+  }
+  const { readable, writable } = transport;
+  if ((isNodeReadable(readable) || isWebReadable(readable)) && (isNodeWritable(writable) || isWebWritable(writable))) {
+    return { input: readable, output: writable, child: null };
+  }
+  if (isNodeReadable(transport) && isNodeWritable(transport))
+    return { input: transport, output: transport, child: null };
+  throw new TypeError(
+    "transport must be a child process (stdio pipes), a Duplex stream or { readable, writable } streams",
+  );
+}
+
+/** One connection: framing, calls in flight by id, flow-control credits, lifecycle. */
+export class Connection {
+  constructor(transport) {
+    const { input, output, child } = streamsOf(transport);
+    this.pending = new Map();
+    this.nextId = 1;
+    this.closedReason = null;
+    this.server = null;
+    // Outgoing frames queued in this tick of the event loop, written as one write.
+    this.queue = [];
+    this.queuedBytes = 0;
+    this.credits = new Map();
+    this.flushScheduled = false;
+    this.waitingForDrain = false;
+    // Incoming bytes not yet framed.
+    this.chunks = [];
+    this.buffered = 0;
+    this.frame = null; // { headerBytes, payloadBytes } once a prefix is read
+    this.handshake = null;
+    this.attachInput(input, child);
+    this.attachOutput(output, input);
+  }
+
+  attachInput(input, child) {
+    // The end of the output, not the child's exit, ends the connection: answers written just before an
+    // exit may still be in the pipe when 'exit' fires. The exit only names the reason when known by then.
+    const ended = (what) => {
+      if (child?.signalCode) return `server killed by ${child.signalCode}`;
+      if (typeof child?.exitCode === "number") return `server exited with code ${child.exitCode}`;
+      return what;
+    };
+    // A child that cannot start emits 'error' on itself; unheard, it would crash the process.
+    child?.on("error", (err) => this.fail(`server process error: ${err.message}`));
+    if (isWebReadable(input)) {
+      const reader = input.getReader();
+      this.cancelInput = () => reader.cancel().catch(() => {});
+      (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return this.fail("the stream ended");
+          this.receive(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
+        }
+      })().catch((err) => this.fail(`stream error: ${err?.message ?? err}`));
+      return;
+    }
+    input.on("data", (chunk) => this.receive(typeof chunk === "string" ? Buffer.from(chunk) : chunk));
+    input.on("end", () => this.fail(ended("the stream ended")));
+    input.on("close", () => this.fail(ended("the stream closed")));
+    input.on("error", (err) => this.fail(`stream error: ${err.message}`));
+  }
+
+  attachOutput(output, input) {
+    if (isWebWritable(output)) {
+      const writer = output.getWriter();
+      this.write = (buffer) => {
+        writer.write(buffer).catch((err) => this.fail(`stream error: ${err?.message ?? err}`));
+        if (writer.desiredSize !== null && writer.desiredSize <= 0) {
+          this.waitingForDrain = true;
+          writer.ready.then(
+            () => this.drained(),
+            () => {},
+          );
+        }
+      };
+      this.endOutput = () => writer.close().catch(() => {});
+      return;
+    }
+    if (output !== input) output.on("error", (err) => this.fail(`stream error: ${err.message}`));
+    this.write = (buffer) => {
+      if (!output.write(buffer)) {
+        this.waitingForDrain = true;
+        output.once("drain", () => this.drained());
+      }
+    };
+    this.endOutput = () =>
+      new Promise((resolve) => {
+        if (output.writableFinished || output.destroyed) return resolve();
+        output.once("finish", resolve);
+        output.once("close", resolve);
+        output.once("error", resolve);
+        output.end();
+      });
+  }
+
+  drained() {
+    this.waitingForDrain = false;
+    this.flush();
+  }
+
+  /** Queues a frame for this tick's write. */
+  send(header, payload) {
+    if (this.closedReason !== null) return;
+    const json = Buffer.from(JSON.stringify(header));
+    const prefix = Buffer.allocUnsafe(PREFIX_BYTES);
+    prefix.writeUInt32BE(json.length, 0);
+    prefix.writeUInt32BE(payload ? payload.length : 0, 4);
+    this.queue.push(prefix, json);
+    this.queuedBytes += PREFIX_BYTES + json.length;
+    if (payload && payload.length > 0) {
+      this.queue.push(payload);
+      this.queuedBytes += payload.length;
+    }
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.flushScheduled || this.waitingForDrain) return;
+    this.flushScheduled = true;
+    // setImmediate, not a microtask: everything queued in this turn of the event loop, across awaits, is
+    // one write (sandbox APIs charge per stdin write).
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  flush() {
+    if (this.closedReason !== null || this.waitingForDrain) return;
+    for (const [id, bytes] of this.credits) {
+      const json = Buffer.from(JSON.stringify({ t: "credit", id, bytes }));
+      const prefix = Buffer.alloc(PREFIX_BYTES);
+      prefix.writeUInt32BE(json.length, 0);
+      this.queue.push(prefix, json);
+      this.queuedBytes += PREFIX_BYTES + json.length;
+    }
+    this.credits.clear();
+    if (this.queue.length === 0) return;
+    const buffer = this.queue.length === 1 ? this.queue[0] : Buffer.concat(this.queue, this.queuedBytes);
+    this.queue = [];
+    this.queuedBytes = 0;
+    this.write(buffer);
+  }
+
+  credit(id, bytes) {
+    if (this.closedReason !== null || bytes === 0) return;
+    this.credits.set(id, (this.credits.get(id) ?? 0) + bytes);
+    this.schedule();
+  }
+
+  cancel(id) {
+    this.send({ t: "cancel", id });
+  }
+
+  /**
+   * Sends a call; `onData(payload)` receives a streaming call's data frames. Returns its id and a
+   * promise of the `ok` frame's `{ header, payload }` (rejected with the error frame's Error).
+   */
+  start(op, args, payload, onData) {
+    if (this.closedReason !== null) return { id: 0, promise: Promise.reject(closedError(this.closedReason)) };
+    const id = this.nextId++;
+    const header = { t: "call", id, op, ...args };
+    const promise = new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, onData });
+    });
+    if (payload && payload.length > MAX_PAYLOAD_BYTES) {
+      this.settle(id, null, new Error(`remote ${op}: payload of ${payload.length} bytes exceeds the protocol's 1 GiB`));
+      return { id, promise };
+    }
+    const json = JSON.stringify(header);
+    if (Buffer.byteLength(json) > MAX_HEADER_BYTES) {
+      this.settle(id, null, new Error(`remote ${op}: arguments exceed the protocol's 1 MiB header`));
+      return { id, promise };
+    }
+    this.send(header, payload);
+    return { id, promise };
+  }
+
+  /** A call answered with `ok`: the header's fields. */
+  async call(op, args, payload) {
+    return (await this.start(op, args, payload).promise).header;
+  }
+
+  settle(id, ok, error) {
+    const call = this.pending.get(id);
+    if (!call) return;
+    this.pending.delete(id);
+    if (error) call.reject(error);
+    else call.resolve(ok);
+  }
+
+  /** Frames arriving bytes; never allocates what a length merely claims. */
+  receive(chunk) {
+    if (this.closedReason !== null || chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    for (;;) {
+      if (this.frame === null) {
+        if (this.buffered < PREFIX_BYTES) return;
+        const prefix = this.take(PREFIX_BYTES, false);
+        const headerBytes = prefix.readUInt32BE(0);
+        const payloadBytes = prefix.readUInt32BE(4);
+        if (headerBytes < 1 || headerBytes > MAX_PAYLOAD_BYTES || payloadBytes > MAX_PAYLOAD_BYTES) {
+          return this.fail(
+            `protocol violation: frame lengths out of range (header ${headerBytes}, payload ${payloadBytes})`,
+          );
+        }
+        this.frame = { headerBytes, payloadBytes, skip: headerBytes > MAX_HEADER_BYTES };
+      }
+      if (this.frame.skip) {
+        // A header over the limit (a server that does not move a large answer into its payload):
+        // only its call fails. Its bytes are dropped as they come, never held.
+        if (!this.skipOversized()) return;
+        if (this.closedReason !== null) return;
+        continue;
+      }
+      const { headerBytes, payloadBytes } = this.frame;
+      if (this.buffered < headerBytes + payloadBytes) return;
+      this.frame = null;
+      let header = parseHeader(this.take(headerBytes, false));
+      if (header?.inPayload === true && payloadBytes > 0) {
+        // An answer too large for a header travels as the payload (docs/protocol.md, "Frames").
+        const id = header.id;
+        header = parseHeader(this.take(payloadBytes, false));
+        if (header !== null && header.id !== id) header = null;
+        if (header === null && typeof id === "number") {
+          this.settle(id, null, new Error("remote call: the server's answer is not a JSON object"));
+          continue;
+        }
+        if (header === null) return this.fail("protocol violation: a frame header is not a JSON object");
+        this.dispatch(header, Buffer.alloc(0));
+        if (this.closedReason !== null) return;
+        continue;
+      }
+      if (header === null) {
+        return this.fail("protocol violation: a frame header is not a JSON object");
+      }
+      // Stream data goes to its consumer in the pieces it arrived in: joining a 1 MiB frame from the
+      // transport's 64 KiB reads would copy every byte of a flood once more.
+      if (header.t === "data" && payloadBytes > 0) {
+        for (const piece of this.takePieces(payloadBytes)) this.dispatch(header, piece);
+      } else this.dispatch(header, this.take(payloadBytes, true));
+      if (this.closedReason !== null) return;
+    }
+  }
+
+  /**
+   * Drops the buffered bytes of an oversized frame; true once all of them are gone. The call it
+   * answers, named by the `"id":N` its first bytes carry (the server writes `t` and `id` first), fails
+   * alone; a frame that names none ends the connection, as any header that is no message.
+   */
+  skipOversized() {
+    const frame = this.frame;
+    if (frame.left === undefined) {
+      if (this.buffered < OVERSIZED_PEEK_BYTES) return false;
+      const start = this.take(OVERSIZED_PEEK_BYTES, false).toString("latin1");
+      const id = /^\{"t":"(?:ok|error)","id":(\d{1,15})[,}]/.exec(start)?.[1];
+      frame.left = frame.headerBytes + frame.payloadBytes - OVERSIZED_PEEK_BYTES;
+      if (id === undefined) {
+        return this.fail(`protocol violation: a frame header of ${frame.headerBytes} bytes (over the 1 MiB limit)`);
+      }
+      this.settle(
+        Number(id),
+        null,
+        new Error(`remote call: the server's answer header of ${frame.headerBytes} bytes exceeds the protocol's 1 MiB`),
+      );
+    }
+    const n = Math.min(frame.left, this.buffered);
+    if (n > 0) this.takePieces(n);
+    frame.left -= n;
+    if (frame.left > 0) return false;
+    this.frame = null;
+    return true;
+  }
+
+  /** The next `n` buffered bytes; `copy` gives the payload its own memory, not a view of a bigger chunk. */
+  take(n, copy) {
+    if (n === 0) return Buffer.alloc(0);
+    const whole = this.chunks[0].length === n;
+    const pieces = this.takePieces(n);
+    if (pieces.length > 1) return Buffer.concat(pieces, n);
+    return copy && !whole ? Buffer.from(pieces[0]) : pieces[0];
+  }
+
+  /** The next `n` buffered bytes as views of the chunks they arrived in (none when `n` is 0). */
+  takePieces(n) {
+    this.buffered -= n;
+    const pieces = [];
+    let left = n;
+    while (left > 0) {
+      const chunk = this.chunks[0];
+      if (chunk.length <= left) {
+        pieces.push(this.chunks.shift());
+        left -= chunk.length;
+      } else {
+        pieces.push(chunk.subarray(0, left));
+        this.chunks[0] = chunk.subarray(left);
+        left = 0;
+      }
+    }
+    return pieces;
+  }
+
+  dispatch(header, payload) {
+    // The server could not tell which call a frame of ours was: a call may never be answered, so the
+    // connection ends rather than leave it hanging (the server closes after a protocol mismatch, too).
+    if (header.t === "error" && (header.id === undefined || header.id === null)) {
+      const message = header.error?.message;
+      return this.fail(`server error: ${typeof message === "string" ? message : "(no message)"}`);
+    }
+    if (this.server === null) return this.greet(header);
+    const call = this.pending.get(header.id);
+    if (!call) return; // a call already settled (cancelled, or failed client-side): nothing waits
+    switch (header.t) {
+      case "data":
+        if (call.onData) call.onData(payload);
+        else this.credit(header.id, payload.length);
+        return;
+      case "ok":
+        return this.settle(header.id, { header, payload });
+      case "error":
+        return this.settle(header.id, null, remoteError(header.error));
+      default:
+        return this.fail(`protocol violation: unexpected frame type ${JSON.stringify(header.t)}`);
+    }
+  }
+
+  greet(hello) {
+    if (hello.t !== "hello") return this.fail(`protocol violation: expected hello, got ${JSON.stringify(hello.t)}`);
+    if (hello.protocol !== PROTOCOL_VERSION) {
+      const message =
+        `remote protocol mismatch: client pi-native-ops ${CLIENT_VERSION} speaks protocol ${PROTOCOL_VERSION}, ` +
+        `server pi-native-ops-server ${hello.server} speaks protocol ${hello.protocol}`;
+      const error = new Error(message);
+      this.handshake?.reject(error);
+      return this.fail(message);
+    }
+    if (typeof hello.root !== "string" || !path.isAbsolute(hello.root)) {
+      return this.fail("protocol violation: hello without an absolute root");
+    }
+    this.server = {
+      protocol: hello.protocol,
+      version: String(hello.server),
+      root: hello.root,
+      platform: String(hello.platform),
+    };
+    this.handshake?.resolve();
+  }
+
+  /** Ends the connection: every pending and later call rejects with `remote connection closed: <reason>`. */
+  fail(reason) {
+    if (this.closedReason !== null) return this.ended;
+    this.closedReason = reason;
+    this.handshake?.reject(closedError(reason));
+    const calls = [...this.pending.values()];
+    this.pending.clear();
+    for (const call of calls) call.reject(closedError(reason));
+    this.queue = [];
+    this.credits.clear();
+    this.chunks = [];
+    this.buffered = 0;
+    this.cancelInput?.();
+    // Ending our side tells a live server to kill its commands and exit.
+    this.ended = this.endOutput();
+    return this.ended;
+  }
+}

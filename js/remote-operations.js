@@ -1,0 +1,259 @@
+// The Operations of a remote connection: each local function's argument checks, then one call (or a
+// stream) on the connection, and the answer converted back to what the local function returns.
+import path from "node:path";
+import { checkObject, checkPath, checkString } from "./args.js";
+import { checkExecArguments, envEntries } from "./bash.js";
+import { checkOptions } from "./find.js";
+import { abortedError, createGrepOperations } from "./grep.js";
+import { closedErrors, frameFields } from "./remote-connection.js";
+import { createIndexFace, emptyIndexStats } from "./search-index.js";
+
+/** `exec` over the connection; env policy as {@link connect} documents. */
+export function remoteBashOperations(conn, { shellPath, forwardEnv }) {
+  return {
+    exec: async (command, cwd, execOptions) => {
+      const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
+      if (signal?.aborted) throw new Error("aborted");
+      let sent = null;
+      if (forwardEnv === true) sent = env === undefined ? null : envEntries(env);
+      else if (typeof forwardEnv === "function") {
+        const chosen = forwardEnv(env ?? process.env);
+        if (chosen !== undefined && chosen !== null) sent = envEntries(checkObject(chosen, "forwardEnv's result"));
+      }
+
+      let consumerError;
+      let timedOut = false;
+      let timer;
+      let onAbort;
+      const { id, promise } = conn.start(
+        "exec",
+        { command, cwd, env: sent, shell: shellPath ?? null },
+        null,
+        (chunk) => {
+          if (consumerError === undefined) {
+            try {
+              onData(chunk);
+            } catch (err) {
+              consumerError = err;
+              conn.cancel(id);
+            }
+          }
+          conn.credit(id, chunk.length);
+        },
+      );
+      onAbort = () => conn.cancel(id);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          timedOut = true;
+          conn.cancel(id);
+        }, timeoutMs);
+        timer.unref?.();
+      }
+      try {
+        const { header } = await promise;
+        if (consumerError !== undefined) throw consumerError;
+        if (signal?.aborted) throw new Error("aborted");
+        if (timedOut) throw new Error(`timeout:${timeout}`);
+        return { exitCode: typeof header.exitCode === "number" ? header.exitCode : null };
+      } finally {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      }
+    },
+  };
+}
+
+/**
+ * A number option as the wire carries it (docs/protocol.md): JSON has no infinities or NaN, so those travel
+ * as `String(n)`; absent is null. The server's core reads it as the binding reads the number itself.
+ */
+const wireNumber = (n) => (n === undefined || n === null ? null : Number.isFinite(n) ? n : String(n));
+
+/** grep's search over the connection, with the local search's abort semantics. */
+export function remoteSearch(conn) {
+  return (request, signal) => {
+    if (signal?.aborted) return Promise.reject(abortedError(0));
+    const { id, promise } = conn.start("grep", {
+      pattern: request.pattern,
+      path: request.path,
+      displayName: request.displayName,
+      ignoreCase: request.ignoreCase,
+      literal: request.literal,
+      glob: request.glob ?? null,
+      context: wireNumber(request.context),
+      limit: wireNumber(request.limit),
+      storeCap: request.storeCap ?? null,
+    });
+    const onAbort = () => conn.cancel(id);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    return promise
+      .then(
+        ({ header }) => {
+          if (signal?.aborted) throw abortedError(header.filesSearched ?? 0);
+          return header;
+        },
+        (err) => {
+          if (signal?.aborted && !closedErrors.has(err)) throw abortedError(frameFields.get(err)?.filesSearched ?? 0);
+          throw err;
+        },
+      )
+      .finally(() => signal?.removeEventListener("abort", onAbort));
+  };
+}
+
+/** The same object createBoundFs() returns, every operation a call to the server. */
+export function remoteFs(conn) {
+  const root = conn.server.root;
+  const readFile = async (p) => (await conn.start("readFile", { path: checkPath(p) }).promise).payload;
+  const writeFile = async (p, content) => {
+    checkPath(p);
+    if (typeof content !== "string" && !Buffer.isBuffer(content)) {
+      throw new TypeError(`content must be a string or Buffer, got ${typeof content}`);
+    }
+    await conn.call("writeFile", { path: p }, typeof content === "string" ? Buffer.from(content, "utf8") : content);
+  };
+  const stat = async (p) => {
+    const s = await conn.call("stat", { path: checkPath(p) });
+    return {
+      size: s.size,
+      mtimeMs: s.mtimeMs,
+      mode: s.mode,
+      isDirectory: () => s.isDirectory,
+      isFile: () => s.isFile,
+      isSymbolicLink: () => s.isSymbolicLink,
+    };
+  };
+
+  /**
+   * Streams the file as the local reader does (a regular file up to its size at open). Each chunk is
+   * credited when the consumer takes it, so at most the protocol's window waits here; leaving the loop
+   * early cancels the server's read.
+   */
+  async function* createReadStream(p, _options) {
+    checkPath(p);
+    const ready = [];
+    let wake = null;
+    let abandoned = false;
+    const { id, promise } = conn.start("readStream", { path: p }, null, (chunk) => {
+      // After the consumer left, chunks still in flight are credited and dropped.
+      if (abandoned) return conn.credit(id, chunk.length);
+      ready.push(chunk);
+      wake?.();
+    });
+    let settled = false;
+    let failure = null;
+    promise.then(
+      () => {
+        settled = true;
+        wake?.();
+      },
+      (err) => {
+        settled = true;
+        failure = err;
+        wake?.();
+      },
+    );
+    try {
+      for (;;) {
+        if (ready.length > 0) {
+          const chunk = ready.shift();
+          conn.credit(id, chunk.length);
+          yield chunk;
+        } else if (settled) {
+          if (failure) throw failure;
+          return;
+        } else {
+          await new Promise((resolve) => {
+            wake = resolve;
+          });
+          wake = null;
+        }
+      }
+    } finally {
+      if (!settled) {
+        abandoned = true;
+        for (const chunk of ready.splice(0)) conn.credit(id, chunk.length);
+        conn.cancel(id);
+      }
+    }
+  }
+
+  const fs = {
+    root,
+    runtimeRoot: root,
+    read: {
+      readFile,
+      access: async (p) => {
+        await conn.call("access", { path: checkPath(p), mode: "r" });
+      },
+      detectImageMimeType: async (p) => (await conn.call("detectImageMimeType", { path: checkPath(p) })).mime ?? null,
+      createReadStream,
+    },
+    write: {
+      writeFile,
+      mkdir: async (dir) => {
+        await conn.call("mkdir", { path: checkPath(dir, "dir") });
+      },
+    },
+    edit: {
+      readFile,
+      writeFile,
+      access: async (p) => {
+        await conn.call("access", { path: checkPath(p), mode: "rw" });
+      },
+    },
+    ls: {
+      exists: async (p) => (await conn.call("exists", { path: checkPath(p) })).exists,
+      stat,
+      readdir: async (p) => (await conn.call("readdir", { path: checkPath(p) })).names,
+    },
+    find: {
+      exists: async (p) => (await conn.call("findExists", { path: path.resolve(checkPath(p, "path")) })).exists,
+      glob: async (pattern, cwd, options) => {
+        checkString(pattern, "pattern");
+        const dir = path.resolve(checkPath(cwd, "cwd"));
+        const { ignore, limit } = checkOptions(options);
+        const answer = await conn.call("glob", { pattern, cwd: dir, ignore, limit: wireNumber(limit) });
+        return answer.paths;
+      },
+    },
+  };
+  fs.grep = createGrepOperations(null, fs);
+  return fs;
+}
+
+/**
+ * `fs.index` of a connection made with `index` options: starts the server's index (one already running,
+ * from `--index`, is kept as it is) without waiting for the answer, so connecting costs no round trip.
+ * A server that cannot index (one older than the index) gives an index that stays aside.
+ */
+export function remoteIndex(conn, options) {
+  const started = conn.call("indexStart", {
+    maxWatches: options.maxWatches ?? null,
+    maxFileBytes: options.maxFileBytes ?? null,
+  });
+  // Its failure is reported by ready/stats, whenever they are asked.
+  started.catch(() => {});
+  const call = async (op) => {
+    try {
+      await started;
+    } catch (err) {
+      if (closedErrors.has(err)) throw err;
+      return emptyIndexStats("aside", `the server cannot index: ${err.message}`);
+    }
+    return conn.call(op, {});
+  };
+  return createIndexFace({
+    ready: () => call("indexReady"),
+    stats: () => call("indexStats"),
+    close: async () => {
+      try {
+        await call("indexClose");
+      } catch (err) {
+        // A closed connection has no index left to close.
+        if (!closedErrors.has(err)) throw err;
+      }
+    },
+  });
+}
