@@ -96,3 +96,4 @@ for prefix in want:
         if name(m).startswith(prefix):
             print(name(m), "->", ", ".join(sorted(name(t) for t in edges[m])))
 print(f"{len(sccs)} cycle(s)")
+sys.exit(1 if sccs else 0)

@@ -13,6 +13,8 @@ step "cargo clippy"
 cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
 cargo clippy -p pi-native-ops -- -D warnings
 cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
+step "module cycles (none in any crate: a module and what it imports form a tree)"
+for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
 step "cargo test (the remote server: codec, dispatch, the built binary over pipes)"
