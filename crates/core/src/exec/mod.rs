@@ -186,6 +186,7 @@ mod unsupported {
         pub fn shell(&self) -> &str {
             match *self {}
         }
+        /// Unreachable: no `Execution` exists.
         pub fn control(&self) -> std::sync::Arc<Control> {
             match *self {}
         }
