@@ -15,8 +15,11 @@ cargo clippy -p pi-native-ops -- -D warnings
 cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
-step "cargo test (the remote server: codec, dispatch, the built binary over pipes)"
+step "cargo test (the remote server: codec, dispatch, the built binary over pipes and a WebSocket)"
 cargo test -p pi-native-ops-server
+step "aarch64 Linux: the server built for aarch64-unknown-linux-musl, its e2e suites under qemu-aarch64"
+# Installs the Rust target, Debian's cross gcc and qemu-user-static when missing.
+bash scripts/test-aarch64.sh
 step "cargo machete (every declared dependency is used)"
 # Installed once per machine (about a minute from crates.io); the check itself reads sources only.
 command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.2
