@@ -445,6 +445,19 @@ fn calls_in_flight_survive_cuts_byte_for_byte() {
 
     let server = Listening::start(dir.path(), &[]);
     let mut client = Client::connect(&server.addr, Auth::Bearer);
+    // For scale (printed, not asserted): sequential round trips of a small call.
+    let start = Instant::now();
+    for id in 0..300 {
+        client.call(
+            json!({"t":"call","id":100 + id,"op":"stat","path":format!("{cwd}/a.txt")}),
+            b"",
+        );
+        assert_eq!(client.next_frame().0["isFile"], true);
+    }
+    eprintln!(
+        "stat round trip over the WebSocket: {:?}",
+        start.elapsed() / 300
+    );
     let uncut = workload(&mut client, &cwd, &upload);
     client.close();
     assert_eq!(server.exit_code(), Some(0));
