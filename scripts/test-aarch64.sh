@@ -22,6 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 targets=${PI_NATIVE_OPS_AARCH64_TARGETS:-aarch64-unknown-linux-musl}
+# PI_NATIVE_OPS_AARCH64_QUICK=1: build without LTO and with 16 codegen units, the same code in about a
+# quarter of the time (measured: 54 s against 4 min here), for a test run; not for a binary to ship.
+if [ "${PI_NATIVE_OPS_AARCH64_QUICK:-}" = 1 ]; then
+  export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+fi
 
 missing=()
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu)
