@@ -17,7 +17,7 @@ step "module cycles (none in any crate: a module and what it imports form a tree
 for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
-step "cargo test (the remote server: codec, dispatch, the built binary over pipes)"
+step "cargo test (the remote server: codec, dispatch, the built binary over pipes and a WebSocket)"
 cargo test -p pi-native-ops-server
 step "cargo machete (every declared dependency is used)"
 # Installed once per machine (about a minute from crates.io); the check itself reads sources only.
@@ -61,6 +61,11 @@ step "vitest, remote face: Node $("$NODE22" --version) + @earendil-works/pi-codi
 PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
 step "vitest, remote face: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
+
+# The server for aarch64 Linux, cross-built and run under qemu-aarch64: its Rust e2e suites and the remote
+# face of the parity suites against it. Installs the Rust target, Debian's cross gcc and qemu-user-static.
+step "aarch64 Linux: the server built for aarch64-unknown-linux-musl (no LTO), tested under qemu-aarch64"
+PI_NATIVE_OPS_AARCH64_QUICK=1 bash scripts/test-aarch64.sh
 
 # The find and grep suites once more with the warm search index on (__test__/helpers/face.js): each search
 # made through an index that must still be ready after it, and cross-checked byte for byte against the same
