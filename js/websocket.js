@@ -20,8 +20,13 @@ const ACK = 0x03;
 const SERVER_HELLO_BYTES = 1 + 16 + 8;
 /** Bytes of an ACK: type, received (u64). */
 const ACK_BYTES = 1 + 8;
-/** The largest DATA payload the contract allows (1 MiB). */
+/** The largest DATA payload the contract allows (1 MiB): what the socket accepts. */
 const MAX_DATA_BYTES = 1024 * 1024;
+/**
+ * The DATA payload this side sends at most: a cut loses the message it lands in, so smaller messages lose
+ * less to resend; at 256 KiB the per-message cost is still nothing.
+ */
+const SEND_DATA_BYTES = 256 * 1024;
 /** Acknowledge at least every 256 KiB received (the contract), so the server's replay buffer drains. */
 const ACK_EVERY_BYTES = 256 * 1024;
 /** ...and when this long passes with unacknowledged bytes (the contract). */
@@ -294,7 +299,7 @@ class Session {
     else this.held.push(callback);
   }
 
-  /** Sends replay bytes not yet on this socket, in DATA messages of at most 1 MiB, while the socket keeps up. */
+  /** Sends replay bytes not yet on this socket, in DATA messages of at most SEND_DATA_BYTES, while the socket keeps up. */
   pump() {
     const ws = this.ws;
     if (!this.ready || ws?.readyState !== WebSocket.OPEN) return;
@@ -307,11 +312,11 @@ class Session {
           skip -= chunk.length;
           continue;
         }
-        const piece = chunk.subarray(skip, skip + MAX_DATA_BYTES - n);
+        const piece = chunk.subarray(skip, skip + SEND_DATA_BYTES - n);
         skip = 0;
         pieces.push(piece);
         n += piece.length;
-        if (n === MAX_DATA_BYTES) break;
+        if (n === SEND_DATA_BYTES) break;
       }
       this.wire += n;
       ws.send(Buffer.concat(pieces, 1 + n), (err) => {
@@ -420,7 +425,8 @@ class Session {
     }
     this.finalCallback?.();
     this.finalCallback = null;
-    this.stream.destroy(err);
+    // Before connect() listens (a failed first dial), the error is open()'s rejection alone.
+    this.stream.destroy(this.stream.listenerCount("error") > 0 ? err : undefined);
   }
 
   stop() {

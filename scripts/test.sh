@@ -60,6 +60,12 @@ PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NOD
 step "vitest, remote face: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
 
+# The same suites over a WebSocket (connectWebSocket to the server's --listen, its session layer between;
+# __test__/helpers/face.js), on one Node: the transport is JS of ours plus the ws package, the same on both
+# (about 35 s on the busy machine).
+step "vitest, websocket face: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_FACE=websocket PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
+
 # The find and grep suites once more with the warm search index on (__test__/helpers/face.js): each search
 # made through an index that must still be ready after it, and cross-checked byte for byte against the same
 # search without an index. The index's own suites (__test__/index-*.test.js) run in the runs above.

@@ -244,7 +244,7 @@ function u64(n) {
 export async function cuttingProxy(targetPort) {
   const pairs = new Set();
   let budget = Number.POSITIVE_INFINITY;
-  const proxy = { cuts: 0, bytes: 0, connections: 0 };
+  const proxy = { cuts: 0, bytes: 0, connections: 0, rearm: null };
   const cutAll = () => {
     if (pairs.size === 0) return;
     proxy.cuts++;
@@ -258,7 +258,7 @@ export async function cuttingProxy(targetPort) {
     proxy.bytes += n;
     budget -= n;
     if (budget <= 0) {
-      budget = Number.POSITIVE_INFINITY;
+      budget = proxy.rearm ? proxy.rearm() : Number.POSITIVE_INFINITY;
       cutAll();
       return false;
     }
@@ -277,7 +277,11 @@ export async function cuttingProxy(targetPort) {
         // The bytes that pass before a cut are those within the budget: a cut lands mid-message.
         const room = budget;
         if (room < d.length) to.write(d.subarray(0, Math.max(0, room)));
-        if (count(d.length)) to.write(d);
+        // Backpressure, so that the bytes counted are those handed on, not a backlog a cut throws away.
+        if (count(d.length) && !to.write(d)) {
+          from.pause();
+          to.once("drain", () => from.resume());
+        }
       });
       from.on("error", () => {});
       from.on("close", () => {
@@ -292,6 +296,15 @@ export async function cuttingProxy(targetPort) {
   proxy.cut = cutAll;
   proxy.cutAfter = (n) => {
     budget = n;
+  };
+  /** Cuts again and again, each time after `next()` more bytes (re-armed at every cut) until stopped. */
+  proxy.cutEvery = (next) => {
+    proxy.rearm = next;
+    budget = next();
+  };
+  proxy.stopCutting = () => {
+    proxy.rearm = null;
+    budget = Number.POSITIVE_INFINITY;
   };
   proxy.close = async () => {
     cutAll();
