@@ -59,7 +59,10 @@ export async function startListening(bin, { root, token = newToken(), args = [],
  * The fake: a WebSocket server on loopback serving one session at a time, each session a stdio server
  * child (`bin --root root ...args`). `{ url, token, sessions, close() }`; `sessions` counts sessions begun.
  */
-export async function startFake(bin, { root, token = newToken(), args = [], graceMs = 60_000 }) {
+export async function startFake(
+  bin,
+  { root, token = newToken(), args = [], graceMs = 60_000, host = "127.0.0.1", port = 0, onEnd = () => {} },
+) {
   let session = null;
   const fake = { token, sessions: 0, url: "" };
   const wss = new WebSocketServer({
@@ -115,6 +118,7 @@ export async function startFake(bin, { root, token = newToken(), args = [], grac
       clearTimeout(s.graceTimer);
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       if (session === s) session = null;
+      onEnd();
     };
     const replayed = () => s.sent - s.acked;
     const pump = () => {
@@ -211,8 +215,9 @@ export async function startFake(bin, { root, token = newToken(), args = [], grac
     return s;
   }
 
-  await new Promise((resolve) => http.listen(0, "127.0.0.1", resolve));
-  fake.url = `ws://127.0.0.1:${http.address().port}/`;
+  await new Promise((resolve) => http.listen(port, host, resolve));
+  fake.address = `${host}:${http.address().port}`;
+  fake.url = `ws://${fake.address}/`;
   fake.close = async () => {
     if (session) {
       const { child } = session;
