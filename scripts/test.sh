@@ -15,7 +15,7 @@ cargo clippy -p pi-native-ops -- -D warnings
 cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
-step "cargo test (the remote server: codec, dispatch, the built binary over pipes)"
+step "cargo test (the remote server: codec, dispatch, the built binary over pipes and a WebSocket)"
 cargo test -p pi-native-ops-server
 step "cargo machete (every declared dependency is used)"
 # Installed once per machine (about a minute from crates.io); the check itself reads sources only.
@@ -65,6 +65,11 @@ PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE2
 # (about 35 s on the busy machine).
 step "vitest, websocket face: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
 PI_NATIVE_OPS_FACE=websocket PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
+
+# The server for aarch64 Linux, cross-built and run under qemu-aarch64: its Rust e2e suites and the remote
+# face of the parity suites against it. Installs the Rust target, Debian's cross gcc and qemu-user-static.
+step "aarch64 Linux: the server built for aarch64-unknown-linux-musl, tested under qemu-aarch64"
+bash scripts/test-aarch64.sh
 
 # The find and grep suites once more with the warm search index on (__test__/helpers/face.js): each search
 # made through an index that must still be ready after it, and cross-checked byte for byte against the same

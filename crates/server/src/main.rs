@@ -15,21 +15,28 @@ mod fuzz;
 #[cfg(unix)]
 mod index;
 #[cfg(unix)]
+mod listen;
+#[cfg(unix)]
 mod ops;
 #[cfg(unix)]
 mod outbox;
 #[cfg(unix)]
+mod session;
+#[cfg(unix)]
 mod wire;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 const NAME: &str = "pi-native-ops-server";
 
 const USAGE: &str = "\
 usage: pi-native-ops-server --root DIR [--runtime-root PATH] [--index]
+                            [--listen HOST:PORT [--grace S] [--idle-timeout S]]
 
 Serves the workspace DIR to one pi-native-ops client over stdin and stdout
-(the protocol of docs/protocol.md); logs go to stderr.
+(the protocol of docs/protocol.md), or with --listen over a WebSocket; logs
+go to stderr.
 
   --root DIR            the workspace directory on this machine
   --runtime-root PATH   the absolute path the agent sees the workspace as
@@ -37,8 +44,36 @@ Serves the workspace DIR to one pi-native-ops client over stdin and stdout
   --index               start the warm search index of DIR at once (Linux),
                         so find and grep are fast from the first calls on;
                         a client may also start it (connect's index option)
+  --listen HOST:PORT    serve one client session over a WebSocket on this
+                        address (port 0: any free port) instead of stdio;
+                        prints `listening on HOST:PORT` to stdout once bound.
+                        The client must present the token in the environment
+                        variable PI_NATIVE_OPS_TOKEN (required; never an
+                        argument), as `Authorization: Bearer TOKEN` or a
+                        Sec-WebSocket-Protocol entry pi-native-ops.token.TOKEN.
+                        Plain ws:// only: put TLS in front (the platform's
+                        proxy does) before the port leaves the machine.
+  --grace S             after a dropped connection, keep the session S
+                        seconds for the client to resume it (default 60);
+                        then stop its calls, kill its commands and exit
+  --idle-timeout S      exit when no session has started within S seconds
+                        (default 300)
   --version             print the version
   --help                print this help";
+
+/// `--grace` by default: long enough for a client to notice a drop and redial through a proxy.
+const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+/// `--idle-timeout` by default: a server started for a client that never came does not stay.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest `--grace` or `--idle-timeout` taken: a day.
+const MAX_SECONDS: f64 = 86_400.0;
+
+#[derive(Debug, PartialEq, Eq)]
+struct Listen {
+    address: String,
+    grace: Duration,
+    idle_timeout: Duration,
+}
 
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
@@ -46,15 +81,28 @@ enum Command {
         root: PathBuf,
         runtime_root: Option<PathBuf>,
         index: bool,
+        listen: Option<Listen>,
     },
     Version,
     Help,
+}
+
+fn seconds(name: &str, value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=MAX_SECONDS).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{name} takes seconds from 0 to {MAX_SECONDS}, got \"{value}\""))
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut root = None;
     let mut runtime_root = None;
     let mut index = false;
+    let mut address: Option<String> = None;
+    let mut grace = None;
+    let mut idle_timeout = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -69,6 +117,21 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 continue;
             }
             "--index" => return Err("--index takes no value".into()),
+            "--listen" | "--grace" | "--idle-timeout" => {
+                let value = match inline {
+                    Some(value) => value.to_string(),
+                    None => args.next().ok_or_else(|| format!("{name} needs a value"))?,
+                };
+                let twice = match name.as_str() {
+                    "--listen" => address.replace(value).is_some(),
+                    "--grace" => grace.replace(seconds(&name, &value)?).is_some(),
+                    _ => idle_timeout.replace(seconds(&name, &value)?).is_some(),
+                };
+                if twice {
+                    return Err(format!("{name} is given twice"));
+                }
+                continue;
+            }
             "--root" => &mut root,
             "--runtime-root" => &mut runtime_root,
             _ => return Err(format!("unknown argument \"{arg}\"")),
@@ -93,10 +156,25 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             ));
         }
     }
+    let listen = match address {
+        Some(address) if !address.contains(':') => {
+            return Err(format!("--listen takes HOST:PORT, got \"{address}\""))
+        }
+        Some(address) => Some(Listen {
+            address,
+            grace: grace.unwrap_or(DEFAULT_GRACE),
+            idle_timeout: idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        }),
+        None if grace.is_some() || idle_timeout.is_some() => {
+            return Err("--grace and --idle-timeout go with --listen".into())
+        }
+        None => None,
+    };
     Ok(Command::Serve {
         root,
         runtime_root,
         index,
+        listen,
     })
 }
 
@@ -107,7 +185,7 @@ fn usage_error(message: &str) -> ! {
 
 fn main() {
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
-    let (root, runtime_root, index) = match command {
+    let (root, runtime_root, index, listen) = match command {
         Command::Help => {
             println!("{USAGE}");
             return;
@@ -120,13 +198,36 @@ fn main() {
             root,
             runtime_root,
             index,
-        } => (root, runtime_root, index),
+            listen,
+        } => (root, runtime_root, index, listen),
     };
-    std::process::exit(serve(root, runtime_root, index));
+    std::process::exit(serve(root, runtime_root, index, listen));
+}
+
+/// The token a `--listen` client must present, from the environment only (an argument would show
+/// in every process listing and in the sandbox SDKs' command logs). It leaves the environment, so
+/// the commands the client runs do not inherit it.
+#[cfg(unix)]
+fn take_token() -> String {
+    const VAR: &str = "PI_NATIVE_OPS_TOKEN";
+    let token = std::env::var(VAR).unwrap_or_default();
+    // Still one thread: nothing reads the environment meanwhile.
+    std::env::remove_var(VAR);
+    if token.is_empty() {
+        usage_error(&format!(
+            "--listen needs a token in the environment variable {VAR} (never an argument)"
+        ));
+    }
+    if !listen::token_is_valid(&token) {
+        usage_error(&format!(
+            "{VAR} may hold only letters, digits and . _ ~ - (it must fit a Sec-WebSocket-Protocol entry)"
+        ));
+    }
+    token
 }
 
 #[cfg(unix)]
-fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
+fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Option<Listen>) -> i32 {
     use std::os::fd::AsFd;
     use std::sync::Arc;
 
@@ -139,6 +240,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
     #[cfg(target_os = "linux")]
     const PIPE_BYTES: libc::c_int = 1 << 20;
 
+    let token = listen.as_ref().map(|_| take_token());
     // Relative to where the server starts, made absolute lexically (as js/fs.js's path.resolve),
     // so no relative alias of the root exists.
     let host_root = std::path::absolute(&root).unwrap_or(root);
@@ -165,6 +267,17 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
             return 1;
         }
     };
+    if let (Some(listen), Some(token)) = (listen, token) {
+        let options = listen::Options {
+            address: listen.address,
+            grace: listen.grace,
+            idle_timeout: listen.idle_timeout,
+            token,
+        };
+        let code = listen::serve(options, workspace, pools.lanes());
+        // As below: no waiting for the blocking pool.
+        std::process::exit(code);
+    }
     // Our own descriptors for fds 0 and 1: std's handles add a buffer (and stdout a line buffer,
     // which would split frames at newlines).
     let (input, output) = match (
@@ -195,7 +308,12 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool) -> i32 {
 }
 
 #[cfg(not(unix))]
-fn serve(_root: PathBuf, _runtime_root: Option<PathBuf>, _index: bool) -> i32 {
+fn serve(
+    _root: PathBuf,
+    _runtime_root: Option<PathBuf>,
+    _index: bool,
+    _listen: Option<Listen>,
+) -> i32 {
     eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
     2
 }
@@ -215,7 +333,8 @@ mod tests {
             Ok(Command::Serve {
                 root: "/w".into(),
                 runtime_root: None,
-                index: false
+                index: false,
+                listen: None
             })
         );
         assert_eq!(
@@ -223,7 +342,8 @@ mod tests {
             Ok(Command::Serve {
                 root: "/w".into(),
                 runtime_root: None,
-                index: true
+                index: true,
+                listen: None
             })
         );
         assert_eq!(
@@ -235,7 +355,8 @@ mod tests {
             Ok(Command::Serve {
                 root: "w".into(),
                 runtime_root: Some("/workspace".into()),
-                index: false
+                index: false,
+                listen: None
             })
         );
         assert_eq!(parse(&["--version"]), Ok(Command::Version));
@@ -254,5 +375,34 @@ mod tests {
         assert!(parse(&["--root", "/w", "--runtime-root", "rel"])
             .unwrap_err()
             .contains("absolute"));
+        assert_eq!(
+            parse(&["--root", "/w", "--listen", "127.0.0.1:0", "--grace=0.5"]),
+            Ok(Command::Serve {
+                root: "/w".into(),
+                runtime_root: None,
+                index: false,
+                listen: Some(Listen {
+                    address: "127.0.0.1:0".into(),
+                    grace: Duration::from_millis(500),
+                    idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                })
+            })
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--grace", "5"]),
+            Err("--grace and --idle-timeout go with --listen".into())
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--listen", "8080"]),
+            Err("--listen takes HOST:PORT, got \"8080\"".into())
+        );
+        for bad in ["-1", "nan", "1e9", "x"] {
+            assert!(
+                parse(&["--root", "/w", "--listen", ":0", "--idle-timeout", bad])
+                    .unwrap_err()
+                    .contains("seconds from 0"),
+                "{bad}"
+            );
+        }
     }
 }

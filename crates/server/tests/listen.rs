@@ -1,0 +1,734 @@
+//! The built server with `--listen` (docs/protocol.md, "Over a WebSocket"): the upgrade's
+//! refusals, one session at a time, resume after cuts, the grace period and the idle timeout,
+//! driven by a client of the session layer written here. Loopback only.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::{Message, WebSocket};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pi-native-ops-server");
+const TOKEN: &str = "test-token_0123456789.abc~";
+/// A server that stops answering fails its test after this long instead of hanging the run.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// The binary under test: this build's, or another given by `PI_NATIVE_OPS_E2E_SERVER` (another
+/// architecture's under an emulator, or an older build to watch a test fail).
+fn bin() -> String {
+    std::env::var("PI_NATIVE_OPS_E2E_SERVER").unwrap_or_else(|_| BIN.to_string())
+}
+
+struct Listening {
+    child: Arc<Mutex<Child>>,
+    addr: String,
+}
+
+impl Listening {
+    fn start(root: &Path, args: &[&str]) -> Listening {
+        let mut cmd = Command::new(bin());
+        cmd.arg("--root")
+            .arg(root)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("PI_NATIVE_OPS_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("the server starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+            .trim_end()
+            .to_string();
+        // Nothing else comes on stdout.
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stdout.read_to_string(&mut rest);
+            assert_eq!(rest, "", "stdout carries only the listening line");
+        });
+        let child = Arc::new(Mutex::new(child));
+        let watched = Arc::downgrade(&child);
+        std::thread::spawn(move || {
+            std::thread::sleep(WATCHDOG);
+            if let Some(child) = watched.upgrade() {
+                let _ = child.lock().unwrap().kill();
+            }
+        });
+        Listening { child, addr }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
+    /// Waits for the server to exit on its own.
+    fn exit_code(&self) -> Option<i32> {
+        loop {
+            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+    dir
+}
+
+fn frame(header: &Value, payload: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(header).unwrap();
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// The next whole frame at the start of `bytes`, and its length.
+fn parse_frame(bytes: &[u8]) -> Option<((Value, Vec<u8>), usize)> {
+    if bytes.len() < 8 {
+        return None;
+    }
+    let h = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let p = u32::from_be_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    if bytes.len() < 8 + h + p {
+        return None;
+    }
+    let header = serde_json::from_slice(&bytes[8..8 + h]).unwrap();
+    Some(((header, bytes[8 + h..8 + h + p].to_vec()), 8 + h + p))
+}
+
+/// An HTTP upgrade written by hand; returns the status code the server answers (0 for none).
+fn raw_upgrade(addr: &str, path: &str, extra_headers: &str) -> u16 {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra_headers}\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    if answer.starts_with("HTTP/1.1 101") {
+        return 101;
+    }
+    // A refusal says nothing else: no body.
+    assert!(answer.ends_with("\r\n\r\n"), "{answer:?}");
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How the client presents the token.
+#[derive(Clone, Copy)]
+enum Auth {
+    Bearer,
+    Subprotocol,
+}
+
+/// Upgrades a TCP connection: the WebSocket, or the HTTP status of the refusal.
+fn upgrade(addr: &str, query: &str, auth: Auth) -> Result<WebSocket<TcpStream>, u16> {
+    let mut request = format!("ws://{addr}/{query}")
+        .into_client_request()
+        .unwrap();
+    let headers = request.headers_mut();
+    match auth {
+        Auth::Bearer => {
+            headers.insert("Authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            headers.insert(
+                "Sec-WebSocket-Protocol",
+                "pi-native-ops.v1".parse().unwrap(),
+            );
+        }
+        Auth::Subprotocol => {
+            let offered = format!("pi-native-ops.v1, pi-native-ops.token.{TOKEN}");
+            headers.insert("Sec-WebSocket-Protocol", offered.parse().unwrap());
+        }
+    }
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_nodelay(true).unwrap();
+    match tungstenite::client(request, tcp) {
+        Ok((ws, response)) => {
+            // The server selects the protocol, never the token entry.
+            assert_eq!(
+                response.headers()["Sec-WebSocket-Protocol"],
+                "pi-native-ops.v1"
+            );
+            Ok(ws)
+        }
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            Err(response.status().as_u16())
+        }
+        Err(e) => panic!("upgrade failed: {e}"),
+    }
+}
+
+/// Resets the connection (RST, no close frame): whatever either side had in flight on it is lost.
+fn reset(tcp: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads one linger struct from a live local.
+    unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+}
+
+/// A client of the session layer, with the protocol's frames on top. It keeps every byte it sent
+/// (a test's streams are small) so a resume can resend from wherever the server says.
+struct Client {
+    addr: String,
+    id: Option<[u8; 16]>,
+    ws: Option<WebSocket<TcpStream>>,
+    sent: Vec<u8>,
+    got: Vec<u8>,
+    parsed: usize,
+    /// Cuts the connection at random points when set (xorshift state), one in `cut_one_in`.
+    rng: Option<u64>,
+    cut_one_in: u64,
+    cuts: usize,
+    resumes: Vec<Duration>,
+}
+
+impl Client {
+    fn connect(addr: &str, auth: Auth) -> Client {
+        let mut client = Client {
+            addr: addr.to_string(),
+            id: None,
+            ws: None,
+            sent: Vec::new(),
+            got: Vec::new(),
+            parsed: 0,
+            rng: None,
+            cut_one_in: 1,
+            cuts: 0,
+            resumes: Vec::new(),
+        };
+        client.dial(auth);
+        let (hello, _) = client.next_frame();
+        assert_eq!(hello["t"], "hello");
+        client.send(&frame(
+            &json!({"t":"hello","protocol":1,"client":"0.1.0"}),
+            b"",
+        ));
+        client
+    }
+
+    fn ws(&mut self) -> &mut WebSocket<TcpStream> {
+        self.ws.as_mut().expect("connected")
+    }
+
+    /// Opens a connection of the session (a new one the first time) and exchanges HELLOs; the
+    /// server's tells where to resend from.
+    fn dial(&mut self, auth: Auth) {
+        let query = match self.id {
+            Some(id) => format!(
+                "?session={}",
+                id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+            None => String::new(),
+        };
+        let mut ws = upgrade(&self.addr, &query, auth).expect("the upgrade is accepted");
+        let mut hello = vec![1u8];
+        hello.extend_from_slice(&(self.got.len() as u64).to_le_bytes());
+        ws.send(Message::Binary(hello.into())).unwrap();
+        let Message::Binary(theirs) = ws.read().unwrap() else {
+            panic!("the server's first message is not binary");
+        };
+        assert_eq!((theirs.len(), theirs[0]), (25, 1), "the server's HELLO");
+        let id: [u8; 16] = theirs[1..17].try_into().unwrap();
+        if let Some(known) = self.id {
+            assert_eq!(id, known, "the same session");
+        }
+        self.id = Some(id);
+        let received = u64::from_le_bytes(theirs[17..25].try_into().unwrap()) as usize;
+        assert!(received <= self.sent.len());
+        for chunk in self.sent[received..].chunks(1 << 20) {
+            let mut data = vec![2u8];
+            data.extend_from_slice(chunk);
+            ws.send(Message::Binary(data.into())).unwrap();
+        }
+        self.ws = Some(ws);
+    }
+
+    fn chance(&mut self) -> bool {
+        let Some(state) = &mut self.rng else {
+            return false;
+        };
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state % self.cut_one_in == 0
+    }
+
+    /// Cuts the connection (sometimes in the middle of a WebSocket frame) and resumes at once.
+    fn cut_and_resume(&mut self) {
+        let mut ws = self.ws.take().unwrap();
+        reset(ws.get_ref());
+        if self.cuts % 2 == 1 {
+            // Half a binary frame's header: the server is left inside a frame.
+            let _ = ws.get_mut().write_all(&[0x82, 0xfe, 0x10]);
+        }
+        drop(ws);
+        self.cuts += 1;
+        let start = Instant::now();
+        self.dial(Auth::Bearer);
+        self.resumes.push(start.elapsed());
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.sent.extend_from_slice(bytes);
+        // A DATA message carries 1 MiB at most.
+        for chunk in bytes.chunks(1 << 20) {
+            let mut data = vec![2u8];
+            data.extend_from_slice(chunk);
+            if self.chance() {
+                // Part of the message reaches the socket, then the connection goes (the resume
+                // resends everything the server did not get, this chunk's rest included).
+                let _ = self.ws().get_mut().write_all(&data[..data.len() / 2]);
+                return self.cut_and_resume();
+            }
+            self.ws().send(Message::Binary(data.into())).unwrap();
+        }
+    }
+
+    fn call(&mut self, header: Value, payload: &[u8]) {
+        self.send(&frame(&header, payload));
+    }
+
+    fn next_frame(&mut self) -> (Value, Vec<u8>) {
+        loop {
+            if let Some((frame, len)) = parse_frame(&self.got[self.parsed..]) {
+                self.parsed += len;
+                return frame;
+            }
+            if self.chance() {
+                self.cut_and_resume();
+                continue;
+            }
+            match self.ws().read().expect("a message") {
+                Message::Binary(bytes) if bytes[0] == 2 => {
+                    self.got.extend_from_slice(&bytes[1..]);
+                    let mut ack = vec![3u8];
+                    ack.extend_from_slice(&(self.got.len() as u64).to_le_bytes());
+                    self.ws().send(Message::Binary(ack.into())).unwrap();
+                }
+                Message::Binary(bytes) if bytes[0] == 3 && bytes.len() == 9 => {}
+                other => panic!("unexpected message {other:?}"),
+            }
+        }
+    }
+
+    /// Ends the session: a normal close.
+    fn close(mut self) {
+        let mut ws = self.ws.take().unwrap();
+        ws.close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "done".into(),
+        }))
+        .unwrap();
+        while ws.read().is_ok() {}
+    }
+}
+
+/// A workload of streaming and one-shot calls in both directions; each call's frames, in order
+/// (data payloads and the answer, header and payload).
+fn workload(client: &mut Client, cwd: &str, upload: &[u8]) -> Vec<(u64, Vec<u8>, Value, Vec<u8>)> {
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"seq 1 1200000","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    client.call(
+        json!({"t":"call","id":2,"op":"grep","pattern":"needle [0-9]+","path":format!("{cwd}/s"),"displayName":"w","limit":100000,"context":1,"ignoreCase":false,"literal":false,"glob":null,"storeCap":null}),
+        b"",
+    );
+    client.call(
+        json!({"t":"call","id":3,"op":"writeFile","path":format!("{cwd}/up.bin")}),
+        upload,
+    );
+    let mut results: Vec<(u64, Vec<u8>, Value, Vec<u8>)> = (1..=4)
+        .map(|id| (id, Vec::new(), Value::Null, Vec::new()))
+        .collect();
+    let mut open = 4;
+    while open > 0 {
+        let (header, payload) = client.next_frame();
+        let id = header["id"].as_u64().expect("an id");
+        let slot = &mut results[id as usize - 1];
+        if header["t"] == "data" {
+            client.call(json!({"t":"credit","id":id,"bytes":payload.len()}), b"");
+            slot.1.extend_from_slice(&payload);
+            continue;
+        }
+        slot.2 = header;
+        slot.3 = payload;
+        open -= 1;
+        if id == 3 {
+            client.call(
+                json!({"t":"call","id":4,"op":"readFile","path":format!("{cwd}/up.bin")}),
+                b"",
+            );
+        }
+    }
+    results
+}
+
+fn searchable(dir: &Path) {
+    let dir = dir.join("s");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..200 {
+        let text: String = (0..50)
+            .map(|l| {
+                if (i + l) % 7 == 0 {
+                    format!("line {l} needle {i}\n")
+                } else {
+                    format!("line {l} hay\n")
+                }
+            })
+            .collect();
+        std::fs::write(dir.join(format!("f{i:03}.txt")), text).unwrap();
+    }
+}
+
+fn noise(len: usize, mut state: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(len + 8);
+    while bytes.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        bytes.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    bytes.truncate(len);
+    bytes
+}
+
+#[test]
+fn calls_in_flight_survive_cuts_byte_for_byte() {
+    let dir = workspace();
+    searchable(dir.path());
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let upload = noise((3 << 20) + 77, 0x1234_5678_9abc_def1);
+
+    let server = Listening::start(dir.path(), &[]);
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    // For scale (printed, not asserted): sequential round trips of a small call.
+    let start = Instant::now();
+    for id in 0..300 {
+        client.call(
+            json!({"t":"call","id":100 + id,"op":"stat","path":format!("{cwd}/a.txt")}),
+            b"",
+        );
+        assert_eq!(client.next_frame().0["isFile"], true);
+    }
+    eprintln!(
+        "stat round trip over the WebSocket: {:?}",
+        start.elapsed() / 300
+    );
+    let uncut = workload(&mut client, &cwd, &upload);
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+    assert_eq!(uncut[0].2["exitCode"], 0);
+    let seq: String = (1..=1_200_000).map(|n| format!("{n}\n")).collect();
+    assert!(uncut[0].1 == seq.as_bytes(), "the exec's output");
+    assert_eq!(uncut[1].2["matchCount"], 1429);
+    assert!(uncut[3].3 == upload, "the upload read back");
+
+    let server = Listening::start(dir.path(), &[]);
+    let mut client = Client::connect(&server.addr, Auth::Subprotocol);
+    client.rng = Some(0x9e37_79b9_7f4a_7c15);
+    client.cut_one_in = 3;
+    // Rounds of the same calls (ids are free again once answered), cut everywhere.
+    for round in 0..4 {
+        let cut = workload(&mut client, &cwd, &upload);
+        let cuts = client.cuts;
+        for (a, b) in uncut.iter().zip(&cut) {
+            assert!(a.2 == b.2, "call {}'s answer differs (round {round})", a.0);
+            assert!(a.1 == b.1, "call {}'s data differs after {cuts} cuts", a.0);
+            assert!(
+                a.3 == b.3,
+                "call {}'s payload differs after {cuts} cuts",
+                a.0
+            );
+        }
+    }
+    let (cuts, mut resumes) = (client.cuts, client.resumes.clone());
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+    assert!(cuts >= 30, "only {cuts} cuts");
+    resumes.sort();
+    eprintln!(
+        "{cuts} cuts; resume (cut to HELLOs exchanged) median {:?}, max {:?}",
+        resumes[resumes.len() / 2],
+        resumes[resumes.len() - 1]
+    );
+}
+
+#[test]
+fn a_wrong_or_missing_token_gets_401_and_a_good_client_still_connects() {
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &[]);
+    let addr = &server.addr;
+    assert_eq!(raw_upgrade(addr, "/", ""), 401);
+    assert_eq!(
+        raw_upgrade(addr, "/", "Authorization: Bearer nope\r\n"),
+        401
+    );
+    assert_eq!(
+        raw_upgrade(addr, "/", &format!("Authorization: Bearer {TOKEN}x\r\n")),
+        401
+    );
+    assert_eq!(
+        raw_upgrade(
+            addr,
+            "/",
+            &format!("Authorization: Basic {TOKEN}\r\nSec-WebSocket-Protocol: pi-native-ops.v1, pi-native-ops.token.{}\r\n", &TOKEN[1..])
+        ),
+        401
+    );
+    // A resume with a wrong token is refused before the session is even looked up.
+    assert_eq!(
+        raw_upgrade(addr, "/?session=00000000000000000000000000000000", ""),
+        401
+    );
+    let mut client = Client::connect(addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"readFile","path":format!("{}/a.txt", dir.path().display())}),
+        b"",
+    );
+    let (ok, bytes) = client.next_frame();
+    assert_eq!(
+        (ok["t"].as_str(), bytes.as_slice()),
+        (Some("ok"), &b"alpha\n"[..])
+    );
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+}
+
+#[test]
+fn one_session_at_a_time() {
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &[]);
+    let addr = &server.addr;
+    let mut client = Client::connect(addr, Auth::Bearer);
+    assert_eq!(upgrade(addr, "", Auth::Bearer).err(), Some(409));
+    assert_eq!(upgrade(addr, "", Auth::Subprotocol).err(), Some(409));
+    assert_eq!(
+        upgrade(
+            addr,
+            "?session=0123456789abcdef0123456789abcdef",
+            Auth::Bearer
+        )
+        .err(),
+        Some(404)
+    );
+    assert_eq!(
+        upgrade(addr, "?session=nothex", Auth::Bearer).err(),
+        Some(404)
+    );
+    // The same session's id takes over from a socket that still looks alive.
+    let old = client.ws.take().unwrap();
+    client.dial(Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"stat","path":format!("{}/a.txt", dir.path().display())}),
+        b"",
+    );
+    let (ok, _) = client.next_frame();
+    assert_eq!(ok["isFile"], true);
+    // The server closed the replaced one.
+    let mut old = old;
+    loop {
+        match old.read() {
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+}
+
+#[test]
+fn garbage_and_stalled_upgrades_are_refused_and_harm_nothing() {
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &[]);
+    let addr = &server.addr;
+    // Never says anything; sends half a request and stops; sends garbage.
+    let silent = TcpStream::connect(addr).unwrap();
+    let mut half = TcpStream::connect(addr).unwrap();
+    half.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgr")
+        .unwrap();
+    let mut garbage = TcpStream::connect(addr).unwrap();
+    garbage
+        .write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = garbage.read_to_end(&mut answer);
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // A plain GET without an upgrade gets a 400 too, and a request with a body is no upgrade.
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Meanwhile a good client connects and is served.
+    let mut client = Client::connect(addr, Auth::Subprotocol);
+    client.call(
+        json!({"t":"call","id":1,"op":"exists","path":format!("{}/a.txt", dir.path().display())}),
+        b"",
+    );
+    assert_eq!(client.next_frame().0["exists"], true);
+    // The stalled ones are closed by the upgrade's deadline.
+    for mut stalled in [silent, half] {
+        let mut rest = Vec::new();
+        let _ = stalled.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    }
+    client.call(
+        json!({"t":"call","id":2,"op":"exists","path":format!("{}/b.txt", dir.path().display())}),
+        b"",
+    );
+    assert_eq!(client.next_frame().0["exists"], false);
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+}
+
+fn alive(pid: &str) -> bool {
+    // A zombie no longer runs: only its entry waits for a parent to read it.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn when_the_grace_period_passes_the_sessions_commands_are_killed_and_the_server_exits() {
+    let dir = workspace();
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let server = Listening::start(dir.path(), &["--grace", "1"]);
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"sleep 1000 & echo $!; wait","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    let (data, payload) = client.next_frame();
+    assert_eq!(data["t"], "data");
+    let pid = String::from_utf8(payload).unwrap().trim().to_string();
+    assert!(alive(&pid), "sleep {pid} runs");
+    // A resume within the grace period keeps the command; then the client vanishes for good.
+    client.cut_and_resume();
+    assert!(alive(&pid), "sleep {pid} runs after a resume");
+    reset(client.ws.as_ref().unwrap().get_ref());
+    drop(client);
+    assert_eq!(server.exit_code(), Some(0));
+    assert!(!alive(&pid), "sleep {pid} outlived the session");
+    // The server's pid is gone too (reaped by exit_code's wait).
+    assert!(!alive(&server.pid().to_string()));
+}
+
+#[test]
+fn a_normal_close_ends_the_session_and_its_commands() {
+    let dir = workspace();
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let server = Listening::start(dir.path(), &[]);
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"sleep 1000 & echo $!; wait","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    let (_, payload) = client.next_frame();
+    let pid = String::from_utf8(payload).unwrap().trim().to_string();
+    assert!(alive(&pid));
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+    assert!(!alive(&pid), "sleep {pid} outlived the session");
+}
+
+#[test]
+fn the_token_is_required_and_not_inherited() {
+    let dir = workspace();
+    let out = Command::new(bin())
+        .arg("--root")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("PI_NATIVE_OPS_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PI_NATIVE_OPS_TOKEN"));
+    assert!(out.stdout.is_empty());
+    let out = Command::new(bin())
+        .arg("--root")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .env("PI_NATIVE_OPS_TOKEN", "has space")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // Commands do not see it.
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let server = Listening::start(dir.path(), &[]);
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"echo \"[$PI_NATIVE_OPS_TOKEN]\"","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    let (_, payload) = client.next_frame();
+    assert_eq!(payload, b"[]\n");
+    client.close();
+}
+
+#[test]
+fn without_a_session_the_server_exits_after_the_idle_timeout() {
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &["--idle-timeout", "0.2"]);
+    assert_eq!(server.exit_code(), Some(0));
+}

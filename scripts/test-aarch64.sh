@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The server for aarch64 Linux (Graviton VMs, Docker on Apple silicon): built here for each target in
+# PI_NATIVE_OPS_AARCH64_TARGETS (default aarch64-unknown-linux-musl, the one static binary that runs
+# on every aarch64 Linux; add aarch64-unknown-linux-gnu for the other), then the server's end-to-end
+# suites (crates/server/tests: e2e.rs over pipes, listen.rs over a WebSocket with cuts and resumes)
+# run against it under qemu-user, then (when the addon is built) the remote face of the JS parity
+# suites with that server (PI_NATIVE_OPS_SERVER). Installs what it needs: the Rust target (rustup),
+# Debian's cross gcc (the linker) and qemu-user-static (as root, with apt-get).
+#
+# Left out: __test__/bash.test.js's two tree-kill tests fail under qemu-user (setsid grandchildren
+# outlive the kill: the supervisor's PR_SET_CHILD_SUBREAPER under the emulator), an emulation limit
+# to check on real aarch64 hardware.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+targets=${PI_NATIVE_OPS_AARCH64_TARGETS:-aarch64-unknown-linux-musl}
+
+missing=()
+command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu)
+command -v qemu-aarch64-static >/dev/null || command -v qemu-aarch64 >/dev/null ||
+  missing+=(qemu-user-static)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-aarch64: needs ${missing[*]}: apt-get install ${missing[*]} (as root)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+qemu=$(command -v qemu-aarch64-static || command -v qemu-aarch64)
+
+wrapper=$(mktemp)
+trap 'rm -f "$wrapper"' EXIT
+for target in $targets; do
+  case "$target" in
+    aarch64-unknown-linux-gnu) suffix=linux-arm64-gnu ;;
+    aarch64-unknown-linux-musl) suffix=linux-arm64-musl ;;
+    *) echo "test-aarch64: $target is not an aarch64 Linux target" >&2; exit 2 ;;
+  esac
+  rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+  bash scripts/build-server.sh --target "$target"
+  bin="$PWD/pi-native-ops-server.$suffix"
+  # No binfmt_misc registration is assumed: the tests start the binary through the emulator.
+  printf '#!/bin/sh\nexec %s %s "$@"\n' "$qemu" "$bin" >"$wrapper"
+  chmod +x "$wrapper"
+  echo "test-aarch64: $("$wrapper" --version) ($target, under $(basename "$qemu"))"
+  PI_NATIVE_OPS_E2E_SERVER="$wrapper" cargo test -p pi-native-ops-server --test e2e --test listen
+  if ls pi-native-ops.*.node >/dev/null 2>&1 && [ -d node_modules/vitest ]; then
+    PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_SERVER="$wrapper" \
+      PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent node node_modules/vitest/vitest.mjs run \
+      __test__/{fs-parity,fs-escape,fs,find,grep,bash-tool}.test.js
+  else
+    echo "test-aarch64: skipped the JS remote face suites: the addon is not built (npm run build)"
+  fi
+done
