@@ -349,7 +349,7 @@ class Session {
     if (this.closeSent) return this.finish();
     // The server ended the session (its end of the stream).
     if (code === 1000 && this.id !== null) return this.finish();
-    if (code === 1008 || code === 1003 || code === 1002) {
+    if (code === 1008 || code === 1003 || code === 1002 || code === 1009) {
       return this.giveUp(fatal(`the server closed the session (${code}${reason ? `: ${reason}` : ""})`));
     }
     const why = this.lastError ?? new Error(`the connection closed (${code}${reason ? `: ${reason}` : ""})`);
