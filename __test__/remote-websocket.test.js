@@ -163,6 +163,18 @@ describe(`connectWebSocket (${real ? "pi-native-ops-server --listen" : "the fake
     await expect(conn.fs.ls.stat(dir)).rejects.toThrow(/^remote connection closed: /);
   });
 
+  it("takes a connection that went silent for a drop (pings unanswered) and resumes on a new one", async () => {
+    const { server, proxy } = await serve();
+    const conn = await connectWebSocket(proxy.url, { token: server.token, pingIntervalMs: 50 });
+    await conn.fs.ls.stat(dir);
+    const before = proxy.connections;
+    // The old socket stays open but carries nothing: the server must take the resume over it.
+    proxy.freeze();
+    expect((await conn.fs.ls.stat(dir)).isDirectory()).toBe(true);
+    expect(proxy.connections).toBeGreaterThan(before);
+    await conn.close();
+  });
+
   it("checks its arguments", async () => {
     await expect(connectWebSocket("ws://127.0.0.1:1/", {})).rejects.toThrow(TypeError);
     await expect(connectWebSocket("ws://127.0.0.1:1/", { token: "a b" })).rejects.toThrow(/PI_NATIVE_OPS_TOKEN/);

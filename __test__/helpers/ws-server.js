@@ -248,6 +248,7 @@ function u64(n) {
  */
 export async function cuttingProxy(targetPort) {
   const pairs = new Set();
+  const frozen = new Set();
   let budget = Number.POSITIVE_INFINITY;
   const proxy = { cuts: 0, bytes: 0, connections: 0, rearm: null };
   const cutAll = () => {
@@ -307,12 +308,23 @@ export async function cuttingProxy(targetPort) {
     proxy.rearm = next;
     budget = next();
   };
+  /** Stops forwarding on every connection, leaving the sockets open: a half-dead connection. */
+  proxy.freeze = () => {
+    for (const pair of pairs) {
+      for (const s of pair) {
+        s.pause();
+        frozen.add(s);
+      }
+    }
+    pairs.clear();
+  };
   proxy.stopCutting = () => {
     proxy.rearm = null;
     budget = Number.POSITIVE_INFINITY;
   };
   proxy.close = async () => {
     cutAll();
+    for (const s of frozen) s.destroy();
     await new Promise((resolve) => server.close(resolve));
   };
   return proxy;
