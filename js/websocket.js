@@ -234,7 +234,9 @@ class Session {
     }
     if (type === ACK) {
       if (data.length !== ACK_BYTES) throw fatal("protocol violation: a bad ACK");
-      this.agree(Number(data.readBigUInt64LE(1)));
+      const received = Number(data.readBigUInt64LE(1));
+      // An ACK behind one already taken says nothing new (as the server treats ours).
+      if (received >= this.acked) this.agree(received);
       return;
     }
     throw fatal(`protocol violation: message type ${type}`);
