@@ -7,9 +7,17 @@
 # suites with that server (PI_NATIVE_OPS_SERVER). Installs what it needs: the Rust target (rustup),
 # Debian's cross gcc (the linker) and qemu-user-static (as root, with apt-get).
 #
-# Left out: __test__/bash.test.js's two tree-kill tests fail under qemu-user (setsid grandchildren
-# outlive the kill: the supervisor's PR_SET_CHILD_SUBREAPER under the emulator), an emulation limit
-# to check on real aarch64 hardware.
+# Left out: tests that need a command's orphaned background processes killed. qemu-user (7.2, Debian
+# 12) answers prctl(PR_SET_CHILD_SUBREAPER) with EINVAL, so the exec supervisor cannot adopt them
+# there: those tests fail or hang under the emulator (an emulation limit, not aarch64's; they run
+# natively above, and are to be run on real aarch64 hardware). So __test__/bash.test.js, and these:
+skip=(
+  closing_stdin_kills_every_running_tree_before_exit
+  a_reused_id_is_refused_without_touching_the_call_that_owns_it
+  a_reused_id_does_not_keep_the_server_waiting_for_its_command_at_exit
+  when_the_grace_period_passes_the_sessions_commands_are_killed_and_the_server_exits
+  a_normal_close_ends_the_session_and_its_commands
+)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,7 +52,8 @@ for target in $targets; do
   printf '#!/bin/sh\nexec %s %s "$@"\n' "$qemu" "$bin" >"$wrapper"
   chmod +x "$wrapper"
   echo "test-aarch64: $("$wrapper" --version) ($target, under $(basename "$qemu"))"
-  PI_NATIVE_OPS_E2E_SERVER="$wrapper" cargo test -p pi-native-ops-server --test e2e --test listen
+  PI_NATIVE_OPS_E2E_SERVER="$wrapper" cargo test -p pi-native-ops-server --test e2e --test listen \
+    -- "${skip[@]/#/--skip=}"
   if ls pi-native-ops.*.node >/dev/null 2>&1 && [ -d node_modules/vitest ]; then
     PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_SERVER="$wrapper" \
       PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent node node_modules/vitest/vitest.mjs run \
