@@ -4,7 +4,16 @@
 // stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
 // --listen yet, the uploaded binary is run behind the fake of --listen (helpers/ws-fake-cli.js).
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -40,7 +49,9 @@ function newLog() {
 /** Runs `cmd args` in the "VM" with `env`: the uploaded binary itself, or behind the fake of --listen. */
 function runInVm(log, cmd, args, env, viaShell) {
   log.started.push({ argv: [cmd, ...args], env });
-  const [file, argv] = hasListen(cmd) ? [cmd, args] : [process.execPath, [cli, cmd, ...args]];
+  // The server without --listen runs behind the fake of it; anything else runs as it is.
+  const behindFake = bin !== null && readFileSync(cmd).equals(readFileSync(bin)) && !hasListen(cmd);
+  const [file, argv] = behindFake ? [process.execPath, [cli, cmd, ...args]] : [cmd, args];
   const child = viaShell
     ? spawn("sh", ["-c", viaShell(file, argv)], {
         stdio: ["ignore", "ignore", "inherit"],
@@ -78,6 +89,7 @@ function fakeVercel(log) {
           log.kills++;
           child.kill(signal);
         },
+        wait: async () => ({ exitCode: (await child.exited).code }),
       };
     },
     domain: (port) => `http://127.0.0.1:${port}`,
@@ -98,6 +110,9 @@ function fakeE2B(log) {
       async run(line, opts = {}) {
         if (!opts.background) {
           const r = shell(line);
+          // E2B's run throws CommandExitError on a non-zero exit.
+          if (r.status !== 0)
+            throw Object.assign(new Error(`Command exited with code ${r.status}`), { exitCode: r.status });
           return { exitCode: r.status, stdout: r.stdout, stderr: r.stderr };
         }
         const [cmd, ...args] = words(line);
@@ -107,6 +122,12 @@ function fakeE2B(log) {
           kill: async () => {
             log.kills++;
             return child.kill("SIGKILL");
+          },
+          // E2B's wait() rejects (CommandExitError) on a non-zero exit.
+          wait: async () => {
+            const { code } = await child.exited;
+            if (code !== 0) throw Object.assign(new Error(`Command exited with code ${code}`), { exitCode: code });
+            return { exitCode: code };
           },
         };
       },
@@ -199,6 +220,42 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     ]);
     await connection.close();
     await log.children[2].exited;
+  });
+
+  it("reports a setup command that fails in the sandbox (the upload cannot be moved into place)", async () => {
+    const log = newLog();
+    // A directory where the binary should go, holding a directory of the upload's name: mv fails.
+    const remotePath = path.join(vm, `${name}-dir`, "server");
+    mkdirSync(path.join(remotePath, "server.upload"), { recursive: true });
+    await expect(
+      connectTo(fake(log), {
+        root: vm,
+        serverPath: remotePath,
+        binary: bin,
+        host: "127.0.0.1",
+        port: await freePort(),
+      }),
+    ).rejects.toThrow(/exited with (code )?[1-9]/);
+    expect(log.started).toEqual([]);
+  });
+
+  it("fails at once when the server exits before it listens (where the SDK tells), else after startTimeoutMs", async () => {
+    const log = newLog();
+    const tellsExit = name !== "connectDaytona";
+    const failing = connectTo(fake(log), {
+      root: vm,
+      serverPath: path.join(vm, `${name}-false`),
+      binary: "/bin/false",
+      host: "127.0.0.1",
+      port: await freePort(),
+      startTimeoutMs: tellsExit ? 60_000 : 300,
+    });
+    await expect(failing).rejects.toThrow(
+      tellsExit
+        ? /the server in the sandbox (exited \(1\)|failed) before it listened/
+        : /could not connect within 300 ms/,
+    );
+    expect(log.kills).toBe(1);
   });
 
   it("says what is missing from an object that is not such a sandbox", async () => {

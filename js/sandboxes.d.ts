@@ -22,7 +22,10 @@ export interface SandboxConnectOptions extends Omit<WebSocketConnectOptions, "to
   host?: string;
   /** More server arguments (e.g. `["--index"]`, `["--idle-timeout", "600"]`). */
   serverArgs?: string[];
-  /** How long the first dial retries while the server starts and the proxy answers 502 (default 30000). */
+  /**
+   * How long the first dial retries while the server starts and the proxy answers 502 (default 30000). A
+   * server that exits first fails the connect at once where the SDK reports its exit (Vercel, E2B).
+   */
   startTimeoutMs?: number;
 }
 

@@ -92,19 +92,42 @@ async function launch(platform, opts) {
     await upload(upload_, bytes);
     await run(`chmod 755 ${quote(upload_)} && mv -f ${quote(upload_)} ${quote(opts.serverPath)}`);
   }
-  const stop = await start(opts.serverPath, opts.argv, { PI_NATIVE_OPS_TOKEN: opts.token });
+  const { stop, exited } = await start(opts.serverPath, opts.argv, { PI_NATIVE_OPS_TOKEN: opts.token });
+  // A server that exits before it listens (a wrong root, a binary that cannot run) fails the dial at once
+  // where the SDK can tell, rather than after startTimeoutMs of refused dials.
+  const dial = new AbortController();
+  const userSignal = opts.connectOptions.signal;
+  const onUserAbort = () => dial.abort();
+  userSignal?.addEventListener("abort", onUserAbort, { once: true });
+  if (userSignal?.aborted) dial.abort();
+  let early = null;
+  exited?.then(
+    (code) => {
+      early = new Error(
+        `pi-native-ops: the server in the sandbox exited${code === undefined ? "" : ` (${code})`} before it listened`,
+      );
+      dial.abort();
+    },
+    (err) => {
+      early = new Error(`pi-native-ops: the server in the sandbox failed before it listened: ${err?.message ?? err}`);
+      dial.abort();
+    },
+  );
   let connection;
   try {
     const { url, headers } = await endpoint(opts.port);
     connection = await connectWebSocket(url, {
       connectTimeoutMs: opts.startTimeoutMs,
       ...opts.connectOptions,
+      signal: dial.signal,
       headers: { ...headers, ...opts.connectOptions.headers },
       token: opts.token,
     });
   } catch (err) {
     await stop().catch(() => {});
-    throw err;
+    throw early ?? err;
+  } finally {
+    userSignal?.removeEventListener("abort", onUserAbort);
   }
   const close = connection.close;
   connection.close = async () => {
@@ -113,6 +136,16 @@ async function launch(platform, opts) {
     await stop().catch(() => {});
   };
   return connection;
+}
+
+/** A setup command's output, or an Error naming it and its exit code (E2B's run throws on its own). */
+function checked(exitCode, output, what) {
+  if (typeof exitCode === "number" && exitCode !== 0) {
+    throw new Error(
+      `pi-native-ops: in the sandbox, \`${what}\` exited with ${exitCode}: ${String(output ?? "").trim()}`,
+    );
+  }
+  return output;
 }
 
 function need(object, names, what) {
@@ -135,12 +168,14 @@ export async function connectVercelSandbox(sandbox, options = {}) {
     {
       run: async (line) => {
         const done = await sandbox.runCommand({ cmd: "sh", args: ["-c", line] });
-        return typeof done.stdout === "function" ? done.stdout() : done.stdout;
+        const out = typeof done.stdout === "function" ? await done.stdout() : done.stdout;
+        return checked(done.exitCode, out, line);
       },
       upload: (file, content) => sandbox.writeFiles([{ path: file, content, mode: 0o755 }]),
       start: async (serverPath, args, env) => {
         const command = await sandbox.runCommand({ cmd: serverPath, args, env, detached: true });
-        return () => command.kill("SIGKILL");
+        const exited = typeof command.wait === "function" ? command.wait().then((done) => done?.exitCode) : null;
+        return { stop: () => command.kill("SIGKILL"), exited };
       },
       endpoint: async (port) => ({ url: sandbox.domain(port), headers: {} }),
     },
@@ -171,7 +206,8 @@ export async function connectE2B(sandbox, options = {}) {
           envs,
           timeoutMs: 0,
         });
-        return () => handle.kill();
+        const exited = typeof handle.wait === "function" ? handle.wait().then((done) => done?.exitCode) : null;
+        return { stop: () => handle.kill(), exited };
       },
       endpoint: async (port) => {
         const host = sandbox.getHost(port);
@@ -206,20 +242,25 @@ export async function connectDaytona(sandbox, options = {}) {
   const sessionId = `pi-native-ops-${randomBytes(6).toString("hex")}`;
   return launch(
     {
-      run: async (line) => (await sandbox.process.executeCommand(`sh -c ${quote(line)}`)).result,
+      run: async (line) => {
+        const done = await sandbox.process.executeCommand(`sh -c ${quote(line)}`);
+        return checked(done.exitCode, done.result, line);
+      },
       upload: (file, content) => sandbox.fs.uploadFile(content, file),
       start: async (serverPath, args, env) => {
         const tokenFile = `${serverPath}.${sessionId}.token`;
-        await sandbox.process.executeCommand(`sh -c ${quote(`umask 077; : > ${quote(tokenFile)}`)}`);
+        const made = await sandbox.process.executeCommand(`sh -c ${quote(`umask 077; : > ${quote(tokenFile)}`)}`);
+        checked(made.exitCode, made.result, "creating the token file");
         await sandbox.fs.uploadFile(Buffer.from(env.PI_NATIVE_OPS_TOKEN), tokenFile);
         await sandbox.process.createSession(sessionId);
         const line =
           `PI_NATIVE_OPS_TOKEN=$(cat ${quote(tokenFile)}); rm -f ${quote(tokenFile)}; export PI_NATIVE_OPS_TOKEN; ` +
           `exec ${[serverPath, ...args].map(quote).join(" ")}`;
         await sandbox.process.executeSessionCommand(sessionId, { command: `sh -c ${quote(line)}`, runAsync: true });
-        return async () => {
+        const stop = async () => {
           if (typeof sandbox.process.deleteSession === "function") await sandbox.process.deleteSession(sessionId);
         };
+        return { stop, exited: null };
       },
       endpoint: async (port) => {
         const link = await sandbox.getPreviewLink(port);
