@@ -175,6 +175,23 @@ describe(`connectWebSocket (${real ? "pi-native-ops-server --listen" : "the fake
     await conn.close();
   });
 
+  it("close() during a drop resolves once the session cannot be resumed, and ends it when it can", async () => {
+    const { server, proxy } = await serve();
+    const conn = await connectWebSocket(proxy.url, { token: server.token, graceMs: 300 });
+    await conn.fs.ls.stat(dir);
+    await proxy.close();
+    await conn.close();
+    await expect(conn.fs.ls.stat(dir)).rejects.toThrow("remote connection closed: closed by the client");
+
+    // A drop the redial repairs: the close goes out on the resumed socket, and the server's session ends.
+    const again = await serve();
+    const resumed = await connectWebSocket(again.proxy.url, { token: again.server.token });
+    await resumed.fs.ls.stat(dir);
+    again.proxy.cut();
+    await resumed.close();
+    if (real) expect(await again.server.exited).toEqual({ code: 0, signal: null });
+  });
+
   it("checks its arguments", async () => {
     await expect(connectWebSocket("ws://127.0.0.1:1/", {})).rejects.toThrow(TypeError);
     await expect(connectWebSocket("ws://127.0.0.1:1/", { token: "a b" })).rejects.toThrow(/PI_NATIVE_OPS_TOKEN/);

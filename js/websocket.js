@@ -45,7 +45,7 @@ const SILENT_INTERVALS = 3;
 /** Redial backoff (the contract: 50 ms doubling to 1 s). */
 const BACKOFF_MIN_MS = 50;
 const BACKOFF_MAX_MS = 1000;
-/** How long close() waits for the server's answer to the closing handshake before dropping the socket. */
+/** How long close() waits for the server's answer to the closing handshake, and redials to deliver it. */
 const CLOSE_WAIT_MS = 5000;
 /** The protocol the client offers and the server must select; the token's entry when sent that way. */
 const SUBPROTOCOL = "pi-native-ops.v1";
@@ -348,7 +348,9 @@ class Session {
     this.ws = null;
     this.ready = false;
     if (this.done) return;
-    if (this.closeSent) return this.finish();
+    // Our close answered: the session is over. A socket that died before the answer may have lost the
+    // close, so it is redialled and sent again (the server would otherwise wait out its grace period).
+    if (this.closeSent && code === 1000) return this.finish();
     // The server ended the session (its end of the stream).
     if (code === 1000 && this.id !== null) return this.finish();
     if (code === 1008 || code === 1003 || code === 1002 || code === 1009) {
@@ -361,6 +363,11 @@ class Session {
       // A drop of a live session: the grace period starts now.
       this.retryUntil = now + this.graceMs;
       this.backoff = BACKOFF_MIN_MS;
+    }
+    // Closing, the redials only deliver the close: a server already gone is not waited for a whole grace.
+    if (this.finalCallback !== null) {
+      this.closingSince ??= now;
+      this.retryUntil = Math.min(this.retryUntil, this.closingSince + CLOSE_WAIT_MS);
     }
     if (now >= this.retryUntil) {
       const what =
