@@ -459,8 +459,17 @@ fn connection(server: &Server, tcp: TcpStream) {
         close(&mut ws, CloseCode::Away, "the session has ended");
         return;
     };
+    /// Detaches the connection however the driver leaves (a panic included), so the grace period
+    /// starts.
+    struct Detach<'a>(&'a Session, u64);
+    impl Drop for Detach<'_> {
+        fn drop(&mut self) {
+            self.0.detach(self.1);
+        }
+    }
+    let detach = Detach(&session, generation);
     let why = drive(&mut ws, &session, generation, received, &woken);
-    session.detach(generation);
+    drop(detach);
     if let Some(why) = why {
         if session.ended().is_none() {
             eprintln!("{NAME}: session {} dropped: {why}", session.id_hex());
@@ -468,8 +477,15 @@ fn connection(server: &Server, tcp: TcpStream) {
     }
 }
 
-/// Sends a close frame and what is still buffered, within `CLOSE_TIMEOUT`.
+/// Sends a close frame and what is still buffered, within `CLOSE_TIMEOUT`, then reads until the
+/// client answers it.
 fn close(ws: &mut WebSocket<Socket>, code: CloseCode, reason: &str) {
+    close_unread(ws, code, reason);
+    while ws.read().is_ok() {}
+}
+
+/// `close` without reading on: after a read error the WebSocket's input may be left inconsistent.
+fn close_unread(ws: &mut WebSocket<Socket>, code: CloseCode, reason: &str) {
     let socket = ws.get_mut();
     let _ = socket.tcp.set_nonblocking(false);
     socket.deadline = Some(Instant::now() + CLOSE_TIMEOUT);
@@ -477,8 +493,6 @@ fn close(ws: &mut WebSocket<Socket>, code: CloseCode, reason: &str) {
         code,
         reason: reason.to_string().into(),
     }));
-    // Until the close is sent (and, when the client answers it in time, acknowledged).
-    while ws.read().is_ok() {}
 }
 
 /// What a received message means for the session.
@@ -568,7 +582,7 @@ fn drive(
                         let why = format!("{e} (DATA carries {MAX_DATA} bytes at most)");
                         eprintln!("{NAME}: session {}: {why}", session.id_hex());
                         session.end(End::Broken(CloseCode::Size.into()));
-                        close(ws, CloseCode::Size, &why);
+                        close_unread(ws, CloseCode::Size, &why);
                         return None;
                     }
                     Err(e) => return Some(e.to_string()),

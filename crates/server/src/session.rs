@@ -204,7 +204,10 @@ impl Session {
 
     /// Ends the session (the first reason stays): the protocol layer's input ends, its writes fail.
     pub fn end(&self, why: End) {
-        let mut s = lock(&self.state);
+        self.end_locked(&mut lock(&self.state), why);
+    }
+
+    fn end_locked(&self, s: &mut State, why: End) {
         if s.ended.is_none() {
             s.ended = Some(why);
             s.wake();
@@ -226,8 +229,8 @@ impl Session {
                 (false, Some(dropped)) => {
                     let left = (dropped + grace).saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        drop(s);
-                        self.end(End::GraceExpired);
+                        // Under the same lock as the check: a resume cannot slip in between.
+                        self.end_locked(&mut s, End::GraceExpired);
                         return;
                     }
                     s = self

@@ -732,3 +732,35 @@ fn without_a_session_the_server_exits_after_the_idle_timeout() {
     let server = Listening::start(dir.path(), &["--idle-timeout", "0.2"]);
     assert_eq!(server.exit_code(), Some(0));
 }
+
+#[test]
+fn violations_of_the_session_layer_close_with_their_code_and_end_the_session() {
+    let dir = workspace();
+    let big = vec![2u8; (1 << 20) + 2];
+    let cases: [(&str, Message, u16); 4] = [
+        ("a text message", Message::Text("hi".into()), 1003),
+        ("DATA over 1 MiB", Message::Binary(big.into()), 1009),
+        ("a second HELLO", Message::Binary(vec![1u8; 9].into()), 1008),
+        (
+            "an ACK beyond what was sent",
+            Message::Binary([&[3u8][..], &u64::MAX.to_le_bytes()].concat().into()),
+            1008,
+        ),
+    ];
+    for (what, message, code) in cases {
+        let server = Listening::start(dir.path(), &[]);
+        let mut client = Client::connect(&server.addr, Auth::Bearer);
+        let ws = client.ws();
+        let _ = ws.send(message);
+        let closed = loop {
+            match ws.read() {
+                Ok(Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(e) => panic!("{what}: no close frame ({e})"),
+            }
+        };
+        assert_eq!(closed, Some(code), "{what}");
+        // The session is over: the server exits, and a resume finds nothing.
+        assert_eq!(server.exit_code(), Some(0), "{what}");
+    }
+}
