@@ -5,4 +5,6 @@ export * from "./js/find.js";
 export * from "./js/grep.js";
 export * from "./js/tools.js";
 export * from "./js/remote.js";
+export * from "./js/websocket.js";
+export * from "./js/sandboxes.js";
 export type { PiModule } from "./js/pi.js";

@@ -6,3 +6,5 @@ export { glob } from "./js/find.js";
 export { grep, createGrepTool, createGrepToolDefinition } from "./js/grep.js";
 export { createNativeTools, createNativeToolDefinitions } from "./js/tools.js";
 export { connect, createRemoteTools, createRemoteToolDefinitions, serverBinaryPath } from "./js/remote.js";
+export { connectWebSocket } from "./js/websocket.js";
+export { connectDaytona, connectE2B, connectVercelSandbox } from "./js/sandboxes.js";

@@ -2,7 +2,17 @@
 // errors rebuilt from their fields, lifecycle. Against an in-process fake server (helpers/fake-server.js)
 // where the test must script or observe the server's side; the parity suites run the real server.
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Duplex, PassThrough } from "node:stream";
@@ -590,6 +600,10 @@ describe("serverBinaryPath", () => {
       copyFileSync(path.join(repo, file), path.join(pkg, file));
     for (const file of readdirSync(path.join(repo, "js")))
       copyFileSync(path.join(repo, "js", file), path.join(pkg, "js", file));
+    // The package's dependencies (ws) beside it, as npm installs them.
+    const { dependencies = {} } = JSON.parse(readFileSync(path.join(repo, "package.json"), "utf8"));
+    for (const dep of Object.keys(dependencies))
+      symlinkSync(path.join(repo, "node_modules", dep), path.join(dir, "install", "node_modules", dep));
     const platformPackage = (name, files) => {
       const at = path.join(dir, "install", "node_modules", `pi-native-ops-${name}`);
       mkdirSync(at, { recursive: true });

@@ -24,6 +24,10 @@ const MAIN_REQUIRED = [
   "js/args.js",
   "js/platforms.js",
   "js/extension.js",
+  "js/websocket.js",
+  "js/websocket.d.ts",
+  "js/sandboxes.js",
+  "js/sandboxes.d.ts",
 ];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],

@@ -86,6 +86,13 @@ echo "pack-test: $step"
   npm pack --json --pack-destination "$work/tarballs" >"$work/platform-pack.json" 2>"$logs/pack-platform.log")
 main_tgz="$work/tarballs/$(node -p 'require(process.argv[1])[0].filename' "$work/main-pack.json")"
 platform_tgz="$work/tarballs/$(node -p 'require(process.argv[1])[0].filename' "$work/platform-pack.json")"
+# The main package's dependencies (ws), packed from the installed copies, for the loopback registry of
+# pi-install.test.js, which serves nothing else.
+dep_tgzs=""
+for dep in $(node -p 'Object.keys(require(process.argv[1]).dependencies ?? {}).join(" ")' "$repo/package.json"); do
+  file=$(cd "$work/tarballs" && npm pack --json "$repo/node_modules/$dep" 2>>"$logs/pack-deps.log" | node -p 'JSON.parse(require("fs").readFileSync(0, "utf8"))[0].filename')
+  dep_tgzs="$dep_tgzs:$work/tarballs/$file"
+done
 cmp -s "$built" "$work/stage/npm/linux-x64-gnu/pi-native-ops.linux-x64-gnu.node" ||
   { echo "the staged linux-x64-gnu binary is not the one built here"; exit 1; }
 
@@ -123,7 +130,7 @@ check "tsc (pi 0.73.1 and 1.6.0)" "$node20" node_modules/typescript/bin/tsc --no
 # Runs the suite with one Node and one pi; reports "passed/total" from vitest's JSON report.
 vitest_leg() {
   local label="$1" node_bin="$2" pi_name="$3" report="$work/vitest-$1.json"
-  PACK_TEST_TARBALLS="$main_tgz:$platform_tgz" PI_NATIVE_OPS_PI="$pi_name" check "vitest $label" "$node_bin" node_modules/vitest/vitest.mjs run \
+  PACK_TEST_TARBALLS="$main_tgz:$platform_tgz$dep_tgzs" PI_NATIVE_OPS_PI="$pi_name" check "vitest $label" "$node_bin" node_modules/vitest/vitest.mjs run \
     --reporter=default --reporter=json --outputFile="$report" || true
   if [[ -f "$report" ]]; then
     # shellcheck disable=SC2016 # the backticks are JavaScript, for node -p

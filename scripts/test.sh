@@ -62,6 +62,12 @@ PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NOD
 step "vitest, remote face: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
 
+# The same suites over a WebSocket (connectWebSocket to the server's --listen, its session layer between;
+# __test__/helpers/face.js), on one Node: the transport is JS of ours plus the ws package, the same on both
+# (about 35 s on the busy machine).
+step "vitest, websocket face: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_FACE=websocket PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${REMOTE_FILES[@]}"
+
 # The server for aarch64 Linux, cross-built and run under qemu-aarch64: its Rust e2e suites and the remote
 # face of the parity suites against it. Installs the Rust target, Debian's cross gcc and qemu-user-static.
 step "aarch64 Linux: the server built for aarch64-unknown-linux-musl (no LTO), tested under qemu-aarch64"

@@ -1,7 +1,9 @@
 // The face under test. The parity suites build their fs and bash objects here: locally by default, and
 // through a remote connection to a spawned `pi-native-ops-server` when PI_NATIVE_OPS_FACE=remote
 // (scripts/test.sh runs those suites a second time that way), so one suite proves both faces give the
-// same results. Servers started here are closed in the calling file's afterAll.
+// same results; PI_NATIVE_OPS_FACE=websocket makes that connection with connectWebSocket to the server's
+// --listen (helpers/ws-server.js: the fake in front of the stdio server while the built server has no
+// --listen). Servers started here are closed in the calling file's afterAll.
 //
 // PI_NATIVE_OPS_INDEX=1 (scripts/test.sh runs the find and grep suites a second time that way) turns
 // the warm search index on for every fs made here, built before the fs is handed out, and checks every
@@ -13,9 +15,11 @@ import { existsSync } from "node:fs";
 import { isDeepStrictEqual } from "node:util";
 import { afterAll } from "vitest";
 import * as pno from "pi-native-ops";
+import { hasListen, startFake, startListening } from "./ws-server.js";
 
-export const face = process.env.PI_NATIVE_OPS_FACE === "remote" ? "remote" : "local";
-export const isRemote = face === "remote";
+const FACES = ["local", "remote", "websocket"];
+export const face = FACES.includes(process.env.PI_NATIVE_OPS_FACE) ? process.env.PI_NATIVE_OPS_FACE : "local";
+export const isRemote = face !== "local";
 export const indexed = process.env.PI_NATIVE_OPS_INDEX === "1";
 
 // One indexed fs per root (and runtime root), shared by the file's tests: each index holds an inotify
@@ -120,6 +124,7 @@ afterAll(async () => {
 export async function startServer(root, { args = [], spawnArgs, stderr = "inherit" } = {}) {
   const bin = serverPath();
   if (!spawnArgs && !bin) throw new Error("no pi-native-ops-server binary: run scripts/build-server.sh");
+  if (face === "websocket" && !spawnArgs) return startWebSocketServer(bin, root, args, stderr);
   const [file, ...argv] = spawnArgs ?? [bin, "--root", root, ...args];
   const child = spawn(file, argv, { stdio: ["pipe", "pipe", stderr] });
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
@@ -133,6 +138,26 @@ export async function startServer(root, { args = [], spawnArgs, stderr = "inheri
       open.delete(server);
       await connection.close();
       await exited;
+    },
+  };
+  open.add(server);
+  return server;
+}
+
+/** startServer's WebSocket twin: the same `{ connection, exited, close() }` over connectWebSocket. */
+async function startWebSocketServer(bin, root, args, stderr) {
+  const listening = hasListen(bin)
+    ? await startListening(bin, { root, args, stderr })
+    : await startFake(bin, { root, args });
+  const connection = await pno.connectWebSocket(listening.url, { token: listening.token, forwardEnv: true });
+  const server = {
+    child: listening.child ?? null,
+    connection,
+    exited: listening.exited ?? Promise.resolve({ code: 0, signal: null }),
+    async close() {
+      open.delete(server);
+      await connection.close();
+      await listening.close();
     },
   };
   open.add(server);

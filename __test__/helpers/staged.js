@@ -51,6 +51,9 @@ export function staged(rel, { pi } = {}) {
     for (const name of readdirSync(checkout)) {
       if (BUILT.test(name)) put(path.join(checkout, name), path.join(root, name), false);
     }
+    // The package's own dependencies (ws, which js/websocket.js imports).
+    const manifest = JSON.parse(readFileSync(path.join(checkout, "package.json"), "utf8"));
+    for (const dep of Object.keys(manifest.dependencies ?? {})) stageDependency(dep, checkout);
   }
   if (pi) stageDependency(pi, checkout);
   return path.join(root, rel);

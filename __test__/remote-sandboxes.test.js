@@ -1,0 +1,265 @@
+// The sandbox adapters (js/sandboxes.js) against fakes of each SDK's shape: a temp dir for the uploads, local
+// processes for the commands, a loopback URL for the port. Each adapter must upload once (a second connect
+// finds the same bytes and skips), put the token only in the environment (never in argv), connect, and
+// stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
+// --listen yet, the uploaded binary is run behind the fake of --listen (helpers/ws-fake-cli.js).
+import { spawn, spawnSync } from "node:child_process";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
+import { serverPath } from "./helpers/face.js";
+import { hasListen } from "./helpers/ws-server.js";
+
+const cli = fileURLToPath(new URL("./helpers/ws-fake-cli.js", import.meta.url));
+const bin = serverPath();
+
+let vm;
+beforeAll(() => {
+  vm = realpathSync(mkdtempSync(path.join(tmpdir(), "remote-sandboxes-")));
+});
+afterAll(() => rmSync(vm, { recursive: true, force: true }));
+
+/** A loopback port free right now. */
+async function freePort() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** What a fake saw: uploads, started commands (argv, env), kills, and the processes it ran. */
+function newLog() {
+  return { uploads: [], started: [], kills: 0, children: [] };
+}
+
+/** Runs `cmd args` in the "VM" with `env`: the uploaded binary itself, or behind the fake of --listen. */
+function runInVm(log, cmd, args, env, viaShell) {
+  log.started.push({ argv: [cmd, ...args], env });
+  // The server without --listen runs behind the fake of it; anything else runs as it is.
+  const behindFake = bin !== null && readFileSync(cmd).equals(readFileSync(bin)) && !hasListen(cmd);
+  const [file, argv] = behindFake ? [process.execPath, [cli, cmd, ...args]] : [cmd, args];
+  const child = viaShell
+    ? spawn("sh", ["-c", viaShell(file, argv)], {
+        stdio: ["ignore", "ignore", "inherit"],
+        env: { ...process.env, ...env },
+      })
+    : spawn(file, argv, { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, ...env } });
+  child.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  log.children.push(child);
+  return child;
+}
+
+const shell = (line) => spawnSync("sh", ["-c", line], { encoding: "utf8" });
+/** The words of a line the adapters quote ('a' 'b' ...). */
+const words = (line) => [...line.matchAll(/'((?:[^']|'\\'')*)'/g)].map((m) => m[1].replaceAll("'\\''", "'"));
+
+function fakeVercel(log) {
+  return {
+    async writeFiles(files) {
+      for (const f of files) {
+        log.uploads.push(f.path);
+        rmSync(f.path, { force: true });
+        writeFileSync(f.path, f.content);
+        chmodSync(f.path, f.mode ?? 0o644);
+      }
+    },
+    async runCommand(cmd) {
+      if (!cmd.detached) {
+        const r = spawnSync(cmd.cmd, cmd.args, { encoding: "utf8" });
+        return { exitCode: r.status, stdout: async () => r.stdout };
+      }
+      const child = runInVm(log, cmd.cmd, cmd.args, cmd.env);
+      return {
+        cmdId: "cmd_1",
+        kill: async (signal) => {
+          log.kills++;
+          child.kill(signal);
+        },
+        wait: async () => ({ exitCode: (await child.exited).code }),
+      };
+    },
+    domain: (port) => `http://127.0.0.1:${port}`,
+  };
+}
+
+function fakeE2B(log) {
+  return {
+    trafficAccessToken: "traffic-token",
+    files: {
+      async write(file, data) {
+        log.uploads.push(file);
+        rmSync(file, { force: true });
+        writeFileSync(file, Buffer.from(data));
+      },
+    },
+    commands: {
+      async run(line, opts = {}) {
+        if (!opts.background) {
+          const r = shell(line);
+          // E2B's run throws CommandExitError on a non-zero exit.
+          if (r.status !== 0)
+            throw Object.assign(new Error(`Command exited with code ${r.status}`), { exitCode: r.status });
+          return { exitCode: r.status, stdout: r.stdout, stderr: r.stderr };
+        }
+        const [cmd, ...args] = words(line);
+        const child = runInVm(log, cmd, args, opts.envs);
+        return {
+          pid: child.pid,
+          kill: async () => {
+            log.kills++;
+            return child.kill("SIGKILL");
+          },
+          // E2B's wait() rejects (CommandExitError) on a non-zero exit.
+          wait: async () => {
+            const { code } = await child.exited;
+            if (code !== 0) throw Object.assign(new Error(`Command exited with code ${code}`), { exitCode: code });
+            return { exitCode: code };
+          },
+        };
+      },
+    },
+    // E2B gives a host name for https; the fake's loopback port has no TLS, so its "host" says http.
+    getHost: (port) => `http://127.0.0.1:${port}`,
+  };
+}
+
+function fakeDaytona(log) {
+  const sessions = new Map();
+  return {
+    fs: {
+      async uploadFile(content, file) {
+        log.uploads.push(file);
+        rmSync(file, { force: true });
+        writeFileSync(file, content);
+      },
+    },
+    process: {
+      async executeCommand(line) {
+        const r = shell(line);
+        return { exitCode: r.status, result: r.stdout };
+      },
+      async createSession(id) {
+        sessions.set(id, null);
+      },
+      async executeSessionCommand(id, req) {
+        expect(req.runAsync).toBe(true);
+        // The server's command line, as the shell will exec it: its argv.
+        const line = words(req.command)[0];
+        const exec = line.slice(line.indexOf("exec ") + 5);
+        const [cmd, ...args] = words(exec);
+        const child = runInVm(log, cmd, args, {}, (file, argv) =>
+          line.replace(exec, [file, ...argv].map((w) => `'${w.replaceAll("'", "'\\''")}'`).join(" ")),
+        );
+        sessions.set(id, child);
+        return { cmdId: "c1" };
+      },
+      async deleteSession(id) {
+        log.kills++;
+        sessions.get(id)?.kill("SIGKILL");
+        sessions.delete(id);
+      },
+    },
+    getPreviewLink: async (port) => ({ url: `http://127.0.0.1:${port}`, token: "preview-token" }),
+  };
+}
+
+const adapters = [
+  ["connectVercelSandbox", connectVercelSandbox, fakeVercel],
+  ["connectE2B", connectE2B, fakeE2B],
+  ["connectDaytona", connectDaytona, fakeDaytona],
+];
+
+describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake) => {
+  it("uploads once, keeps the token out of argv, connects, and stops the server on close", async () => {
+    const log = newLog();
+    const sandbox = fake(log);
+    const remotePath = path.join(vm, `${name}-server`);
+    const token = `tok-${name}-0123456789`;
+    const opts = { root: vm, serverPath: remotePath, binary: bin, token, host: "127.0.0.1" };
+
+    for (const round of [1, 2]) {
+      const connection = await connectTo(sandbox, { ...opts, port: await freePort() });
+      // The same binary is there after the first round: no second upload.
+      expect(log.uploads.filter((f) => f === `${remotePath}.upload`)).toEqual([`${remotePath}.upload`]);
+      const started = log.started[round - 1];
+      expect(started.argv).toContain("--listen");
+      expect(JSON.stringify(started.argv)).not.toContain(token);
+      if (name !== "connectDaytona") expect(started.env).toEqual({ PI_NATIVE_OPS_TOKEN: token });
+      // Daytona's token went through a file the starting shell deleted.
+      expect(readdirSync(vm).filter((f) => f.endsWith(".token"))).toEqual([]);
+      expect(connection.server.root).toBe(vm);
+      writeFileSync(path.join(vm, "hello.txt"), `round ${round}`);
+      expect((await connection.fs.read.readFile(path.join(vm, "hello.txt"))).toString()).toBe(`round ${round}`);
+      await connection.close();
+      expect(await log.children[round - 1].exited).toBeDefined();
+      expect(log.kills).toBe(round);
+    }
+
+    // Other bytes at the path: uploaded again.
+    // (Unlinked first: the last server may still be running the old file.)
+    rmSync(remotePath);
+    writeFileSync(remotePath, "not the server");
+    const connection = await connectTo(sandbox, { ...opts, port: await freePort() });
+    expect(log.uploads.filter((f) => f === `${remotePath}.upload`)).toEqual([
+      `${remotePath}.upload`,
+      `${remotePath}.upload`,
+    ]);
+    await connection.close();
+    await log.children[2].exited;
+  });
+
+  it("reports a setup command that fails in the sandbox (the upload cannot be moved into place)", async () => {
+    const log = newLog();
+    // A directory where the binary should go, holding a directory of the upload's name: mv fails.
+    const remotePath = path.join(vm, `${name}-dir`, "server");
+    mkdirSync(path.join(remotePath, "server.upload"), { recursive: true });
+    await expect(
+      connectTo(fake(log), {
+        root: vm,
+        serverPath: remotePath,
+        binary: bin,
+        host: "127.0.0.1",
+        port: await freePort(),
+      }),
+    ).rejects.toThrow(/exited with (code )?[1-9]/);
+    expect(log.started).toEqual([]);
+  });
+
+  it("fails at once when the server exits before it listens (where the SDK tells), else after startTimeoutMs", async () => {
+    const log = newLog();
+    const tellsExit = name !== "connectDaytona";
+    const failing = connectTo(fake(log), {
+      root: vm,
+      serverPath: path.join(vm, `${name}-false`),
+      binary: "/bin/false",
+      host: "127.0.0.1",
+      port: await freePort(),
+      startTimeoutMs: tellsExit ? 60_000 : 300,
+    });
+    await expect(failing).rejects.toThrow(
+      tellsExit
+        ? /the server in the sandbox (exited \(1\)|failed) before it listened/
+        : /could not connect within 300 ms/,
+    );
+    expect(log.kills).toBe(1);
+  });
+
+  it("says what is missing from an object that is not such a sandbox", async () => {
+    await expect(connectTo({}, { root: "/" })).rejects.toThrow(/the sandbox object has no/);
+    await expect(connectTo(fake(newLog()), {})).rejects.toThrow(/options.root/);
+  });
+});

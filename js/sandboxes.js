@@ -1,0 +1,272 @@
+// Remote mode on the cloud sandboxes: each adapter puts pi-native-ops-server in the VM (uploaded once per
+// binary: skipped when the same bytes are there), starts it with `--listen` on a port the platform exposes,
+// the token in its environment only (SDKs record and show argv), and dials the platform's URL for that port
+// with connectWebSocket. Duck-typed on each SDK's objects: no SDK is a dependency of this package.
+//   Vercel Sandbox (@vercel/sandbox 3): writeFiles, runCommand({ detached, env }), domain(port)
+//   E2B (e2b 2): files.write, commands.run(cmd, { background, envs }), getHost(port), trafficAccessToken
+//   Daytona (@daytonaio/sdk): fs.uploadFile, process.executeCommand / sessions, getPreviewLink(port)
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { checkObject, checkString } from "./args.js";
+import { serverBinaryPath } from "./remote.js";
+import { connectWebSocket } from "./websocket.js";
+
+/** The port the server listens on in the VM unless told (the sandbox must expose it). */
+const DEFAULT_PORT = 8765;
+/** Where the binary goes in the VM unless told: a fixed path, so a second connect finds it and skips the upload. */
+const DEFAULT_SERVER_PATH = "/tmp/pi-native-ops-server";
+/** How long the first dial retries while the server starts and the platform's proxy answers 502. */
+const DEFAULT_START_TIMEOUT_MS = 30_000;
+/** The header E2B's proxy reads its traffic access token from (a sandbox created with secure access). */
+const E2B_TRAFFIC_HEADER = "e2b-traffic-access-token";
+/** The header Daytona's preview proxy reads the preview link's token from. */
+const DAYTONA_PREVIEW_HEADER = "x-daytona-preview-token";
+
+/** `uname -m` in the VM -> Node's arch name. */
+const ARCHES = { x86_64: "x64", amd64: "x64", aarch64: "arm64", arm64: "arm64" };
+
+/** A shell word: the paths the adapters put in command lines (never the token). */
+const quote = (s) => `'${String(s).replaceAll("'", "'\\''")}'`;
+
+/** The shell line that prints the VM's architecture, then the binary's SHA-256 or `none`. */
+const probeScript = (serverPath) =>
+  `uname -m; sha256sum ${quote(serverPath)} 2>/dev/null | cut -d' ' -f1 || true; echo none`;
+
+/** The adapters' own options, validated; the rest are connectWebSocket's (and connect's). */
+function adapterOptions(options, name) {
+  checkObject(options, `${name}: options`);
+  const {
+    root,
+    port = DEFAULT_PORT,
+    runtimeRoot,
+    serverPath = DEFAULT_SERVER_PATH,
+    binary,
+    token = randomBytes(24).toString("base64url"),
+    host = "0.0.0.0",
+    serverArgs = [],
+    startTimeoutMs = DEFAULT_START_TIMEOUT_MS,
+    ...rest
+  } = options;
+  checkString(root, `${name}: options.root`);
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new TypeError(`${name}: options.port must be a port number`);
+  checkString(serverPath, `${name}: options.serverPath`);
+  if (binary !== undefined) checkString(binary, `${name}: options.binary`);
+  if (runtimeRoot !== undefined) checkString(runtimeRoot, `${name}: options.runtimeRoot`);
+  if (!Array.isArray(serverArgs) || !serverArgs.every((a) => typeof a === "string")) {
+    throw new TypeError(`${name}: options.serverArgs must be an array of strings`);
+  }
+  const argv = ["--root", root, "--listen", `${host}:${port}`];
+  if (runtimeRoot !== undefined) argv.push("--runtime-root", runtimeRoot);
+  if (rest.graceMs !== undefined) argv.push("--grace", String(Math.ceil(rest.graceMs / 1000)));
+  argv.push(...serverArgs);
+  return { port, serverPath, binary, token, argv, startTimeoutMs, connectOptions: rest };
+}
+
+/** The local binary for the VM's `uname -m` and its SHA-256. */
+function localBinary(binary, unameM) {
+  const arch = ARCHES[unameM];
+  if (!binary && !arch) throw new Error(`pi-native-ops: no server build for the sandbox's architecture ${unameM}`);
+  const file = binary ?? serverBinaryPath({ platform: "linux", arch });
+  const bytes = readFileSync(file);
+  return { bytes, hash: createHash("sha256").update(bytes).digest("hex") };
+}
+
+/** Parses probeScript's output: `{ unameM, hash }` (hash null when the binary is absent). */
+function parseProbe(output) {
+  const [unameM = "", hash = "none"] = String(output).trim().split("\n");
+  return { unameM: unameM.trim(), hash: /^[0-9a-f]{64}$/.test(hash.trim()) ? hash.trim() : null };
+}
+
+/**
+ * The common life of an adapter: probe, upload unless the same binary is there, start, dial; on a failed
+ * dial the started command is stopped. close() ends the session, then stops the command.
+ */
+async function launch(platform, opts) {
+  const { run, upload, start, endpoint } = platform;
+  const { unameM, hash } = parseProbe(await run(probeScript(opts.serverPath)));
+  const { bytes, hash: want } = localBinary(opts.binary, unameM);
+  if (hash !== want) {
+    // Beside it, then renamed over it: a server still running the old file (ETXTBSY) does not stop that.
+    const upload_ = `${opts.serverPath}.upload`;
+    await upload(upload_, bytes);
+    await run(`chmod 755 ${quote(upload_)} && mv -f ${quote(upload_)} ${quote(opts.serverPath)}`);
+  }
+  const { stop, exited } = await start(opts.serverPath, opts.argv, { PI_NATIVE_OPS_TOKEN: opts.token });
+  // A server that exits before it listens (a wrong root, a binary that cannot run) fails the dial at once
+  // where the SDK can tell, rather than after startTimeoutMs of refused dials.
+  const dial = new AbortController();
+  const userSignal = opts.connectOptions.signal;
+  const onUserAbort = () => dial.abort();
+  userSignal?.addEventListener("abort", onUserAbort, { once: true });
+  if (userSignal?.aborted) dial.abort();
+  let early = null;
+  exited?.then(
+    (code) => {
+      early = new Error(
+        `pi-native-ops: the server in the sandbox exited${code === undefined ? "" : ` (${code})`} before it listened`,
+      );
+      dial.abort();
+    },
+    (err) => {
+      early = new Error(`pi-native-ops: the server in the sandbox failed before it listened: ${err?.message ?? err}`);
+      dial.abort();
+    },
+  );
+  let connection;
+  try {
+    const { url, headers } = await endpoint(opts.port);
+    connection = await connectWebSocket(url, {
+      connectTimeoutMs: opts.startTimeoutMs,
+      ...opts.connectOptions,
+      signal: dial.signal,
+      headers: { ...headers, ...opts.connectOptions.headers },
+      token: opts.token,
+    });
+  } catch (err) {
+    await stop().catch(() => {});
+    throw early ?? err;
+  } finally {
+    userSignal?.removeEventListener("abort", onUserAbort);
+  }
+  const close = connection.close;
+  connection.close = async () => {
+    await close();
+    // The server exits when its session ends; stopping the command covers one that did not.
+    await stop().catch(() => {});
+  };
+  return connection;
+}
+
+/** A setup command's output, or an Error naming it and its exit code (E2B's run throws on its own). */
+function checked(exitCode, output, what) {
+  if (typeof exitCode === "number" && exitCode !== 0) {
+    throw new Error(
+      `pi-native-ops: in the sandbox, \`${what}\` exited with ${exitCode}: ${String(output ?? "").trim()}`,
+    );
+  }
+  return output;
+}
+
+function need(object, names, what) {
+  for (const name of names) {
+    const fn = name.split(".").reduce((o, k) => o?.[k], object);
+    if (typeof fn !== "function")
+      throw new TypeError(`${what}: the sandbox object has no ${name}() (not a ${what} sandbox?)`);
+  }
+}
+
+/**
+ * A connection to pi-native-ops-server in a Vercel Sandbox (`@vercel/sandbox`, created with `ports`
+ * including `port`): uploads the server for the VM's architecture with writeFiles (once), starts it
+ * detached with the token in `env`, dials `sandbox.domain(port)`. close() ends the session and the command.
+ */
+export async function connectVercelSandbox(sandbox, options = {}) {
+  need(sandbox, ["writeFiles", "runCommand", "domain"], "Vercel");
+  const opts = adapterOptions(options, "connectVercelSandbox");
+  return launch(
+    {
+      run: async (line) => {
+        const done = await sandbox.runCommand({ cmd: "sh", args: ["-c", line] });
+        const out = typeof done.stdout === "function" ? await done.stdout() : done.stdout;
+        return checked(done.exitCode, out, line);
+      },
+      upload: (file, content) => sandbox.writeFiles([{ path: file, content, mode: 0o755 }]),
+      start: async (serverPath, args, env) => {
+        const command = await sandbox.runCommand({ cmd: serverPath, args, env, detached: true });
+        const exited = typeof command.wait === "function" ? command.wait().then((done) => done?.exitCode) : null;
+        return { stop: () => command.kill("SIGKILL"), exited };
+      },
+      endpoint: async (port) => ({ url: sandbox.domain(port), headers: {} }),
+    },
+    opts,
+  );
+}
+
+/**
+ * A connection to pi-native-ops-server in an E2B sandbox (`e2b`): uploads with files.write (once), starts
+ * it in the background with the token in `envs`, dials `https://<getHost(port)>` (with the sandbox's
+ * traffic access token when it has one). close() ends the session and the command.
+ */
+export async function connectE2B(sandbox, options = {}) {
+  need(sandbox, ["files.write", "commands.run", "getHost"], "E2B");
+  const opts = adapterOptions(options, "connectE2B");
+  return launch(
+    {
+      run: async (line) => (await sandbox.commands.run(`sh -c ${quote(line)}`)).stdout,
+      upload: async (file, content) => {
+        await sandbox.files.write(
+          file,
+          content.buffer.slice(content.byteOffset, content.byteOffset + content.byteLength),
+        );
+      },
+      start: async (serverPath, args, envs) => {
+        const handle = await sandbox.commands.run([serverPath, ...args].map(quote).join(" "), {
+          background: true,
+          envs,
+          timeoutMs: 0,
+        });
+        const exited = typeof handle.wait === "function" ? handle.wait().then((done) => done?.exitCode) : null;
+        return { stop: () => handle.kill(), exited };
+      },
+      endpoint: async (port) => {
+        const host = sandbox.getHost(port);
+        const url = /^[a-z]+:\/\//.test(host) ? host : `https://${host}`;
+        const token = sandbox.trafficAccessToken;
+        return { url, headers: typeof token === "string" && token ? { [E2B_TRAFFIC_HEADER]: token } : {} };
+      },
+    },
+    opts,
+  );
+}
+
+/**
+ * A connection to pi-native-ops-server in a Daytona sandbox (`@daytonaio/sdk`): uploads with
+ * fs.uploadFile (once), starts it in a process session, dials the preview link of `port` with its token.
+ * Session commands take no environment, so the token goes through a file (mode 0600) that the starting
+ * shell reads into the server's environment and deletes. close() ends the session and the process session.
+ */
+export async function connectDaytona(sandbox, options = {}) {
+  need(
+    sandbox,
+    [
+      "fs.uploadFile",
+      "process.executeCommand",
+      "process.createSession",
+      "process.executeSessionCommand",
+      "getPreviewLink",
+    ],
+    "Daytona",
+  );
+  const opts = adapterOptions(options, "connectDaytona");
+  const sessionId = `pi-native-ops-${randomBytes(6).toString("hex")}`;
+  return launch(
+    {
+      run: async (line) => {
+        const done = await sandbox.process.executeCommand(`sh -c ${quote(line)}`);
+        return checked(done.exitCode, done.result, line);
+      },
+      upload: (file, content) => sandbox.fs.uploadFile(content, file),
+      start: async (serverPath, args, env) => {
+        const tokenFile = `${serverPath}.${sessionId}.token`;
+        const made = await sandbox.process.executeCommand(`sh -c ${quote(`umask 077; : > ${quote(tokenFile)}`)}`);
+        checked(made.exitCode, made.result, "creating the token file");
+        await sandbox.fs.uploadFile(Buffer.from(env.PI_NATIVE_OPS_TOKEN), tokenFile);
+        await sandbox.process.createSession(sessionId);
+        const line =
+          `PI_NATIVE_OPS_TOKEN=$(cat ${quote(tokenFile)}); rm -f ${quote(tokenFile)}; export PI_NATIVE_OPS_TOKEN; ` +
+          `exec ${[serverPath, ...args].map(quote).join(" ")}`;
+        await sandbox.process.executeSessionCommand(sessionId, { command: `sh -c ${quote(line)}`, runAsync: true });
+        const stop = async () => {
+          if (typeof sandbox.process.deleteSession === "function") await sandbox.process.deleteSession(sessionId);
+        };
+        return { stop, exited: null };
+      },
+      endpoint: async (port) => {
+        const link = await sandbox.getPreviewLink(port);
+        return { url: link.url, headers: link.token ? { [DAYTONA_PREVIEW_HEADER]: link.token } : {} };
+      },
+    },
+    opts,
+  );
+}
