@@ -24,9 +24,9 @@ step "cargo machete (every declared dependency is used)"
 command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.2
 cargo machete
 
-# Every target must compile: clippy the platform-gated code for macOS and Windows too, where the
+# Every target must compile: clippy the platform-gated code for macOS, Windows and aarch64 Linux too, where the
 # standard library for those targets is installed (scripts/setup.sh tries to add it).
-for target in x86_64-apple-darwin x86_64-pc-windows-msvc; do
+for target in x86_64-apple-darwin x86_64-pc-windows-msvc aarch64-unknown-linux-gnu; do
   if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     step "cargo clippy --target $target"
     CARGO_TARGET_DIR=target/cross cargo clippy --workspace --target "$target" -- -D warnings

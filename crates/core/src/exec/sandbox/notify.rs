@@ -728,9 +728,11 @@ enum Object {
 /// How a call's timestamps are given in the caller's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Times {
-    /// `struct utimbuf` (two `time_t`, seconds).
+    /// `struct utimbuf` (two `time_t`, seconds): `utime`, an x86_64-only call.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Utimbuf,
-    /// `struct timeval[2]`.
+    /// `struct timeval[2]`: `utimes` and `futimesat`, x86_64-only calls.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Timeval,
     /// `struct timespec[2]` (`utimensat`).
     Timespec,

@@ -252,6 +252,9 @@ fn prefetch(children: &[Child]) {
             unsafe { _mm_prefetch(start.add(at), _MM_HINT_T0) };
         }
     }
+    // Elsewhere the hardware's own prefetcher is left to it.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = children;
 }
 
 /// Whether a directory's rule files and repository markers are plain (a
