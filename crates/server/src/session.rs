@@ -9,7 +9,9 @@
 //! attached last (its generation) may.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -108,8 +110,8 @@ pub struct Session {
 /// What the current connection's driver should do next.
 #[derive(Debug, Default)]
 pub struct Work {
-    /// A DATA message to send (type byte included).
-    pub data: Option<Vec<u8>>,
+    /// Stream bytes of the DATA message appended to the driver's output (0: none).
+    pub data: usize,
     /// An ACK to send: the bytes received so far.
     pub ack: Option<u64>,
     /// Whether to read more from the socket (the inbox has room).
@@ -268,13 +270,16 @@ impl Session {
 
     /// The driver's next work. `hello_done`: the client's HELLO has come on this connection (no
     /// DATA goes before it); `flushed`: the socket took everything written so far (one DATA
-    /// message at a time waits in the WebSocket's buffer at most).
+    /// message at a time waits in the driver's output at most). The next DATA message goes to
+    /// `send` as its parts (type byte, then the payload as it lies in the replay buffer), under
+    /// the session's lock: the driver writes them straight to the socket, with no copy between.
     pub fn work(
         &self,
         generation: u64,
         hello_done: bool,
         flushed: bool,
         now: Instant,
+        send: &mut dyn FnMut(&[&[u8]]),
     ) -> Result<Work, Stop> {
         let mut s = lock(&self.state);
         if !s.current(generation) {
@@ -299,17 +304,14 @@ impl Session {
         if s.out_sent < end {
             let from = (s.out_sent - s.out_base) as usize;
             let len = ((end - s.out_sent) as usize).min(MAX_DATA);
-            let mut message = Vec::with_capacity(1 + len);
-            message.push(DATA);
             let (a, b) = s.out.as_slices();
             let first = &a[from.min(a.len())..(from + len).min(a.len())];
-            message.extend_from_slice(first);
             let rest = len - first.len();
             let b_from = from.saturating_sub(a.len());
-            message.extend_from_slice(&b[b_from..b_from + rest]);
+            send(&[&[DATA], first, &b[b_from..b_from + rest]]);
             s.out_sent += len as u64;
             s.out_high = s.out_high.max(s.out_sent);
-            work.data = Some(message);
+            work.data = len;
         }
         if let Some(since) = s.unacked_since {
             if s.in_received - s.in_acked >= ACK_EVERY || now >= since + ACK_DELAY {
@@ -468,7 +470,20 @@ impl Write for Output {
     }
 }
 
-impl crate::outbox::Output for Output {}
+impl crate::outbox::Output for Output {
+    /// A command's output piece (up to a megabyte) is read whole, then taken in one write: the
+    /// driver is woken once for it and sends it as one message, not as one per pipe read.
+    fn write_from_pipe(&mut self, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(len);
+        File::from(from.try_clone_to_owned()?)
+            .take(len as u64)
+            .read_to_end(&mut buf)?;
+        if buf.len() < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.write_all(&buf)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -483,19 +498,38 @@ mod tests {
         (session, generation, rx)
     }
 
+    /// The driver's next work with `hello_done` and `flushed` as given, and the DATA message it
+    /// got (type byte included).
+    fn work(
+        session: &Session,
+        generation: u64,
+        hello_done: bool,
+        flushed: bool,
+        now: Instant,
+    ) -> Result<(Work, Vec<u8>), Stop> {
+        let mut sent = Vec::new();
+        let mut messages = 0;
+        let work = session.work(generation, hello_done, flushed, now, &mut |parts| {
+            messages += 1;
+            sent.extend(parts.concat());
+        })?;
+        assert_eq!(messages, usize::from(work.data > 0));
+        assert_eq!(sent.len(), if work.data > 0 { 1 + work.data } else { 0 });
+        Ok((work, sent))
+    }
+
     /// Everything the driver would send now, as stream bytes.
     fn drain(session: &Session, generation: u64) -> Vec<u8> {
         let mut sent = Vec::new();
-        while let Some(data) = session
-            .work(generation, true, true, Instant::now())
-            .unwrap()
-            .data
-        {
+        loop {
+            let (_, data) = work(session, generation, true, true, Instant::now()).unwrap();
+            if data.is_empty() {
+                return sent;
+            }
             assert_eq!(data[0], DATA);
             assert!(data.len() - 1 <= MAX_DATA);
             sent.extend_from_slice(&data[1..]);
         }
-        sent
     }
 
     fn pattern(len: usize) -> Vec<u8> {
@@ -508,11 +542,10 @@ mod tests {
         let bytes = pattern(3 * MAX_DATA + 12345);
         Output(Arc::clone(&session)).write_all(&bytes).unwrap();
         // Nothing goes before the client's HELLO.
-        assert!(session
-            .work(g1, false, true, Instant::now())
+        assert!(work(&session, g1, false, true, Instant::now())
             .unwrap()
-            .data
-            .is_none());
+            .1
+            .is_empty());
         assert_eq!(session.peer_hello(g1, 0), Ok(true));
         let sent = drain(&session, g1);
         assert_eq!(sent, bytes);
@@ -521,7 +554,7 @@ mod tests {
         session.detach(g1);
         let (tx, _rx2) = UnixStream::pair().unwrap();
         let (g2, _) = session.attach(tx).unwrap();
-        assert!(session.work(g1, true, true, Instant::now()).is_err());
+        assert!(work(&session, g1, true, true, Instant::now()).is_err());
         let got = 2 * MAX_DATA + 7;
         assert_eq!(session.peer_hello(g2, got as u64), Ok(true));
         assert_eq!(drain(&session, g2), bytes[got..]);
@@ -565,14 +598,14 @@ mod tests {
         let (session, g, _rx) = attached();
         let now = Instant::now();
         assert!(session.received(g, b"abc", now));
-        let work = session.work(g, true, true, now).unwrap();
+        let (next, _) = work(&session, g, true, true, now).unwrap();
         // Acknowledged after the delay, or at once past ACK_EVERY.
-        assert_eq!((work.ack, work.deadline), (None, Some(now + ACK_DELAY)));
+        assert_eq!((next.ack, next.deadline), (None, Some(now + ACK_DELAY)));
         let later = now + ACK_DELAY;
-        assert_eq!(session.work(g, true, true, later).unwrap().ack, Some(3));
+        assert_eq!(work(&session, g, true, true, later).unwrap().0.ack, Some(3));
         assert!(session.received(g, &vec![0; ACK_EVERY as usize], now));
         assert_eq!(
-            session.work(g, true, true, now).unwrap().ack,
+            work(&session, g, true, true, now).unwrap().0.ack,
             Some(3 + ACK_EVERY)
         );
         let mut got = [0; 3];
@@ -583,7 +616,7 @@ mod tests {
         assert_eq!(Input(Arc::clone(&session)).read(&mut got).unwrap(), 0);
         assert!(Output(Arc::clone(&session)).write(b"x").is_err());
         assert_eq!(
-            session.work(g, true, true, now).unwrap_err(),
+            work(&session, g, true, true, now).unwrap_err(),
             Stop::Ended(End::GraceExpired)
         );
     }
