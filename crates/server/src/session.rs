@@ -26,6 +26,10 @@ pub const MAX_DATA: usize = 1 << 20;
 /// and the whole credit window of two streams (`ops::WINDOW` is 4 MiB). When full, the protocol
 /// layer's writes wait (its own output budget then holds it back).
 pub const REPLAY_BYTES: usize = 8 << 20;
+/// Written bytes not yet sent beyond which a write wakes the driver without waiting for the
+/// writer's flush: two of the largest DATA messages (the writer flushes at least every megabyte
+/// or so, `outbox::BATCH_BYTES` plus a frame).
+const WAKE_UNSENT: u64 = 2 * MAX_DATA as u64;
 /// Received bytes not yet read by the protocol layer beyond which the driver stops reading the
 /// socket (TCP then holds the client back): two of the largest DATA messages.
 pub const INBOX_BYTES: usize = 2 * MAX_DATA;
@@ -89,6 +93,11 @@ impl State {
                 let _ = (&conn.waker).write(&[1]);
             }
         }
+    }
+
+    /// Written bytes the current connection has not sent yet.
+    fn unsent(&self) -> u64 {
+        self.out_base + self.out.len() as u64 - self.out_sent
     }
 
     fn current(&self, generation: u64) -> bool {
@@ -432,6 +441,8 @@ impl Output {
             if room > 0 {
                 return Ok((s, room));
             }
+            // Only what the driver sends makes room: it must know of everything written.
+            s.wake();
             s = self
                 .0
                 .writable
@@ -461,11 +472,19 @@ impl Write for Output {
                 break;
             }
         }
-        s.wake();
+        if s.unsent() >= WAKE_UNSENT {
+            s.wake();
+        }
         Ok(n)
     }
 
+    /// The writer flushes after each batch of frames: the driver is woken once for the batch (a
+    /// command's output piece and its frame head go as one message, not two).
     fn flush(&mut self) -> io::Result<()> {
+        let mut s = lock(&self.0.state);
+        if s.unsent() > 0 {
+            s.wake();
+        }
         Ok(())
     }
 }
@@ -591,6 +610,45 @@ mod tests {
         writer.join().unwrap();
         sent.extend(drain(&session, g));
         assert_eq!(sent, pattern(REPLAY_BYTES + 10));
+    }
+
+    /// Whether the driver has been woken since the last look (and clears it).
+    fn woken(session: &Session, generation: u64, rx: &UnixStream) -> bool {
+        rx.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 8];
+        let was = (&*rx).read(&mut byte).is_ok();
+        // The driver gathers its work after a wake-up.
+        let _ = work(session, generation, false, false, Instant::now());
+        was
+    }
+
+    #[test]
+    fn the_driver_is_woken_per_flushed_batch_and_before_a_write_waits() {
+        let (session, g, rx) = attached();
+        let mut output = Output(Arc::clone(&session));
+        output.write_all(b"head").unwrap();
+        output.write_all(&pattern(1000)).unwrap();
+        assert!(!woken(&session, g, &rx));
+        output.flush().unwrap();
+        assert!(woken(&session, g, &rx));
+        // Past two messages' worth unsent, a write wakes without a flush.
+        output.write_all(&pattern(WAKE_UNSENT as usize)).unwrap();
+        assert!(woken(&session, g, &rx));
+        // A write that waits for room wakes the driver, though nothing is left unsent: only
+        // the driver's sending brings the ACKs that make room.
+        session.peer_hello(g, 0).unwrap();
+        let mut written = drain(&session, g).len();
+        output.write_all(&pattern(REPLAY_BYTES - written)).unwrap();
+        written += drain(&session, g).len();
+        assert_eq!(written, REPLAY_BYTES);
+        woken(&session, g, &rx);
+        let writer = std::thread::spawn(move || output.write_all(b"x"));
+        while !woken(&session, g, &rx) {
+            std::thread::yield_now();
+        }
+        assert!(!writer.is_finished());
+        session.peer_ack(g, 1).unwrap();
+        writer.join().unwrap().unwrap();
     }
 
     #[test]
