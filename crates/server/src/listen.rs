@@ -7,7 +7,7 @@
 //! the same session replaces it, or the session ends. The protocol layer (`conn::serve`) runs on
 //! the main thread over the session's byte streams, unaware of any of this.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -181,10 +181,17 @@ impl Server {
 }
 
 /// The TCP stream under the WebSocket. During the upgrade every read and write is held to one
-/// deadline; after it, the socket is nonblocking and driven by poll(2).
+/// deadline; after it, the socket is nonblocking and driven by poll(2), and writes go through
+/// `out`: what the socket does not take at once waits there, whole frames in order, and leaves
+/// from `out_at` on (tungstenite's own buffer would move its whole rest forward after every
+/// partial write of a megabyte message). DATA messages are framed into it directly.
 struct Socket {
     tcp: TcpStream,
     deadline: Option<Instant>,
+    /// Writes go through `out` (set once the upgrade is done).
+    buffered: bool,
+    out: Vec<u8>,
+    out_at: usize,
 }
 
 impl Socket {
@@ -214,6 +221,60 @@ impl Socket {
             other => other,
         }
     }
+
+    /// Writes what waits in `out` until the socket takes no more (WouldBlock) or all has gone.
+    fn write_out(&mut self) -> io::Result<()> {
+        while self.out_at < self.out.len() {
+            let (out, at) = (std::mem::take(&mut self.out), self.out_at);
+            let written = self.timed(|tcp| tcp.write(&out[at..]), TcpStream::set_write_timeout);
+            self.out = out;
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_at = 0;
+        Ok(())
+    }
+
+    /// Sends one whole unmasked binary message made of `parts` (RFC 6455 5.2), gathered straight
+    /// to the socket when nothing waits before it; what the socket does not take waits in `out`.
+    fn send_binary(&mut self, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut head = [0u8; 10];
+        head[0] = 0x82;
+        let head = match len {
+            0..=125 => {
+                head[1] = len as u8;
+                &head[..2]
+            }
+            126..=0xffff => {
+                head[1] = 126;
+                head[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+                &head[..4]
+            }
+            _ => {
+                head[1] = 127;
+                head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+                &head[..10]
+            }
+        };
+        let all = std::iter::once(head).chain(parts.iter().copied());
+        let mut skip = 0;
+        if self.out_at == self.out.len() && self.deadline.is_none() {
+            let slices: Vec<IoSlice<'_>> = all.clone().map(IoSlice::new).collect();
+            // An error other than WouldBlock shows again on the next write or flush.
+            skip = self.tcp.write_vectored(&slices).unwrap_or(0);
+        }
+        for part in all {
+            let taken = skip.min(part.len());
+            skip -= taken;
+            self.out.extend_from_slice(&part[taken..]);
+        }
+    }
 }
 
 impl Read for Socket {
@@ -224,10 +285,27 @@ impl Read for Socket {
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.timed(|tcp| tcp.write(buf), TcpStream::set_write_timeout)
+        if !self.buffered {
+            return self.timed(|tcp| tcp.write(buf), TcpStream::set_write_timeout);
+        }
+        // Taken whole (so tungstenite never holds a partly written frame): straight to the socket
+        // when nothing waits before it, the rest after what waits.
+        let mut rest = buf;
+        if self.out_at == self.out.len() {
+            match self.timed(|tcp| tcp.write(buf), TcpStream::set_write_timeout) {
+                Ok(n) => rest = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.extend_from_slice(rest);
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if self.buffered {
+            self.write_out()?;
+        }
         self.tcp.flush()
     }
 }
@@ -378,6 +456,9 @@ fn connection(server: &Server, tcp: TcpStream) {
     let socket = Socket {
         tcp,
         deadline: Some(Instant::now() + HANDSHAKE_TIMEOUT),
+        buffered: false,
+        out: Vec::new(),
+        out_at: 0,
     };
     let config = WebSocketConfig::default()
         // The type byte and one largest DATA message.
@@ -522,6 +603,7 @@ fn drive(
     {
         let socket = ws.get_mut();
         socket.deadline = None;
+        socket.buffered = true;
         if let Err(e) = socket.tcp.set_nonblocking(true) {
             return Some(e.to_string());
         }
@@ -537,7 +619,10 @@ fn drive(
     let mut last_heard = Instant::now();
     loop {
         let now = Instant::now();
-        let work = match session.work(generation, hello_done, flushed, now) {
+        let socket = ws.get_mut();
+        let work = match session.work(generation, hello_done, flushed, now, &mut |parts| {
+            socket.send_binary(parts)
+        }) {
             Ok(work) => work,
             Err(Stop::Replaced) => return None,
             Err(Stop::Ended(End::ClientClosed)) => {
@@ -559,7 +644,7 @@ fn drive(
             message.extend_from_slice(&ack.to_le_bytes());
             pending.push(message);
         }
-        pending.extend(work.data);
+        busy |= work.data > 0;
         for message in pending.drain(..) {
             busy = true;
             match ws.write(Message::Binary(message.into())) {

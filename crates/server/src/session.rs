@@ -9,7 +9,9 @@
 //! attached last (its generation) may.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -24,6 +26,10 @@ pub const MAX_DATA: usize = 1 << 20;
 /// and the whole credit window of two streams (`ops::WINDOW` is 4 MiB). When full, the protocol
 /// layer's writes wait (its own output budget then holds it back).
 pub const REPLAY_BYTES: usize = 8 << 20;
+/// Written bytes not yet sent beyond which a write wakes the driver without waiting for the
+/// writer's flush: two of the largest DATA messages (the writer flushes at least every megabyte
+/// or so, `outbox::BATCH_BYTES` plus a frame).
+const WAKE_UNSENT: u64 = 2 * MAX_DATA as u64;
 /// Received bytes not yet read by the protocol layer beyond which the driver stops reading the
 /// socket (TCP then holds the client back): two of the largest DATA messages.
 pub const INBOX_BYTES: usize = 2 * MAX_DATA;
@@ -89,6 +95,11 @@ impl State {
         }
     }
 
+    /// Written bytes the current connection has not sent yet.
+    fn unsent(&self) -> u64 {
+        self.out_base + self.out.len() as u64 - self.out_sent
+    }
+
     fn current(&self, generation: u64) -> bool {
         self.generation == generation && self.conn.is_some()
     }
@@ -108,8 +119,8 @@ pub struct Session {
 /// What the current connection's driver should do next.
 #[derive(Debug, Default)]
 pub struct Work {
-    /// A DATA message to send (type byte included).
-    pub data: Option<Vec<u8>>,
+    /// Stream bytes of the DATA message appended to the driver's output (0: none).
+    pub data: usize,
     /// An ACK to send: the bytes received so far.
     pub ack: Option<u64>,
     /// Whether to read more from the socket (the inbox has room).
@@ -268,13 +279,16 @@ impl Session {
 
     /// The driver's next work. `hello_done`: the client's HELLO has come on this connection (no
     /// DATA goes before it); `flushed`: the socket took everything written so far (one DATA
-    /// message at a time waits in the WebSocket's buffer at most).
+    /// message at a time waits in the driver's output at most). The next DATA message goes to
+    /// `send` as its parts (type byte, then the payload as it lies in the replay buffer), under
+    /// the session's lock: the driver writes them straight to the socket, with no copy between.
     pub fn work(
         &self,
         generation: u64,
         hello_done: bool,
         flushed: bool,
         now: Instant,
+        send: &mut dyn FnMut(&[&[u8]]),
     ) -> Result<Work, Stop> {
         let mut s = lock(&self.state);
         if !s.current(generation) {
@@ -299,17 +313,14 @@ impl Session {
         if s.out_sent < end {
             let from = (s.out_sent - s.out_base) as usize;
             let len = ((end - s.out_sent) as usize).min(MAX_DATA);
-            let mut message = Vec::with_capacity(1 + len);
-            message.push(DATA);
             let (a, b) = s.out.as_slices();
             let first = &a[from.min(a.len())..(from + len).min(a.len())];
-            message.extend_from_slice(first);
             let rest = len - first.len();
             let b_from = from.saturating_sub(a.len());
-            message.extend_from_slice(&b[b_from..b_from + rest]);
+            send(&[&[DATA], first, &b[b_from..b_from + rest]]);
             s.out_sent += len as u64;
             s.out_high = s.out_high.max(s.out_sent);
-            work.data = Some(message);
+            work.data = len;
         }
         if let Some(since) = s.unacked_since {
             if s.in_received - s.in_acked >= ACK_EVERY || now >= since + ACK_DELAY {
@@ -430,6 +441,8 @@ impl Output {
             if room > 0 {
                 return Ok((s, room));
             }
+            // Only what the driver sends makes room: it must know of everything written.
+            s.wake();
             s = self
                 .0
                 .writable
@@ -459,16 +472,37 @@ impl Write for Output {
                 break;
             }
         }
-        s.wake();
+        if s.unsent() >= WAKE_UNSENT {
+            s.wake();
+        }
         Ok(n)
     }
 
+    /// The writer flushes after each batch of frames: the driver is woken once for the batch (a
+    /// command's output piece and its frame head go as one message, not two).
     fn flush(&mut self) -> io::Result<()> {
+        let mut s = lock(&self.0.state);
+        if s.unsent() > 0 {
+            s.wake();
+        }
         Ok(())
     }
 }
 
-impl crate::outbox::Output for Output {}
+impl crate::outbox::Output for Output {
+    /// A command's output piece (up to a megabyte) is read whole, then taken in one write: the
+    /// driver is woken once for it and sends it as one message, not as one per pipe read.
+    fn write_from_pipe(&mut self, from: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(len);
+        File::from(from.try_clone_to_owned()?)
+            .take(len as u64)
+            .read_to_end(&mut buf)?;
+        if buf.len() < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.write_all(&buf)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -483,19 +517,38 @@ mod tests {
         (session, generation, rx)
     }
 
+    /// The driver's next work with `hello_done` and `flushed` as given, and the DATA message it
+    /// got (type byte included).
+    fn work(
+        session: &Session,
+        generation: u64,
+        hello_done: bool,
+        flushed: bool,
+        now: Instant,
+    ) -> Result<(Work, Vec<u8>), Stop> {
+        let mut sent = Vec::new();
+        let mut messages = 0;
+        let work = session.work(generation, hello_done, flushed, now, &mut |parts| {
+            messages += 1;
+            sent.extend(parts.concat());
+        })?;
+        assert_eq!(messages, usize::from(work.data > 0));
+        assert_eq!(sent.len(), if work.data > 0 { 1 + work.data } else { 0 });
+        Ok((work, sent))
+    }
+
     /// Everything the driver would send now, as stream bytes.
     fn drain(session: &Session, generation: u64) -> Vec<u8> {
         let mut sent = Vec::new();
-        while let Some(data) = session
-            .work(generation, true, true, Instant::now())
-            .unwrap()
-            .data
-        {
+        loop {
+            let (_, data) = work(session, generation, true, true, Instant::now()).unwrap();
+            if data.is_empty() {
+                return sent;
+            }
             assert_eq!(data[0], DATA);
             assert!(data.len() - 1 <= MAX_DATA);
             sent.extend_from_slice(&data[1..]);
         }
-        sent
     }
 
     fn pattern(len: usize) -> Vec<u8> {
@@ -508,11 +561,10 @@ mod tests {
         let bytes = pattern(3 * MAX_DATA + 12345);
         Output(Arc::clone(&session)).write_all(&bytes).unwrap();
         // Nothing goes before the client's HELLO.
-        assert!(session
-            .work(g1, false, true, Instant::now())
+        assert!(work(&session, g1, false, true, Instant::now())
             .unwrap()
-            .data
-            .is_none());
+            .1
+            .is_empty());
         assert_eq!(session.peer_hello(g1, 0), Ok(true));
         let sent = drain(&session, g1);
         assert_eq!(sent, bytes);
@@ -521,7 +573,7 @@ mod tests {
         session.detach(g1);
         let (tx, _rx2) = UnixStream::pair().unwrap();
         let (g2, _) = session.attach(tx).unwrap();
-        assert!(session.work(g1, true, true, Instant::now()).is_err());
+        assert!(work(&session, g1, true, true, Instant::now()).is_err());
         let got = 2 * MAX_DATA + 7;
         assert_eq!(session.peer_hello(g2, got as u64), Ok(true));
         assert_eq!(drain(&session, g2), bytes[got..]);
@@ -560,19 +612,58 @@ mod tests {
         assert_eq!(sent, pattern(REPLAY_BYTES + 10));
     }
 
+    /// Whether the driver has been woken since the last look (and clears it).
+    fn woken(session: &Session, generation: u64, rx: &UnixStream) -> bool {
+        rx.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 8];
+        let was = (&*rx).read(&mut byte).is_ok();
+        // The driver gathers its work after a wake-up.
+        let _ = work(session, generation, false, false, Instant::now());
+        was
+    }
+
+    #[test]
+    fn the_driver_is_woken_per_flushed_batch_and_before_a_write_waits() {
+        let (session, g, rx) = attached();
+        let mut output = Output(Arc::clone(&session));
+        output.write_all(b"head").unwrap();
+        output.write_all(&pattern(1000)).unwrap();
+        assert!(!woken(&session, g, &rx));
+        output.flush().unwrap();
+        assert!(woken(&session, g, &rx));
+        // Past two messages' worth unsent, a write wakes without a flush.
+        output.write_all(&pattern(WAKE_UNSENT as usize)).unwrap();
+        assert!(woken(&session, g, &rx));
+        // A write that waits for room wakes the driver, though nothing is left unsent: only
+        // the driver's sending brings the ACKs that make room.
+        session.peer_hello(g, 0).unwrap();
+        let mut written = drain(&session, g).len();
+        output.write_all(&pattern(REPLAY_BYTES - written)).unwrap();
+        written += drain(&session, g).len();
+        assert_eq!(written, REPLAY_BYTES);
+        woken(&session, g, &rx);
+        let writer = std::thread::spawn(move || output.write_all(b"x"));
+        while !woken(&session, g, &rx) {
+            std::thread::yield_now();
+        }
+        assert!(!writer.is_finished());
+        session.peer_ack(g, 1).unwrap();
+        writer.join().unwrap().unwrap();
+    }
+
     #[test]
     fn received_bytes_reach_the_input_and_are_acknowledged() {
         let (session, g, _rx) = attached();
         let now = Instant::now();
         assert!(session.received(g, b"abc", now));
-        let work = session.work(g, true, true, now).unwrap();
+        let (next, _) = work(&session, g, true, true, now).unwrap();
         // Acknowledged after the delay, or at once past ACK_EVERY.
-        assert_eq!((work.ack, work.deadline), (None, Some(now + ACK_DELAY)));
+        assert_eq!((next.ack, next.deadline), (None, Some(now + ACK_DELAY)));
         let later = now + ACK_DELAY;
-        assert_eq!(session.work(g, true, true, later).unwrap().ack, Some(3));
+        assert_eq!(work(&session, g, true, true, later).unwrap().0.ack, Some(3));
         assert!(session.received(g, &vec![0; ACK_EVERY as usize], now));
         assert_eq!(
-            session.work(g, true, true, now).unwrap().ack,
+            work(&session, g, true, true, now).unwrap().0.ack,
             Some(3 + ACK_EVERY)
         );
         let mut got = [0; 3];
@@ -583,7 +674,7 @@ mod tests {
         assert_eq!(Input(Arc::clone(&session)).read(&mut got).unwrap(), 0);
         assert!(Output(Arc::clone(&session)).write(b"x").is_err());
         assert_eq!(
-            session.work(g, true, true, now).unwrap_err(),
+            work(&session, g, true, true, now).unwrap_err(),
             Stop::Ended(End::GraceExpired)
         );
     }
