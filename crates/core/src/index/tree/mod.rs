@@ -22,8 +22,11 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+use nix::errno::Errno;
+use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::Mode;
 
 use super::watch::{Inotify, Mounts};
 use crate::walk::rules::Rules;
@@ -138,10 +141,43 @@ pub(crate) fn open_beneath(root: BorrowedFd<'_>, rel: &[u8], dir: bool) -> nix::
     } else {
         OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC
     };
-    let how = OpenHow::new()
-        .flags(flags)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    openat2(root, Path::new(OsStr::from_bytes(rel)), how)
+    // Kernels before 5.6, seccomp filters and emulators (qemu-user 7.2) lack openat2: stop trying.
+    static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+        match openat2(root, Path::new(OsStr::from_bytes(rel)), how) {
+            Err(Errno::ENOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
+            done => return done,
+        }
+    }
+    open_by_components(root, rel, flags)
+}
+
+/// `open_beneath` one component at a time, each directory opened `O_NOFOLLOW`: what
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` asks of the kernel, for kernels without it. The index
+/// names paths by the names it listed, so `.`, `..` and empty components are refused (`EXDEV`,
+/// as the kernel refuses an escape), not resolved.
+fn open_by_components(root: BorrowedFd<'_>, rel: &[u8], flags: OFlag) -> nix::Result<OwnedFd> {
+    if rel == b"." {
+        return openat(root, ".", flags, Mode::empty());
+    }
+    let mut parts = rel.split(|&b| b == b'/').peekable();
+    let mut dir: Option<OwnedFd> = None;
+    while let Some(part) = parts.next() {
+        if part.is_empty() || part == b"." || part == b".." {
+            return Err(Errno::EXDEV);
+        }
+        let at = dir.as_ref().map_or(root, |d| d.as_fd());
+        let name = OsStr::from_bytes(part);
+        if parts.peek().is_none() {
+            return openat(at, name, flags, Mode::empty());
+        }
+        let step = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        dir = Some(openat(at, name, step, Mode::empty())?);
+    }
+    Err(Errno::ENOENT)
 }
 
 /// `dir/name`, or `name` at the top.

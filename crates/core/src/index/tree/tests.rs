@@ -1,4 +1,5 @@
 use super::NameEnds;
+use nix::fcntl::OFlag;
 
 #[test]
 fn name_ends_never_miss_and_pass_directories_by() {
@@ -25,4 +26,42 @@ fn name_ends_never_miss_and_pass_directories_by() {
     ];
     assert!(passed.iter().all(|t| !ends.may_end_with(t)));
     assert!(!NameEnds::of(std::iter::empty()).may_end_with(b"Kconfig"));
+}
+
+#[test]
+fn the_component_walk_opens_what_openat2_opens_and_refuses_the_same() {
+    use super::{open_beneath, open_by_components};
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{symlink, MetadataExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path();
+    std::fs::create_dir_all(at.join("a/b")).unwrap();
+    std::fs::write(at.join("a/b/f.txt"), "x").unwrap();
+    symlink("b", at.join("a/link")).unwrap();
+    symlink("f.txt", at.join("a/b/flink")).unwrap();
+    let root = std::fs::File::open(at).unwrap();
+    let root = root.as_fd();
+    let ino = |fd: std::os::fd::OwnedFd| std::fs::File::from(fd).metadata().unwrap().ino();
+
+    for (rel, dir) in [(&b""[..], true), (b"a", true), (b"a/b", true), (b"a/b/f.txt", false)] {
+        let kernel = ino(open_beneath(root, rel, dir).unwrap());
+        let rel = if rel.is_empty() { &b"."[..] } else { rel };
+        let flags = if dir {
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+        } else {
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+        };
+        assert_eq!(ino(open_by_components(root, rel, flags).unwrap()), kernel, "{rel:?}");
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // A symlink as a directory on the way, or as the last name: never followed.
+    assert!(open_beneath(root, b"a/link/f.txt", false).is_err());
+    assert!(open_by_components(root, b"a/link/f.txt", flags).is_err());
+    assert!(open_beneath(root, b"a/b/flink", false).is_err());
+    assert!(open_by_components(root, b"a/b/flink", flags).is_err());
+    // No way up or around.
+    for rel in [&b".."[..], b"a/../..", b"a//b", b"/etc"] {
+        assert!(open_by_components(root, rel, flags).is_err(), "{rel:?}");
+    }
 }
