@@ -44,7 +44,12 @@ fn the_component_walk_opens_what_openat2_opens_and_refuses_the_same() {
     let root = root.as_fd();
     let ino = |fd: std::os::fd::OwnedFd| std::fs::File::from(fd).metadata().unwrap().ino();
 
-    for (rel, dir) in [(&b""[..], true), (b"a", true), (b"a/b", true), (b"a/b/f.txt", false)] {
+    for (rel, dir) in [
+        (&b""[..], true),
+        (b"a", true),
+        (b"a/b", true),
+        (b"a/b/f.txt", false),
+    ] {
         let kernel = ino(open_beneath(root, rel, dir).unwrap());
         let rel = if rel.is_empty() { &b"."[..] } else { rel };
         let flags = if dir {
@@ -52,7 +57,11 @@ fn the_component_walk_opens_what_openat2_opens_and_refuses_the_same() {
         } else {
             OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
         };
-        assert_eq!(ino(open_by_components(root, rel, flags).unwrap()), kernel, "{rel:?}");
+        assert_eq!(
+            ino(open_by_components(root, rel, flags).unwrap()),
+            kernel,
+            "{rel:?}"
+        );
     }
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     // A symlink as a directory on the way, or as the last name: never followed.
