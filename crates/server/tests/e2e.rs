@@ -3,6 +3,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod common;
+use common::noise;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -234,20 +237,6 @@ fn exec_streams_output_and_answers_the_exit_code() {
     assert_eq!(ok["killed"], true);
     assert_eq!(ok["t"], "ok");
     assert_eq!(server.close(), Some(0));
-}
-
-/// A reproducible pseudo-random stream (xorshift64*): no repeating pattern hides a piece lost,
-/// doubled or moved.
-fn noise(len: usize, mut state: u64) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(len + 8);
-    while bytes.len() < len {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        bytes.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    bytes.truncate(len);
-    bytes
 }
 
 #[test]

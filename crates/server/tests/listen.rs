@@ -3,6 +3,9 @@
 //! driven by a client of the session layer written here. Loopback only.
 #![cfg(unix)]
 
+mod common;
+use common::noise;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -422,18 +425,6 @@ fn searchable(dir: &Path) {
             .collect();
         std::fs::write(dir.join(format!("f{i:03}.txt")), text).unwrap();
     }
-}
-
-fn noise(len: usize, mut state: u64) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(len + 8);
-    while bytes.len() < len {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        bytes.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    bytes.truncate(len);
-    bytes
 }
 
 #[test]
