@@ -53,12 +53,12 @@ describe.skipIf(!serverPath())("the server dies", () => {
   });
 
   it("kill -9 mid-grep rejects the grep at once", async () => {
-    // 100 files of 512 KiB and a pattern with no literal to skip ahead on: seconds of search, of which
+    // 400 files of 512 KiB and a pattern with no literal to skip ahead on: seconds of search, of which
     // the kill below leaves the first few hundred milliseconds.
     const big = tempDir("pno-faults-grep-");
     try {
       const body = Buffer.alloc(512 * 1024, "abcdefghij klmnopq rstuvwxyz 0123456789\n");
-      for (let i = 0; i < 100; i++) writeFileSync(path.join(big, `f${i}.txt`), body);
+      for (let i = 0; i < 400; i++) writeFileSync(path.join(big, `f${i}.txt`), body);
       const { child, connection } = await startServer(big);
       const { grep } = createRemoteTools(big, { connection });
       const search = grep.execute("t", { pattern: "(a|b|c|d|e|f|g)+[0-9]{3}[a-f]{2}" });
