@@ -46,6 +46,11 @@ pub enum ErrorKind {
     ShellNotFound,
     /// exec's working directory does not exist (pi's bash wording, no code).
     WorkingDirectory,
+    /// The workspace policy refuses the access (`crate::policy`): a refusal
+    /// like [`ErrorKind::Outside`], no errno and no code (pi's edit tool shows
+    /// the model an error's code instead of its message when it has one);
+    /// [`Error::rule`] names the rule.
+    Protected,
 }
 
 /// The most bytes a whole-file read returns: Node's `kIoMaxLength`
@@ -93,6 +98,22 @@ impl Error {
     /// The refusal of a path leaving the root; [`Error::at`] names the path.
     pub fn outside() -> Error {
         Error::new(ErrorKind::Outside)
+    }
+
+    /// The policy's refusal of a path (`rule` as given); [`Error::at`] names the path.
+    pub fn protected(rule: impl Into<String>) -> Error {
+        Error {
+            text: Some(rule.into()),
+            ..Error::new(ErrorKind::Protected)
+        }
+    }
+
+    /// The policy rule that refused the access, for [`ErrorKind::Protected`].
+    pub fn rule(&self) -> Option<&str> {
+        match self.kind {
+            ErrorKind::Protected => self.text.as_deref(),
+            _ => None,
+        }
     }
 
     /// A failed system call (`errno` as the OS reports it, positive);
@@ -204,7 +225,9 @@ impl Error {
                 self.syscall = Some(Cow::Borrowed(syscall));
                 self.path = Some(path.to_path_buf());
             }
-            ErrorKind::Outside if self.path.is_none() => self.path = Some(path.to_path_buf()),
+            ErrorKind::Outside | ErrorKind::Protected if self.path.is_none() => {
+                self.path = Some(path.to_path_buf())
+            }
             _ => {}
         }
         self
@@ -214,7 +237,12 @@ impl Error {
     /// caller derived from the one it was given (a resolved directory), which
     /// must be reported as given.
     pub fn with_path(mut self, path: &Path) -> Error {
-        if self.path.is_some() && matches!(self.kind, ErrorKind::Os | ErrorKind::Outside) {
+        if self.path.is_some()
+            && matches!(
+                self.kind,
+                ErrorKind::Os | ErrorKind::Outside | ErrorKind::Protected
+            )
+        {
             self.path = Some(path.to_path_buf());
         }
         self
@@ -333,6 +361,10 @@ impl fmt::Display for Error {
             ErrorKind::Outside => match path {
                 Some(path) => write!(f, "path \"{path}\" is outside workspace"),
                 None => f.write_str("path is outside workspace"),
+            },
+            ErrorKind::Protected => match path {
+                Some(path) => write!(f, "path \"{path}\" is protected by policy"),
+                None => f.write_str("path is protected by policy"),
             },
             ErrorKind::Os => {
                 let (code, text) = errno_name(self.errno.unwrap_or(0));
@@ -558,6 +590,7 @@ mod tests {
             ErrorKind::FileTooLarge,
             ErrorKind::ShellNotFound,
             ErrorKind::WorkingDirectory,
+            ErrorKind::Protected,
         ];
         for kind in kinds {
             let bare = Error::new(kind);

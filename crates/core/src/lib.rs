@@ -27,6 +27,8 @@ pub mod find;
 #[cfg(unix)]
 pub mod grep;
 pub mod image;
+// Deny-read, deny-write and protected paths: one definition for every face.
+pub mod policy;
 // The warm search index: inotify, so Linux only (elsewhere searches walk).
 #[cfg(target_os = "linux")]
 pub mod index;

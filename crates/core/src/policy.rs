@@ -1,0 +1,499 @@
+//! The workspace policy: which paths no tool may read, and which none may
+//! write. One definition, asked by the bounded root, the walkers, the index,
+//! the sandboxed shell and the server alike.
+//!
+//! Rules are gitignore lines relative to the workspace root: `.env` and
+//! `*.pem` match at any depth, `secrets/**` and `/build` only from the root,
+//! `dir/` only directories, `!keep.pem` takes a path back out of the rules
+//! above it. A path is denied when it or any directory above it matches.
+//!
+//! Reads and writes are asked separately: a denied-read path may still be
+//! written (that reveals nothing), and a protected path may still be read.
+//! The protected defaults ([`PROTECTED`]) are write rules for what runs code
+//! on the host later, outside any sandbox; `protect: false` drops them.
+//!
+//! ```
+//! use std::path::Path;
+//! use pi_native_ops_core::policy::{Policy, PolicySpec};
+//!
+//! let policy = Policy::new(&PolicySpec {
+//!     deny_read: vec![".env".into(), "secrets/**".into()],
+//!     deny_write: vec![],
+//!     protect: true,
+//! })?;
+//! assert_eq!(policy.read_denial(Path::new("app/.env"), false).unwrap().rule, ".env");
+//! assert!(policy.read_denial(Path::new("app/env"), false).is_none());
+//! assert!(policy.write_denial(Path::new(".git/hooks/pre-commit"), false).is_some());
+//! assert!(policy.write_denial(Path::new(".git/index"), false).is_none());
+//! // Renaming `secrets` would move its files out of the rule: the directory is guarded.
+//! assert!(policy.rename_denial(Path::new("secrets"), true).is_some());
+//! # Ok::<(), pi_native_ops_core::Error>(())
+//! ```
+
+use std::path::Path;
+
+use globset::{Glob, GlobMatcher};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
+
+use crate::{Error, Result};
+
+/// What runs code on the host later, outside any sandbox, when written by a
+/// model: git's hooks and its config (`core.hooksPath`, `core.fsmonitor`,
+/// filter and diff drivers run commands), direnv's `.envrc` (sourced on `cd`),
+/// the editors' task, launch and settings files (run on open or on a key), and
+/// the shell's start files for a workspace that is a home directory. Files
+/// that are committed and reviewed as code (`.husky/`, `Makefile`,
+/// `package.json` scripts) are not here: they run only when the user runs
+/// them, and a diff shows them.
+pub const PROTECTED: &[&str] = &[
+    "**/.git/hooks/",
+    "**/.git/config",
+    "**/.git/config.worktree",
+    "**/.git/worktrees/*/config.worktree",
+    "**/.git/modules/**/hooks/",
+    "**/.git/modules/**/config",
+    ".envrc",
+    "**/.vscode/settings.json",
+    "**/.vscode/tasks.json",
+    "**/.vscode/launch.json",
+    "**/.idea/workspace.xml",
+    "**/.idea/runConfigurations/",
+    "/.bashrc",
+    "/.bash_profile",
+    "/.bash_login",
+    "/.bash_logout",
+    "/.profile",
+    "/.zshenv",
+    "/.zprofile",
+    "/.zshrc",
+    "/.zlogin",
+    "/.config/fish/config.fish",
+    "/.gitconfig",
+    "/.config/git/config",
+];
+
+/// A policy as given: rule lines, and whether the protected defaults apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicySpec {
+    /// Paths no tool reads, lists or searches, and the shell cannot open.
+    pub deny_read: Vec<String>,
+    /// Paths no tool writes, creates, removes or renames.
+    pub deny_write: Vec<String>,
+    /// Whether [`PROTECTED`] is added to the write rules (`true` unless set).
+    pub protect: bool,
+}
+
+impl PolicySpec {
+    /// The spec of JS-shaped options (absent lists are empty, `protect`
+    /// defaults to `true`).
+    pub fn from_raw(
+        deny_read: Option<Vec<String>>,
+        deny_write: Option<Vec<String>>,
+        protect: Option<bool>,
+    ) -> PolicySpec {
+        PolicySpec {
+            deny_read: deny_read.unwrap_or_default(),
+            deny_write: deny_write.unwrap_or_default(),
+            protect: protect.unwrap_or(true),
+        }
+    }
+}
+
+/// Which kind of access a rule refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// A `denyRead` rule.
+    Read,
+    /// A `denyWrite` rule.
+    Write,
+    /// One of the protected defaults.
+    Protected,
+}
+
+impl Guard {
+    /// The option the rule came from, as events name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::Read => "denyRead",
+            Guard::Write => "denyWrite",
+            Guard::Protected => "protect",
+        }
+    }
+}
+
+/// A refusal: the rule line that matched and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The rule as given (`*.pem`), or the protected default that matched.
+    pub rule: String,
+    /// The list the rule belongs to.
+    pub guard: Guard,
+}
+
+/// One list of rules: the gitignore matcher, and each rule's components for
+/// the rename question.
+#[derive(Debug)]
+struct Rules {
+    guard: Guard,
+    matcher: Gitignore,
+    shapes: Vec<Shape>,
+}
+
+/// A rule that names directories (has a `/` before its last component): the
+/// globs of the components before the last, and whether it is anchored at the
+/// root. A rule of one component matches a basename anywhere, which no
+/// directory rename changes.
+#[derive(Debug)]
+struct Shape {
+    rule: String,
+    anchored: bool,
+    /// One glob per directory component; `None` for `**`.
+    dirs: Vec<Option<GlobMatcher>>,
+}
+
+/// Whether names differ by case only on this target's usual file systems.
+const CASE_INSENSITIVE: bool = cfg!(any(target_os = "macos", target_os = "windows"));
+
+impl Rules {
+    fn new(guard: Guard, option: &str, lines: &[&str]) -> Result<Rules> {
+        // Lines are matched relative to the root, so the builder's own root is empty.
+        let mut builder = GitignoreBuilder::new("");
+        builder
+            .case_insensitive(CASE_INSENSITIVE)
+            .map_err(|e| Error::invalid_glob(format!("policy.{option}: {e}")))?;
+        let mut shapes = Vec::new();
+        for line in lines {
+            if line.trim().is_empty() || line.contains('\0') {
+                return Err(Error::invalid_glob(format!(
+                    "policy.{option}: {line:?} is not a rule (an empty line or a NUL byte)"
+                )));
+            }
+            builder.add_line(None, line).map_err(|e| {
+                Error::invalid_glob(format!("policy.{option}: invalid rule {line:?}: {e}"))
+            })?;
+            if let Some(shape) = Shape::of(line).map_err(|e| {
+                Error::invalid_glob(format!("policy.{option}: invalid rule {line:?}: {e}"))
+            })? {
+                shapes.push(shape);
+            }
+        }
+        let matcher = builder
+            .build()
+            .map_err(|e| Error::invalid_glob(format!("policy.{option}: {e}")))?;
+        Ok(Rules {
+            guard,
+            matcher,
+            shapes,
+        })
+    }
+
+    fn denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
+        match self.matcher.matched_path_or_any_parents(rel, is_dir) {
+            Match::Ignore(glob) => Some(Denial {
+                rule: glob.original().to_string(),
+                guard: self.guard,
+            }),
+            Match::Whitelist(_) | Match::None => None,
+        }
+    }
+
+    /// The rule whose directory part `dir` (a directory, relative) may stand in.
+    fn shape_over(&self, dir: &Path) -> Option<Denial> {
+        let parts: Vec<&std::ffi::OsStr> = dir.iter().collect();
+        let hit = self.shapes.iter().find(|shape| match shape.anchored {
+            // The directory is one of the rule's leading directories.
+            true => shape.leads(&parts),
+            // The directory's last components are the rule's leading ones.
+            false => (1..=parts.len()).any(|n| shape.leads(&parts[parts.len() - n..])),
+        })?;
+        Some(Denial {
+            rule: hit.rule.clone(),
+            guard: self.guard,
+        })
+    }
+}
+
+impl Shape {
+    /// Whether `parts` match the rule's first directories (a `**` among them
+    /// matches any depth from there on).
+    fn leads(&self, parts: &[&std::ffi::OsStr]) -> bool {
+        for (i, part) in parts.iter().enumerate() {
+            match self.dirs.get(i) {
+                Some(None) => return true,
+                Some(Some(glob)) if glob.is_match(Path::new(part)) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// The shape of a rule line, if it names directories.
+    fn of(line: &str) -> std::result::Result<Option<Shape>, globset::Error> {
+        if line.starts_with('!') || line.starts_with('#') {
+            return Ok(None);
+        }
+        let body = line.trim_end().trim_end_matches('/');
+        let (anchored, body) = match body.strip_prefix('/') {
+            Some(rest) => (true, rest),
+            None => match body.strip_prefix("**/") {
+                Some(rest) => (false, rest),
+                // gitignore: a slash inside the pattern anchors it.
+                None => (body.contains('/'), body),
+            },
+        };
+        let mut parts: Vec<&str> = body.split('/').collect();
+        parts.pop();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let dirs = parts
+            .iter()
+            .map(|part| match *part {
+                "**" => Ok(None),
+                part => Glob::new(part).map(|g| Some(g.compile_matcher())),
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Some(Shape {
+            rule: line.to_string(),
+            anchored,
+            dirs,
+        }))
+    }
+}
+
+fn lines(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A compiled policy. Cheap to ask; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Policy {
+    spec: PolicySpec,
+    read: Rules,
+    write: Rules,
+    protected: Option<Rules>,
+}
+
+impl Policy {
+    /// Compiles `spec`; a rule that does not parse is an `InvalidGlob` error
+    /// naming the option and the rule.
+    pub fn new(spec: &PolicySpec) -> Result<Policy> {
+        Ok(Policy {
+            read: Rules::new(Guard::Read, "denyRead", &lines(&spec.deny_read))?,
+            write: Rules::new(Guard::Write, "denyWrite", &lines(&spec.deny_write))?,
+            protected: match spec.protect {
+                true => Some(Rules::new(Guard::Protected, "protect", PROTECTED)?),
+                false => None,
+            },
+            spec: spec.clone(),
+        })
+    }
+
+    /// The spec this policy was compiled from.
+    pub fn spec(&self) -> &PolicySpec {
+        &self.spec
+    }
+
+    /// Whether no read rule exists (reads need no check at all).
+    pub fn reads_unrestricted(&self) -> bool {
+        self.spec.deny_read.is_empty()
+    }
+
+    /// Whether no write rule exists (`protect: false` and no `denyWrite`).
+    pub fn writes_unrestricted(&self) -> bool {
+        self.spec.deny_write.is_empty() && self.protected.is_none()
+    }
+
+    /// The refusal of reading (or listing, or searching) `rel`, a path
+    /// relative to the root, symlinks resolved.
+    pub fn read_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        self.read.denial(rel, is_dir)
+    }
+
+    /// The refusal of writing, creating or removing `rel` (relative to the
+    /// root, symlinks resolved).
+    pub fn write_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        self.write.denial(rel, is_dir).or_else(|| {
+            self.protected
+                .as_ref()
+                .and_then(|rules| rules.denial(rel, is_dir))
+        })
+    }
+
+    /// The refusal of renaming `rel` away, or of renaming or linking
+    /// something onto it: the path must be writable, and not be a denied-read
+    /// file (a new name would reveal it). For a directory also: no rule may
+    /// name it as one of its directories (`secrets/**`, `.git/hooks/`), or the
+    /// rename would carry the files beneath out of (or into) that rule.
+    pub fn rename_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        self.write_denial(rel, is_dir)
+            .or_else(|| self.read_denial(rel, is_dir))
+            .or_else(|| match is_dir {
+                true => self
+                    .read
+                    .shape_over(rel)
+                    .or_else(|| self.write.shape_over(rel))
+                    .or_else(|| self.protected.as_ref().and_then(|r| r.shape_over(rel))),
+                false => None,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(read: &[&str], write: &[&str], protect: bool) -> Policy {
+        Policy::new(&PolicySpec {
+            deny_read: read.iter().map(|s| s.to_string()).collect(),
+            deny_write: write.iter().map(|s| s.to_string()).collect(),
+            protect,
+        })
+        .unwrap()
+    }
+
+    fn read(p: &Policy, rel: &str) -> Option<String> {
+        p.read_denial(Path::new(rel), false).map(|d| d.rule)
+    }
+
+    fn write(p: &Policy, rel: &str) -> Option<String> {
+        p.write_denial(Path::new(rel), false).map(|d| d.rule)
+    }
+
+    #[test]
+    fn gitignore_lines_match_relative_to_the_root() {
+        let p = policy(
+            &[".env", "*.pem", "secrets/**", "/top.txt", "logs/"],
+            &[],
+            false,
+        );
+        assert_eq!(read(&p, ".env").as_deref(), Some(".env"));
+        assert_eq!(read(&p, "a/b/.env").as_deref(), Some(".env"));
+        assert_eq!(read(&p, "a/.env.example"), None);
+        assert_eq!(read(&p, "k/x.pem").as_deref(), Some("*.pem"));
+        assert_eq!(read(&p, "secrets/a/b").as_deref(), Some("secrets/**"));
+        assert_eq!(read(&p, "a/secrets/b"), None, "a slash anchors the rule");
+        assert_eq!(read(&p, "top.txt").as_deref(), Some("/top.txt"));
+        assert_eq!(read(&p, "a/top.txt"), None);
+        // `logs/` names directories: a file called logs is not denied, a file beneath one is.
+        assert_eq!(read(&p, "logs"), None);
+        assert_eq!(read(&p, "a/logs/x").as_deref(), Some("logs/"));
+        assert!(p.read_denial(Path::new("logs"), true).is_some());
+        assert_eq!(read(&p, ""), None, "the root itself is never denied");
+    }
+
+    #[test]
+    fn a_negation_takes_a_path_back() {
+        let p = policy(&[".env*", "!.env.example"], &[], false);
+        assert!(read(&p, ".env.local").is_some());
+        assert_eq!(read(&p, ".env.example"), None);
+    }
+
+    #[test]
+    fn names_are_case_sensitive_where_the_file_system_is() {
+        let p = policy(&[".env"], &[], false);
+        assert_eq!(read(&p, ".ENV").is_some(), CASE_INSENSITIVE);
+    }
+
+    #[test]
+    fn reads_and_writes_are_separate_lists() {
+        let p = policy(&["secret.txt"], &["locked/"], false);
+        assert_eq!(write(&p, "secret.txt"), None);
+        assert_eq!(read(&p, "locked/a"), None);
+        assert_eq!(write(&p, "locked/a").as_deref(), Some("locked/"));
+        let d = p.write_denial(Path::new("locked/a"), false).unwrap();
+        assert_eq!(d.guard, Guard::Write);
+    }
+
+    #[test]
+    fn the_protected_defaults_guard_what_runs_code_later() {
+        let p = policy(&[], &[], true);
+        for rel in [
+            ".git/hooks/pre-commit",
+            ".git/config",
+            "sub/.git/hooks/post-checkout",
+            ".git/modules/lib/hooks/pre-push",
+            ".git/modules/lib/config",
+            ".envrc",
+            "pkg/.envrc",
+            ".vscode/tasks.json",
+            ".bashrc",
+        ] {
+            let d = p.write_denial(Path::new(rel), false);
+            assert_eq!(d.map(|d| d.guard), Some(Guard::Protected), "{rel}");
+        }
+        // What git add and commit write stays writable.
+        for rel in [
+            ".git/index",
+            ".git/objects/ab/cdef",
+            ".git/refs/heads/main",
+            ".git/COMMIT_EDITMSG",
+            ".git/config.lock",
+            "src/.bashrc",
+            "src/main.rs",
+        ] {
+            assert_eq!(write(&p, rel), None, "{rel}");
+        }
+        assert!(p.reads_unrestricted());
+        assert!(!p.writes_unrestricted());
+        assert!(policy(&[], &[], false).writes_unrestricted());
+        assert_eq!(write(&policy(&[], &[], false), ".git/config"), None);
+    }
+
+    #[test]
+    fn renames_guard_the_directories_rules_name() {
+        let p = policy(&["secrets/**", "*.pem"], &["/conf/local/*.ini"], true);
+        let dir = |rel: &str| p.rename_denial(Path::new(rel), true).map(|d| d.rule);
+        assert_eq!(dir("secrets").as_deref(), Some("secrets/**"));
+        assert_eq!(dir(".git").as_deref(), Some("**/.git/hooks/"));
+        assert_eq!(dir("vendor/lib/.git").as_deref(), Some("**/.git/hooks/"));
+        assert_eq!(dir("conf").as_deref(), Some("/conf/local/*.ini"));
+        assert_eq!(dir("conf/local").as_deref(), Some("/conf/local/*.ini"));
+        assert_eq!(
+            dir("other/conf"),
+            None,
+            "anchored rules name root paths only"
+        );
+        // A basename rule moves with its file: directories around it are free to rename.
+        assert_eq!(dir("build"), None);
+        assert_eq!(dir("src/certs"), None);
+        assert_eq!(
+            dir(".git/worktrees").as_deref(),
+            Some("**/.git/worktrees/*/config.worktree")
+        );
+        let w = |rel: &str| p.rename_denial(Path::new(rel), true).map(|d| d.rule);
+        assert_eq!(
+            w("x/.git/worktrees/wt").as_deref(),
+            Some("**/.git/worktrees/*/config.worktree")
+        );
+        assert_eq!(w("x/worktrees/wt"), None);
+        // A denied-read file may not take another name; a plain one may.
+        assert!(p.rename_denial(Path::new("k/x.pem"), false).is_some());
+        assert!(p.rename_denial(Path::new("k/x.txt"), false).is_none());
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_the_option_named() {
+        let bad = |read: &[&str]| {
+            Policy::new(&PolicySpec {
+                deny_read: read.iter().map(|s| s.to_string()).collect(),
+                ..PolicySpec::default()
+            })
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad(&["a{b"]).starts_with("policy.denyRead: invalid rule \"a{b\""));
+        assert!(bad(&[""]).contains("is not a rule"));
+        assert!(bad(&["a\0b"]).contains("is not a rule"));
+    }
+
+    #[test]
+    fn from_raw_protects_unless_told_not_to() {
+        assert!(PolicySpec::from_raw(None, None, None).protect);
+        assert!(!PolicySpec::from_raw(None, None, Some(false)).protect);
+    }
+}
