@@ -31,6 +31,7 @@
 //! ```
 
 use std::path::Path;
+use std::sync::Arc;
 
 use globset::{Glob, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -267,6 +268,53 @@ impl Shape {
 
 fn lines(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+/// What an event is about: the access a tool or the shell attempted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventTarget {
+    /// A read (open, list, search) of a path, as the agent sees it (runtime form).
+    Read(String),
+    /// A write (create, remove, rename, link, mode change) of a path (runtime form).
+    Write(String),
+    /// A network connection through the sandbox's proxy.
+    Connect {
+        /// The host as asked (a name or an address literal).
+        host: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+/// One refusal, or one connection decision, reported to the caller's
+/// `onPolicyEvent`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyEvent {
+    /// The tool (`read`, `write`, `edit`, `ls`, `find`, `grep`) or `bash`.
+    pub tool: &'static str,
+    /// For `bash`: the command the event happened in.
+    pub command: Option<String>,
+    /// What was attempted.
+    pub target: EventTarget,
+    /// The rule that decided (`*.pem`, an allow-list entry), if one did; a
+    /// connection no rule allows has none.
+    pub rule: Option<String>,
+    /// `false` for a refusal; `true` only for an allowed connection.
+    pub allowed: bool,
+    /// When, in milliseconds since the Unix epoch.
+    pub time_ms: f64,
+}
+
+/// Where events go: the face's callback (napi's threadsafe function, the
+/// server's outbox). Called from any thread; must not block.
+pub type EventSink = Arc<dyn Fn(PolicyEvent) + Send + Sync>;
+
+/// The current time as events carry it.
+pub fn now_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
 }
 
 /// A compiled policy. Cheap to ask; share it behind an `Arc`.
