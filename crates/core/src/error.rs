@@ -289,6 +289,7 @@ impl Error {
             code: None,
             syscall: None,
             path: None,
+            rule: self.rule().map(str::to_string),
         };
         match (self.errno, self.code()) {
             // A system error: Node's errno (negative), code, and the call and
@@ -348,6 +349,8 @@ pub struct NodeFields {
     pub syscall: Option<String>,
     /// Lossy UTF-8, as Node shows a name that is not.
     pub path: Option<String>,
+    /// The policy rule of a [`ErrorKind::Protected`] refusal (after `path`).
+    pub rule: Option<String>,
 }
 
 impl fmt::Display for Error {
@@ -643,6 +646,7 @@ mod tests {
                 code: Some("ENOENT".into()),
                 syscall: Some("open".into()),
                 path: Some("/w/x".into()),
+                rule: None,
             }
         );
         let spawn = Error::spawn("/bin/sh", libc::EACCES).node_fields();
@@ -655,6 +659,22 @@ mod tests {
         assert_eq!(
             (outside.code, outside.errno, outside.path),
             (None, None, None)
+        );
+        let protected = Error::protected("*.pem")
+            .at("open", Path::new("/w/k.pem"))
+            .node_fields();
+        assert_eq!(
+            protected.message,
+            "path \"/w/k.pem\" is protected by policy"
+        );
+        assert_eq!(
+            (
+                protected.code,
+                protected.errno,
+                protected.path,
+                protected.rule
+            ),
+            (None, None, None, Some("*.pem".into()))
         );
         let large = Error::file_too_large(1 << 40).node_fields();
         assert_eq!(large.class, NodeClass::RangeError);
