@@ -189,11 +189,35 @@ impl Rules {
         })
     }
 
+    /// As git decides: a path is denied when a directory above it is (a
+    /// rule cannot take back a path beneath a denied directory, so a walk
+    /// may prune one), else when the path itself matches.
     fn denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if self.matcher.is_empty() {
+            return None;
+        }
+        // The directories above, from the root down, as prefixes of the bytes.
+        let bytes = rel.as_os_str().as_encoded_bytes();
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b == b'/' && i > 0)
+            .find_map(|(i, _)| {
+                // SAFETY: a prefix ending before a `/` of valid OS-string bytes
+                // is valid OS-string bytes (split at an ASCII character).
+                let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[..i]) };
+                self.entry_denial(Path::new(dir), true)
+            })
+            .or_else(|| self.entry_denial(rel, is_dir))
+    }
+
+    /// The path alone, its directories taken as allowed (a walk that pruned
+    /// the denied ones).
+    fn entry_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
         if rel.as_os_str().is_empty() {
             return None;
         }
-        match self.matcher.matched_path_or_any_parents(rel, is_dir) {
+        match self.matcher.matched(rel, is_dir) {
             Match::Ignore(glob) => Some(Denial {
                 rule: glob.original().to_string(),
                 guard: self.guard,
@@ -362,6 +386,12 @@ impl Policy {
         self.read.denial(rel, is_dir)
     }
 
+    /// The refusal of reading `rel` alone, for a walk that has pruned every
+    /// denied directory above it: what [`Policy::read_denial`] answers there.
+    pub fn read_denial_entry(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        self.read.entry_denial(rel, is_dir)
+    }
+
     /// The refusal of writing, creating or removing `rel` (relative to the
     /// root, symlinks resolved).
     pub fn write_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
@@ -439,6 +469,17 @@ mod tests {
         let p = policy(&[".env*", "!.env.example"], &[], false);
         assert!(read(&p, ".env.local").is_some());
         assert_eq!(read(&p, ".env.example"), None);
+        // As in git: not from beneath a denied directory (a walk prunes it),
+        // only from beneath one whose contents are denied.
+        let p = policy(
+            &["secrets/", "!secrets/keep", "vault/*", "!vault/keep"],
+            &[],
+            false,
+        );
+        assert_eq!(read(&p, "secrets/keep").as_deref(), Some("secrets/"));
+        assert_eq!(read(&p, "vault/keep"), None);
+        assert_eq!(read(&p, "vault/other").as_deref(), Some("vault/*"));
+        assert_eq!(p.read_denial_entry(Path::new("secrets/keep"), false), None);
     }
 
     #[test]
