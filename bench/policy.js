@@ -44,8 +44,8 @@ export async function bench(ctx) {
   const dir = ctx.corpora.kernel;
   if (!dir) return [];
   const runs = Number(process.env.BENCH_POLICY_RUNS ?? 15);
-  const withPolicy = native.createNativeTools(dir, { policy: { denyRead: DENY_READ } });
-  const without = native.createNativeTools(dir, { policy: { protect: false } });
+  const withPolicy = native.createNativeTools(dir, { pi, policy: { denyRead: DENY_READ } });
+  const without = native.createNativeTools(dir, { pi, policy: { protect: false } });
   const exec = (tool, params) => () => tool.execute("bench", params, undefined, undefined);
   const rows = [];
   const row = (operation, [policyMs, plainMs]) => {

@@ -33,7 +33,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use globset::{Glob, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
@@ -139,6 +139,12 @@ struct Rules {
     guard: Guard,
     matcher: Gitignore,
     shapes: Vec<Shape>,
+    /// The last component of every denying rule, matched against a name
+    /// alone: a name none of them matches is denied by no rule, which most
+    /// names of a walk show at the cost of a basename match (the rules'
+    /// own matcher may run a regex over the whole path). `None` when a rule
+    /// ends in `**` (it matches any name).
+    names: Option<GlobSet>,
 }
 
 /// A rule that names directories (has a `/` before its last component): the
@@ -186,6 +192,7 @@ impl Rules {
             guard,
             matcher,
             shapes,
+            names: names_of(lines),
         })
     }
 
@@ -214,8 +221,11 @@ impl Rules {
     /// The path alone, its directories taken as allowed (a walk that pruned
     /// the denied ones).
     fn entry_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        if rel.as_os_str().is_empty() {
-            return None;
+        let name = rel.file_name()?;
+        if let Some(names) = &self.names {
+            if !names.is_match(name) {
+                return None;
+            }
         }
         match self.matcher.matched(rel, is_dir) {
             Match::Ignore(glob) => Some(Denial {
@@ -288,6 +298,34 @@ impl Shape {
             dirs,
         }))
     }
+}
+
+/// The [`Rules::names`] prefilter of `lines`: each denying rule's last
+/// component as a glob of a name (gitignore's escapes kept, `/` never in a
+/// name). `None` when one cannot stand for its rule: it is or holds `**`, or
+/// does not parse as a glob alone.
+fn names_of(lines: &[&str]) -> Option<GlobSet> {
+    let mut set = GlobSetBuilder::new();
+    for line in lines {
+        if line.starts_with('!') || line.starts_with('#') {
+            continue;
+        }
+        // As gitignore reads a line: a leading `\` escapes `!` or `#`, trailing spaces go.
+        let body = line.trim_end().trim_end_matches('/');
+        let body = body.strip_prefix('\\').unwrap_or(body);
+        let last = body.rsplit('/').next().unwrap_or(body);
+        if last.is_empty() || last.contains("**") {
+            return None;
+        }
+        let glob = GlobBuilder::new(last)
+            .literal_separator(true)
+            .case_insensitive(CASE_INSENSITIVE)
+            .backslash_escape(true)
+            .build()
+            .ok()?;
+        set.add(glob);
+    }
+    set.build().ok()
 }
 
 fn lines(v: &[String]) -> Vec<&str> {
@@ -578,6 +616,60 @@ mod tests {
         assert!(bad(&["a{b"]).starts_with("policy.denyRead: invalid rule \"a{b\""));
         assert!(bad(&[""]).contains("is not a rule"));
         assert!(bad(&["a\0b"]).contains("is not a rule"));
+    }
+
+    #[test]
+    fn the_name_prefilter_never_changes_an_answer() {
+        let rules = [
+            ".env",
+            ".env.*",
+            "*.pem",
+            "id_rsa*",
+            "secrets/",
+            "**/credentials*",
+            "/config/*.secret",
+            "a/*/b[0-9].txt",
+            "\\#hash",
+            "!keep.pem",
+        ];
+        let with = Rules::new(Guard::Read, "denyRead", &rules).unwrap();
+        assert!(with.names.is_some());
+        let without = Rules {
+            names: None,
+            ..Rules::new(Guard::Read, "denyRead", &rules).unwrap()
+        };
+        for rel in [
+            ".env",
+            "x/.env.local",
+            "k/a.pem",
+            "keep.pem",
+            "id_rsa.pub",
+            "secrets",
+            "x/secrets",
+            "x/credentials.json",
+            "config/a.secret",
+            "x/config/a.secret",
+            "a/z/b1.txt",
+            "a/z/bx.txt",
+            "#hash",
+            "main.c",
+            "src/.envrc",
+        ] {
+            for is_dir in [false, true] {
+                let path = Path::new(rel);
+                assert_eq!(
+                    with.entry_denial(path, is_dir),
+                    without.entry_denial(path, is_dir),
+                    "{rel} {is_dir}"
+                );
+            }
+        }
+        assert!(Rules::new(Guard::Read, "denyRead", &["a/**"])
+            .unwrap()
+            .names
+            .is_none());
+        // The prefilter turns most names away before the rules' matcher.
+        assert!(!with.names.as_ref().unwrap().is_match("main.c"));
     }
 
     #[test]
