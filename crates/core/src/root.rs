@@ -786,23 +786,17 @@ impl Root {
     /// The real path, relative to the root, of the directory `path` held
     /// open as `fd` (a directory listed under a policy): on Linux from the
     /// descriptor itself, so the entries are judged where they are whatever
-    /// path led there; elsewhere by resolving `path` once more.
+    /// path led there; else by resolving `path` once more.
     fn real_rel(&self, fd: &OwnedFd, path: &Path) -> Result<PathBuf> {
         #[cfg(target_os = "linux")]
-        {
-            let _ = path;
-            let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
-            match link.strip_prefix(&self.host) {
-                Ok(rel) => Ok(rel.to_path_buf()),
-                // The root moved: judge nothing as allowed that could be denied.
-                Err(_) => Err(Error::outside()),
+        if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+            if let Ok(rel) = link.strip_prefix(&self.host) {
+                return Ok(rel.to_path_buf());
             }
         }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = fd;
-            Ok(self.resolve(path, false)?.rel)
-        }
+        // No /proc, or the root itself moved: resolve the path again.
+        let _ = fd;
+        Ok(self.resolve(path, false)?.rel)
     }
 
     /// Creates the directory and its missing parents, never outside the root.
