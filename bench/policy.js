@@ -2,7 +2,8 @@
 // dozen deny-read globs and with no policy at all, calls alternated; the "native" column is the policy's side,
 // "stock" the side without one, so the ratio is the policy's cost (target ≤ 1.05×).
 // Standalone: node bench/policy.js [kernelDir]  (needs a release build).
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { compare, timeBoth } from "./lib.js";
@@ -82,6 +83,34 @@ export async function bench(ctx) {
     );
     rows.push(row("fs.read.readFile 4 KB", [r.nativeMs, r.stockMs]));
   }
+  const lsDir = path.dirname(READS[0][1]);
+  if (existsSync(path.join(dir, lsDir))) {
+    const r = await compare(
+      `ls tool, ${lsDir}`,
+      "kernel",
+      exec(withPolicy.ls, { path: lsDir }),
+      exec(without.ls, { path: lsDir }),
+      { runs: runs * 20 },
+    );
+    rows.push(row(`ls tool, ${lsDir}`, [r.nativeMs, r.stockMs]));
+  }
+  // The protected defaults are write rules: what a write pays for them when no policy is given.
+  const out = mkdtempSync(path.join(tmpdir(), "pno-policy-bench-"));
+  const protectedFs = native.createBoundFs(out);
+  const openFs = native.createBoundFs(out, { policy: { protect: false } });
+  const text = "x".repeat(4096);
+  const w = await compare(
+    "writeFile 4 KB",
+    "tmp",
+    () => protectedFs.write.writeFile(path.join(out, "a.txt"), text),
+    () => openFs.write.writeFile(path.join(out, "b.txt"), text),
+    { runs: runs * 20 },
+  );
+  rmSync(out, { recursive: true, force: true });
+  rows.push({
+    ...row("fs.write.writeFile 4 KB", [w.nativeMs, w.stockMs]),
+    note: "protected defaults (no policy given) / protect: false",
+  });
   for (const { name, pattern } of FINDS) {
     rows.push(
       row(`find ${name}`, await timeBoth([exec(withPolicy.find, { pattern }), exec(without.find, { pattern })], runs)),

@@ -626,6 +626,29 @@ impl Root {
     /// `stat` under a policy with read rules: a denied path's metadata is
     /// refused too (`ls` of a denied directory starts with it).
     fn stat_readable(&self, policy: &Policy, path: &Path) -> Result<FileStat> {
+        // Through no symlink (one `fstatat` in the root, or the kernel's
+        // resolution told to follow none), the path reached is the path given.
+        let given = self.lexical(path)?;
+        refuse_read(policy, &given, false)?;
+        let direct = match self.stat_in_root(path)? {
+            Some(st) => Some(st),
+            None => {
+                #[cfg(target_os = "linux")]
+                let beneath = self.open_beneath_how(path, OFlag::O_PATH, true);
+                #[cfg(not(target_os = "linux"))]
+                let beneath: Option<Result<OwnedFd>> = None;
+                match beneath {
+                    Some(fd) => Some(nix::sys::stat::fstat(&fd?)?),
+                    None => None,
+                }
+            }
+        };
+        if let Some(st) = direct {
+            if file_type(&st) == SFlag::S_IFDIR {
+                refuse_read(policy, &given, true)?;
+            }
+            return Ok(st);
+        }
         let e = self.resolve_readable(policy, path, false)?;
         let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
         if file_type(&st) == SFlag::S_IFDIR {
