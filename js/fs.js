@@ -5,15 +5,8 @@
 // called inside async functions, their throws become rejections, as pi's async contract wants.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
-import {
-  checkIndexOption,
-  checkObject,
-  checkOnPolicyEvent,
-  checkPath,
-  checkPolicyOption,
-  registerBoundFs,
-  registerPolicyEvents,
-} from "./args.js";
+import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
+import { checkOnPolicyEvent, checkPolicyOption, registerPolicyEvents } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
