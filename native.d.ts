@@ -39,8 +39,9 @@ export declare class BoundRoot {
   /**
    * Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
    * With `index`, starts building the root's warm search index in the background (Linux).
+   * `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
    */
-  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null)
+  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null, policy?: PolicyConfig | undefined | null)
   /**
    * The index's stats now. In the thread pool: the index applies pending changes first, which
    * after a burst of them (a checkout) is more than a JS-thread call should do.
@@ -218,6 +219,16 @@ export interface OpenedFile {
   fd: number
   size: number
   isFile: boolean
+}
+
+/**
+ * `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
+ * core's defaults, the protected paths included).
+ */
+export interface PolicyConfig {
+  denyRead?: Array<string>
+  denyWrite?: Array<string>
+  protect?: boolean
 }
 
 /**

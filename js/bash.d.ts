@@ -1,3 +1,5 @@
+import type { Policy, PolicyEvent } from "./fs.js";
+
 /** Options of {@link createBashOperations}. */
 export interface NativeBashOptions {
   /** Shell to run commands with; default as pi: /bin/bash, else bash on PATH, else sh. */
@@ -46,6 +48,10 @@ export interface SandboxOptions {
    * temp directory is on the host's `/tmp` and not bounded by it.
    */
   tmpSize?: number;
+  /** The workspace policy in the shell (docs/policy.md). */
+  policy?: Policy;
+  /** Called with each refusal of the policy in the shell. */
+  onPolicyEvent?: (event: PolicyEvent) => void;
 }
 
 /** What this machine offers for `createBashOperations({ sandbox })`. */

@@ -5,7 +5,7 @@
 // the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
-import { checkObject, checkPath, checkString } from "./args.js";
+import { checkObject, checkOnPolicyEvent, checkPath, checkPolicyOption, checkString } from "./args.js";
 import { native } from "./native.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -67,6 +67,8 @@ const SANDBOX_KEYS = [
   "mode",
   "maxProcesses",
   "tmpSize",
+  "policy",
+  "onPolicyEvent",
 ];
 
 function checkPathList(list, what) {
@@ -112,6 +114,9 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   ) {
     throw new TypeError(`${what}.maxProcesses must be a positive integer`);
   }
+  // The policy (docs/policy.md) is validated here; enforcing it in the sandbox is the shell's part.
+  checkPolicyOption(sandbox.policy, `${what}.policy`);
+  checkOnPolicyEvent(sandbox.onPolicyEvent, `${what}.onPolicyEvent`);
   const { tmpSize } = sandbox;
   if (tmpSize !== undefined && !(Number.isSafeInteger(tmpSize) && tmpSize > 0)) {
     throw new TypeError(`${what}.tmpSize must be a positive integer (bytes)`);
