@@ -107,6 +107,17 @@ describe("the client's side (a scripted server)", () => {
     );
   });
 
+  it("the remote tools refuse a policy of their own: the connection's is the one enforced", async () => {
+    const server = fakeServer(dir);
+    const connection = await connect(server.transport);
+    for (const key of ["policy", "onPolicyEvent"]) {
+      expect(() => createRemoteToolDefinitions(dir, { connection, [key]: {} })).toThrow(
+        `${key}: give it to connect(transport, { ${key} })`,
+      );
+    }
+    await connection.close();
+  });
+
   it("a policy the server refuses fails connect with the server's error, and closes the connection", async () => {
     const message = "policy.denyRead: invalid rule \"a{b\": error parsing glob 'a{b': unclosed alternate group";
     const server = fakeServer(dir, {

@@ -111,6 +111,11 @@ function wireRemote(cwd, options, kind) {
   if (options.index !== undefined) {
     throw new TypeError("index: give it to connect(transport, { index }), whose connection the tools use");
   }
+  for (const key of ["policy", "onPolicyEvent"]) {
+    if (options[key] !== undefined) {
+      throw new TypeError(`${key}: give it to connect(transport, { ${key} }), whose server enforces it for the tools`);
+    }
+  }
   const { connection, bash = {} } = options;
   const pi = piOf(options.pi);
   if (!connection || typeof connection[searchKey] !== "function") {
