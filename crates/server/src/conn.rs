@@ -140,7 +140,8 @@ impl Site {
             Some(root) => root,
             None => Root::open(&self.host_root, Some(&self.runtime_root))?,
         };
-        // The root enforces the policy for every fs call, find and grep (`Root::with_policy`).
+        // Here the root takes the policy (`root.with_policy(Arc::clone(&policy))`, the fs part of
+        // issue 28), to enforce it in every fs call, find, grep and the index.
         let workspace = Workspace {
             root: Arc::new(root),
             host_root: self.host_root.clone(),

@@ -454,11 +454,12 @@ fn the_policy_is_enforced_on_every_fs_call() {
     std::fs::write(dir.path().join(".env"), "KEY=1\n").unwrap();
     std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
     let file = dir.path().join("policy.json");
-    std::fs::write(&file, r#"{"denyWrite":["sub/"]}"#).unwrap();
+    std::fs::write(dir.path().join("sub/x.key"), "KEY\n").unwrap();
+    std::fs::write(&file, r#"{"denyRead":["*.key"],"denyWrite":["sub/"]}"#).unwrap();
     let args = [std::ffi::OsStr::new("--policy"), file.as_os_str()];
     let mut server = Server::start_args(dir.path(), &args);
     server.send(
-        json!({"t":"call","id":1,"op":"policy","denyRead":[".env"],"denyWrite":["!sub/"]}),
+        json!({"t":"call","id":1,"op":"policy","denyRead":[".env","!x.key"],"denyWrite":["!sub/"]}),
         b"",
     );
     assert_eq!(server.recv().0["t"], "ok");
@@ -486,6 +487,17 @@ fn the_policy_is_enforced_on_every_fs_call() {
     server.send(json!({"t":"call","id":5,"op":"readdir","path":w("")}), b"");
     let (ok, _) = server.recv();
     assert!(!ok["names"].as_array().unwrap().contains(&json!(".env")));
+    // The pinned read rule holds in listings and walks too.
+    server.send(
+        json!({"t":"call","id":7,"op":"readdir","path":w("sub")}),
+        b"",
+    );
+    assert_eq!(server.recv().0["names"], json!([]));
+    server.send(
+        json!({"t":"call","id":8,"op":"glob","pattern":"*.key","cwd":w(""),"ignore":[],"limit":null}),
+        b"",
+    );
+    assert_eq!(server.recv().0["paths"], json!([]));
     server.send(
         json!({"t":"call","id":6,"op":"grep","pattern":"KEY","path":w(""),"displayName":"w","limit":100}),
         b"",
