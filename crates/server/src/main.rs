@@ -48,8 +48,9 @@ go to stderr.
   --root DIR            the workspace directory on this machine
   --runtime-root PATH   the absolute path the agent sees the workspace as
                         (default: DIR)
-  --index               start the warm search index of DIR at once (Linux),
-                        so find and grep are fast from the first calls on;
+  --index               start the warm search index of DIR as the client's
+                        first call fixes its policy (Linux), so find and
+                        grep are fast from the first searches on;
                         a client may also start it (connect's index option)
   --policy FILE         a policy no client can loosen: JSON
                         {\"denyRead\": [...], \"denyWrite\": [...], \"protect\": bool}
