@@ -98,48 +98,57 @@ pub struct Lanes {
 /// At exit, how long the answers already queued may take to reach a client that still reads.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
-/// What the server was started with: its root, checked at start, and the operator's policy. A
-/// connection's calls see the root only as a `Workspace`, under the policy the connection fixed.
+/// What the server was started with: its root and the operator's policy. A connection's calls see
+/// the root only as a `Workspace`, under the policy the connection fixed.
 pub struct Site {
-    /// The root as opened at start, taken by the first workspace.
-    root: Mutex<Option<Root>>,
+    /// The workspace under the default policy (no rules of the client's), made at start so that
+    /// `--index` warms up before the client comes: taken by a connection that keeps the default,
+    /// dropped by one that sets a policy of its own.
+    default: Mutex<Option<Workspace>>,
     /// The root as given on the command line, made absolute.
     host_root: PathBuf,
     /// The path the agent sees the root as (`hello`'s `root`).
     runtime_root: PathBuf,
     /// `--policy`: beneath every client's policy, which can only add to it.
     pinned: Option<Arc<Policy>>,
-    /// `--index`: the index starts with the first workspace (it searches under its policy).
+    /// `--index`: every workspace starts the index (in the background).
     index: bool,
 }
 
 impl Site {
-    pub fn new(root: Root, host_root: PathBuf, pinned: Option<Policy>, index: bool) -> Arc<Site> {
-        Arc::new(Site {
+    pub fn new(
+        root: Root,
+        host_root: PathBuf,
+        pinned: Option<Policy>,
+        index: bool,
+    ) -> Result<Arc<Site>, CoreError> {
+        let site = Site {
+            default: Mutex::new(None),
             runtime_root: root.runtime().to_path_buf(),
-            root: Mutex::new(Some(root)),
             host_root,
             pinned: pinned.map(Arc::new),
             index,
-        })
+        };
+        let policy = site.policy(&PolicySpec::from_raw(None, None, None))?;
+        let workspace = site.build(root, policy);
+        *site.lock_default() = Some(workspace);
+        Ok(Arc::new(site))
     }
 
-    /// The workspace under `spec`, a client's policy, compiled by the core over `--policy`.
-    fn workspace(&self, spec: &PolicySpec) -> Result<Workspace, CoreError> {
-        let mut policy = Policy::new(spec)?;
-        if let Some(floor) = &self.pinned {
-            policy = policy.over(Arc::clone(floor));
-        }
-        let policy = Arc::new(policy);
-        let opened = self
-            .root
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let root = match opened {
-            Some(root) => root,
-            None => Root::open(&self.host_root, Some(&self.runtime_root))?,
-        };
+    fn lock_default(&self) -> std::sync::MutexGuard<'_, Option<Workspace>> {
+        self.default.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `spec`, a client's policy, compiled by the core over `--policy`.
+    fn policy(&self, spec: &PolicySpec) -> Result<Arc<Policy>, CoreError> {
+        let policy = Policy::new(spec)?;
+        Ok(Arc::new(match &self.pinned {
+            Some(floor) => policy.over(Arc::clone(floor)),
+            None => policy,
+        }))
+    }
+
+    fn build(&self, root: Root, policy: Arc<Policy>) -> Workspace {
         // Here the root takes the policy (`root.with_policy(Arc::clone(&policy))`, the fs part of
         // issue 28), to enforce it in every fs call, find, grep and the index.
         let workspace = Workspace {
@@ -152,7 +161,23 @@ impl Site {
             // In the background: searches walk until it is ready.
             workspace.index.start(&workspace.root, None, None);
         }
-        Ok(workspace)
+        workspace
+    }
+
+    /// The workspace under `spec`, a client's policy.
+    fn workspace(&self, spec: &PolicySpec) -> Result<Workspace, CoreError> {
+        if *spec == PolicySpec::from_raw(None, None, None) {
+            if let Some(workspace) = self.lock_default().take() {
+                return Ok(workspace);
+            }
+        }
+        let policy = self.policy(spec)?;
+        if let Some(unused) = self.lock_default().take() {
+            // Its index searched under another policy, for no one.
+            unused.index.close();
+        }
+        let root = Root::open(&self.host_root, Some(&self.runtime_root))?;
+        Ok(self.build(root, policy))
     }
 }
 
@@ -631,7 +656,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
         let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
-        let site = Site::new(root, dir.path().to_path_buf(), None, false);
+        let site = Site::new(root, dir.path().to_path_buf(), None, false).unwrap();
         let (out, queue) = Outbox::new();
         let pools = Pools::new().unwrap();
         Fixture {
@@ -646,7 +671,7 @@ mod tests {
         let mut f = fixture();
         let root = Root::open(f._dir.path(), Some(Path::new("/workspace"))).unwrap();
         let pinned = Policy::new(&pinned).unwrap();
-        let site = Site::new(root, f._dir.path().to_path_buf(), Some(pinned), false);
+        let site = Site::new(root, f._dir.path().to_path_buf(), Some(pinned), false).unwrap();
         let (out, queue) = Outbox::new();
         f.conn = Connection::new(site, out, f._pools.lanes());
         f.queue = queue;
@@ -810,6 +835,43 @@ mod tests {
         assert!(policy
             .write_denial(Path::new(".git/config"), false)
             .is_some());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_index_warms_from_start_under_the_default_policy_and_starts_again_under_a_clients_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+        let site = || {
+            let root = Root::open(dir.path(), None).unwrap();
+            Site::new(root, dir.path().to_path_buf(), None, true).unwrap()
+        };
+        let prestarted = |site: &Site| {
+            let default = site.lock_default();
+            let workspace = default.as_ref().unwrap();
+            assert!(workspace.index.search().is_some());
+            Arc::clone(&workspace.root)
+        };
+        let warm = site();
+        let before = prestarted(&warm);
+        let kept = warm
+            .workspace(&PolicySpec::from_raw(None, None, None))
+            .unwrap();
+        assert!(Arc::ptr_eq(&kept.root, &before) && warm.lock_default().is_none());
+        assert_eq!(kept.index.search().unwrap().wait_ready().files, 1);
+        let own = site();
+        let before = prestarted(&own);
+        let spec = PolicySpec::from_raw(Some(vec!["*.pem".into()]), None, None);
+        let set = own.workspace(&spec).unwrap();
+        assert!(own.lock_default().is_none() && !Arc::ptr_eq(&set.root, &before));
+        assert_eq!(set.policy.spec(), &spec);
+        assert_eq!(set.index.search().unwrap().wait_ready().files, 1);
+        // A bad rule takes nothing: the warm workspace stays for the next call.
+        let again = site();
+        assert!(again
+            .workspace(&PolicySpec::from_raw(Some(vec!["a{b".into()]), None, None))
+            .is_err());
+        assert!(again.lock_default().is_some());
     }
 
     #[test]

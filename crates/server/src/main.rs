@@ -48,9 +48,9 @@ go to stderr.
   --root DIR            the workspace directory on this machine
   --runtime-root PATH   the absolute path the agent sees the workspace as
                         (default: DIR)
-  --index               start the warm search index of DIR as the client's
-                        first call fixes its policy (Linux), so find and
-                        grep are fast from the first searches on;
+  --index               start the warm search index of DIR at once (Linux),
+                        so find and grep are fast from the first calls on
+                        (started again under a client's own policy);
                         a client may also start it (connect's index option)
   --policy FILE         a policy no client can loosen: JSON
                         {\"denyRead\": [...], \"denyWrite\": [...], \"protect\": bool}
@@ -312,8 +312,10 @@ fn serve(
         Ok(root) => root,
         Err(e) => usage_error(&e.to_string()),
     };
-    // With `--index`, the index starts once the client's policy is known (its first call).
-    let site = conn::Site::new(root, host_root, pinned, index);
+    // With `--index`, the index starts at once under the default policy, and again under a
+    // client's own policy if it sets one.
+    let site = conn::Site::new(root, host_root, pinned, index)
+        .unwrap_or_else(|e| usage_error(&e.to_string()));
     // The lanes every core call runs on; the reader (this thread) and the writer are plain
     // threads, so a call crosses only two hand-offs.
     let pools = match conn::Pools::new() {
