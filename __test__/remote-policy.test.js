@@ -308,6 +308,27 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     expect(Object.keys(err)).toEqual([]);
   });
 
+  it.runIf(process.platform === "linux")(
+    "a server started with --index builds it again under a client's own policy, and searches read it",
+    async () => {
+      const { connection } = await open({ policy: { denyRead: ["*.pem"] }, index: true }, ["--index"]);
+      expect((await connection.fs.index.ready).state).toBe("ready");
+      const found = await connection.fs.find.glob("**/*.js", dir, { ignore: [], limit: 100 });
+      expect(found).toEqual([path.join(dir, "src/main.js")]);
+      expect((await connection.fs.index.stats()).state).toBe("ready");
+      await connection.close();
+    },
+  );
+
+  needsRootPolicy("the index of a --index server leaves out what the client's policy denies", async () => {
+    const policy = { denyRead: ["src/", ".env", "secrets/"] };
+    const { connection } = await open({ policy, index: true }, ["--index"]);
+    expect((await connection.fs.index.ready).state).toBe("ready");
+    expect(await connection.fs.find.glob("**/*.js", dir, { ignore: [], limit: 100 })).toEqual([]);
+    expect((await connection.grep({ pattern: "needle", path: dir })).matches.map((m) => m.path)).toEqual(["a.txt"]);
+    await connection.close();
+  });
+
   needsRootPolicy("a bad rule fails as createBoundFs fails with it", async () => {
     const policy = { denyWrite: ["[z-a]"] };
     let local;
