@@ -200,6 +200,8 @@ describe("the client's side (a scripted server)", () => {
       intercept: (call, s) => {
         const target = call.path ?? call.cwd;
         if (!refused.has(target)) return false;
+        // locked.txt is a denied write only: reading it is allowed.
+        if (path.basename(target) === "locked.txt" && call.op === "access" && call.mode === "r") return false;
         s.send({ t: "error", id: call.id, error: protectedFields(target, rules[path.basename(target)]) });
         return true;
       },
@@ -224,6 +226,8 @@ describe("the client's side (a scripted server)", () => {
       [() => conn.fs.edit.readFile(env), "edit", "read", env],
       [() => conn.fs.edit.writeFile(locked, "x"), "edit", "write", locked],
       [() => conn.fs.edit.access(locked), "edit", "write", locked],
+      // What cannot be read either is refused as a read (the server's "r" answer says so).
+      [() => conn.fs.edit.access(env), "edit", "read", env],
       [() => conn.fs.ls.readdir(secrets), "ls", "read", secrets],
       [() => conn.fs.ls.stat(secrets), "ls", "read", secrets],
       [() => conn.fs.ls.exists(secrets), "ls", "read", secrets],

@@ -227,6 +227,28 @@ export function remoteFs(conn) {
     const answer = await conn.call("glob", { pattern, cwd: dir, ignore, limit: wireNumber(limit) });
     return answer.paths;
   };
+  /** edit's access ("rw"): a refusal is reported as a read when the path cannot be read either. */
+  const editAccess = async (p) => {
+    try {
+      await access("rw")(p);
+    } catch (err) {
+      let kind = "write";
+      if (
+        typeof conn.onPolicyEvent === "function" &&
+        err !== null &&
+        typeof err === "object" &&
+        Object.hasOwn(err, "rule")
+      ) {
+        try {
+          await access("r")(p);
+        } catch (probe) {
+          if (probe !== null && typeof probe === "object" && Object.hasOwn(probe, "rule")) kind = "read";
+        }
+      }
+      emitRefusal(conn.onPolicyEvent, "edit", kind, p, err);
+      throw err;
+    }
+  };
   // Each tool's Operations report their refusals as that tool's (the same call serves several tools).
   const read = (tool, fn) => reporting(conn, tool, "read", fn);
   const write = (tool, fn) => reporting(conn, tool, "write", fn);
@@ -247,7 +269,7 @@ export function remoteFs(conn) {
     edit: {
       readFile: read("edit", readFile),
       writeFile: write("edit", writeFile),
-      access: write("edit", access("rw")),
+      access: editAccess,
     },
     ls: {
       exists: read("ls", exists),
