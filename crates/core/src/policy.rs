@@ -386,6 +386,8 @@ pub struct Policy {
     read: Rules,
     write: Rules,
     protected: Option<Rules>,
+    /// Rules beneath these ones that they cannot take back ([`Policy::over`]).
+    floor: Option<Arc<Policy>>,
 }
 
 impl Policy {
@@ -400,7 +402,22 @@ impl Policy {
                 false => None,
             },
             spec: spec.clone(),
+            floor: None,
         })
+    }
+
+    /// This policy over `floor`: a path either denies is denied, and
+    /// `floor`'s rule is the one named. So no rule of this one (a `!` line,
+    /// `protect: false`) takes back one of `floor`'s: the server's `--policy`
+    /// is the floor of its client's.
+    pub fn over(mut self, floor: Arc<Policy>) -> Policy {
+        self.floor = Some(floor);
+        self
+    }
+
+    /// The policy beneath this one, if any ([`Policy::over`]).
+    pub fn floor(&self) -> Option<&Policy> {
+        self.floor.as_deref()
     }
 
     /// The spec this policy was compiled from.
@@ -410,29 +427,38 @@ impl Policy {
 
     /// Whether no read rule exists (reads need no check at all).
     pub fn reads_unrestricted(&self) -> bool {
-        self.spec.deny_read.is_empty()
+        self.spec.deny_read.is_empty() && self.floor().is_none_or(Policy::reads_unrestricted)
     }
 
     /// Whether no write rule exists (`protect: false` and no `denyWrite`).
     pub fn writes_unrestricted(&self) -> bool {
-        self.spec.deny_write.is_empty() && self.protected.is_none()
+        self.spec.deny_write.is_empty()
+            && self.protected.is_none()
+            && self.floor().is_none_or(Policy::writes_unrestricted)
     }
 
     /// The refusal of reading (or listing, or searching) `rel`, a path
     /// relative to the root, symlinks resolved.
     pub fn read_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        self.read.denial(rel, is_dir)
+        self.floor()
+            .and_then(|floor| floor.read_denial(rel, is_dir))
+            .or_else(|| self.read.denial(rel, is_dir))
     }
 
     /// The refusal of reading `rel` alone, for a walk that has pruned every
     /// denied directory above it: what [`Policy::read_denial`] answers there.
     pub fn read_denial_entry(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        self.read.entry_denial(rel, is_dir)
+        self.floor()
+            .and_then(|f| f.read_denial_entry(rel, is_dir))
+            .or_else(|| self.read.entry_denial(rel, is_dir))
     }
 
     /// The refusal of writing, creating or removing `rel` (relative to the
     /// root, symlinks resolved).
     pub fn write_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if let Some(denial) = self.floor().and_then(|f| f.write_denial(rel, is_dir)) {
+            return Some(denial);
+        }
         self.write.denial(rel, is_dir).or_else(|| {
             self.protected
                 .as_ref()
@@ -446,6 +472,9 @@ impl Policy {
     /// name it as one of its directories (`secrets/**`, `.git/hooks/`), or the
     /// rename would carry the files beneath out of (or into) that rule.
     pub fn rename_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if let Some(denial) = self.floor().and_then(|f| f.rename_denial(rel, is_dir)) {
+            return Some(denial);
+        }
         self.write_denial(rel, is_dir)
             .or_else(|| self.read_denial(rel, is_dir))
             .or_else(|| match is_dir {
@@ -670,6 +699,32 @@ mod tests {
             .is_none());
         // The prefilter turns most names away before the rules' matcher.
         assert!(!with.names.as_ref().unwrap().is_match("main.c"));
+    }
+
+    #[test]
+    fn a_policy_over_a_floor_adds_rules_and_takes_none_back() {
+        let floor = Arc::new(policy(&["secrets/", "*.key"], &["/ci/"], true));
+        let p = policy(&["!secrets/public.txt", "!x.key", ".env"], &[], false).over(floor);
+        assert_eq!(read(&p, "secrets/public.txt").as_deref(), Some("secrets/"));
+        assert_eq!(read(&p, "x.key").as_deref(), Some("*.key"));
+        assert_eq!(read(&p, "a/.env").as_deref(), Some(".env"));
+        assert_eq!(read(&p, "src/main.rs"), None);
+        // `protect: false` above a protecting floor keeps the defaults.
+        assert_eq!(write(&p, ".git/hooks/x").as_deref(), Some("**/.git/hooks/"));
+        assert_eq!(write(&p, "ci/run.sh").as_deref(), Some("/ci/"));
+        assert_eq!(
+            p.rename_denial(Path::new("secrets"), true)
+                .map(|d| d.rule)
+                .as_deref(),
+            Some("secrets/")
+        );
+        assert!(!p.reads_unrestricted() && !p.writes_unrestricted());
+        let open = policy(&[], &[], false).over(Arc::new(policy(&[], &[], false)));
+        assert!(open.reads_unrestricted() && open.writes_unrestricted());
+        assert!(policy(&[], &[], false)
+            .over(Arc::new(policy(&["a"], &[], false)))
+            .floor()
+            .is_some());
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub fn simple(
         | Op::IndexStart { .. }
         | Op::IndexReady
         | Op::IndexStats
-        | Op::IndexClose => {
+        | Op::IndexClose
+        | Op::Policy { .. } => {
             return Err(WireError::protocol("not a one-shot operation").into());
         }
     };
