@@ -306,6 +306,10 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         unsafe { supervise(&command, fds) }
     }
     drop((output_write, status_write, control_read));
+    #[cfg(target_os = "linux")]
+    if let Some(registration) = &prepared.proxy {
+        registration.started(supervisor);
+    }
     let notify = prepared.notify.take();
     let execution = Execution {
         output: output_read,

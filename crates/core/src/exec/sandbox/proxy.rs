@@ -480,6 +480,75 @@ struct Active {
     id: u64,
     command: String,
     sink: Option<EventSink>,
+    /// Its supervisor's pid (0 until forked): the root of its process tree.
+    supervisor: libc::pid_t,
+}
+
+/// The most processes one search for a connection's owner looks at: bounds what a connection
+/// costs when commands run at once (a command's tree rarely has more than a few dozen).
+const MAX_OWNER_SCAN: usize = 4096;
+
+/// `/proc/net/tcp`'s form of an address and port: the address's 32-bit words in host byte order,
+/// then the port, in upper-case hex.
+fn proc_net_addr(addr: SocketAddr) -> String {
+    let words: Vec<u8> = match addr.ip() {
+        IpAddr::V4(ip) => ip.octets().to_vec(),
+        IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let mut out = String::new();
+    for word in words.chunks(4) {
+        let word = u32::from_ne_bytes([word[0], word[1], word[2], word[3]]);
+        out.push_str(&format!("{word:08X}"));
+    }
+    out.push_str(&format!(":{:04X}", addr.port()));
+    out
+}
+
+/// The inode of the sandbox's end of `client` (a connection we accepted), from the TCP table of
+/// the sandbox's network namespace as `pid`, a process in it, sees it.
+fn peer_inode(client: &TcpStream, pid: libc::pid_t) -> Option<u64> {
+    let (peer, local) = (client.peer_addr().ok()?, client.local_addr().ok()?);
+    let table = if peer.is_ipv4() { "tcp" } else { "tcp6" };
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+    let (want_local, want_remote) = (proc_net_addr(peer), proc_net_addr(local));
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 9 && fields[1] == want_local && fields[2] == want_remote)
+            .then(|| fields[9].parse().ok())
+            .flatten()
+    })
+}
+
+/// Whether a process of the tree under `root` holds the socket `link` (`socket:[inode]`).
+fn tree_holds(root: libc::pid_t, link: &str) -> bool {
+    let mut queue = vec![root];
+    let mut seen = 0;
+    while let Some(pid) = queue.pop() {
+        seen += 1;
+        if seen > MAX_OWNER_SCAN {
+            return false;
+        }
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            if fds
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == link))
+            {
+                return true;
+            }
+        }
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                    queue.extend(
+                        children
+                            .split_whitespace()
+                            .filter_map(|c| c.parse::<libc::pid_t>().ok()),
+                    );
+                }
+            }
+        }
+    }
+    false
 }
 
 /// What the accept thread and the connection threads share.
@@ -493,16 +562,34 @@ struct Shared {
 }
 
 impl Shared {
-    /// Sends the event of one connection decision to the running command's sink. The sandbox's
-    /// commands share one network namespace, so a connection is the running command's; with
-    /// several running at once, the latest started (documented).
-    fn report(&self, host: &str, port: u16, rule: Option<&str>) {
-        let (command, sink) = {
-            let active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
-            match active.last() {
-                Some(a) => (Some(a.command.clone()), a.sink.clone()),
-                None => (None, None),
-            }
+    /// Sends the event of one connection decision to the sink of the command it came from. The
+    /// sandbox's commands share one network namespace: with one running, it is that one; with
+    /// several, the one whose process tree holds the connection's other end (found in `/proc`),
+    /// else the latest started.
+    fn report(&self, client: &TcpStream, host: &str, port: u16, rule: Option<&str>) {
+        let running: Vec<(String, Option<EventSink>, libc::pid_t)> = self
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|a| (a.command.clone(), a.sink.clone(), a.supervisor))
+            .collect();
+        let owner = if running.len() > 1 {
+            running
+                .iter()
+                .find_map(|(_, _, pid)| (*pid > 0).then(|| peer_inode(client, *pid)).flatten())
+                .and_then(|inode| {
+                    let link = format!("socket:[{inode}]");
+                    running
+                        .iter()
+                        .position(|(_, _, pid)| *pid > 0 && tree_holds(*pid, &link))
+                })
+        } else {
+            None
+        };
+        let (command, sink) = match owner.or(running.len().checked_sub(1)) {
+            Some(i) => (Some(running[i].0.clone()), running[i].1.clone()),
+            None => (None, None),
         };
         if let Some(sink) = sink {
             sink(PolicyEvent {
@@ -538,6 +625,21 @@ pub(crate) struct Proxy {
 pub(crate) struct Registration {
     shared: Arc<Shared>,
     id: u64,
+}
+
+impl Registration {
+    /// The command's supervisor was forked: its tree is where the command's connections come
+    /// from.
+    pub(crate) fn started(&self, supervisor: libc::pid_t) {
+        let mut active = self
+            .shared
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(a) = active.iter_mut().find(|a| a.id == self.id) {
+            a.supervisor = supervisor;
+        }
+    }
 }
 
 impl Drop for Registration {
@@ -614,6 +716,7 @@ impl Proxy {
                 id,
                 command: command.to_string(),
                 sink,
+                supervisor: 0,
             });
         Registration {
             shared: Arc::clone(&self.shared),
@@ -843,7 +946,7 @@ fn serve(shared: &Shared, client: TcpStream) {
     };
     let (host, port) = head.target.host_port();
     let rule = shared.rules.decide(host);
-    shared.report(host, port, rule);
+    shared.report(&client, host, port, rule);
     if rule.is_none() {
         return reply(
             &client,

@@ -1278,3 +1278,54 @@ fn network_allow_is_refused_where_it_cannot_be_enforced() {
     let e = Prepared::open(bad).err().unwrap();
     assert!(e.to_string().contains("\"http://x.org\""), "{e}");
 }
+
+#[test]
+fn namespaces_network_allow_reports_a_connection_as_its_own_commands() {
+    if !namespaces_or_skip() || crate::exec::find_on_path("curl", "/usr/bin:/bin").is_none() {
+        return;
+    }
+    let dir = workspace();
+    let (port, _heads) = loopback_server();
+    let prepared = Prepared::open(Sandbox {
+        network_allow: Some(NetworkAllow {
+            allow: vec!["localhost".into()],
+            headers: vec![],
+        }),
+        ..ns_sandbox(dir.path())
+    })
+    .unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink_events = std::sync::Arc::clone(&events);
+    let sink: crate::policy::EventSink =
+        std::sync::Arc::new(move |e| sink_events.lock().unwrap().push(e));
+    let start = |command: String| {
+        spawn(&ExecRequest {
+            shell: Some("/bin/bash".into()),
+            command,
+            cwd: "/workspace".into(),
+            env: None,
+            cwd_map: None,
+            sandbox: Some(prepared.clone()),
+            events: Some(sink.clone()),
+        })
+        .unwrap()
+    };
+    // The first command connects while the second (started later) runs: the event is the first's.
+    let first = format!(
+        "until [ -e b-started ]; do sleep 0.01; done; curl -sS http://localhost:{port}/a; touch a-done"
+    );
+    let second = "touch b-started; until [ -e a-done ]; do sleep 0.01; done".to_string();
+    let mut a = start(first.clone());
+    let mut b = start(second);
+    let pump_b = std::thread::spawn(move || b.pump(&mut |_| true).exit_code);
+    let mut out = Vec::new();
+    let code = a.pump(&mut |chunk| {
+        out.extend_from_slice(&chunk);
+        true
+    });
+    assert_eq!((out.as_slice(), code.exit_code), (&b"hello\n"[..], Some(0)));
+    assert_eq!(pump_b.join().unwrap(), Some(0));
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].command.as_deref(), Some(first.as_str()));
+}
