@@ -50,6 +50,15 @@ afterAll(() => {
 const skip = !support?.namespaces ? (support?.namespacesError ?? "not Linux") : null;
 const maybe = skip ? describe.skip : describe;
 
+/** Bash that sends `head` (printf format) straight to the proxy and prints its status line. */
+function rawHead(head) {
+  return [
+    "port=${HTTP_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port",
+    `printf '${head}' >&3`,
+    "IFS= read -r status <&3; echo \"${status%$'\\r'}\"",
+  ].join("\n");
+}
+
 /** Bash that opens a CONNECT tunnel to `target` through the proxy and echoes "ping" through it. */
 function tunnel(target) {
   return [
@@ -77,6 +86,9 @@ maybe.each(users)("network allow-list as %s", (user) => {
       udp: "(exec 3<>/dev/udp/8.8.8.8/53 && printf x >&3) 2>&1; echo exit=$?",
       dns: "getent hosts example.com; echo exit=$?",
       v6Listener: `curl -sS --noproxy '' -x "http://[::1]:\${HTTP_PROXY##*:}" http://localhost:${p}/v6proxy`,
+      notProxyRequest: rawHead("GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"),
+      malformed: rawHead("GET http://localhost:1/ HTTP/9\\r\\n\\r\\n"),
+      oversized: rawHead(`GET http://localhost:${p}/ HTTP/1.1\\r\\nX: %040000d\\r\\n\\r\\n`),
       v6Target: p6 ? `curl -sS -g http://[::1]:${p6}/v6` : "echo no-ipv6",
     };
     const sandbox = {
@@ -120,6 +132,13 @@ maybe.each(users)("network allow-list as %s", (user) => {
     expect(results.udp.output).toMatch(/Network is unreachable[\s\S]*exit=1\n$/);
     expect(results.dns.output).toMatch(/^exit=[1-9]\d*\n$/);
     for (const key of ["direct", "udp", "dns"]) expect(results[key].events).toEqual([]);
+  });
+
+  it("answers what is not a proxy request, is malformed or too large without connecting anywhere", () => {
+    expect(results.notProxyRequest.output).toBe("HTTP/1.1 501 Not Implemented\n");
+    expect(results.malformed.output).toBe("HTTP/1.1 400 Bad Request\n");
+    expect(results.oversized.output).toBe("HTTP/1.1 431 Request Header Fields Too Large\n");
+    for (const key of ["notProxyRequest", "malformed", "oversized"]) expect(results[key].events).toEqual([]);
   });
 
   it.skipIf(!hasCurl)("listens on [::1] too, and allows an IPv6 literal listed literally", () => {

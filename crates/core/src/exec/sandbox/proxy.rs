@@ -51,6 +51,10 @@ const RELAY_BUFFER_BYTES: usize = 256 << 10;
 /// Stack of each connection thread: the relay's buffer is on the heap; `getaddrinfo` needs a few
 /// pages.
 const THREAD_STACK_BYTES: usize = 256 << 10;
+/// After an error answer, how long and how much of the client's further bytes are read and
+/// dropped before closing (see `reply_and_linger`): a refused upload's rest, briefly.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
 /// Entries of `allow` and of `headers`: an allow-list, not a block list of the internet.
 pub const MAX_ENTRIES: usize = 1024;
 /// The longest host name DNS allows (RFC 1035, without the trailing dot).
@@ -866,6 +870,23 @@ fn reply(client: &TcpStream, status: u16, reason: &str, body: &str) {
     let _ = client.shutdown(Shutdown::Write);
 }
 
+/// `reply`, then reads what the client still sends (at most `LINGER_BYTES`, for at most
+/// `LINGER_TIME`) before the connection is closed: closing with unread bytes sends a reset, which
+/// can destroy the answer before the client reads it.
+fn reply_and_linger(client: &TcpStream, status: u16, reason: &str, body: &str) {
+    reply(client, status, reason, body);
+    let _ = client.set_read_timeout(Some(LINGER_TIME));
+    let mut buf = [0u8; 16 << 10];
+    let mut left = LINGER_BYTES;
+    let mut reader = client;
+    while left > 0 {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
 /// How reading the head ended, when it did not deliver one.
 enum HeadRead {
     /// The client left, the proxy stopped, or the head did not come in `HEAD_TIMEOUT`.
@@ -934,21 +955,21 @@ fn serve(shared: &Shared, client: TcpStream) {
         Err(HeadRead::Gone) => return,
         Err(HeadRead::TooLarge) => {
             let (status, reason, why) = HeadError::TooLarge.status();
-            return reply(&client, status, reason, why);
+            return reply_and_linger(&client, status, reason, why);
         }
     };
     let head = match parse_head(&buf[..end]) {
         Ok(head) => head,
         Err(e) => {
             let (status, reason, why) = e.status();
-            return reply(&client, status, reason, why);
+            return reply_and_linger(&client, status, reason, why);
         }
     };
     let (host, port) = head.target.host_port();
     let rule = shared.rules.decide(host);
     shared.report(&client, host, port, rule);
     if rule.is_none() {
-        return reply(
+        return reply_and_linger(
             &client,
             403,
             "Forbidden",
@@ -958,7 +979,7 @@ fn serve(shared: &Shared, client: TcpStream) {
     let upstream = match connect(host, port) {
         Ok(upstream) => upstream,
         Err(e) => {
-            return reply(
+            return reply_and_linger(
                 &client,
                 502,
                 "Bad Gateway",
