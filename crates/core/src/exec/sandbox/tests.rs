@@ -1121,17 +1121,6 @@ fn fds_on(link: &str) -> usize {
         .count()
 }
 
-fn proxy_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .is_ok_and(|c| c.starts_with("pi-sandbox-prox"))
-        })
-        .count()
-}
-
 #[test]
 fn namespaces_network_allow_goes_through_the_proxy_only() {
     if !namespaces_or_skip() || crate::exec::find_on_path("curl", "/usr/bin:/bin").is_none() {
@@ -1224,24 +1213,27 @@ fn namespaces_network_allow_goes_through_the_proxy_only() {
         .as_deref()
         .is_some_and(|c| c.contains("127.0.0.1")));
     // Dropping the sandbox stops the proxy: its threads end and its sockets close.
-    let (listener, threads) = {
+    let (listener, held) = {
         let plan = prepared.plan().unwrap().0;
-        let fd = plan.proxy().unwrap().listener_fd();
+        let proxy = plan.proxy().unwrap();
+        let fd = proxy.listener_fd();
         (
             std::fs::read_link(format!("/proc/self/fd/{fd}"))
                 .unwrap()
                 .to_string_lossy()
                 .into_owned(),
-            proxy_threads(),
+            proxy.threads_hold(),
         )
     };
-    assert!(threads >= 1 && fds_on(&listener) == 1);
+    assert!(held.upgrade().is_some() && fds_on(&listener) == 1);
     drop(prepared);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while (proxy_threads() > 0 || fds_on(&listener) > 0) && std::time::Instant::now() < deadline {
+    while (held.upgrade().is_some() || fds_on(&listener) > 0)
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert_eq!((proxy_threads(), fds_on(&listener)), (0, 0));
+    assert!(held.upgrade().is_none() && fds_on(&listener) == 0);
 }
 
 #[test]
