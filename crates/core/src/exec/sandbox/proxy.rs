@@ -1290,6 +1290,59 @@ mod tests {
         drop(waiting);
     }
 
+    #[test]
+    fn a_forwarded_request_carries_its_body_and_nothing_after_it() {
+        // The upstream: reads the head and the 5-byte body, answers, then reads whatever else the
+        // proxy sends until the proxy closes.
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream_port = upstream.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n")
+                || got.len() < head_end(&got).unwrap_or(usize::MAX).saturating_add(5)
+            {
+                let n = conn.read(&mut buf).unwrap();
+                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            let end = head_end(&got).unwrap() + 5;
+            let request = String::from_utf8_lossy(&got[..end]).into_owned();
+            let mut after = got[end..].to_vec();
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            conn.shutdown(Shutdown::Write).unwrap();
+            conn.read_to_end(&mut after).unwrap();
+            (request, after)
+        });
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let smuggled = "GET http://elsewhere.example/ HTTP/1.1\r\n\r\n";
+        client
+            .write_all(
+                format!(
+                    "POST http://localhost:{upstream_port}/up HTTP/1.1\r\nContent-Length: 5\r\n\
+                     Proxy-Connection: keep-alive\r\n\r\nhello{smuggled}"
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        let (request, after) = server.join().unwrap();
+        assert_eq!(
+            request,
+            format!(
+                "POST /up HTTP/1.1\r\nHost: localhost:{upstream_port}\r\nContent-Length: 5\r\n\
+                 Connection: close\r\n\r\nhello"
+            )
+        );
+        assert_eq!(String::from_utf8_lossy(&after), "");
+        drop(proxy);
+    }
+
     /// The relay's throughput against a direct loopback read, 100 MB each, three rounds:
     /// `cargo test --release -p pi-native-ops-core measure_relay -- --ignored --nocapture`.
     #[test]
