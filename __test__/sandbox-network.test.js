@@ -73,6 +73,7 @@ function tunnel(target) {
 maybe.each(users)("network allow-list as %s", (user) => {
   let results;
   let commands;
+  let concurrent;
   beforeAll(async () => {
     const root = tempDirFor(user, "pno-net-");
     const { web: p, web6: p6, echo: e } = ports;
@@ -98,8 +99,17 @@ maybe.each(users)("network allow-list as %s", (user) => {
       onPolicyEvent: "collect",
     };
     const list = Object.values(commands).map((command) => ({ command, cwd: "/workspace" }));
-    const answers = await execAllAs(user, pno, sandbox, list);
+    // Two at once: the first connects while the second, started later, runs.
+    concurrent = [
+      `until [ -e b-started ]; do sleep 0.01; done; curl -sS http://localhost:${p}/first; touch a-done`,
+      "touch b-started; until [ -e a-done ]; do sleep 0.01; done",
+    ];
+    const answers = await execAllAs(user, pno, sandbox, [
+      ...list,
+      concurrent.map((command) => ({ command, cwd: "/workspace" })),
+    ]);
     results = Object.fromEntries(Object.keys(commands).map((key, i) => [key, answers[i]]));
+    results.concurrent = answers.at(-1);
   }, 120_000);
 
   const connects = (key) => results[key].events.map(({ host, port, rule, allowed }) => ({ host, port, rule, allowed }));
@@ -132,6 +142,14 @@ maybe.each(users)("network allow-list as %s", (user) => {
     expect(results.udp.output).toMatch(/Network is unreachable[\s\S]*exit=1\n$/);
     expect(results.dns.output).toMatch(/^exit=[1-9]\d*\n$/);
     for (const key of ["direct", "udp", "dns"]) expect(results[key].events).toEqual([]);
+  });
+
+  it.skipIf(!hasCurl)("reports a connection as the command it came from when two run at once", () => {
+    expect(results.concurrent.all.map((r) => r.exitCode)).toEqual([0, 0]);
+    expect(results.concurrent.all[0].output).toBe("hello /first token=from-host\n");
+    expect(results.concurrent.events.map((e) => [e.host, e.allowed, e.command])).toEqual([
+      ["localhost", true, concurrent[0]],
+    ]);
   });
 
   it("answers what is not a proxy request, is malformed or too large without connecting anywhere", () => {

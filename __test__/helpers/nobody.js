@@ -52,7 +52,7 @@ export function writeFileAs(user, file, content, mode = 0o644) {
  */
 export async function execAll(pno, sandbox, commands) {
   // `onPolicyEvent: "collect"` (JSON-able, for nobody's run too): each result gets the policy events that
-  // arrived while its command ran, as `events`.
+  // arrived while its command ran, as `events` (commands run at once: `{ all: [results], events }`).
   let events;
   if (sandbox?.onPolicyEvent === "collect") {
     events = [];
@@ -80,6 +80,11 @@ export async function execAll(pno, sandbox, commands) {
     if (events) {
       // An event is queued before its command's end: one turn of the loop delivers whatever is left.
       await new Promise((resolve) => setImmediate(resolve));
+      // An array's own properties would not survive JSON (nobody's run): a run at once is { all, events }.
+      if (Array.isArray(result)) {
+        results.push({ all: result, events: events.splice(0) });
+        continue;
+      }
       result.events = events.splice(0);
     }
     results.push(result);
