@@ -171,7 +171,8 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
 }
 
 /// The template's builder (a fork of Node in the template's new namespaces): writes its id maps,
-/// builds the root and pivots into it, brings the loopback up, reports 0 (or the failed step) on
+/// builds the root and pivots into it, brings the loopback up, with the allow-list sends the
+/// proxy's listening sockets on `proxy` (`send_listeners`), reports 0 (or the failed step) on
 /// `ready`, and waits for Node to have opened its namespaces (end-of-file on `release`).
 ///
 /// # Safety
@@ -179,7 +180,8 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
 /// Only in the child of `NsPlan::build_template`'s `clone`, in the new user, mount and (without
 /// network) network namespaces: a single-threaded copy of Node that may only make
 /// async-signal-safe calls, and whose mounts are its own namespace's. `ready` and `release` are
-/// its open ends of the two pipes with Node; `script` was built before the fork.
+/// its open ends of the two pipes with Node, `proxy` its end of the socket pair (-1 without the
+/// allow-list); `script` was built before the fork.
 pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, proxy: RawFd) -> ! {
     // Node's handlers would run in this copy of Node.
     // SAFETY: a forked child (our contract) may replace the handlers it inherited.
