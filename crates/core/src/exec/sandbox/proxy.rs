@@ -555,9 +555,24 @@ fn tree_holds(root: libc::pid_t, link: &str) -> bool {
     false
 }
 
+/// How long a connection may wait: `HEAD_TIMEOUT` and `IDLE_TIMEOUT` (tests shorten them).
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    head: Duration,
+    idle: Duration,
+}
+
+impl Timeouts {
+    const DEFAULT: Timeouts = Timeouts {
+        head: HEAD_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+    };
+}
+
 /// What the accept thread and the connection threads share (each holds it while it runs).
 pub(crate) struct Shared {
     rules: Rules,
+    timeouts: Timeouts,
     active: Mutex<Vec<Active>>,
     next_id: AtomicU64,
     connections: AtomicUsize,
@@ -660,6 +675,10 @@ impl Drop for Registration {
 impl Proxy {
     /// Starts the accept thread on `listeners` (the sandbox's listening sockets, all on one port).
     pub(crate) fn start(rules: Rules, listeners: Vec<OwnedFd>) -> io::Result<Proxy> {
+        Proxy::start_with(rules, listeners, Timeouts::DEFAULT)
+    }
+
+    fn start_with(rules: Rules, listeners: Vec<OwnedFd>, timeouts: Timeouts) -> io::Result<Proxy> {
         let port = listeners
             .first()
             .map(|fd| local_port(fd.as_raw_fd()))
@@ -671,6 +690,7 @@ impl Proxy {
         let (stop_read, stop_write) = pipe()?;
         let shared = Arc::new(Shared {
             rules,
+            timeouts,
             active: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
@@ -901,8 +921,12 @@ enum HeadRead {
 }
 
 /// Reads until the end of the head: (the buffer, where the head ends in it).
-fn read_head(client: &TcpStream, stop: RawFd) -> Result<(Vec<u8>, usize), HeadRead> {
-    let deadline = Instant::now() + HEAD_TIMEOUT;
+fn read_head(
+    client: &TcpStream,
+    stop: RawFd,
+    timeout: Duration,
+) -> Result<(Vec<u8>, usize), HeadRead> {
+    let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; MAX_HEAD_BYTES];
     let mut len = 0;
     loop {
@@ -956,7 +980,7 @@ fn wait_readable(fd: RawFd, stop: RawFd, timeout: Duration) -> bool {
 /// One connection from the sandbox: read the head, decide, connect, relay.
 fn serve(shared: &Shared, client: TcpStream) {
     let stop = shared.stop.as_raw_fd();
-    let (buf, end) = match read_head(&client, stop) {
+    let (buf, end) = match read_head(&client, stop, shared.timeouts.head) {
         Ok(read) => read,
         Err(HeadRead::Gone) => return,
         Err(HeadRead::TooLarge) => {
@@ -996,8 +1020,8 @@ fn serve(shared: &Shared, client: TcpStream) {
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     // A peer that stops reading cannot hold a write (and this thread) forever.
-    let _ = client.set_write_timeout(Some(IDLE_TIMEOUT));
-    let _ = upstream.set_write_timeout(Some(IDLE_TIMEOUT));
+    let _ = client.set_write_timeout(Some(shared.timeouts.idle));
+    let _ = upstream.set_write_timeout(Some(shared.timeouts.idle));
     let rest = &buf[end..];
     let (first, body_left) = match &head.target {
         Target::Tunnel { .. } => {
@@ -1025,7 +1049,7 @@ fn serve(shared: &Shared, client: TcpStream) {
     if !first.is_empty() && writer.write_all(&first).is_err() {
         return;
     }
-    relay(&client, &upstream, body_left, stop);
+    relay(&client, &upstream, body_left, stop, shared.timeouts.idle);
 }
 
 /// Resolves `host` (here, on the host) and connects to the first address that answers, within
@@ -1147,15 +1171,21 @@ impl Mover {
 }
 
 /// Moves bytes both ways until both directions ended, either side failed, nothing moved for
-/// `IDLE_TIMEOUT`, or the proxy stopped. `to_upstream_left`: how many more bytes of the client's
+/// `idle` (`IDLE_TIMEOUT`), or the proxy stopped. `to_upstream_left`: how many more bytes of the client's
 /// go upstream (`None`: all, a tunnel).
-fn relay(client: &TcpStream, upstream: &TcpStream, mut to_upstream_left: Option<u64>, stop: RawFd) {
+fn relay(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    mut to_upstream_left: Option<u64>,
+    stop: RawFd,
+    idle: Duration,
+) {
     let mut up = Mover::new();
     let mut down = Mover::new();
     // A request body fully sent: the client's further bytes are not read (not forwarded either).
     let mut client_open = to_upstream_left != Some(0);
     let mut upstream_open = true;
-    let idle_ms = IDLE_TIMEOUT.as_millis().min(i32::MAX as u128) as i32;
+    let idle_ms = idle.as_millis().min(i32::MAX as u128) as i32;
     while client_open || upstream_open {
         // Once the response ended, the request side is over too (one request per connection).
         if !upstream_open && to_upstream_left.is_some() {
@@ -1343,6 +1373,35 @@ mod tests {
         drop(proxy);
     }
 
+    #[test]
+    fn a_silent_client_and_an_idle_tunnel_are_closed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let short = Timeouts {
+            head: Duration::from_millis(50),
+            idle: Duration::from_millis(50),
+        };
+        let proxy =
+            Proxy::start_with(rules(&["localhost"]), vec![OwnedFd::from(listener)], short).unwrap();
+        // No head: closed without an answer.
+        let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut got = Vec::new();
+        silent.read_to_end(&mut got).unwrap();
+        assert!(got.is_empty());
+        // A tunnel to a server that never speaks, and a client that says nothing more: closed.
+        let quiet = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let quiet_port = quiet.local_addr().unwrap().port();
+        let mut tunnel = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        tunnel
+            .write_all(format!("CONNECT localhost:{quiet_port} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let (_held, _) = quiet.accept().unwrap();
+        let mut answer = String::new();
+        tunnel.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 Connection Established\r\n\r\n");
+        drop(proxy);
+    }
+
     /// The relay's throughput against a direct loopback read, 100 MB each, three rounds:
     /// `cargo test --release -p pi-native-ops-core measure_relay -- --ignored --nocapture`.
     #[test]
@@ -1365,7 +1424,7 @@ mod tests {
             std::mem::forget(stop_w);
             for c in proxy.incoming().flatten() {
                 let up = TcpStream::connect(("127.0.0.1", sp)).unwrap();
-                relay(&c, &up, None, stop_r.as_raw_fd());
+                relay(&c, &up, None, stop_r.as_raw_fd(), IDLE_TIMEOUT);
             }
         });
         for round in 0..3 {
