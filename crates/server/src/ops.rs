@@ -367,6 +367,7 @@ pub fn exec(
         env: req.env,
         cwd_map: Some(site.cwd_map()),
         sandbox: None,
+        events: None,
     })?;
     stream.attach(execution.control());
     #[cfg(target_os = "linux")]
