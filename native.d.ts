@@ -225,6 +225,16 @@ export interface OpenedFile {
   isFile: boolean
 }
 
+/**
+ * `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
+ * core's defaults, the protected paths included).
+ */
+export interface PolicyConfig {
+  denyRead?: Array<string>
+  denyWrite?: Array<string>
+  protect?: boolean
+}
+
 /** A policy event as `onPolicyEvent` receives it (the JS layer orders the keys and fills nulls). */
 export interface PolicyEventJs {
   tool: string
@@ -238,16 +248,6 @@ export interface PolicyEventJs {
   /** Milliseconds since the Unix epoch. */
   time: number
   command?: string
-}
-
-/**
- * `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
- * core's defaults, the protected paths included).
- */
-export interface PolicyConfig {
-  denyRead?: Array<string>
-  denyWrite?: Array<string>
-  protect?: boolean
 }
 
 /**
