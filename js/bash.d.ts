@@ -46,6 +46,35 @@ export interface SandboxOptions {
    * temp directory is on the host's `/tmp` and not bounded by it.
    */
   tmpSize?: number;
+  /**
+   * The workspace policy the shell is held to, in both modes: `denyRead` paths cannot be opened (nor a
+   * directory all of whose entries are denied listed), `denyWrite` paths and the protected defaults
+   * (`.git/hooks/`, `.git/config`, `.envrc`, …; `protect: false` drops them) cannot be created,
+   * written, truncated, removed, renamed, linked or replaced, nor can a directory a rule names be
+   * renamed. Gitignore lines relative to `root`. Absent: the protected defaults. A rule that does not
+   * parse throws here. Refusals fail with `EACCES` in the command.
+   */
+  policy?: { denyRead?: string[]; denyWrite?: string[]; protect?: boolean };
+  /**
+   * Called with each refusal of the policy in a command:
+   * `{ tool: "bash", access: "read" | "write", path, rule, allowed: false, time, command }` (`path` in the
+   * runtime form). Called on Node's thread after the fact; an exception it throws is caught and ignored.
+   */
+  onPolicyEvent?: (event: PolicyEvent) => void;
+}
+
+/** One policy event (keys in this order; absent ones omitted). */
+export interface PolicyEvent {
+  tool: string;
+  access: "read" | "write" | "connect";
+  path?: string;
+  host?: string;
+  port?: number;
+  rule: string | null;
+  allowed: boolean;
+  /** Milliseconds since the Unix epoch. */
+  time: number;
+  command?: string;
 }
 
 /** What this machine offers for `createBashOperations({ sandbox })`. */

@@ -67,7 +67,30 @@ const SANDBOX_KEYS = [
   "mode",
   "maxProcesses",
   "tmpSize",
+  "policy",
+  "onPolicyEvent",
 ];
+
+/** `policy` (`{ denyRead?, denyWrite?, protect? }`) in the native form; the rules are the core's to judge. */
+function checkPolicy(policy, what) {
+  if (policy === undefined) return undefined;
+  checkObject(policy, what);
+  for (const key of Object.keys(policy)) {
+    if (!["denyRead", "denyWrite", "protect"].includes(key)) throw new TypeError(`${what}: unknown option "${key}"`);
+  }
+  const list = (name) => {
+    const rules = policy[name];
+    if (rules === undefined) return undefined;
+    if (!Array.isArray(rules) || !rules.every((r) => typeof r === "string")) {
+      throw new TypeError(`${what}.${name} must be an array of strings`);
+    }
+    return [...rules];
+  };
+  if (policy.protect !== undefined && typeof policy.protect !== "boolean") {
+    throw new TypeError(`${what}.protect must be a boolean`);
+  }
+  return { denyRead: list("denyRead"), denyWrite: list("denyWrite"), protect: policy.protect };
+}
 
 function checkPathList(list, what) {
   if (!Array.isArray(list)) throw new TypeError(`${what} must be an array of absolute paths`);
@@ -116,6 +139,10 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   if (tmpSize !== undefined && !(Number.isSafeInteger(tmpSize) && tmpSize > 0)) {
     throw new TypeError(`${what}.tmpSize must be a positive integer (bytes)`);
   }
+  const { onPolicyEvent } = sandbox;
+  if (onPolicyEvent !== undefined && typeof onPolicyEvent !== "function") {
+    throw new TypeError(`${what}.onPolicyEvent must be a function`);
+  }
   return {
     root,
     runtimeRoot: runtimeRoot === undefined ? undefined : path.resolve(runtimeRoot),
@@ -126,6 +153,27 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     mode,
     maxProcesses,
     tmpSize,
+    policy: checkPolicy(sandbox.policy, `${what}.policy`),
+  };
+}
+
+/**
+ * The caller's `onPolicyEvent` as the binding calls it: an event the callback throws on is dropped
+ * (a throwing callback never stops the shell or crashes Node).
+ */
+function policyEventCallback(onPolicyEvent) {
+  if (onPolicyEvent === undefined) return undefined;
+  return (e) => {
+    // The documented key order (the binding sets absent keys last).
+    const event = { tool: e.tool, access: e.access };
+    for (const key of ["path", "host", "port"]) if (e[key] !== undefined) event[key] = e[key];
+    Object.assign(event, { rule: e.rule ?? null, allowed: e.allowed, time: e.time });
+    if (e.command !== undefined) event.command = e.command;
+    try {
+      onPolicyEvent(event);
+    } catch {
+      // The caller's bug; the sandbox goes on.
+    }
   };
 }
 
@@ -168,7 +216,7 @@ export function createBashOperations(options = {}) {
   // until these operations are collected.
   const sandboxHandle =
     sandbox && process.platform !== "win32" && typeof native.BashSandboxHandle === "function"
-      ? new native.BashSandboxHandle(sandbox)
+      ? new native.BashSandboxHandle(sandbox, policyEventCallback(options.sandbox.onPolicyEvent))
       : undefined;
   return {
     exec: async (command, cwd, execOptions) => {

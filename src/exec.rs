@@ -54,6 +54,17 @@ pub struct BashSandbox {
     /// Bytes each private tmpfs (`/tmp`, `/dev/shm`) may hold (namespaces mode); default
     /// `min(RAM / 8, 2 GiB)`.
     pub tmp_size: Option<i64>,
+    /// The workspace policy the shell is held to; absent: the protected defaults.
+    pub policy: Option<BashPolicy>,
+}
+
+/// `policy` (see `pi_native_ops_core::policy::PolicySpec`).
+#[napi(object)]
+pub struct BashPolicy {
+    pub deny_read: Option<Vec<String>>,
+    pub deny_write: Option<Vec<String>>,
+    /// The protected defaults; default true.
+    pub protect: Option<bool>,
 }
 
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
@@ -85,6 +96,13 @@ fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreEr
         ),
         None => None,
     };
+    if let Some(policy) = js.policy {
+        spec.policy = pi_native_ops_core::policy::PolicySpec::from_raw(
+            policy.deny_read,
+            policy.deny_write,
+            policy.protect,
+        );
+    }
     Ok(spec)
 }
 
@@ -264,11 +282,27 @@ pub struct BashSandboxHandle {
 
 #[napi]
 impl BashSandboxHandle {
+    /// `onPolicyEvent` receives each refusal of the policy (and what else the sandbox reports)
+    /// as a `PolicyEventObject`; it must not throw (the face wraps the caller's function).
     #[napi(constructor)]
-    pub fn new(env: Env, spec: BashSandbox) -> Result<Self> {
+    pub fn new(
+        env: Env,
+        spec: BashSandbox,
+        on_policy_event: Option<
+            Function<
+                '_,
+                crate::policy_events::PolicyEventObject,
+                napi::threadsafe_function::UnknownReturnValue,
+            >,
+        >,
+    ) -> Result<Self> {
         let spec = core_sandbox(spec).map_err(|e| to_js(&env, &e))?;
+        let events = on_policy_event
+            .map(crate::policy_events::event_sink)
+            .transpose()?;
         Ok(BashSandboxHandle {
-            sandbox: sandbox::Prepared::open(spec).map_err(|e| to_js(&env, &e))?,
+            sandbox: sandbox::Prepared::open_with_events(spec, events)
+                .map_err(|e| to_js(&env, &e))?,
         })
     }
 

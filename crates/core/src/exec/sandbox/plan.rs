@@ -45,7 +45,11 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(in crate::exec) fn new(sandbox: &Sandbox, paths: &Resolved) -> io::Result<Plan> {
+    pub(in crate::exec) fn new(
+        sandbox: &Sandbox,
+        paths: &Resolved,
+        guard: Option<super::guard::Filter>,
+    ) -> io::Result<Plan> {
         let root = paths.root().real.clone();
         let mode = match sandbox.mode {
             Mode::Auto => {
@@ -56,6 +60,14 @@ impl Plan {
             }
             mode => mode,
         };
+        if guard.is_some() && !super::notify::available() {
+            return Err(unavailable(format!(
+                "{} mode cannot enforce the policy (denyRead, denyWrite, the protected defaults) \
+                 without seccomp user notification, which this machine lacks; pass \
+                 policy: {{ protect: false }} and no rules to run without it",
+                mode.name()
+            )));
+        }
         let mut plan = Plan {
             env: Vec::new(),
             ns: None,
@@ -72,7 +84,8 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
-                plan.notify = super::notify::available().then(super::notify::Policy::namespaces);
+                plan.notify =
+                    super::notify::available().then(|| super::notify::Policy::namespaces(guard));
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -125,7 +138,7 @@ impl Plan {
                     // to be duplicated).
                     let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
                     plan.notify = Some(
-                        super::notify::Policy::landlock(writable, ruleset).map_err(|e| {
+                        super::notify::Policy::landlock(writable, ruleset, guard).map_err(|e| {
                             invalid_spec(format!("cannot prepare the notification handler: {e}"))
                         })?,
                     );
