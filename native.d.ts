@@ -29,7 +29,11 @@ export declare class BashExecution {
  * and kept until this object is garbage-collected.
  */
 export declare class BashSandboxHandle {
-  constructor(spec: BashSandbox)
+  /**
+   * `onPolicyEvent` receives each refusal of the policy (and what else the sandbox reports)
+   * as a `PolicyEventObject`; it must not throw (the face wraps the caller's function).
+   */
+  constructor(spec: BashSandbox, onPolicyEvent?: ((arg: PolicyEventObject) => unknown) | undefined | null)
   /** `bashSpawn` in this sandbox (`request.sandbox` is ignored). */
   spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
 }
@@ -90,6 +94,14 @@ export declare class GrepAbort {
   get filesSearched(): number
 }
 
+/** `policy` (see `pi_native_ops_core::policy::PolicySpec`). */
+export interface BashPolicy {
+  denyRead?: Array<string>
+  denyWrite?: Array<string>
+  /** The protected defaults; default true. */
+  protect?: boolean
+}
+
 /** The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`). */
 export interface BashSandbox {
   /** The host workspace. */
@@ -111,6 +123,8 @@ export interface BashSandbox {
    * `min(RAM / 8, 2 GiB)`.
    */
   tmpSize?: number
+  /** The workspace policy the shell is held to; absent: the protected defaults. */
+  policy?: BashPolicy
 }
 
 /**
@@ -218,6 +232,21 @@ export interface OpenedFile {
   fd: number
   size: number
   isFile: boolean
+}
+
+/** One policy event as JS sees it (keys in this order; absent ones omitted). */
+export interface PolicyEventObject {
+  tool: string
+  /** `"read"`, `"write"` or `"connect"`. */
+  access: string
+  path?: string
+  host?: string
+  port?: number
+  rule: string | null
+  allowed: boolean
+  /** Milliseconds since the Unix epoch. */
+  time: number
+  command?: string
 }
 
 /**
