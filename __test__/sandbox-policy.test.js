@@ -25,7 +25,7 @@ const POLICY = { denyRead: [".env", "secrets/**"], denyWrite: ["locked/"] };
 const NOBODY = 65534;
 
 /** A workspace owned by `user`: a git repository (hooks, config), denied and free files. */
-function workspace(user) {
+function workspace(user, mode) {
   const root = tempDirFor(user, "pno-policy-");
   cleanup.push(() => rmSync(root, { recursive: true, force: true }));
   const git = spawnSync("git", ["init", "-q", root]);
@@ -43,7 +43,11 @@ function workspace(user) {
     writeFileSync(path.join(root, rel), content);
   }
   mkdirSync(path.join(root, "locked/empty"));
+  // A repository with no hooks directory: a symlink named like one would stand in for it.
+  mkdirSync(path.join(root, "sub2/.git"), { recursive: true });
   symlinkSync("../.env", path.join(root, "sub/env-link"));
+  // An absolute link in the shell's view: /workspace/… is the shell's workspace, not the host's.
+  symlinkSync(`${mode === "landlock" ? root : "/workspace"}/free.txt`, path.join(root, "abslink2"));
   if (user === "nobody") spawnSync("chown", ["-R", `${NOBODY}:${NOBODY}`, root]);
   return root;
 }
@@ -80,8 +84,9 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
       describe(`${mode}, as ${user}`, () => {
         let root;
         let run;
+        const at = () => (mode === "landlock" ? root : "/workspace");
         beforeAll(() => {
-          root = workspace(user);
+          root = workspace(user, mode);
           const { sandbox, cwd } = options(mode, root);
           run = (command) => execAllAs(user, pno, sandbox, [{ command, cwd }]).then(([r]) => r);
         });
@@ -107,19 +112,24 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
               hookRename: "echo x > hk && mv hk .git/hooks/post-checkout",
               hookRemove: "rm -f .git/hooks/existing",
               hooksDirSwap: "mv .git/hooks .git/old-hooks",
+              gitDirRename: "mv .git moved-git",
               config: "echo '[core] hooksPath = x' >> .git/config",
               envrc: "echo 'echo hi' > .envrc",
               vscode: "mkdir -p .vscode && echo '{}' > .vscode/tasks.json",
               caseOther: "echo x > LOCKED-other && echo y > .ENVRC",
+              hooksSymlink: "ln -s ../../sub sub2/.git/hooks",
               free: "echo ok > free2.txt && mv free2.txt sub/free3.txt && ln sub/free3.txt sub/l && rm sub/l",
+              absolute: `echo abs > ${at()}/abs.txt && ln -s ${at()}/locked abslink && ! echo x > abslink/y`,
             }),
           );
           const c = codes(r.output);
           for (const [name, code] of Object.entries(c)) {
-            if (name === "free" || name === "caseOther") expect(code, name).toBe(0);
+            if (["free", "caseOther", "absolute"].includes(name)) expect(code, name).toBe(0);
             else expect(code, name).not.toBe(0);
           }
-          expect(Object.keys(c)).toHaveLength(23);
+          expect(Object.keys(c)).toHaveLength(26);
+          expect(readFileSync(path.join(root, "abs.txt"), "utf8")).toBe("abs\n");
+          expect(existsSync(path.join(root, "locked/y"))).toBe(false);
           // Judged on the host.
           expect(readFileSync(path.join(root, "locked/a"), "utf8")).toBe("locked\n");
           expect(readFileSync(path.join(root, ".git/hooks/existing"), "utf8")).toBe("#!/bin/sh\n");
@@ -136,6 +146,8 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
             ".git/hooks/pre-push",
             ".git/hooks/post-checkout",
             ".git/old-hooks",
+            "moved-git",
+            "sub2/.git/hooks",
             ".envrc",
             ".vscode/tasks.json",
           ]) {
@@ -161,7 +173,10 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
               renameOut: "mv .env env-copy",
               hardlink: "ln .env env-link2",
               renameDirOut: "mv secrets public",
-              procFd: "exec 3<free.txt; cat /proc/self/fd/3 && cat /proc/self/cwd/.env",
+              procCwd: "cat /proc/self/cwd/.env",
+              procFd: "exec 3<.git/config; cat /proc/self/fd/3 >/dev/null && exec 4<secrets; cat /proc/self/fd/4/k",
+              absSymlink: `ln -s ${at()}/.env abs-env && cat abs-env`,
+              okViaProc: `exec 3<free.txt; cat /proc/self/fd/3 /proc/self/cwd/free.txt ${at()}/free.txt abslink2`,
               madeNow: "mkdir -p n && echo s > n/.env && cat n/.env",
               write: "echo NEW=1 > .env",
               other: "cat free.txt sub/f",
@@ -170,10 +185,10 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
           const c = codes(r.output);
           for (const [name, code] of Object.entries(c)) {
             // Writing a denied-read file reveals nothing: allowed (its content is then the new one).
-            if (name === "other" || name === "write") expect(code, name).toBe(0);
+            if (["other", "write", "okViaProc"].includes(name)) expect(code, name).toBe(0);
             else expect(code, name).not.toBe(0);
           }
-          expect(Object.keys(c)).toHaveLength(14);
+          expect(Object.keys(c)).toHaveLength(17);
           expect(r.output).not.toContain("key");
           for (const rel of ["env-copy", "env-link2", "public"])
             expect(existsSync(path.join(root, rel)), rel).toBe(false);
@@ -211,7 +226,7 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
 
     describe(`${mode}: paths made later, events, bad rules`, () => {
       it("holds for a file the host creates after the operations were made, and reports each refusal", async () => {
-        const root = workspace("root");
+        const root = workspace("root", mode);
         const events = [];
         const { sandbox, cwd } = options(mode, root, {
           onPolicyEvent: (e) => events.push(e),
@@ -240,7 +255,7 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
       });
 
       it("a throwing onPolicyEvent neither stops the command nor crashes Node", async () => {
-        const root = workspace("root");
+        const root = workspace("root", mode);
         let calls = 0;
         const { sandbox, cwd } = options(mode, root, {
           onPolicyEvent: () => {
@@ -256,7 +271,7 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
       });
 
       it("with no policy the protected defaults apply; protect: false drops them", async () => {
-        const root = workspace("root");
+        const root = workspace("root", mode);
         const cwd = mode === "landlock" ? root : "/workspace";
         const extra = mode === "landlock" ? { runtimeRoot: root } : {};
         const plain = pno.createBashOperations({ sandbox: { root, mode, ...extra } });
@@ -272,7 +287,7 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
       });
 
       it("a rule that does not parse is refused when the operations are made", () => {
-        const root = workspace("root");
+        const root = workspace("root", mode);
         const { sandbox } = options(mode, root, { policy: { denyRead: ["a{b"] } });
         expect(() => pno.createBashOperations({ sandbox })).toThrow(/policy\.denyRead: invalid rule "a\{b"/);
         expect(() => pno.createBashOperations({ sandbox: { ...sandbox, policy: { denyRead: ".env" } } })).toThrow(
