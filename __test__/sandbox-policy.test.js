@@ -254,6 +254,21 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
         expect(Math.abs(events[0].time - Date.now())).toBeLessThan(10 * 60 * 1000);
       });
 
+      it("a FIFO's open waits for its other end without holding the sandbox's other calls", async () => {
+        const root = workspace("root", mode);
+        const { sandbox, cwd } = options(mode, root);
+        const ops = pno.createBashOperations({ sandbox });
+        let output = "";
+        // The writer's open waits for a reader; meanwhile another write open and the reader's own
+        // (notified: denyRead has rules) go through.
+        const { exitCode } = await ops.exec("mkfifo p; (echo through > p &); echo y > other; cat p", cwd, {
+          onData: (d) => (output += d),
+          timeout: 30,
+        });
+        expect({ exitCode, output }).toEqual({ exitCode: 0, output: "through\n" });
+        expect(readFileSync(path.join(root, "other"), "utf8")).toBe("y\n");
+      });
+
       it("a throwing onPolicyEvent neither stops the command nor crashes Node", async () => {
         const root = workspace("root", mode);
         let calls = 0;

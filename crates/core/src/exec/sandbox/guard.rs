@@ -280,6 +280,8 @@ pub(in crate::exec) struct Session {
     /// (`git init`, `git clone`) writes its own config and hooks. The protected defaults guard
     /// the repositories that were there before.
     new_repositories: std::cell::RefCell<Vec<(u64, u64)>>,
+    /// Landlock mode: the shell's ruleset, which every thread that opens for it applies.
+    ruleset: Option<OwnedFd>,
 }
 
 impl Session {
@@ -290,6 +292,7 @@ impl Session {
             command: command.to_string(),
             performer: None,
             new_repositories: std::cell::RefCell::new(Vec::new()),
+            ruleset: None,
         }
     }
 
@@ -307,6 +310,14 @@ impl Session {
         args: [u64; 6],
         ruleset: Option<BorrowedFd<'_>>,
     ) -> Reply {
+        if self.ruleset.is_none() {
+            if let Some(ruleset) = ruleset {
+                match ruleset.try_clone_to_owned() {
+                    Ok(owned) => self.ruleset = Some(owned),
+                    Err(_) => return Reply::Errno(REFUSED),
+                }
+            }
+        }
         if self.performer.is_none() {
             match Performer::start(ruleset) {
                 Ok(performer) => self.performer = Some(performer),
@@ -397,6 +408,9 @@ impl Session {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
                 self.waived(guard.check_open(&resolved, flags).map(|_| Kind::File))?;
+                if let Some(fifo) = blocking_fifo(&resolved, flags) {
+                    return Ok(wait_for_fifo(target, fifo, flags, self.ruleset.as_ref()));
+                }
                 let fd = performer.run(Job::Open {
                     resolved,
                     flags,
@@ -413,11 +427,11 @@ impl Session {
                 }
                 let exchange = flags & libc::RENAME_EXCHANGE != 0;
                 let moved = self.waived(guard.check_name(&from, None, true))?;
-                self.waived(guard.check_name(
-                    &to,
-                    if exchange { None } else { Some(moved) },
-                    true,
-                ))?;
+                let there = self.waived(guard.check_name(&to, Some(moved), true))?;
+                if exchange {
+                    // Each name takes the other's object.
+                    self.waived(guard.check_name(&from, Some(there), true))?;
+                }
                 performer
                     .run(Job::Rename { from, to, flags })
                     .map(|_| Reply::Value(0))
@@ -1305,14 +1319,131 @@ fn openat_mode(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> Resul
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The FIFO `resolved` names, opened `O_PATH`, when opening it with `flags` would wait for the
+/// other end (`O_RDONLY` or `O_WRONLY` without `O_NONBLOCK`): that wait must not hold the handler.
+fn blocking_fifo(resolved: &Resolved, flags: i32) -> Option<OwnedFd> {
+    let mode = flags & libc::O_ACCMODE;
+    if flags & libc::O_NONBLOCK != 0 || mode == libc::O_RDWR {
+        return None;
+    }
+    let object = match resolved {
+        Resolved::Entry { dir, name } => {
+            openat(dir.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW).ok()?
+        }
+        Resolved::Object(object) => dup(object.as_fd()).ok()?,
+    };
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor into our buffer.
+    let known = unsafe { libc::fstat(object.as_raw_fd(), &mut st) } == 0;
+    (known && st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some(object)
+}
+
+/// A FIFO's open that waits for the other end: a waiter thread (confined as the shell in Landlock
+/// mode) retries it without blocking, at growing intervals, while the caller still waits, and
+/// answers the notification itself.
+fn wait_for_fifo(
+    target: &Target<'_>,
+    fifo: OwnedFd,
+    flags: i32,
+    ruleset: Option<&OwnedFd>,
+) -> Reply {
+    /// Retries start this far apart and grow to the second.
+    const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+    const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+    let listener = Arc::clone(target.listener);
+    let id = target.id;
+    let ruleset = match ruleset.map(|r| r.try_clone()).transpose() {
+        Ok(ruleset) => ruleset,
+        Err(_) => return Reply::Errno(REFUSED),
+    };
+    let spawned = std::thread::Builder::new()
+        .name("pi-sandbox-fifo".into())
+        .stack_size(notify::HANDLER_STACK_BYTES)
+        .spawn(move || {
+            notify::drop_own_capabilities();
+            if let Some(ruleset) = &ruleset {
+                // SAFETY: per-thread no_new_privs, then the ruleset on this thread only.
+                let confined = unsafe {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                        && libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+                            == 0
+                };
+                if !confined {
+                    notify::respond(listener.as_fd(), id, Reply::Errno(REFUSED));
+                    return;
+                }
+            }
+            let path = notify::proc_fd(fifo.as_fd());
+            let reader = flags & libc::O_ACCMODE == libc::O_RDONLY;
+            let mut delay = RETRY_FIRST;
+            let mut opened: Option<OwnedFd> = None;
+            loop {
+                if !notify::id_valid(listener.as_fd(), id) {
+                    return; // the caller went (a signal, a kill)
+                }
+                if opened.is_none() {
+                    let open_flags =
+                        (flags & !libc::O_CLOEXEC) | libc::O_NONBLOCK | libc::O_CLOEXEC;
+                    // SAFETY: open of our NUL-terminated path.
+                    let fd = unsafe { libc::open(path.as_ptr().cast(), open_flags) };
+                    if fd >= 0 {
+                        // SAFETY: just opened, ours.
+                        opened = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+                    } else if notify::errno_now() != libc::ENXIO {
+                        notify::respond(listener.as_fd(), id, Reply::Errno(notify::errno_now()));
+                        return;
+                    }
+                }
+                if let Some(fd) = &opened {
+                    // A writer opens once a reader is there; a reader waits for data or a
+                    // writer's close, as its blocking open and first read would.
+                    let ready = !reader || {
+                        let mut pfd = libc::pollfd {
+                            fd: fd.as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd, no wait.
+                        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+                    };
+                    if ready {
+                        // SAFETY: F_GETFL/F_SETFL on our descriptor: blocking, as asked.
+                        unsafe {
+                            let now = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, now & !libc::O_NONBLOCK);
+                        }
+                        let cloexec = flags & libc::O_CLOEXEC != 0;
+                        let reply = send_fd_to(listener.as_fd(), id, fd.as_fd(), cloexec);
+                        if reply != Reply::Later {
+                            notify::respond(listener.as_fd(), id, reply);
+                        }
+                        return;
+                    }
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        });
+    match spawned {
+        Ok(_) => Reply::Later,
+        Err(_) => Reply::Errno(libc::EAGAIN),
+    }
+}
+
 /// Hands `fd` to the caller as the result of its open (`SECCOMP_ADDFD_FLAG_SEND`: installing it
 /// answers the notification).
 fn send_fd(target: &Target<'_>, fd: Option<OwnedFd>, cloexec: bool) -> Reply {
     let Some(fd) = fd else {
         return Reply::Errno(libc::EIO);
     };
+    send_fd_to(target.listener.as_fd(), target.id, fd.as_fd(), cloexec)
+}
+
+/// `send_fd` on `listener` for notification `id`.
+fn send_fd_to(listener: BorrowedFd<'_>, id: u64, fd: BorrowedFd<'_>, cloexec: bool) -> Reply {
     let addfd = libc::seccomp_notif_addfd {
-        id: target.id,
+        id,
         flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
         srcfd: fd.as_raw_fd() as u32,
         newfd: 0,
@@ -1321,7 +1452,7 @@ fn send_fd(target: &Target<'_>, fd: Option<OwnedFd>, cloexec: bool) -> Reply {
     // SAFETY: ADDFD reads our struct; our descriptor stays ours (the kernel installs a copy).
     let r = unsafe {
         libc::ioctl(
-            target.listener.as_raw_fd(),
+            listener.as_raw_fd(),
             libc::SECCOMP_IOCTL_NOTIF_ADDFD as _,
             &addfd,
         )

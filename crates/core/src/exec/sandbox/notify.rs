@@ -698,7 +698,7 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::
 }
 
 /// Sends `reply` for notification `id`; false when the caller no longer waits.
-fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
+pub(super) fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
     let (val, error, flags) = match reply {
         Reply::Value(v) => (v, 0, 0),
         Reply::Errno(e) => (0, -e, 0),
@@ -722,7 +722,7 @@ fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
 }
 
 /// Whether notification `id` still waits for an answer (its caller is alive and blocked).
-fn id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
+pub(super) fn id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
     let mut id = id;
     // SAFETY: ID_VALID reads our u64.
     unsafe {
