@@ -17,9 +17,10 @@
 //!    comparing identities. Outside the workspace the policy has nothing to say (the mounts or
 //!    the Landlock rules decide);
 //! 3. asks the policy (`decide`), and either refuses with `EACCES` (and reports a `PolicyEvent`)
-//!    or performs the call itself on the descriptor it resolved, on a performer thread
-//!    (`Performer`): in Landlock mode that thread is confined by the shell's own ruleset, so the
-//!    handler never does what the shell could not. An open's descriptor is handed to the caller
+//!    or performs the call itself on the descriptor it resolved (`Performer`): in namespaces mode
+//!    on the handler thread (its fs state unshared from Node's, umask 0), in Landlock mode on a
+//!    thread confined by the shell's own ruleset, so the handler never does what the shell could
+//!    not. A FIFO's open that waits for its other end waits on a thread of its own. An open's descriptor is handed to the caller
 //!    with `SECCOMP_IOCTL_NOTIF_ADDFD` (`SECCOMP_ADDFD_FLAG_SEND`), its `O_CLOEXEC` kept; creations
 //!    take the caller's umask.
 //!
@@ -399,7 +400,15 @@ impl Session {
                 let follow = flags & libc::O_NOFOLLOW == 0
                     && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
                 let resolved = caller.resolve(at, follow)?;
-                let umask = match flags & libc::O_CREAT != 0 || is_tmpfile(flags) {
+                // The mode counts only for a file the open makes (`touch` of an existing one
+                // needs no umask).
+                let makes = match &resolved {
+                    Resolved::Entry { dir, name } => {
+                        flags & libc::O_CREAT != 0 && kind_at(dir.as_fd(), name).is_none()
+                    }
+                    Resolved::Object(_) => false,
+                };
+                let umask = match makes || is_tmpfile(flags) {
                     true => caller.umask()?,
                     false => 0,
                 };
@@ -896,13 +905,31 @@ fn decode(nr: libc::c_long, a: [u64; 6]) -> Result<Call, i32> {
 /// The caller of one notification, for path walks: its root, and its pid as its `/proc` shows it.
 struct Caller<'a, 'b> {
     target: &'a Target<'b>,
-    root: OwnedFd,
+    /// Opened on first use: a relative path without `..` or absolute symlinks needs none.
+    root: std::cell::OnceCell<Result<OwnedFd, i32>>,
 }
 
 impl<'a, 'b> Caller<'a, 'b> {
     fn new(target: &'a Target<'b>) -> Result<Self, Refusal> {
-        let root = notify::open_path(None, format!("/proc/{}/root", target.pid).as_bytes(), true)?;
-        Ok(Caller { target, root })
+        Ok(Caller {
+            target,
+            root: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// The caller's root directory (`/proc/<pid>/root`).
+    fn root(&self) -> Result<BorrowedFd<'_>, i32> {
+        self.root
+            .get_or_init(|| {
+                notify::open_path(
+                    None,
+                    format!("/proc/{}/root", self.target.pid).as_bytes(),
+                    true,
+                )
+            })
+            .as_ref()
+            .map(|fd| fd.as_fd())
+            .map_err(|e| *e)
     }
 
     /// The caller's umask (`/proc/<pid>/status`).
@@ -960,7 +987,7 @@ impl<'a, 'b> Caller<'a, 'b> {
             };
         }
         let base = match path[0] == b'/' {
-            true => dup(self.root.as_fd())?,
+            true => dup(self.root()?)?,
             false => start()?,
         };
         Ok(walk(self, base, &path, follow)?)
@@ -1042,7 +1069,6 @@ fn walk(
     let mut rest: VecDeque<Vec<u8>> = components(path).map(<[u8]>::to_vec).collect();
     let mut cur = base;
     let mut links = 0;
-    let root_id = notify::identity(caller.root.as_fd());
     let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
     while let Some(name) = rest.pop_front() {
         let last = rest.is_empty();
@@ -1053,7 +1079,7 @@ fn walk(
                 }
             }
             b".." => {
-                if notify::identity(cur.as_fd()) != root_id {
+                if notify::identity(cur.as_fd()) != notify::identity(caller.root()?) {
                     cur = openat(cur.as_fd(), b"..", dir_flags)?;
                 }
                 if last {
@@ -1098,7 +1124,7 @@ fn walk(
                         }
                         let text = readlinkat(cur.as_fd(), &name)?;
                         if text.first() == Some(&b'/') {
-                            cur = dup(caller.root.as_fd())?;
+                            cur = dup(caller.root()?)?;
                         }
                         let parts: Vec<Vec<u8>> = components(&text).map(<[u8]>::to_vec).collect();
                         if parts.is_empty() && text.first() == Some(&b'/') && last {
@@ -1465,11 +1491,17 @@ fn send_fd_to(listener: BorrowedFd<'_>, id: u64, fd: BorrowedFd<'_>, cloexec: bo
 
 type Answer = Result<Option<OwnedFd>, i32>;
 
-/// The thread that performs the guard's calls: its own umask (0: the caller's is applied to each
-/// mode) and, in Landlock mode, the shell's own ruleset.
-struct Performer {
-    jobs: std::sync::mpsc::Sender<Job>,
-    answers: std::sync::mpsc::Receiver<Answer>,
+/// Where the guard's calls are performed: with umask 0 (the caller's is applied to each mode) and,
+/// in Landlock mode, under the shell's own ruleset.
+enum Performer {
+    /// Namespaces mode: the handler thread itself, its fs state (umask) unshared from Node's.
+    Inline,
+    /// Landlock mode: a thread confined by the shell's ruleset (the handler cannot be: it reads
+    /// the shell's memory and descriptors).
+    Thread {
+        jobs: std::sync::mpsc::Sender<Job>,
+        answers: std::sync::mpsc::Receiver<Answer>,
+    },
 }
 
 // SAFETY: `Resolved` holds descriptors only; a `Job` moves to the performer whole.
@@ -1477,6 +1509,13 @@ unsafe impl Send for Job {}
 
 impl Performer {
     fn start(ruleset: Option<BorrowedFd<'_>>) -> io::Result<Performer> {
+        // SAFETY: unshare and umask on the calling (handler) thread's own fs state, which after
+        // the unshare is no longer Node's.
+        if ruleset.is_none() && unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+            // SAFETY: see above.
+            unsafe { libc::umask(0) };
+            return Ok(Performer::Inline);
+        }
         let ruleset = ruleset.map(|r| r.try_clone_to_owned()).transpose()?;
         let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
         let (answer_tx, answers) = std::sync::mpsc::channel::<Answer>();
@@ -1514,15 +1553,20 @@ impl Performer {
                     }
                 }
             })?;
-        Ok(Performer { jobs, answers })
+        Ok(Performer::Thread { jobs, answers })
     }
 
     fn run(&self, job: Job) -> Result<Option<OwnedFd>, Refusal> {
-        self.jobs.send(job).map_err(|_| Refusal::Errno(REFUSED))?;
-        self.answers
-            .recv()
-            .unwrap_or(Err(REFUSED))
-            .map_err(Refusal::Errno)
+        match self {
+            Performer::Inline => job.perform().map_err(Refusal::Errno),
+            Performer::Thread { jobs, answers } => {
+                jobs.send(job).map_err(|_| Refusal::Errno(REFUSED))?;
+                answers
+                    .recv()
+                    .unwrap_or(Err(REFUSED))
+                    .map_err(Refusal::Errno)
+            }
+        }
     }
 }
 
