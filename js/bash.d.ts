@@ -52,7 +52,9 @@ export interface SandboxOptions {
    * (`.git/hooks/`, `.git/config`, `.envrc`, …; `protect: false` drops them) cannot be created,
    * written, truncated, removed, renamed, linked or replaced, nor can a directory a rule names be
    * renamed. Gitignore lines relative to `root`. Absent: the protected defaults. A rule that does not
-   * parse throws here. Refusals fail with `EACCES` in the command.
+   * parse throws here, and so does (`ESANDBOX`) a policy that restricts anything where seccomp user
+   * notification is missing (`sandboxSupport().userNotification`). Refusals fail with `EACCES` in the
+   * command. Unsandboxed bash is not confined by the policy.
    */
   policy?: { denyRead?: string[]; denyWrite?: string[]; protect?: boolean };
   /**

@@ -212,6 +212,13 @@ impl Prepared {
             .map_err(|e| {
                 crate::error::Error::sandbox_unavailable(format!("cannot hold the workspace: {e}"))
             })
+            .and_then(|guard| match guard {
+                // Refused now rather than enforced less: every rule rests on user notification.
+                Some(_) if !notify::available() => Err(crate::error::Error::sandbox_unavailable(
+                    plan::policy_unenforceable(spec.mode),
+                )),
+                guard => Ok(guard),
+            })
         });
         Prepared(std::sync::Arc::new(Shared {
             spec,

@@ -27,6 +27,19 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
 const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
 
+/// Why `mode` cannot hold the shell to a policy here: every rule rests on user notification.
+pub(super) fn policy_unenforceable(mode: Mode) -> String {
+    format!(
+        "{} mode cannot enforce the policy (denyRead, denyWrite, the protected defaults) without \
+         seccomp user notification, which this machine lacks; pass policy: {{ protect: false }} and \
+         no rules to run without it",
+        match mode {
+            Mode::Auto => "the sandbox",
+            mode => mode.name(),
+        }
+    )
+}
+
 /// The sandbox of one exec, ready for the fork.
 pub(in crate::exec) struct Plan {
     env: Vec<String>,
@@ -61,12 +74,7 @@ impl Plan {
             mode => mode,
         };
         if guard.is_some() && !super::notify::available() {
-            return Err(unavailable(format!(
-                "{} mode cannot enforce the policy (denyRead, denyWrite, the protected defaults) \
-                 without seccomp user notification, which this machine lacks; pass \
-                 policy: {{ protect: false }} and no rules to run without it",
-                mode.name()
-            )));
+            return Err(unavailable(policy_unenforceable(mode)));
         }
         let mut plan = Plan {
             env: Vec::new(),
