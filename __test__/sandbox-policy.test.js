@@ -269,6 +269,32 @@ describe.skipIf(modes.length === 0)("the policy in the sandboxed shell", () => {
         expect(readFileSync(path.join(root, "other"), "utf8")).toBe("y\n");
       });
 
+      it.skipIf(spawnSync("script", ["--version"]).status !== 0)(
+        "/dev/tty opened for writing is not the agent's terminal",
+        () => {
+          // Node with a controlling terminal (script gives it a pty): the shell, in a session of its
+          // own, has none, and the handler that opens for it must not lend it Node's.
+          const root = workspace("root", mode);
+          const { sandbox, cwd } = options(mode, root);
+          const child = path.join(root, "tty.mjs");
+          const pkg = new URL("../index.js", import.meta.url).href;
+          writeFileSync(
+            child,
+            `const pno = await import(${JSON.stringify(pkg)});
+const ops = pno.createBashOperations({ sandbox: ${JSON.stringify(sandbox)} });
+let out = "";
+await ops.exec("echo MARK-IN-TTY > /dev/tty; echo rc=$?", ${JSON.stringify(cwd)}, { onData: (d) => (out += d) });
+console.log("RESULT " + out.trim());`,
+          );
+          const r = spawnSync("script", ["-qec", `${process.execPath} ${child}`, "/dev/null"], {
+            encoding: "utf8",
+            timeout: 60_000,
+          });
+          expect(r.stdout).toMatch(/RESULT[^]*rc=1/);
+          expect(r.stdout).not.toContain("MARK-IN-TTY");
+        },
+      );
+
       it("a throwing onPolicyEvent neither stops the command nor crashes Node", async () => {
         const root = workspace("root", mode);
         let calls = 0;

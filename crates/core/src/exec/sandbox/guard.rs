@@ -400,6 +400,11 @@ impl Session {
                 let follow = flags & libc::O_NOFOLLOW == 0
                     && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
                 let resolved = caller.resolve(at, follow)?;
+                if is_controlling_tty(&resolved) {
+                    // Opened here it would be the agent's own terminal; the shell, in a session of
+                    // its own, has none.
+                    return Err(Refusal::Errno(libc::ENXIO));
+                }
                 // The mode counts only for a file the open makes (`touch` of an existing one
                 // needs no umask).
                 let makes = match &resolved {
@@ -705,6 +710,35 @@ impl Guard {
         }
         Ok(now)
     }
+}
+
+/// `/dev/tty`'s device number (5, 0): whoever opens it gets their own controlling terminal.
+const TTY_DEVICE: (u32, u32) = (5, 0);
+
+/// Whether `resolved` is `/dev/tty` (any node of its number).
+fn is_controlling_tty(resolved: &Resolved) -> bool {
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let known = match resolved {
+        Resolved::Entry { dir, name } => {
+            let mut c = name.clone();
+            c.push(0);
+            // SAFETY: fstatat on our descriptor, a NUL-terminated name, our buffer.
+            unsafe {
+                libc::fstatat(
+                    dir.as_raw_fd(),
+                    c.as_ptr().cast(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) == 0
+            }
+        }
+        // SAFETY: fstat on our descriptor into our buffer.
+        Resolved::Object(fd) => unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 },
+    };
+    known
+        && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && (libc::major(st.st_rdev), libc::minor(st.st_rdev)) == TTY_DEVICE
 }
 
 fn is_tmpfile(flags: i32) -> bool {
