@@ -1764,6 +1764,47 @@ mod tests {
     }
 
     #[test]
+    fn places_descriptors_in_the_workspace_by_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let fd = |p: &Path| notify::open_path(None, p.as_os_str().as_bytes(), true).unwrap();
+        let root_fd = fd(&root);
+        let guard = Guard::new(
+            Arc::new(policy(&[], &[])),
+            (&root, root_fd.as_fd()),
+            Path::new("/workspace"),
+            None,
+        )
+        .unwrap()
+        .expect("the protected defaults restrict writes");
+        assert_eq!(
+            guard.place(fd(&root.join("a/b")).as_fd()),
+            Place::Inside("a/b".into())
+        );
+        assert_eq!(guard.place(root_fd.as_fd()), Place::Inside("".into()));
+        assert_eq!(guard.place(fd(outside.path()).as_fd()), Place::Outside);
+        // A directory renamed since it was opened is placed by its current name, not the old one.
+        let a = fd(&root.join("a"));
+        std::fs::rename(root.join("a"), root.join("moved")).unwrap();
+        std::fs::create_dir(root.join("a")).unwrap();
+        assert_eq!(
+            guard.place(a.as_fd()),
+            Place::Inside("moved".into()),
+            "the kernel's current name"
+        );
+        // A policy that restricts nothing needs no guard.
+        let open = Policy::new(&PolicySpec::from_raw(None, None, Some(false))).unwrap();
+        assert!(
+            Guard::new(Arc::new(open), (&root, root_fd.as_fd()), &root, None)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(guard.runtime_path(Path::new("x/.env")), "/workspace/x/.env");
+    }
+
+    #[test]
     fn decodes_the_guarded_calls() {
         let flags = (libc::O_WRONLY | libc::O_CREAT) as u64;
         match decode(libc::SYS_openat, [3, 0x1000, flags, 0o644, 0, 0]).unwrap() {
