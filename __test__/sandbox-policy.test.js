@@ -295,6 +295,22 @@ console.log("RESULT " + out.trim());`,
         },
       );
 
+      it("one command reports at most 1,000 refusals (the rest are refused unreported)", async () => {
+        const root = workspace("root", mode);
+        const events = [];
+        const { sandbox, cwd } = options(mode, root, { onPolicyEvent: (e) => events.push(e) });
+        const ops = pno.createBashOperations({ sandbox });
+        const loop = "for i in $(seq 1005); do echo > .envrc; done 2>/dev/null; echo done";
+        let output = "";
+        await ops.exec(loop, cwd, { onData: (d) => (output += d) });
+        expect(output).toBe("done\n");
+        // Events arrive in order: once the next command's is here, every one of the loop's is too.
+        await ops.exec("echo > .envrc", cwd, { onData() {} }).catch(() => {});
+        await expect.poll(() => events.filter((e) => e.command === "echo > .envrc").length).toBe(1);
+        expect(events.filter((e) => e.command === loop)).toHaveLength(1000);
+        expect(existsSync(path.join(root, ".envrc"))).toBe(false);
+      });
+
       it("a throwing onPolicyEvent neither stops the command nor crashes Node", async () => {
         const root = workspace("root", mode);
         let calls = 0;

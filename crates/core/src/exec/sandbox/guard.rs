@@ -55,6 +55,10 @@ pub(super) const WRITE_FLAGS: u32 =
 /// (`secrets/**` denies listing `secrets`; `*.pem` does not deny listing anything).
 const PROBE: &str = "\u{1}pi-native-ops-probe";
 
+/// Events one command may report: a command that runs into the policy in a loop must not fill the
+/// agent's queue (each event is a JS object); refusals past this are still refused, unreported.
+pub(super) const MAX_EVENTS_PER_COMMAND: usize = 1000;
+
 /// The calls the guard answers, with their number.
 #[cfg(target_arch = "x86_64")]
 pub(super) const NAME_CALLS: &[libc::c_long] = &[
@@ -283,6 +287,8 @@ pub(in crate::exec) struct Session {
     new_repositories: std::cell::RefCell<Vec<(u64, u64)>>,
     /// Landlock mode: the shell's ruleset, which every thread that opens for it applies.
     ruleset: Option<OwnedFd>,
+    /// Events reported so far (at most `MAX_EVENTS_PER_COMMAND`).
+    events: usize,
 }
 
 impl Session {
@@ -294,6 +300,7 @@ impl Session {
             performer: None,
             new_repositories: std::cell::RefCell::new(Vec::new()),
             ruleset: None,
+            events: 0,
         }
     }
 
@@ -339,7 +346,9 @@ impl Session {
             Ok(reply) => reply,
             Err(Refusal::Errno(code)) => Reply::Errno(code),
             Err(Refusal::Policy(path, read, denial)) => {
-                if let Some(sink) = &self.guard.events {
+                let sink = self.guard.events.as_ref();
+                if let Some(sink) = sink.filter(|_| self.events < MAX_EVENTS_PER_COMMAND) {
+                    self.events += 1;
                     let path = self.guard.runtime_path(&path);
                     sink(PolicyEvent {
                         tool: "bash",
