@@ -290,7 +290,7 @@ console.log("RESULT " + out.trim());`,
             encoding: "utf8",
             timeout: 60_000,
           });
-          expect(r.stdout).toMatch(/RESULT[^]*rc=1/);
+          expect(r.stdout).toMatch(/RESULT[\s\S]*rc=1/);
           expect(r.stdout).not.toContain("MARK-IN-TTY");
         },
       );
