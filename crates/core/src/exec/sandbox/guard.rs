@@ -125,9 +125,9 @@ pub(super) fn splice(program: &mut Vec<libc::sock_filter>, filter: Filter) {
     program.splice(SPLICE_AT..SPLICE_AT, block(filter));
 }
 
-/// Layout: one jeq per name call (to NOTIFY), one per open call (to its flag check, or with
-/// `reads` to NOTIFY), ja END; per open: load flags, jset WRITE_FLAGS (to NOTIFY), ja RESTORE;
-/// NOTIFY; RESTORE (load nr); END is the first instruction after the block.
+/// Layout: one jeq per name call (to NOTIFY), one per open call (to its flag check), ja END; per
+/// open: load flags, jset O_PATH (to RESTORE), jset WRITE_FLAGS (with `reads`: ja) to NOTIFY, ja
+/// RESTORE; NOTIFY; RESTORE (load nr); END is the first instruction after the block.
 fn block(filter: Filter) -> Vec<libc::sock_filter> {
     let ins = |code: u16, k: u32, jt: usize, jf: usize| libc::sock_filter {
         code,
@@ -136,8 +136,10 @@ fn block(filter: Filter) -> Vec<libc::sock_filter> {
         k,
     };
     let (n, o) = (NAME_CALLS.len(), OPEN_CALLS.len());
+    /// Instructions of one open's flag check.
+    const CHECK: usize = 4;
     let checks_at = n + o + 1;
-    let notify_at = checks_at + if filter.reads { 0 } else { 3 * o };
+    let notify_at = checks_at + CHECK * o;
     let (restore_at, end_at) = (notify_at + 1, notify_at + 2);
     // A jump's offset counts from the instruction after it.
     let to = |from: usize, target: usize| target - from - 1;
@@ -146,21 +148,20 @@ fn block(filter: Filter) -> Vec<libc::sock_filter> {
         code.push(ins(JEQ_K, nr as u32, to(i, notify_at), 0));
     }
     for (j, &(nr, _)) in OPEN_CALLS.iter().enumerate() {
-        let check = if filter.reads {
-            notify_at
-        } else {
-            checks_at + 3 * j
-        };
-        code.push(ins(JEQ_K, nr as u32, to(n + j, check), 0));
+        code.push(ins(JEQ_K, nr as u32, to(n + j, checks_at + CHECK * j), 0));
     }
     code.push(ins(JA, to(n + o, end_at) as u32, 0, 0));
-    if !filter.reads {
-        for (j, &(_, arg)) in OPEN_CALLS.iter().enumerate() {
-            let at = checks_at + 3 * j;
-            code.push(ins(LD_W_ABS, arg_low_at(arg), 0, 0));
-            code.push(ins(JSET_K, WRITE_FLAGS, to(at + 1, notify_at), 0));
-            code.push(ins(JA, to(at + 2, restore_at) as u32, 0, 0));
+    for (j, &(_, arg)) in OPEN_CALLS.iter().enumerate() {
+        let at = checks_at + CHECK * j;
+        code.push(ins(LD_W_ABS, arg_low_at(arg), 0, 0));
+        // O_PATH opens neither read nor write (the kernel ignores the other flags), and their
+        // descriptors cannot be handed over (ADDFD takes no O_PATH file): the kernel's.
+        code.push(ins(JSET_K, libc::O_PATH as u32, to(at + 1, restore_at), 0));
+        match filter.reads {
+            true => code.push(ins(JA, to(at + 2, notify_at) as u32, 0, 0)),
+            false => code.push(ins(JSET_K, WRITE_FLAGS, to(at + 2, notify_at), 0)),
         }
+        code.push(ins(JA, to(at + 3, restore_at) as u32, 0, 0));
     }
     code.push(ins(RET_K, RET_USER_NOTIF, 0, 0));
     code.push(ins(LD_W_ABS, NR_AT, 0, 0));
@@ -1683,6 +1684,10 @@ mod tests {
             }
             let read = verdict(&program, openat, flags(libc::O_RDONLY | libc::O_CLOEXEC));
             assert_eq!(read, if reads { RET_USER_NOTIF } else { allow });
+            // O_PATH ignores the access flags: never notified.
+            for f in [libc::O_PATH, libc::O_PATH | libc::O_WRONLY | libc::O_CREAT] {
+                assert_eq!(verdict(&program, openat, flags(f)), allow, "{f:#x}");
+            }
             // The rest of the program still sees the call's number: flock is notified, read not.
             assert_eq!(
                 verdict(&program, libc::SYS_flock as u32, [0; 6]),
