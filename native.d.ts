@@ -29,9 +29,13 @@ export declare class BashExecution {
  * and kept until this object is garbage-collected.
  */
 export declare class BashSandboxHandle {
-  constructor(spec: BashSandbox)
+  /**
+   * `onPolicyEvent` receives each refusal of the policy (and what else the sandbox reports)
+   * as a `PolicyEventObject`; it must not throw (the face wraps the caller's function).
+   */
+  constructor(spec: BashSandbox, onPolicyEvent?: ((arg: PolicyEventObject) => unknown) | undefined | null)
   /** `bashSpawn` in this sandbox (`request.sandbox` is ignored). */
-  spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void): BashExecution
+  spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventObject) => void): BashExecution
 }
 
 /** A workspace root: every path is resolved beneath it, race-free. */
@@ -91,6 +95,14 @@ export declare class GrepAbort {
   get filesSearched(): number
 }
 
+/** `policy` (see `pi_native_ops_core::policy::PolicySpec`). */
+export interface BashPolicy {
+  denyRead?: Array<string>
+  denyWrite?: Array<string>
+  /** The protected defaults; default true. */
+  protect?: boolean
+}
+
 /** The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`). */
 export interface BashSandbox {
   /** The host workspace. */
@@ -116,13 +128,15 @@ export interface BashSandbox {
    * `min(RAM / 8, 2 GiB)`.
    */
   tmpSize?: number
+  /** The workspace policy the shell is held to; absent: the protected defaults. */
+  policy?: BashPolicy
 }
 
 /**
  * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
  * `onEvent(null, exitCode, killed)` comes last, exactly once.
  */
-export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void): BashExecution
+export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventObject) => void): BashExecution
 
 export interface BashSpawnRequest {
   /** pi's `shellPath`; absent: found as pi finds one (`exec::preflight`). */
@@ -235,15 +249,15 @@ export interface PolicyConfig {
   protect?: boolean
 }
 
-/** A policy event as `onPolicyEvent` receives it (the JS layer orders the keys and fills nulls). */
-export interface PolicyEventJs {
+/** One policy event as JS sees it (keys in this order; absent ones omitted). */
+export interface PolicyEventObject {
   tool: string
   /** `"read"`, `"write"` or `"connect"`. */
   access: string
   path?: string
   host?: string
   port?: number
-  rule?: string
+  rule: string | null
   allowed: boolean
   /** Milliseconds since the Unix epoch. */
   time: number

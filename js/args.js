@@ -1,7 +1,9 @@
 // Argument validation shared by every module: a wrong argument is the caller's bug, so it throws a
 // TypeError naming the argument, before anything touches the file system or spawns. This module
-// imports nothing of ours, so fs.js, find.js and grep.js all use it without importing each other.
+// imports nothing of ours but policy-events.js (a leaf), so fs.js, find.js and grep.js all use it without
+// importing each other.
 import path from "node:path";
+import { checkPolicy, emitRefusal } from "./policy-events.js";
 
 /** Validates a string argument without NUL bytes (which no system call can take). */
 export function checkString(value, what) {
@@ -94,52 +96,10 @@ export function checkIndexOption(value, what = "index") {
   return options;
 }
 
-/** The options the `policy` option may hold (crates/core/src/policy.rs's PolicySpec). */
-const POLICY_KEYS = ["denyRead", "denyWrite", "protect"];
-
-/**
- * Validates the `policy` option (types only; the core parses the rules and names a bad one):
- * `undefined` (the core's defaults: the protected paths) or `{ denyRead?, denyWrite?, protect? }`, the
- * lists arrays of strings. Returns an object with only the given keys, `{}` when absent.
- */
-export function checkPolicyOption(value, what = "policy") {
-  if (value === undefined) return {};
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    const shown = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
-    throw new TypeError(`${what} must be an object { denyRead?, denyWrite?, protect? }, got ${shown}`);
-  }
-  for (const key of Object.keys(value)) {
-    if (!POLICY_KEYS.includes(key)) {
-      throw new TypeError(`${what}.${key} is not a policy option (the options are ${POLICY_KEYS.join(", ")})`);
-    }
-  }
-  const policy = {};
-  for (const key of ["denyRead", "denyWrite"]) {
-    const list = value[key];
-    if (list === undefined) continue;
-    if (!Array.isArray(list)) throw new TypeError(`${what}.${key} must be an array of strings`);
-    for (const [i, rule] of list.entries()) checkString(rule, `${what}.${key}[${i}]`);
-    policy[key] = [...list];
-  }
-  if (value.protect !== undefined) {
-    if (typeof value.protect !== "boolean") throw new TypeError(`${what}.protect must be a boolean`);
-    policy.protect = value.protect;
-  }
-  return policy;
-}
-
-/** Validates the `onPolicyEvent` option: absent, or a function. */
-export function checkOnPolicyEvent(value, what = "onPolicyEvent") {
-  if (value !== undefined && typeof value !== "function") {
-    throw new TypeError(`${what} must be a function, got ${value === null ? "null" : typeof value}`);
-  }
-  return value;
-}
-
 /** Whether two `policy` options (as given, or absent) say the same. */
 export function samePolicy(a, b) {
   const norm = (p) => {
-    const c = checkPolicyOption(p);
+    const c = checkPolicy(p) ?? {};
     return JSON.stringify([c.denyRead ?? [], c.denyWrite ?? [], c.protect ?? true]);
   };
   return norm(a) === norm(b);
@@ -155,15 +115,7 @@ const reporterOf = new WeakMap();
  */
 export function registerPolicyEvents(root, onPolicyEvent) {
   const report = (tool, access, err, path) => {
-    if (onPolicyEvent === undefined || err === null || typeof err !== "object" || !Object.hasOwn(err, "rule")) {
-      return err;
-    }
-    const event = { tool, access, path, rule: err.rule ?? null, allowed: false, time: Date.now() };
-    try {
-      onPolicyEvent(event);
-    } catch {
-      // The caller's bug must not become the tool's.
-    }
+    emitRefusal(onPolicyEvent, tool, access, path, err);
     return err;
   };
   reporterOf.set(root, report);

@@ -52,11 +52,22 @@ export interface SandboxOptions {
    * temp directory is on the host's `/tmp` and not bounded by it.
    */
   tmpSize?: number;
-  /** The workspace policy in the shell (docs/policy.md). */
+  /**
+   * The workspace policy the shell is held to, in both modes: `denyRead` paths cannot be opened (nor a
+   * directory all of whose entries are denied listed), `denyWrite` paths and the protected defaults
+   * (`.git/hooks/`, `.git/config`, `.envrc`, …; `protect: false` drops them) cannot be created,
+   * written, truncated, removed, renamed, linked or replaced, nor can a directory a rule names be
+   * renamed. Gitignore lines relative to `root`. Absent: the protected defaults. A rule that does not
+   * parse throws here, and so does (`ESANDBOX`) a policy that restricts anything where seccomp user
+   * notification is missing (`sandboxSupport().userNotification`). Refusals fail with `EACCES` in the
+   * command. Unsandboxed bash is not confined by the policy.
+   */
   policy?: Policy;
   /**
-   * Called with each refusal of the policy in the shell, and each connection the allow-list proxy
-   * allowed or refused (`access: "connect"`). A callback that throws is ignored.
+   * Called with each refusal of the policy in a command:
+   * `{ tool: "bash", access: "read" | "write", path, rule, allowed: false, time, command }` (`path` in the
+   * runtime form), and each connection the allow-list proxy allowed or refused (`access: "connect"`).
+   * Called on Node's thread after the fact; an exception it throws is caught and ignored.
    */
   onPolicyEvent?: (event: PolicyEvent) => void;
 }

@@ -5,7 +5,8 @@
 // the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
-import { checkObject, checkOnPolicyEvent, checkPath, checkPolicyOption, checkString } from "./args.js";
+import { checkObject, checkPath, checkString } from "./args.js";
+import { checkOnPolicyEvent, checkPolicy, deliver, eventOf } from "./policy-events.js";
 import { native } from "./native.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -128,10 +129,6 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   // Absent: the core's default.
   if (runtimeRoot !== undefined) checkPath(runtimeRoot, `${what}.runtimeRoot`);
   const networkFields = checkNetwork(network, `${what}.network`);
-  const { onPolicyEvent } = sandbox;
-  if (onPolicyEvent !== undefined && typeof onPolicyEvent !== "function") {
-    throw new TypeError(`${what}.onPolicyEvent must be a function`);
-  }
   checkObject(env, `${what}.env`);
   for (const [key, value] of Object.entries(env)) {
     if (typeof value !== "string") throw new TypeError(`${what}.env.${key} must be a string`);
@@ -149,9 +146,9 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   ) {
     throw new TypeError(`${what}.maxProcesses must be a positive integer`);
   }
-  // The policy (docs/policy.md) is validated here; enforcing it in the sandbox is the shell's part.
-  checkPolicyOption(sandbox.policy, `${what}.policy`);
-  checkOnPolicyEvent(sandbox.onPolicyEvent, `${what}.onPolicyEvent`);
+  // The rules themselves are the core's to judge (a bad one throws when the handle is made).
+  const policy = checkPolicy(sandbox.policy, `${what}.policy`);
+  const onPolicyEvent = checkOnPolicyEvent(sandbox.onPolicyEvent, `${what}.onPolicyEvent`);
   const { tmpSize } = sandbox;
   if (tmpSize !== undefined && !(Number.isSafeInteger(tmpSize) && tmpSize > 0)) {
     throw new TypeError(`${what}.tmpSize must be a positive integer (bytes)`);
@@ -166,32 +163,18 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     mode,
     maxProcesses,
     tmpSize,
+    policy,
     onPolicyEvent,
   };
 }
 
 /**
- * The `onPolicyEvent` the native side calls: the binding's event as the documented plain object (these
- * keys in this order, absent ones omitted, `rule` null when none). A callback that throws is ignored:
- * it must never crash Node nor stop the command.
+ * The `onPolicyEvent` the native side calls: the binding's event as the documented plain object
+ * (policy-events.js: its keys in order, `rule` null when none); a callback that throws is ignored.
  */
 function policyEventHandler(onPolicyEvent) {
   if (onPolicyEvent === undefined) return undefined;
-  return (e) => {
-    const event = { tool: e.tool, access: e.access };
-    if (e.path !== undefined && e.path !== null) event.path = e.path;
-    if (e.host !== undefined && e.host !== null) event.host = e.host;
-    if (e.port !== undefined && e.port !== null) event.port = e.port;
-    event.rule = e.rule ?? null;
-    event.allowed = e.allowed;
-    event.time = e.time;
-    if (e.command !== undefined && e.command !== null) event.command = e.command;
-    try {
-      onPolicyEvent(event);
-    } catch {
-      // The caller's bug is not the command's failure.
-    }
-  };
+  return (e) => deliver(onPolicyEvent, eventOf({ ...e, rule: e.rule ?? null }));
 }
 
 function noSandboxInBinary() {
@@ -236,7 +219,7 @@ export function createBashOperations(options = {}) {
   // until these operations are collected.
   const sandboxHandle =
     sandbox && process.platform !== "win32" && typeof native.BashSandboxHandle === "function"
-      ? new native.BashSandboxHandle(sandbox)
+      ? new native.BashSandboxHandle(sandbox, onPolicy)
       : undefined;
   return {
     exec: async (command, cwd, execOptions) => {

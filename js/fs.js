@@ -6,7 +6,8 @@
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
-import { checkOnPolicyEvent, checkPolicyOption, registerPolicyEvents } from "./args.js";
+import { registerPolicyEvents } from "./args.js";
+import { checkOnPolicyEvent, checkPolicy } from "./policy-events.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
@@ -69,7 +70,7 @@ export function createBoundFs(root, options = {}) {
   const hostRoot = path.resolve(root);
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const index = checkIndexOption(options.index);
-  const policy = checkPolicyOption(options.policy);
+  const policy = checkPolicy(options.policy) ?? {};
   const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent);
   const unsupported = index === null ? null : native.indexUnsupported();
   const indexed = index !== null && unsupported === null;

@@ -14,10 +14,11 @@ use napi::{Env, Error, Result, Status};
 use napi_derive::napi;
 
 use crate::error::to_js;
+use crate::policy_events::PolicyEventObject;
 use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec;
 use pi_native_ops_core::exec::sandbox;
-use pi_native_ops_core::policy::{EventSink, EventTarget, PolicyEvent};
+use pi_native_ops_core::policy::EventSink;
 use pi_native_ops_core::Error as CoreError;
 
 const CHUNKS_IN_FLIGHT: usize = 1;
@@ -59,6 +60,17 @@ pub struct BashSandbox {
     /// Bytes each private tmpfs (`/tmp`, `/dev/shm`) may hold (namespaces mode); default
     /// `min(RAM / 8, 2 GiB)`.
     pub tmp_size: Option<i64>,
+    /// The workspace policy the shell is held to; absent: the protected defaults.
+    pub policy: Option<BashPolicy>,
+}
+
+/// `policy` (see `pi_native_ops_core::policy::PolicySpec`).
+#[napi(object)]
+pub struct BashPolicy {
+    pub deny_read: Option<Vec<String>>,
+    pub deny_write: Option<Vec<String>>,
+    /// The protected defaults; default true.
+    pub protect: Option<bool>,
 }
 
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
@@ -103,6 +115,13 @@ fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreEr
         ),
         None => None,
     };
+    if let Some(policy) = js.policy {
+        spec.policy = pi_native_ops_core::policy::PolicySpec::from_raw(
+            policy.deny_read,
+            policy.deny_write,
+            policy.protect,
+        );
+    }
     Ok(spec)
 }
 
@@ -190,61 +209,13 @@ pub fn sandbox_support() -> SandboxSupport {
     }
 }
 
-/// A policy event as `onPolicyEvent` receives it (the JS layer orders the keys and fills nulls).
-#[napi(object)]
-pub struct PolicyEventJs {
-    pub tool: String,
-    /// `"read"`, `"write"` or `"connect"`.
-    pub access: String,
-    pub path: Option<String>,
-    pub host: Option<String>,
-    pub port: Option<u32>,
-    pub rule: Option<String>,
-    pub allowed: bool,
-    /// Milliseconds since the Unix epoch.
-    pub time: f64,
-    pub command: Option<String>,
-}
-
-impl From<PolicyEvent> for PolicyEventJs {
-    fn from(e: PolicyEvent) -> Self {
-        let (access, path, host, port) = match e.target {
-            EventTarget::Read(path) => ("read", Some(path), None, None),
-            EventTarget::Write(path) => ("write", Some(path), None, None),
-            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port.into())),
-        };
-        PolicyEventJs {
-            tool: e.tool.to_string(),
-            access: access.to_string(),
-            path,
-            host,
-            port,
-            rule: e.rule,
-            allowed: e.allowed,
-            time: e.time_ms,
-            command: e.command,
-        }
-    }
-}
-
-/// The `EventSink` of `onPolicyEvent`: a threadsafe call that never blocks the proxy (events
-/// queue in Node's loop) and does not keep Node alive on its own.
+/// The per-command `EventSink` of `onPolicyEvent` (the proxy's connections), when given.
 fn event_sink(
-    on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
+    on_policy_event: Option<Function<'_, PolicyEventObject, UnknownReturnValue>>,
 ) -> Result<Option<EventSink>> {
-    let Some(callback) = on_policy_event else {
-        return Ok(None);
-    };
-    let tsfn = Arc::new(
-        callback
-            .build_threadsafe_function::<PolicyEvent>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(|ctx| Ok(PolicyEventJs::from(ctx.value)))?,
-    );
-    Ok(Some(Arc::new(move |event: PolicyEvent| {
-        tsfn.call(event, ThreadsafeFunctionCallMode::NonBlocking);
-    })))
+    on_policy_event
+        .map(crate::policy_events::event_sink)
+        .transpose()
 }
 
 /// JS arguments of one event: (chunk, exitCode, killed).
@@ -306,13 +277,13 @@ impl BashExecution {
 /// Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
 /// `onEvent(null, exitCode, killed)` comes last, exactly once.
 #[napi(
-    ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void"
+    ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventObject) => void"
 )]
 pub fn bash_spawn(
     env: &Env,
     request: BashSpawnRequest,
     on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
-    on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
+    on_policy_event: Option<Function<'_, PolicyEventObject, UnknownReturnValue>>,
 ) -> Result<BashExecution> {
     let sandbox = match request.sandbox {
         Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?.into()),
@@ -341,11 +312,27 @@ pub struct BashSandboxHandle {
 
 #[napi]
 impl BashSandboxHandle {
+    /// `onPolicyEvent` receives each refusal of the policy (and what else the sandbox reports)
+    /// as a `PolicyEventObject`; it must not throw (the face wraps the caller's function).
     #[napi(constructor)]
-    pub fn new(env: Env, spec: BashSandbox) -> Result<Self> {
+    pub fn new(
+        env: Env,
+        spec: BashSandbox,
+        on_policy_event: Option<
+            Function<
+                '_,
+                crate::policy_events::PolicyEventObject,
+                napi::threadsafe_function::UnknownReturnValue,
+            >,
+        >,
+    ) -> Result<Self> {
         let spec = core_sandbox(spec).map_err(|e| to_js(&env, &e))?;
+        let events = on_policy_event
+            .map(crate::policy_events::event_sink)
+            .transpose()?;
         Ok(BashSandboxHandle {
-            sandbox: sandbox::Prepared::open(spec).map_err(|e| to_js(&env, &e))?,
+            sandbox: sandbox::Prepared::open_with_events(spec, events)
+                .map_err(|e| to_js(&env, &e))?,
         })
     }
 
@@ -353,14 +340,14 @@ impl BashSandboxHandle {
     // The event arguments' types are the binding's own, as for `bash_spawn`.
     #[allow(private_interfaces)]
     #[napi(
-        ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void"
+        ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventObject) => void"
     )]
     pub fn spawn(
         &self,
         env: &Env,
         request: BashSpawnRequest,
         on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
-        on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
+        on_policy_event: Option<Function<'_, PolicyEventObject, UnknownReturnValue>>,
     ) -> Result<BashExecution> {
         let sandbox = Some(self.sandbox.clone());
         spawn(

@@ -19,6 +19,7 @@ mod fs;
 mod grep;
 #[cfg(unix)]
 mod index;
+mod policy_events;
 #[cfg(unix)]
 mod task;
 

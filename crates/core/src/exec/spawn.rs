@@ -329,7 +329,11 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         drop(child_end);
         // Without its handler the shell would wait forever on its first notified call: a thread
         // that cannot start fails the spawn (dropping the execution kills the tree and reaps).
-        super::sandbox::notify::serve(Arc::clone(plan), node_end)?;
+        let guard = request
+            .sandbox
+            .as_ref()
+            .and_then(|sandbox| sandbox.guard_session(&request.command));
+        super::sandbox::notify::serve(Arc::clone(plan), node_end, guard)?;
     }
     #[cfg(not(target_os = "linux"))]
     drop(notify);

@@ -126,6 +126,11 @@ pub struct Sandbox {
     /// Bytes each private tmpfs (`/tmp`, `/dev/shm`) of a namespaces command may hold (`None`:
     /// `default_tmp_size()`). Landlock mode's temp dir is on the host's `/tmp`.
     pub tmp_size: Option<u64>,
+    /// The workspace policy the shell is held to (`crate::policy`): its denied-read and
+    /// denied-write paths, and the protected defaults unless `protect` is false. Compiled when the
+    /// sandbox is prepared (a bad rule is refused then); enforced in both modes by the
+    /// notification handler (`guard.rs`).
+    pub policy: crate::policy::PolicySpec,
 }
 
 impl Sandbox {
@@ -142,6 +147,7 @@ impl Sandbox {
             mode: Mode::Auto,
             max_processes: None,
             tmp_size: None,
+            policy: crate::policy::PolicySpec::from_raw(None, None, None),
         }
     }
 }
@@ -166,6 +172,11 @@ pub struct Prepared(std::sync::Arc<Shared>);
 
 struct Shared {
     spec: Sandbox,
+    /// Where the shell's policy events go (`Prepared::with_events`).
+    events: Option<crate::policy::EventSink>,
+    /// The compiled policy (`None`: it restricts nothing), or why it cannot be.
+    #[cfg(target_os = "linux")]
+    guard: Result<Option<std::sync::Arc<guard::Guard>>, crate::error::Error>,
     #[cfg(target_os = "linux")]
     paths: Result<paths::Resolved, crate::error::Error>,
     #[cfg(unix)]
@@ -181,6 +192,15 @@ impl From<Sandbox> for Prepared {
 impl Prepared {
     /// Resolves the configured paths now; what fails is reported by every exec.
     pub fn new(spec: Sandbox) -> Prepared {
+        Prepared::with_events(spec, None)
+    }
+
+    /// `new`, with the sink the shell's policy events go to: each refusal of the policy in a
+    /// command is one `PolicyEvent { tool: "bash", command: Some(the command), target:
+    /// Read(path) | Write(path) (runtime form), rule, allowed: false }`, called on the
+    /// sandbox's handler thread (the sink must not block). What else a sandbox reports (the
+    /// network proxy's `Connect` events) goes to the same sink: `Prepared::events`.
+    pub fn with_events(spec: Sandbox, events: Option<crate::policy::EventSink>) -> Prepared {
         #[cfg(target_os = "linux")]
         let paths = {
             // Which nestings can be enforced depends on the mode; only readOnly paths have any.
@@ -191,8 +211,35 @@ impl Prepared {
             };
             check_network(&spec).and_then(|()| paths::Resolved::open(&spec, mode))
         };
+        #[cfg(target_os = "linux")]
+        let guard = crate::policy::Policy::new(&spec.policy).and_then(|policy| {
+            let Ok(paths) = &paths else {
+                return Ok(None);
+            };
+            let root = paths.root();
+            guard::Guard::new(
+                std::sync::Arc::new(policy),
+                (&root.real, std::os::fd::AsFd::as_fd(&root.fd)),
+                &spec.runtime_root,
+                events.clone(),
+            )
+            .map(|g| g.map(std::sync::Arc::new))
+            .map_err(|e| {
+                crate::error::Error::sandbox_unavailable(format!("cannot hold the workspace: {e}"))
+            })
+            .and_then(|guard| match guard {
+                // Refused now rather than enforced less: every rule rests on user notification.
+                Some(_) if !notify::available() => Err(crate::error::Error::sandbox_unavailable(
+                    plan::policy_unenforceable(spec.mode),
+                )),
+                guard => Ok(guard),
+            })
+        });
         Prepared(std::sync::Arc::new(Shared {
             spec,
+            events,
+            #[cfg(target_os = "linux")]
+            guard,
             #[cfg(target_os = "linux")]
             paths,
             #[cfg(unix)]
@@ -208,7 +255,39 @@ impl Prepared {
         if let Err(e) = &prepared.0.paths {
             return Err(e.clone());
         }
+        #[cfg(target_os = "linux")]
+        if let Err(e) = &prepared.0.guard {
+            return Err(e.clone());
+        }
         Ok(prepared)
+    }
+
+    /// `with_events`, with its error now (as `open`).
+    pub fn open_with_events(
+        spec: Sandbox,
+        events: Option<crate::policy::EventSink>,
+    ) -> Result<Prepared, crate::error::Error> {
+        let prepared = Prepared::with_events(spec, events);
+        #[cfg(target_os = "linux")]
+        if let Err(e) = prepared.0.paths.as_ref().and(prepared.0.guard.as_ref()) {
+            return Err(e.clone());
+        }
+        Ok(prepared)
+    }
+
+    /// The sink this sandbox's events go to, if any: what reports for the sandbox (the policy's
+    /// guard, the network proxy) calls it.
+    pub fn events(&self) -> Option<&crate::policy::EventSink> {
+        self.0.events.as_ref()
+    }
+
+    /// The guard's side of one exec of `command` (`None`: the policy restricts nothing).
+    #[cfg(target_os = "linux")]
+    pub(super) fn guard_session(&self, command: &str) -> Option<guard::Session> {
+        match &self.0.guard {
+            Ok(Some(guard)) => Some(guard::Session::new(std::sync::Arc::clone(guard), command)),
+            _ => None,
+        }
     }
 
     /// The sandbox this was prepared from.
@@ -229,6 +308,11 @@ impl Prepared {
             paths.check().map_err(std::io::Error::other)?;
             paths
         };
+        #[cfg(target_os = "linux")]
+        let guard = match &self.0.guard {
+            Ok(guard) => guard.as_ref().map(|g| g.filter()),
+            Err(e) => return Err(std::io::Error::other(e.clone())),
+        };
         let mut built = self
             .0
             .built
@@ -238,7 +322,7 @@ impl Prepared {
             return Ok((std::sync::Arc::clone(plan), None));
         }
         #[cfg(target_os = "linux")]
-        let mut plan = Plan::new(&self.0.spec, paths)?;
+        let mut plan = Plan::new(&self.0.spec, paths, guard)?;
         #[cfg(not(target_os = "linux"))]
         let mut plan = Plan::new(&self.0.spec)?;
         let temp = plan.take_temp_dir();
@@ -406,6 +490,8 @@ impl Support {
     }
 }
 
+#[cfg(target_os = "linux")]
+mod guard;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "linux")]

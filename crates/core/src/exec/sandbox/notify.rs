@@ -60,7 +60,7 @@ const ARG1_LOW_AT: u32 = if cfg!(target_endian = "little") {
 };
 
 /// The longest path the kernel takes, terminating NUL included (`PATH_MAX`).
-const PATH_MAX: usize = 4096;
+pub(super) const PATH_MAX: usize = 4096;
 /// The longest xattr name, NUL included (`XATTR_NAME_MAX` + 1).
 const XATTR_NAME_BYTES: usize = 256;
 /// The largest xattr value the kernel takes (`XATTR_SIZE_MAX`).
@@ -68,7 +68,7 @@ const XATTR_SIZE_MAX: usize = 65_536;
 /// `struct xattr_args` of `setxattrat` (value pointer, size, flags): its first version's size.
 const XATTR_ARGS_BYTES: usize = 16;
 /// Stack of the handler thread and of a lock waiter: a few frames and path buffers.
-const HANDLER_STACK_BYTES: usize = 256 << 10;
+pub(super) const HANDLER_STACK_BYTES: usize = 256 << 10;
 /// A waiter for a blocking lock retries at growing intervals from the first to the second, and
 /// checks each time whether the caller still waits (a signal or a kill ends its call).
 const LOCK_RETRY_FIRST: Duration = Duration::from_millis(1);
@@ -151,25 +151,34 @@ impl Policy {
     pub(in crate::exec) fn landlock(
         areas: Vec<(PathBuf, OwnedFd)>,
         ruleset: BorrowedFd<'_>,
+        guard: Option<super::guard::Filter>,
     ) -> io::Result<Policy> {
         let ruleset = ruleset.try_clone_to_owned()?;
         let held = areas
             .into_iter()
             .map(|(path, fd)| (path.into_os_string().into_vec(), fd))
             .collect();
+        let mut program = program(true);
+        if let Some(filter) = guard {
+            super::guard::splice(&mut program, filter);
+        }
         Ok(Policy {
             writable: Writable::Areas(held),
-            program: program(true),
+            program,
             ruleset: Some(ruleset),
         })
     }
 
     /// Namespaces mode: locks only (Landlock's metadata gap does not exist there: everything
     /// outside the writable areas is mounted read-only).
-    pub(in crate::exec) fn namespaces() -> Policy {
+    pub(in crate::exec) fn namespaces(guard: Option<super::guard::Filter>) -> Policy {
+        let mut program = program(false);
+        if let Some(filter) = guard {
+            super::guard::splice(&mut program, filter);
+        }
         Policy {
             writable: Writable::Mounts,
-            program: program(false),
+            program,
             ruleset: None,
         }
     }
@@ -275,7 +284,7 @@ pub(super) fn beneath<'a>(path: &'a [u8], area: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// The path the kernel shows for our descriptor (`/proc/self/fd/N`), when absolute.
-fn fd_path(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
+pub(super) fn fd_path(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
     let link = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
     let mut buf = vec![0u8; PATH_MAX + 1];
     // SAFETY: readlink into our buffer of the length given.
@@ -288,7 +297,7 @@ fn fd_path(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
 }
 
 /// Device and inode of the object `fd` refers to.
-fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+pub(super) fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
     // SAFETY: a zeroed stat is a valid buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on our descriptor (O_PATH ones included) into our buffer.
@@ -296,7 +305,7 @@ fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
 }
 
 /// Opens `rel` beneath `dir`, crossing no symlink and never leaving `dir`.
-fn reopen_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> Option<OwnedFd> {
+pub(super) fn reopen_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> Option<OwnedFd> {
     open_beneath(dir, rel, false, RESOLVE_NO_SYMLINKS)
 }
 
@@ -527,7 +536,11 @@ pub(in crate::exec) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Starts the handler thread of one exec: it waits for the listener on `channel` (none comes when
 /// the shell failed before `execve`: the children's ends close), then answers until the listener
 /// hangs up. `plan` keeps the policy alive.
-pub(in crate::exec) fn serve(plan: Arc<super::Plan>, channel: OwnedFd) -> io::Result<()> {
+pub(in crate::exec) fn serve(
+    plan: Arc<super::Plan>,
+    channel: OwnedFd,
+    guard: Option<super::guard::Session>,
+) -> io::Result<()> {
     std::thread::Builder::new()
         .name("pi-sandbox-notify".into())
         .stack_size(HANDLER_STACK_BYTES)
@@ -536,7 +549,7 @@ pub(in crate::exec) fn serve(plan: Arc<super::Plan>, channel: OwnedFd) -> io::Re
                 drop_own_capabilities();
                 if let Some(listener) = receive(&channel) {
                     drop(channel);
-                    run(policy, Arc::new(listener));
+                    run(policy, Arc::new(listener), guard);
                 }
             }
         })
@@ -545,7 +558,7 @@ pub(in crate::exec) fn serve(plan: Arc<super::Plan>, channel: OwnedFd) -> io::Re
 
 /// Empties this thread's capability sets (`capset` is per-thread on Linux; a raw call, since the
 /// C library may broadcast credential changes to every thread).
-fn drop_own_capabilities() {
+pub(super) fn drop_own_capabilities() {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -602,7 +615,7 @@ fn receive(channel: &OwnedFd) -> Option<OwnedFd> {
 
 /// How a call is answered.
 #[derive(Debug, PartialEq, Eq)]
-enum Reply {
+pub(super) enum Reply {
     /// The call returns this value.
     Value(i64),
     /// The call fails with this errno.
@@ -613,7 +626,7 @@ enum Reply {
     Later,
 }
 
-fn run(policy: &Policy, listener: Arc<OwnedFd>) {
+fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::Session>) {
     let mut watcher = None;
     let pidfds = Pidfds::default();
     // SAFETY: an ioctl on our listener with a valid flags value; older kernels refuse it harmlessly.
@@ -661,7 +674,18 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>) {
                 _ => return,
             }
         }
-        let call = Call::decode(notif.data.nr as libc::c_long, notif.data.args);
+        let nr = notif.data.nr as libc::c_long;
+        if let Some(session) = guard
+            .as_mut()
+            .filter(|_| super::guard::Session::handles(nr))
+        {
+            let target = Target::new(&listener, &pidfds, notif.pid as libc::pid_t, notif.id);
+            let ruleset = policy.ruleset.as_ref().map(|r| r.as_fd());
+            let reply = session.handle(&target, nr, notif.data.args, ruleset);
+            respond(listener.as_fd(), notif.id, reply);
+            continue;
+        }
+        let call = Call::decode(nr, notif.data.args);
         let reply = match call {
             Ok(call) => {
                 let target = Target::new(&listener, &pidfds, notif.pid as libc::pid_t, notif.id);
@@ -674,7 +698,7 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>) {
 }
 
 /// Sends `reply` for notification `id`; false when the caller no longer waits.
-fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
+pub(super) fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
     let (val, error, flags) = match reply {
         Reply::Value(v) => (v, 0, 0),
         Reply::Errno(e) => (0, -e, 0),
@@ -698,7 +722,7 @@ fn respond(listener: BorrowedFd<'_>, id: u64, reply: Reply) -> bool {
 }
 
 /// Whether notification `id` still waits for an answer (its caller is alive and blocked).
-fn id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
+pub(super) fn id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
     let mut id = id;
     // SAFETY: ID_VALID reads our u64.
     unsafe {
@@ -892,13 +916,13 @@ impl Call {
 }
 
 /// The caller of one notification: its pid (in our namespace), a pidfd, the listener and id.
-struct Target<'a> {
-    pid: libc::pid_t,
+pub(super) struct Target<'a> {
+    pub(super) pid: libc::pid_t,
     /// Taken from `pidfds` or opened on first use: a path relative to the cwd needs none.
     pidfd: std::cell::OnceCell<Result<Rc<OwnedFd>, i32>>,
     pidfds: &'a Pidfds,
-    listener: &'a Arc<OwnedFd>,
-    id: u64,
+    pub(super) listener: &'a Arc<OwnedFd>,
+    pub(super) id: u64,
 }
 
 /// The pidfd of the last caller, kept across notifications: a shell's metadata calls come in runs
@@ -975,12 +999,12 @@ impl<'a> Target<'a> {
     }
 
     /// Whether the caller still waits: what we read by pid was its.
-    fn valid(&self) -> bool {
+    pub(super) fn valid(&self) -> bool {
         id_valid(self.listener.as_fd(), self.id)
     }
 
     /// Our copy of the caller's descriptor `fd` (the same open file).
-    fn fd(&self, fd: i32) -> Result<OwnedFd, i32> {
+    pub(super) fn fd(&self, fd: i32) -> Result<OwnedFd, i32> {
         if fd < 0 {
             return Err(libc::EBADF);
         }
@@ -1032,7 +1056,7 @@ impl<'a> Target<'a> {
 
     /// A NUL-terminated string of the caller (at most `max` bytes with the NUL), without the NUL;
     /// `too_long` is the errno when there is no NUL within `max`.
-    fn string(&self, addr: u64, max: usize, too_long: i32) -> Result<Vec<u8>, i32> {
+    pub(super) fn string(&self, addr: u64, max: usize, too_long: i32) -> Result<Vec<u8>, i32> {
         /// Reads stop at page boundaries: a string may end just before an unmapped page.
         const PAGE: usize = 4096;
         if addr == 0 {
@@ -1102,14 +1126,18 @@ fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-fn errno_now() -> i32 {
+pub(super) fn errno_now() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
 }
 
 /// `openat(dir, path, O_PATH)`, following the last component or not.
-fn open_path(dir: Option<BorrowedFd<'_>>, path: &[u8], follow: bool) -> Result<OwnedFd, i32> {
+pub(super) fn open_path(
+    dir: Option<BorrowedFd<'_>>,
+    path: &[u8],
+    follow: bool,
+) -> Result<OwnedFd, i32> {
     let mut c = path.to_vec();
     c.push(0);
     let mut flags = libc::O_PATH | libc::O_CLOEXEC;
@@ -1146,7 +1174,7 @@ fn is_symlink(fd: BorrowedFd<'_>) -> bool {
 }
 
 /// `/proc/self/fd/N` of our descriptor, NUL-terminated: a path that reaches the very object.
-fn proc_fd(fd: BorrowedFd<'_>) -> String {
+pub(super) fn proc_fd(fd: BorrowedFd<'_>) -> String {
     format!("/proc/self/fd/{}\0", fd.as_raw_fd())
 }
 
@@ -1808,6 +1836,7 @@ pub(super) mod tests {
         let policy = Policy::landlock(
             vec![super::area(&area.0).unwrap()],
             area_fd(&area.0).as_fd(),
+            None,
         )
         .unwrap();
         std::fs::write(area.0.join("in"), "").unwrap();
@@ -1838,6 +1867,7 @@ pub(super) mod tests {
         let by_file = Policy::landlock(
             vec![super::area(&file_area).unwrap()],
             area_fd(&area.0).as_fd(),
+            None,
         )
         .unwrap();
         assert!(by_file.inside(o_path(&file_area, true).as_fd()));
@@ -1852,7 +1882,7 @@ pub(super) mod tests {
     #[test]
     fn namespaces_mode_judges_the_mount() {
         let dir = Dir::new("mount");
-        let policy = Policy::namespaces();
+        let policy = Policy::namespaces(None);
         assert!(
             policy.inside(o_path(&dir.0, true).as_fd()),
             "a writable mount"

@@ -27,6 +27,19 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
 const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
 
+/// Why `mode` cannot hold the shell to a policy here: every rule rests on user notification.
+pub(super) fn policy_unenforceable(mode: Mode) -> String {
+    format!(
+        "{} mode cannot enforce the policy (denyRead, denyWrite, the protected defaults) without \
+         seccomp user notification, which this machine lacks; pass policy: {{ protect: false }} and \
+         no rules to run without it",
+        match mode {
+            Mode::Auto => "the sandbox",
+            mode => mode.name(),
+        }
+    )
+}
+
 /// The sandbox of one exec, ready for the fork.
 pub(in crate::exec) struct Plan {
     env: Vec<String>,
@@ -48,7 +61,11 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(in crate::exec) fn new(sandbox: &Sandbox, paths: &Resolved) -> io::Result<Plan> {
+    pub(in crate::exec) fn new(
+        sandbox: &Sandbox,
+        paths: &Resolved,
+        guard: Option<super::guard::Filter>,
+    ) -> io::Result<Plan> {
         let root = paths.root().real.clone();
         let mode = match sandbox.mode {
             Mode::Auto => {
@@ -59,6 +76,9 @@ impl Plan {
             }
             mode => mode,
         };
+        if guard.is_some() && !super::notify::available() {
+            return Err(unavailable(policy_unenforceable(mode)));
+        }
         let mut plan = Plan {
             env: Vec::new(),
             ns: None,
@@ -76,7 +96,8 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
-                plan.notify = super::notify::available().then(super::notify::Policy::namespaces);
+                plan.notify =
+                    super::notify::available().then(|| super::notify::Policy::namespaces(guard));
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -136,7 +157,7 @@ impl Plan {
                     // to be duplicated).
                     let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
                     plan.notify = Some(
-                        super::notify::Policy::landlock(writable, ruleset).map_err(|e| {
+                        super::notify::Policy::landlock(writable, ruleset, guard).map_err(|e| {
                             invalid_spec(format!("cannot prepare the notification handler: {e}"))
                         })?,
                     );

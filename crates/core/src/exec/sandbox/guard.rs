@@ -1,0 +1,1858 @@
+//! The workspace policy (`crate::policy`) in the sandboxed shell, both modes.
+//!
+//! The notification filter (`notify::program`) sends the handler every `open`/`openat`/`creat`
+//! that can write (`O_WRONLY`, `O_RDWR`, `O_CREAT`, `O_TRUNC`; every open when `denyRead` has
+//! rules) and every call that makes, removes or renames a name (`rename*`, `link*`, `symlink*`,
+//! `unlink*`, `rmdir`, `mkdir*`, `mknod*`, `truncate`). For each, the handler:
+//!
+//! 1. resolves the path as the kernel would for the caller (`walk`): from the caller's own root
+//!    and cwd descriptors (`/proc/<pid>/root`, `/proc/<pid>/cwd`) or a copy of its dirfd, one
+//!    component at a time, symlinks read and followed inside the caller's root (in namespaces
+//!    mode the handler lives outside the sandbox's mount namespace; a `/workspace/…` symlink
+//!    means the caller's `/workspace`), `/proc/self` as the caller's, `/proc` magic links jumped
+//!    by the kernel. The result is a descriptor of the parent directory and the last name, or of
+//!    the object itself;
+//! 2. places that directory (or object) in the workspace (`place`): the kernel's current path of
+//!    the descriptor, checked by reopening it beneath the workspace's held descriptor and
+//!    comparing identities. Outside the workspace the policy has nothing to say (the mounts or
+//!    the Landlock rules decide);
+//! 3. asks the policy (`decide`), and either refuses with `EACCES` (and reports a `PolicyEvent`)
+//!    or performs the call itself on the descriptor it resolved (`Performer`): in namespaces mode
+//!    on the handler thread (its fs state unshared from Node's, umask 0), in Landlock mode on a
+//!    thread confined by the shell's own ruleset, so the handler never does what the shell could
+//!    not. A FIFO's open that waits for its other end waits on a thread of its own. An open's descriptor is handed to the caller
+//!    with `SECCOMP_IOCTL_NOTIF_ADDFD` (`SECCOMP_ADDFD_FLAG_SEND`), its `O_CLOEXEC` kept; creations
+//!    take the caller's umask.
+//!
+//! Nothing is left to the kernel's own later lookup (no `SECCOMP_USER_NOTIF_FLAG_CONTINUE`), so a
+//! path swapped between the check and the call changes nothing. The name-changing calls of all
+//! commands of one sandbox are checked and performed one at a time (`Guard::names`), so a rename
+//! cannot move a directory between another call's check and its performance.
+
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::notify::{self, Reply, Target};
+use crate::policy::{Denial, EventSink, EventTarget, Policy, PolicyEvent};
+
+/// Symlinks followed in one path before `ELOOP` (the kernel's `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+/// `PROC_SUPER_MAGIC`: the file system type of `/proc`.
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+/// The inode of procfs's root directory.
+const PROC_ROOT_INO: u64 = 1;
+/// What a refused call fails with: "permission denied", as for a file the caller may not write.
+pub(super) const REFUSED: i32 = libc::EACCES;
+/// The open flags that can change a file (the filter notifies these opens).
+pub(super) const WRITE_FLAGS: u32 =
+    (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+/// A name no rule names itself: a directory is unreadable when this name inside it would be
+/// (`secrets/**` denies listing `secrets`; `*.pem` does not deny listing anything).
+const PROBE: &str = "\u{1}pi-native-ops-probe";
+
+/// Events one command may report: a command that runs into the policy in a loop must not fill the
+/// agent's queue (each event is a JS object); refusals past this are still refused, unreported.
+pub(super) const MAX_EVENTS_PER_COMMAND: usize = 1000;
+
+/// The calls the guard answers, with their number.
+#[cfg(target_arch = "x86_64")]
+pub(super) const NAME_CALLS: &[libc::c_long] = &[
+    libc::SYS_creat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_symlink,
+    libc::SYS_symlinkat,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    libc::SYS_rmdir,
+    libc::SYS_mkdir,
+    libc::SYS_mkdirat,
+    libc::SYS_mknod,
+    libc::SYS_mknodat,
+    libc::SYS_truncate,
+];
+#[cfg(target_arch = "aarch64")]
+pub(super) const NAME_CALLS: &[libc::c_long] = &[
+    libc::SYS_renameat2,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_unlinkat,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_truncate,
+];
+/// The open calls, with the index of their flags argument.
+#[cfg(target_arch = "x86_64")]
+pub(super) const OPEN_CALLS: &[(libc::c_long, u32)] = &[(libc::SYS_open, 1), (libc::SYS_openat, 2)];
+#[cfg(target_arch = "aarch64")]
+pub(super) const OPEN_CALLS: &[(libc::c_long, u32)] = &[(libc::SYS_openat, 2)];
+
+/// What the filter must send the guard: write opens and name changes, and with `reads` every
+/// open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::exec) struct Filter {
+    /// `denyRead` has rules: reads are checked too.
+    pub(in crate::exec) reads: bool,
+}
+
+/// `SECCOMP_RET_USER_NOTIF`.
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+/// `seccomp_data`: the call's number, and the low 32 bits of argument `i` at `16 + 8 * i`.
+const NR_AT: u32 = 0;
+fn arg_low_at(i: u32) -> u32 {
+    16 + 8 * i + if cfg!(target_endian = "little") { 0 } else { 4 }
+}
+/// Where the guard's block goes in the notification program: after the architecture check and
+/// the load of the call's number (`notify::program`'s first four instructions).
+const SPLICE_AT: usize = 4;
+
+/// Adds the guard's calls to the notification program `program` (`notify::program`): a block
+/// that notifies them and otherwise falls through with the call's number loaded, as it found it.
+pub(super) fn splice(program: &mut Vec<libc::sock_filter>, filter: Filter) {
+    program.splice(SPLICE_AT..SPLICE_AT, block(filter));
+}
+
+/// Layout: one jeq per name call (to NOTIFY), one per open call (to its flag check), ja END; per
+/// open: load flags, jset O_PATH (to RESTORE), jset WRITE_FLAGS (with `reads`: ja) to NOTIFY, ja
+/// RESTORE; NOTIFY; RESTORE (load nr); END is the first instruction after the block.
+fn block(filter: Filter) -> Vec<libc::sock_filter> {
+    let ins = |code: u16, k: u32, jt: usize, jf: usize| libc::sock_filter {
+        code,
+        jt: u8::try_from(jt).expect("the block's jumps are short"),
+        jf: u8::try_from(jf).expect("the block's jumps are short"),
+        k,
+    };
+    let (n, o) = (NAME_CALLS.len(), OPEN_CALLS.len());
+    /// Instructions of one open's flag check.
+    const CHECK: usize = 4;
+    let checks_at = n + o + 1;
+    let notify_at = checks_at + CHECK * o;
+    let (restore_at, end_at) = (notify_at + 1, notify_at + 2);
+    // A jump's offset counts from the instruction after it.
+    let to = |from: usize, target: usize| target - from - 1;
+    let mut code = Vec::new();
+    for (i, &nr) in NAME_CALLS.iter().enumerate() {
+        code.push(ins(JEQ_K, nr as u32, to(i, notify_at), 0));
+    }
+    for (j, &(nr, _)) in OPEN_CALLS.iter().enumerate() {
+        code.push(ins(JEQ_K, nr as u32, to(n + j, checks_at + CHECK * j), 0));
+    }
+    code.push(ins(JA, to(n + o, end_at) as u32, 0, 0));
+    for (j, &(_, arg)) in OPEN_CALLS.iter().enumerate() {
+        let at = checks_at + CHECK * j;
+        code.push(ins(LD_W_ABS, arg_low_at(arg), 0, 0));
+        // O_PATH opens neither read nor write (the kernel ignores the other flags), and their
+        // descriptors cannot be handed over (ADDFD takes no O_PATH file): the kernel's.
+        code.push(ins(JSET_K, libc::O_PATH as u32, to(at + 1, restore_at), 0));
+        match filter.reads {
+            true => code.push(ins(JA, to(at + 2, notify_at) as u32, 0, 0)),
+            false => code.push(ins(JSET_K, WRITE_FLAGS, to(at + 2, notify_at), 0)),
+        }
+        code.push(ins(JA, to(at + 3, restore_at) as u32, 0, 0));
+    }
+    code.push(ins(RET_K, RET_USER_NOTIF, 0, 0));
+    code.push(ins(LD_W_ABS, NR_AT, 0, 0));
+    debug_assert_eq!(code.len(), end_at);
+    code
+}
+
+/// The policy of one prepared sandbox, with the workspace it is relative to.
+pub(in crate::exec) struct Guard {
+    policy: Arc<Policy>,
+    /// The workspace on the host (`O_PATH`), held since the sandbox was prepared.
+    root: OwnedFd,
+    /// Its real path on the host.
+    host: Vec<u8>,
+    /// Where the shell sees it (`runtime_root`; the host path in Landlock mode).
+    runtime: Vec<u8>,
+    events: Option<EventSink>,
+    /// Held while a name-changing call is checked and performed (see the module docs).
+    names: Mutex<()>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    /// The guard of `policy` over the workspace `root` (its real path, a held descriptor), seen
+    /// by the shell at `runtime`; `None` when the policy restricts nothing.
+    pub(in crate::exec) fn new(
+        policy: Arc<Policy>,
+        root: (&Path, BorrowedFd<'_>),
+        runtime: &Path,
+        events: Option<EventSink>,
+    ) -> io::Result<Option<Guard>> {
+        if policy.reads_unrestricted() && policy.writes_unrestricted() {
+            return Ok(None);
+        }
+        Ok(Some(Guard {
+            policy,
+            root: root.1.try_clone_to_owned()?,
+            host: root.0.as_os_str().as_bytes().to_vec(),
+            runtime: runtime.as_os_str().as_bytes().to_vec(),
+            events,
+            names: Mutex::new(()),
+        }))
+    }
+
+    /// What the notification filter must send.
+    pub(in crate::exec) fn filter(&self) -> Filter {
+        Filter {
+            reads: !self.policy.reads_unrestricted(),
+        }
+    }
+
+    /// The runtime form of `rel`, as events name it.
+    fn runtime_path(&self, rel: &Path) -> String {
+        let mut path = PathBuf::from(OsStr::from_bytes(&self.runtime));
+        if !rel.as_os_str().is_empty() {
+            path.push(rel);
+        }
+        path.to_string_lossy().into_owned()
+    }
+
+    /// Where `fd`'s object lies: `rel` beneath the workspace, outside it, or somewhere that
+    /// names the workspace but is not what the workspace holds there (refused).
+    fn place(&self, fd: BorrowedFd<'_>) -> Place {
+        let Some(at) = notify::fd_path(fd) else {
+            return Place::Outside;
+        };
+        let Some(object) = notify::identity(fd) else {
+            return Place::Unknown;
+        };
+        let mut named = false;
+        for prefix in [&self.runtime, &self.host] {
+            let Some(rel) = notify::beneath(&at, prefix) else {
+                continue;
+            };
+            named = true;
+            let same = if rel.is_empty() {
+                notify::identity(self.root.as_fd()) == Some(object)
+            } else {
+                notify::reopen_beneath(self.root.as_fd(), rel)
+                    .and_then(|again| notify::identity(again.as_fd()))
+                    == Some(object)
+            };
+            if same {
+                return Place::Inside(PathBuf::from(OsStr::from_bytes(rel)));
+            }
+        }
+        match named {
+            true => Place::Unknown,
+            false => Place::Outside,
+        }
+    }
+}
+
+/// Where a resolved directory or object lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    Inside(PathBuf),
+    Outside,
+    Unknown,
+}
+
+/// What a path names once resolved: a name in a directory, or (`.`, `..`, a `/proc` magic link)
+/// the object itself.
+enum Resolved {
+    Entry { dir: OwnedFd, name: Vec<u8> },
+    Object(OwnedFd),
+}
+
+/// One exec's side of the guard: the command its events name, and the performer thread.
+pub(in crate::exec) struct Session {
+    guard: Arc<Guard>,
+    command: String,
+    performer: Option<Performer>,
+    /// The `.git` directories this exec made (device, inode): a repository the command creates
+    /// (`git init`, `git clone`) writes its own config and hooks. The protected defaults guard
+    /// the repositories that were there before.
+    new_repositories: std::cell::RefCell<Vec<(u64, u64)>>,
+    /// Landlock mode: the shell's ruleset, which every thread that opens for it applies.
+    ruleset: Option<OwnedFd>,
+    /// Events reported so far (at most `MAX_EVENTS_PER_COMMAND`).
+    events: usize,
+}
+
+impl Session {
+    /// The session of one exec of `command`.
+    pub(in crate::exec) fn new(guard: Arc<Guard>, command: &str) -> Session {
+        Session {
+            guard,
+            command: command.to_string(),
+            performer: None,
+            new_repositories: std::cell::RefCell::new(Vec::new()),
+            ruleset: None,
+            events: 0,
+        }
+    }
+
+    /// Whether system call `nr` is the guard's.
+    pub(super) fn handles(nr: libc::c_long) -> bool {
+        NAME_CALLS.contains(&nr) || OPEN_CALLS.iter().any(|(open, _)| *open == nr)
+    }
+
+    /// Answers one notification of a guarded call. `ruleset`: Landlock mode's, which the
+    /// performer confines itself with.
+    pub(super) fn handle(
+        &mut self,
+        target: &Target<'_>,
+        nr: libc::c_long,
+        args: [u64; 6],
+        ruleset: Option<BorrowedFd<'_>>,
+    ) -> Reply {
+        if self.ruleset.is_none() {
+            if let Some(ruleset) = ruleset {
+                match ruleset.try_clone_to_owned() {
+                    Ok(owned) => self.ruleset = Some(owned),
+                    Err(_) => return Reply::Errno(REFUSED),
+                }
+            }
+        }
+        if self.performer.is_none() {
+            match Performer::start(ruleset) {
+                Ok(performer) => self.performer = Some(performer),
+                Err(_) => return Reply::Errno(REFUSED),
+            }
+        }
+        let call = match decode(nr, args) {
+            Ok(call) => call,
+            Err(code) => return Reply::Errno(code),
+        };
+        // Only name changes need the lock; opens that create take it too (they add a name).
+        let guard = Arc::clone(&self.guard);
+        let _names = match call.changes_names() {
+            true => Some(guard.names.lock().unwrap_or_else(|e| e.into_inner())),
+            false => None,
+        };
+        match self.serve(target, call) {
+            Ok(reply) => reply,
+            Err(Refusal::Errno(code)) => Reply::Errno(code),
+            Err(Refusal::Policy(path, read, denial)) => {
+                let sink = self.guard.events.as_ref();
+                if let Some(sink) = sink.filter(|_| self.events < MAX_EVENTS_PER_COMMAND) {
+                    self.events += 1;
+                    let path = self.guard.runtime_path(&path);
+                    sink(PolicyEvent {
+                        tool: "bash",
+                        command: Some(self.command.clone()),
+                        target: match read {
+                            true => EventTarget::Read(path),
+                            false => EventTarget::Write(path),
+                        },
+                        rule: Some(denial.rule),
+                        allowed: false,
+                        time_ms: crate::policy::now_ms(),
+                    });
+                }
+                Reply::Errno(REFUSED)
+            }
+        }
+    }
+
+    /// Whether `rel` lies in a repository this exec made (its `.git` directory's identity).
+    fn in_new_repository(&self, rel: &Path) -> bool {
+        if self.new_repositories.borrow().is_empty() {
+            return false;
+        }
+        let mut upto = PathBuf::new();
+        for part in rel.iter() {
+            upto.push(part);
+            if part == ".git" {
+                let id =
+                    notify::reopen_beneath(self.guard.root.as_fd(), upto.as_os_str().as_bytes())
+                        .and_then(|fd| notify::identity(fd.as_fd()));
+                if id.is_some_and(|id| self.new_repositories.borrow().contains(&id)) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// A refusal, unless it is a protected default inside a repository this exec made.
+    fn waived(&self, result: Result<Kind, Refusal>) -> Result<Kind, Refusal> {
+        match result {
+            Err(Refusal::Policy(rel, read, denial)) => {
+                if denial.guard == crate::policy::Guard::Protected && self.in_new_repository(&rel) {
+                    return Ok(Kind::File);
+                }
+                Err(Refusal::Policy(rel, read, denial))
+            }
+            other => other,
+        }
+    }
+
+    fn serve(&self, target: &Target<'_>, call: Call) -> Result<Reply, Refusal> {
+        let caller = Caller::new(target)?;
+        let performer = self.performer.as_ref().ok_or(Refusal::Errno(REFUSED))?;
+        let guard = &*self.guard;
+        match call {
+            Call::Open { at, flags, mode } => {
+                let follow = flags & libc::O_NOFOLLOW == 0
+                    && !(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0);
+                let resolved = caller.resolve(at, follow)?;
+                if is_controlling_tty(&resolved) {
+                    // Opened here it would be the agent's own terminal; the shell, in a session of
+                    // its own, has none.
+                    return Err(Refusal::Errno(libc::ENXIO));
+                }
+                // The mode counts only for a file the open makes (`touch` of an existing one
+                // needs no umask).
+                let makes = match &resolved {
+                    Resolved::Entry { dir, name } => {
+                        flags & libc::O_CREAT != 0 && kind_at(dir.as_fd(), name).is_none()
+                    }
+                    Resolved::Object(_) => false,
+                };
+                let umask = match makes || is_tmpfile(flags) {
+                    true => caller.umask()?,
+                    false => 0,
+                };
+                // What was read from the caller by pid was the caller's.
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                self.waived(guard.check_open(&resolved, flags).map(|_| Kind::File))?;
+                if let Some(fifo) = blocking_fifo(&resolved, flags) {
+                    return Ok(wait_for_fifo(target, fifo, flags, self.ruleset.as_ref()));
+                }
+                let fd = performer.run(Job::Open {
+                    resolved,
+                    flags,
+                    mode: mode & !umask,
+                })?;
+                let cloexec = flags & libc::O_CLOEXEC != 0;
+                Ok(send_fd(target, fd, cloexec))
+            }
+            Call::Rename { from, to, flags } => {
+                let from = caller.resolve(from, false)?;
+                let to = caller.resolve(to, false)?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                let exchange = flags & libc::RENAME_EXCHANGE != 0;
+                let moved = self.waived(guard.check_name(&from, None, true))?;
+                let there = self.waived(guard.check_name(&to, Some(moved), true))?;
+                if exchange {
+                    // Each name takes the other's object.
+                    self.waived(guard.check_name(&from, Some(there), true))?;
+                }
+                performer
+                    .run(Job::Rename { from, to, flags })
+                    .map(|_| Reply::Value(0))
+            }
+            Call::Link { from, to, follow } => {
+                let from = caller.resolve(from, follow)?;
+                let to = caller.resolve(to, false)?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                let linked = self.waived(guard.check_name(&from, None, true))?;
+                self.waived(guard.check_name(&to, Some(linked), true))?;
+                performer
+                    .run(Job::Link { from, to })
+                    .map(|_| Reply::Value(0))
+            }
+            Call::Symlink { text, at } => {
+                let text = target
+                    .string(text, notify::PATH_MAX, libc::ENAMETOOLONG)
+                    .map_err(Refusal::Errno)?;
+                let at = caller.resolve(at, false)?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                self.waived(guard.check_name(&at, Some(Kind::Symlink), false))?;
+                performer
+                    .run(Job::Symlink { text, at })
+                    .map(|_| Reply::Value(0))
+            }
+            Call::Unlink { at, dir } => {
+                let at = caller.resolve(at, false)?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                self.waived(guard.check_name(&at, None, false))?;
+                performer
+                    .run(Job::Unlink { at, dir })
+                    .map(|_| Reply::Value(0))
+            }
+            Call::Make { at, mode, dev } => {
+                let at = caller.resolve(at, false)?;
+                let umask = caller.umask()?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                let kind = match dev {
+                    None => Kind::Dir,
+                    Some(_) => Kind::File,
+                };
+                self.waived(guard.check_name(&at, Some(kind), false))?;
+                let mode = mode & !umask;
+                let repository = match (&at, dev) {
+                    (Resolved::Entry { dir, name }, None) if name == b".git" => {
+                        Some(dup(dir.as_fd())?)
+                    }
+                    _ => None,
+                };
+                performer.run(Job::Make { at, mode, dev })?;
+                if let Some(dir) = repository {
+                    if let Ok(made) = openat(dir.as_fd(), b".git", libc::O_PATH | libc::O_NOFOLLOW)
+                    {
+                        if let Some(id) = notify::identity(made.as_fd()) {
+                            self.new_repositories.borrow_mut().push(id);
+                        }
+                    }
+                }
+                Ok(Reply::Value(0))
+            }
+            Call::Truncate { at, length } => {
+                let resolved = caller.resolve(at, true)?;
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                self.waived(
+                    guard
+                        .check_open(&resolved, libc::O_WRONLY)
+                        .map(|_| Kind::File),
+                )?;
+                performer
+                    .run(Job::Truncate { resolved, length })
+                    .map(|_| Reply::Value(0))
+            }
+        }
+    }
+}
+
+/// Why a call is not performed.
+enum Refusal {
+    /// The call fails as the kernel would fail it.
+    Errno(i32),
+    /// The policy refuses it: the path (relative), whether the access was a read, the rule.
+    Policy(PathBuf, bool, Denial),
+}
+
+impl From<i32> for Refusal {
+    fn from(code: i32) -> Refusal {
+        Refusal::Errno(code)
+    }
+}
+
+/// What a name is (or becomes): the policy asks rules of directories and of files apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    /// Both: a symlink may stand for a directory (`.git/hooks` as a link to a directory of hooks).
+    Symlink,
+}
+
+impl Kind {
+    fn of(mode: u32) -> Kind {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::File,
+        }
+    }
+
+    fn dirs(self) -> &'static [bool] {
+        match self {
+            Kind::File => &[false],
+            Kind::Dir => &[true],
+            Kind::Symlink => &[false, true],
+        }
+    }
+}
+
+/// The policy's answer for one access, pure (the unit tests' subject).
+///
+/// - `Open`: a write (`flags` can write) asks `write_denial`, a read (`O_RDONLY`, `O_RDWR`)
+///   `read_denial`; a directory opened for reading also asks whether a name inside it would be
+///   denied (listing `secrets` under `secrets/**`).
+/// - `Name`: a name made, removed or renamed: `rename_denial` when it moves or links (`moves`),
+///   else `write_denial`; for each kind the object is or becomes.
+fn decide(policy: &Policy, rel: &Path, access: Access) -> Option<(bool, Denial)> {
+    match access {
+        Access::Open { flags, kind } => {
+            let is_dir = kind == Kind::Dir;
+            if flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) != 0 {
+                for &dir in kind.dirs() {
+                    if let Some(d) = policy.write_denial(rel, dir) {
+                        return Some((false, d));
+                    }
+                }
+            }
+            let path_only = flags & libc::O_PATH != 0;
+            if !path_only && flags & libc::O_ACCMODE != libc::O_WRONLY {
+                if let Some(d) = policy.read_denial(rel, is_dir) {
+                    return Some((true, d));
+                }
+                if is_dir {
+                    if let Some(d) = policy.read_denial(&rel.join(PROBE), false) {
+                        return Some((true, d));
+                    }
+                }
+            }
+            None
+        }
+        Access::Name { kind, moves } => kind.dirs().iter().find_map(|&dir| {
+            match moves {
+                true => policy.rename_denial(rel, dir),
+                false => policy.write_denial(rel, dir),
+            }
+            .map(|d| (false, d))
+        }),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Access {
+    Open { flags: i32, kind: Kind },
+    Name { kind: Kind, moves: bool },
+}
+
+/// The kind of what `name` in `dir` is now, `None` when nothing is there.
+fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
+    let mut c = name.to_vec();
+    c.push(0);
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatat on our descriptor, a NUL-terminated name, our buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr().cast(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    (r == 0).then(|| Kind::of(st.st_mode))
+}
+
+fn kind_of(fd: BorrowedFd<'_>) -> Option<Kind> {
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor into our buffer.
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then(|| Kind::of(st.st_mode))
+}
+
+impl Guard {
+    /// Where `resolved` is and what it is: `None` outside the workspace.
+    fn locate(&self, resolved: &Resolved) -> Result<Option<(PathBuf, Option<Kind>)>, Refusal> {
+        let (place, name, kind) = match resolved {
+            Resolved::Entry { dir, name } => (
+                self.place(dir.as_fd()),
+                Some(name),
+                kind_at(dir.as_fd(), name),
+            ),
+            Resolved::Object(fd) => (self.place(fd.as_fd()), None, kind_of(fd.as_fd())),
+        };
+        match place {
+            Place::Outside => Ok(None),
+            Place::Unknown => Err(Refusal::Errno(REFUSED)),
+            Place::Inside(mut rel) => {
+                if let Some(name) = name {
+                    rel.push(OsStr::from_bytes(name));
+                }
+                Ok(Some((rel, kind)))
+            }
+        }
+    }
+
+    fn check_open(&self, resolved: &Resolved, flags: i32) -> Result<(), Refusal> {
+        let Some((rel, kind)) = self.locate(resolved)? else {
+            return Ok(());
+        };
+        let kind = match kind {
+            Some(kind) => kind,
+            None if is_tmpfile(flags) || flags & libc::O_DIRECTORY != 0 => Kind::Dir,
+            None => Kind::File,
+        };
+        match decide(&self.policy, &rel, Access::Open { flags, kind }) {
+            Some((read, denial)) => Err(Refusal::Policy(rel, read, denial)),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a name made, removed, renamed or linked; `becomes`: the kind it takes (a rename's
+    /// or link's source kind), else what is there now. Returns the kind there now (a file when
+    /// nothing is).
+    fn check_name(
+        &self,
+        resolved: &Resolved,
+        becomes: Option<Kind>,
+        moves: bool,
+    ) -> Result<Kind, Refusal> {
+        let located = self.locate(resolved)?;
+        let now = match (&located, resolved) {
+            (Some((_, kind)), _) => kind.unwrap_or(Kind::File),
+            (None, Resolved::Entry { dir, name }) => {
+                kind_at(dir.as_fd(), name).unwrap_or(Kind::File)
+            }
+            (None, Resolved::Object(fd)) => kind_of(fd.as_fd()).unwrap_or(Kind::File),
+        };
+        let Some((rel, _)) = located else {
+            return Ok(now);
+        };
+        for kind in [Some(now), becomes].into_iter().flatten() {
+            if let Some((read, denial)) = decide(&self.policy, &rel, Access::Name { kind, moves }) {
+                return Err(Refusal::Policy(rel, read, denial));
+            }
+        }
+        Ok(now)
+    }
+}
+
+/// `/dev/tty`'s device number (5, 0): whoever opens it gets their own controlling terminal.
+const TTY_DEVICE: (u32, u32) = (5, 0);
+
+/// Whether `resolved` is `/dev/tty` (any node of its number).
+fn is_controlling_tty(resolved: &Resolved) -> bool {
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let known = match resolved {
+        Resolved::Entry { dir, name } => {
+            let mut c = name.clone();
+            c.push(0);
+            // SAFETY: fstatat on our descriptor, a NUL-terminated name, our buffer.
+            unsafe {
+                libc::fstatat(
+                    dir.as_raw_fd(),
+                    c.as_ptr().cast(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) == 0
+            }
+        }
+        // SAFETY: fstat on our descriptor into our buffer.
+        Resolved::Object(fd) => unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 },
+    };
+    known
+        && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && (libc::major(st.st_rdev), libc::minor(st.st_rdev)) == TTY_DEVICE
+}
+
+fn is_tmpfile(flags: i32) -> bool {
+    flags & libc::O_TMPFILE == libc::O_TMPFILE
+}
+
+/// Where a call names a path: `dirfd` (or the cwd) and the pointer to the path.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    dirfd: i32,
+    path: u64,
+    /// `AT_EMPTY_PATH`: an empty path names `dirfd` itself.
+    empty: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Open {
+        at: At,
+        flags: i32,
+        mode: u32,
+    },
+    Rename {
+        from: At,
+        to: At,
+        flags: u32,
+    },
+    Link {
+        from: At,
+        to: At,
+        follow: bool,
+    },
+    Symlink {
+        text: u64,
+        at: At,
+    },
+    Unlink {
+        at: At,
+        dir: bool,
+    },
+    /// `mkdir` (`dev` None) or `mknod`.
+    Make {
+        at: At,
+        mode: u32,
+        dev: Option<u64>,
+    },
+    Truncate {
+        at: At,
+        length: i64,
+    },
+}
+
+impl Call {
+    fn changes_names(&self) -> bool {
+        match self {
+            Call::Open { flags, .. } => flags & libc::O_CREAT != 0,
+            Call::Truncate { .. } => false,
+            _ => true,
+        }
+    }
+}
+
+fn decode(nr: libc::c_long, a: [u64; 6]) -> Result<Call, i32> {
+    let cwd = libc::AT_FDCWD;
+    let at = |dirfd: u64, path: u64| At {
+        dirfd: dirfd as i32,
+        path,
+        empty: false,
+    };
+    let here = |path: u64| at(cwd as u64, path);
+    #[cfg(target_arch = "x86_64")]
+    match nr {
+        libc::SYS_open => {
+            return Ok(Call::Open {
+                at: here(a[0]),
+                flags: a[1] as i32,
+                mode: a[2] as u32,
+            })
+        }
+        libc::SYS_creat => {
+            return Ok(Call::Open {
+                at: here(a[0]),
+                flags: libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                mode: a[1] as u32,
+            })
+        }
+        libc::SYS_rename => {
+            return Ok(Call::Rename {
+                from: here(a[0]),
+                to: here(a[1]),
+                flags: 0,
+            })
+        }
+        libc::SYS_renameat => {
+            return Ok(Call::Rename {
+                from: at(a[0], a[1]),
+                to: at(a[2], a[3]),
+                flags: 0,
+            })
+        }
+        libc::SYS_link => {
+            return Ok(Call::Link {
+                from: here(a[0]),
+                to: here(a[1]),
+                follow: false,
+            })
+        }
+        libc::SYS_symlink => {
+            return Ok(Call::Symlink {
+                text: a[0],
+                at: here(a[1]),
+            })
+        }
+        libc::SYS_unlink => {
+            return Ok(Call::Unlink {
+                at: here(a[0]),
+                dir: false,
+            })
+        }
+        libc::SYS_rmdir => {
+            return Ok(Call::Unlink {
+                at: here(a[0]),
+                dir: true,
+            })
+        }
+        libc::SYS_mkdir => {
+            return Ok(Call::Make {
+                at: here(a[0]),
+                mode: a[1] as u32,
+                dev: None,
+            })
+        }
+        libc::SYS_mknod => {
+            return Ok(Call::Make {
+                at: here(a[0]),
+                mode: a[1] as u32,
+                dev: Some(a[2]),
+            })
+        }
+        _ => {}
+    }
+    match nr {
+        libc::SYS_openat => Ok(Call::Open {
+            at: at(a[0], a[1]),
+            flags: a[2] as i32,
+            mode: a[3] as u32,
+        }),
+        libc::SYS_renameat2 => Ok(Call::Rename {
+            from: at(a[0], a[1]),
+            to: at(a[2], a[3]),
+            flags: a[4] as u32,
+        }),
+        libc::SYS_linkat => {
+            let flags = a[4] as i32;
+            if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                return Err(libc::EINVAL);
+            }
+            let mut from = at(a[0], a[1]);
+            from.empty = flags & libc::AT_EMPTY_PATH != 0;
+            Ok(Call::Link {
+                from,
+                to: at(a[2], a[3]),
+                follow: flags & libc::AT_SYMLINK_FOLLOW != 0,
+            })
+        }
+        libc::SYS_symlinkat => Ok(Call::Symlink {
+            text: a[0],
+            at: at(a[1], a[2]),
+        }),
+        libc::SYS_unlinkat => {
+            let flags = a[2] as i32;
+            if flags & !libc::AT_REMOVEDIR != 0 {
+                return Err(libc::EINVAL);
+            }
+            Ok(Call::Unlink {
+                at: at(a[0], a[1]),
+                dir: flags & libc::AT_REMOVEDIR != 0,
+            })
+        }
+        libc::SYS_mkdirat => Ok(Call::Make {
+            at: at(a[0], a[1]),
+            mode: a[2] as u32,
+            dev: None,
+        }),
+        libc::SYS_mknodat => Ok(Call::Make {
+            at: at(a[0], a[1]),
+            mode: a[2] as u32,
+            dev: Some(a[3]),
+        }),
+        libc::SYS_truncate => Ok(Call::Truncate {
+            at: here(a[0]),
+            length: a[1] as i64,
+        }),
+        _ => Err(libc::ENOSYS),
+    }
+}
+
+/// The caller of one notification, for path walks: its root, and its pid as its `/proc` shows it.
+struct Caller<'a, 'b> {
+    target: &'a Target<'b>,
+    /// Opened on first use: a relative path without `..` or absolute symlinks needs none.
+    root: std::cell::OnceCell<Result<OwnedFd, i32>>,
+}
+
+impl<'a, 'b> Caller<'a, 'b> {
+    fn new(target: &'a Target<'b>) -> Result<Self, Refusal> {
+        Ok(Caller {
+            target,
+            root: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// The caller's root directory (`/proc/<pid>/root`).
+    fn root(&self) -> Result<BorrowedFd<'_>, i32> {
+        self.root
+            .get_or_init(|| {
+                notify::open_path(
+                    None,
+                    format!("/proc/{}/root", self.target.pid).as_bytes(),
+                    true,
+                )
+            })
+            .as_ref()
+            .map(|fd| fd.as_fd())
+            .map_err(|e| *e)
+    }
+
+    /// The caller's umask (`/proc/<pid>/status`).
+    fn umask(&self) -> Result<u32, Refusal> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.target.pid))
+            .map_err(|_| Refusal::Errno(libc::ESRCH))?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Umask:"))
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            .ok_or(Refusal::Errno(libc::ESRCH))
+    }
+
+    /// The caller's pid and tid in its own pid namespace (`NSpid`'s last entries).
+    fn ns_ids(&self) -> Option<(String, String)> {
+        let last = |pid: libc::pid_t| -> Option<String> {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+            line.split_whitespace().last().map(str::to_string)
+        };
+        let tid = last(self.target.pid)?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.target.pid)).ok()?;
+        let tgid: libc::pid_t = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some((last(tgid)?, tid))
+    }
+
+    /// The path a call names, resolved as the kernel would for the caller.
+    fn resolve(&self, at: At, follow: bool) -> Result<Resolved, Refusal> {
+        let path = if at.path == 0 && at.empty {
+            Vec::new()
+        } else {
+            self.target
+                .string(at.path, notify::PATH_MAX, libc::ENAMETOOLONG)?
+        };
+        let start = || -> Result<OwnedFd, i32> {
+            if at.dirfd == libc::AT_FDCWD {
+                notify::open_path(
+                    None,
+                    format!("/proc/{}/cwd", self.target.pid).as_bytes(),
+                    true,
+                )
+            } else {
+                self.target.fd(at.dirfd)
+            }
+        };
+        if path.is_empty() {
+            return match at.empty {
+                true => Ok(Resolved::Object(start()?)),
+                false => Err(Refusal::Errno(libc::ENOENT)),
+            };
+        }
+        let base = match path[0] == b'/' {
+            true => dup(self.root()?)?,
+            false => start()?,
+        };
+        Ok(walk(self, base, &path, follow)?)
+    }
+}
+
+fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd, i32> {
+    fd.try_clone_to_owned()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
+}
+
+/// Splits a path into its components (empty ones dropped).
+fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
+}
+
+fn is_proc_root(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: a zeroed statfs is a valid buffer.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on our descriptor into our buffer.
+    let on_proc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) } == 0
+        && fs.f_type as i64 == PROC_SUPER_MAGIC;
+    on_proc && notify::identity(fd).is_some_and(|(_, ino)| ino == PROC_ROOT_INO)
+}
+
+fn on_proc(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: a zeroed statfs is a valid buffer.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on our descriptor into our buffer.
+    unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) == 0 && fs.f_type as i64 == PROC_SUPER_MAGIC }
+}
+
+fn openat(dir: BorrowedFd<'_>, name: &[u8], flags: i32) -> Result<OwnedFd, i32> {
+    let mut c = name.to_vec();
+    c.push(0);
+    // SAFETY: openat on our descriptor with a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr().cast(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(notify::errno_now());
+    }
+    // SAFETY: just opened, ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn readlinkat(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Vec<u8>, i32> {
+    let mut c = name.to_vec();
+    c.push(0);
+    let mut buf = vec![0u8; notify::PATH_MAX];
+    // SAFETY: readlinkat into our buffer of the length given.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr().cast(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(notify::errno_now());
+    }
+    if n as usize >= buf.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// The kernel's path walk, for the caller: from `base`, component by component, `..` never above
+/// the caller's root, symlinks followed (absolute ones from the caller's root; the last only when
+/// `follow` or the path ends in `/`), `/proc/self` and `/proc/thread-self` as the caller's, other
+/// `/proc` symlinks (magic links) jumped by the kernel.
+fn walk(
+    caller: &Caller<'_, '_>,
+    base: OwnedFd,
+    path: &[u8],
+    follow: bool,
+) -> Result<Resolved, i32> {
+    let trailing = path.ends_with(b"/");
+    let mut rest: VecDeque<Vec<u8>> = components(path).map(<[u8]>::to_vec).collect();
+    let mut cur = base;
+    let mut links = 0;
+    let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
+    while let Some(name) = rest.pop_front() {
+        let last = rest.is_empty();
+        match name.as_slice() {
+            b"." => {
+                if last {
+                    return Ok(Resolved::Object(cur));
+                }
+            }
+            b".." => {
+                if notify::identity(cur.as_fd()) != notify::identity(caller.root()?) {
+                    cur = openat(cur.as_fd(), b"..", dir_flags)?;
+                }
+                if last {
+                    return Ok(Resolved::Object(cur));
+                }
+            }
+            _ => {
+                let kind = kind_at(cur.as_fd(), &name);
+                if last && !(follow || trailing) {
+                    return Ok(Resolved::Entry { dir: cur, name });
+                }
+                match kind {
+                    None if last => return Ok(Resolved::Entry { dir: cur, name }),
+                    None => return Err(libc::ENOENT),
+                    Some(Kind::Symlink) => {
+                        links += 1;
+                        if links > MAX_SYMLINKS {
+                            return Err(libc::ELOOP);
+                        }
+                        if on_proc(cur.as_fd()) {
+                            if is_proc_root(cur.as_fd())
+                                && matches!(name.as_slice(), b"self" | b"thread-self")
+                            {
+                                let (pid, tid) = caller.ns_ids().ok_or(libc::ESRCH)?;
+                                let mut spliced = vec![pid.into_bytes()];
+                                if name == b"thread-self" {
+                                    spliced.push(b"task".to_vec());
+                                    spliced.push(tid.into_bytes());
+                                }
+                                for part in spliced.into_iter().rev() {
+                                    rest.push_front(part);
+                                }
+                                continue;
+                            }
+                            // A magic link: the kernel jumps to the object it stands for.
+                            let object = openat(cur.as_fd(), &name, libc::O_PATH)?;
+                            if last {
+                                return Ok(Resolved::Object(object));
+                            }
+                            cur = object;
+                            continue;
+                        }
+                        let text = readlinkat(cur.as_fd(), &name)?;
+                        if text.first() == Some(&b'/') {
+                            cur = dup(caller.root()?)?;
+                        }
+                        let parts: Vec<Vec<u8>> = components(&text).map(<[u8]>::to_vec).collect();
+                        if parts.is_empty() && text.first() == Some(&b'/') && last {
+                            return Ok(Resolved::Object(cur));
+                        }
+                        for part in parts.into_iter().rev() {
+                            rest.push_front(part);
+                        }
+                    }
+                    Some(_) if last => return Ok(Resolved::Entry { dir: cur, name }),
+                    Some(_) => cur = openat(cur.as_fd(), &name, dir_flags | libc::O_NOFOLLOW)?,
+                }
+            }
+        }
+    }
+    Ok(Resolved::Object(cur))
+}
+
+/// One call to perform on the performer thread.
+enum Job {
+    Open {
+        resolved: Resolved,
+        flags: i32,
+        mode: u32,
+    },
+    Rename {
+        from: Resolved,
+        to: Resolved,
+        flags: u32,
+    },
+    Link {
+        from: Resolved,
+        to: Resolved,
+    },
+    Symlink {
+        text: Vec<u8>,
+        at: Resolved,
+    },
+    Unlink {
+        at: Resolved,
+        dir: bool,
+    },
+    Make {
+        at: Resolved,
+        mode: u32,
+        dev: Option<u64>,
+    },
+    Truncate {
+        resolved: Resolved,
+        length: i64,
+    },
+}
+
+/// The name part of a resolved path, or the errno of naming `.`/`..` where a name is needed.
+fn entry(resolved: &Resolved, errno: i32) -> Result<(BorrowedFd<'_>, Vec<u8>), i32> {
+    match resolved {
+        Resolved::Entry { dir, name } => {
+            let mut c = name.clone();
+            c.push(0);
+            Ok((dir.as_fd(), c))
+        }
+        Resolved::Object(_) => Err(errno),
+    }
+}
+
+fn check(r: libc::c_int) -> Result<(), i32> {
+    match r {
+        0 => Ok(()),
+        _ => Err(notify::errno_now()),
+    }
+}
+
+impl Job {
+    /// Performs the call; an open's descriptor is returned.
+    fn perform(self) -> Result<Option<OwnedFd>, i32> {
+        // SAFETY (every block below): system calls on our own descriptors and NUL-terminated
+        // names and buffers.
+        match self {
+            Job::Open {
+                resolved,
+                flags,
+                mode,
+            } => {
+                let flags = flags & !libc::O_CLOEXEC;
+                let fd = match &resolved {
+                    Resolved::Entry { dir, name } => {
+                        openat_mode(dir.as_fd(), name, flags | libc::O_NOFOLLOW, mode)?
+                    }
+                    Resolved::Object(object) => {
+                        let path = notify::proc_fd(object.as_fd());
+                        // SAFETY: see above.
+                        let fd = unsafe {
+                            libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC, mode)
+                        };
+                        if fd < 0 {
+                            return Err(notify::errno_now());
+                        }
+                        // SAFETY: just opened, ours.
+                        unsafe { OwnedFd::from_raw_fd(fd) }
+                    }
+                };
+                Ok(Some(fd))
+            }
+            Job::Rename { from, to, flags } => {
+                let (fdir, fname) = entry(&from, libc::EBUSY)?;
+                let (tdir, tname) = entry(&to, libc::EBUSY)?;
+                // SAFETY: see above.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        fdir.as_raw_fd(),
+                        fname.as_ptr(),
+                        tdir.as_raw_fd(),
+                        tname.as_ptr(),
+                        flags,
+                    )
+                };
+                check(r as libc::c_int).map(|_| None)
+            }
+            Job::Link { from, to } => {
+                let (tdir, tname) = entry(&to, libc::EEXIST)?;
+                let r = match &from {
+                    Resolved::Entry { dir, name } => {
+                        let mut c = name.clone();
+                        c.push(0);
+                        // SAFETY: see above.
+                        unsafe {
+                            libc::linkat(
+                                dir.as_raw_fd(),
+                                c.as_ptr().cast(),
+                                tdir.as_raw_fd(),
+                                tname.as_ptr().cast(),
+                                0,
+                            )
+                        }
+                    }
+                    Resolved::Object(object) => {
+                        let path = notify::proc_fd(object.as_fd());
+                        // SAFETY: see above.
+                        unsafe {
+                            libc::linkat(
+                                libc::AT_FDCWD,
+                                path.as_ptr().cast(),
+                                tdir.as_raw_fd(),
+                                tname.as_ptr().cast(),
+                                libc::AT_SYMLINK_FOLLOW,
+                            )
+                        }
+                    }
+                };
+                check(r).map(|_| None)
+            }
+            Job::Symlink { text, at } => {
+                let (dir, name) = entry(&at, libc::EEXIST)?;
+                let mut text = text;
+                text.push(0);
+                // SAFETY: see above.
+                let r = unsafe {
+                    libc::symlinkat(text.as_ptr().cast(), dir.as_raw_fd(), name.as_ptr().cast())
+                };
+                check(r).map(|_| None)
+            }
+            Job::Unlink { at, dir: is_dir } => {
+                let (dir, name) = entry(&at, if is_dir { libc::EBUSY } else { libc::EISDIR })?;
+                let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+                // SAFETY: see above.
+                let r = unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr().cast(), flags) };
+                check(r).map(|_| None)
+            }
+            Job::Make { at, mode, dev } => {
+                let (dir, name) = entry(&at, libc::EEXIST)?;
+                // SAFETY: see above.
+                let r = unsafe {
+                    match dev {
+                        None => libc::mkdirat(dir.as_raw_fd(), name.as_ptr().cast(), mode),
+                        Some(dev) => libc::mknodat(
+                            dir.as_raw_fd(),
+                            name.as_ptr().cast(),
+                            mode,
+                            dev as libc::dev_t,
+                        ),
+                    }
+                };
+                check(r).map(|_| None)
+            }
+            Job::Truncate { resolved, length } => {
+                let object = match resolved {
+                    Resolved::Object(object) => object,
+                    Resolved::Entry { dir, name } => {
+                        openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)?
+                    }
+                };
+                let path = notify::proc_fd(object.as_fd());
+                // SAFETY: see above.
+                let r = unsafe { libc::truncate(path.as_ptr().cast(), length) };
+                check(r).map(|_| None)
+            }
+        }
+    }
+}
+
+fn openat_mode(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> Result<OwnedFd, i32> {
+    let mut c = name.to_vec();
+    c.push(0);
+    // SAFETY: openat on our descriptor with a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr().cast(),
+            flags | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    if fd < 0 {
+        return Err(notify::errno_now());
+    }
+    // SAFETY: just opened, ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The FIFO `resolved` names, opened `O_PATH`, when opening it with `flags` would wait for the
+/// other end (`O_RDONLY` or `O_WRONLY` without `O_NONBLOCK`): that wait must not hold the handler.
+fn blocking_fifo(resolved: &Resolved, flags: i32) -> Option<OwnedFd> {
+    let mode = flags & libc::O_ACCMODE;
+    if flags & libc::O_NONBLOCK != 0 || mode == libc::O_RDWR {
+        return None;
+    }
+    let object = match resolved {
+        Resolved::Entry { dir, name } => {
+            openat(dir.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW).ok()?
+        }
+        Resolved::Object(object) => dup(object.as_fd()).ok()?,
+    };
+    // SAFETY: a zeroed stat is a valid buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor into our buffer.
+    let known = unsafe { libc::fstat(object.as_raw_fd(), &mut st) } == 0;
+    (known && st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some(object)
+}
+
+/// A FIFO's open that waits for the other end: a waiter thread (confined as the shell in Landlock
+/// mode) retries it without blocking, at growing intervals, while the caller still waits, and
+/// answers the notification itself.
+fn wait_for_fifo(
+    target: &Target<'_>,
+    fifo: OwnedFd,
+    flags: i32,
+    ruleset: Option<&OwnedFd>,
+) -> Reply {
+    /// Retries start this far apart and grow to the second.
+    const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+    const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+    let listener = Arc::clone(target.listener);
+    let id = target.id;
+    let ruleset = match ruleset.map(|r| r.try_clone()).transpose() {
+        Ok(ruleset) => ruleset,
+        Err(_) => return Reply::Errno(REFUSED),
+    };
+    let spawned = std::thread::Builder::new()
+        .name("pi-sandbox-fifo".into())
+        .stack_size(notify::HANDLER_STACK_BYTES)
+        .spawn(move || {
+            notify::drop_own_capabilities();
+            if let Some(ruleset) = &ruleset {
+                // SAFETY: per-thread no_new_privs, then the ruleset on this thread only.
+                let confined = unsafe {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                        && libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+                            == 0
+                };
+                if !confined {
+                    notify::respond(listener.as_fd(), id, Reply::Errno(REFUSED));
+                    return;
+                }
+            }
+            let path = notify::proc_fd(fifo.as_fd());
+            let reader = flags & libc::O_ACCMODE == libc::O_RDONLY;
+            let mut delay = RETRY_FIRST;
+            let mut opened: Option<OwnedFd> = None;
+            loop {
+                if !notify::id_valid(listener.as_fd(), id) {
+                    return; // the caller went (a signal, a kill)
+                }
+                if opened.is_none() {
+                    let open_flags =
+                        (flags & !libc::O_CLOEXEC) | libc::O_NONBLOCK | libc::O_CLOEXEC;
+                    // SAFETY: open of our NUL-terminated path.
+                    let fd = unsafe { libc::open(path.as_ptr().cast(), open_flags) };
+                    if fd >= 0 {
+                        // SAFETY: just opened, ours.
+                        opened = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+                    } else if notify::errno_now() != libc::ENXIO {
+                        notify::respond(listener.as_fd(), id, Reply::Errno(notify::errno_now()));
+                        return;
+                    }
+                }
+                if let Some(fd) = &opened {
+                    // A writer opens once a reader is there; a reader waits for data or a
+                    // writer's close, as its blocking open and first read would.
+                    let ready = !reader || {
+                        let mut pfd = libc::pollfd {
+                            fd: fd.as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd, no wait.
+                        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+                    };
+                    if ready {
+                        // SAFETY: F_GETFL/F_SETFL on our descriptor: blocking, as asked.
+                        unsafe {
+                            let now = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, now & !libc::O_NONBLOCK);
+                        }
+                        let cloexec = flags & libc::O_CLOEXEC != 0;
+                        let reply = send_fd_to(listener.as_fd(), id, fd.as_fd(), cloexec);
+                        if reply != Reply::Later {
+                            notify::respond(listener.as_fd(), id, reply);
+                        }
+                        return;
+                    }
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        });
+    match spawned {
+        Ok(_) => Reply::Later,
+        Err(_) => Reply::Errno(libc::EAGAIN),
+    }
+}
+
+/// Hands `fd` to the caller as the result of its open (`SECCOMP_ADDFD_FLAG_SEND`: installing it
+/// answers the notification).
+fn send_fd(target: &Target<'_>, fd: Option<OwnedFd>, cloexec: bool) -> Reply {
+    let Some(fd) = fd else {
+        return Reply::Errno(libc::EIO);
+    };
+    send_fd_to(target.listener.as_fd(), target.id, fd.as_fd(), cloexec)
+}
+
+/// `send_fd` on `listener` for notification `id`.
+fn send_fd_to(listener: BorrowedFd<'_>, id: u64, fd: BorrowedFd<'_>, cloexec: bool) -> Reply {
+    let addfd = libc::seccomp_notif_addfd {
+        id,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: ADDFD reads our struct; our descriptor stays ours (the kernel installs a copy).
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ADDFD as _,
+            &addfd,
+        )
+    };
+    match r {
+        r if r >= 0 => Reply::Later, // answered by the kernel
+        _ => Reply::Errno(notify::errno_now()),
+    }
+}
+
+type Answer = Result<Option<OwnedFd>, i32>;
+
+/// Where the guard's calls are performed: with umask 0 (the caller's is applied to each mode) and,
+/// in Landlock mode, under the shell's own ruleset.
+enum Performer {
+    /// Namespaces mode: the handler thread itself, its fs state (umask) unshared from Node's.
+    Inline,
+    /// Landlock mode: a thread confined by the shell's ruleset (the handler cannot be: it reads
+    /// the shell's memory and descriptors).
+    Thread {
+        jobs: std::sync::mpsc::Sender<Job>,
+        answers: std::sync::mpsc::Receiver<Answer>,
+    },
+}
+
+// SAFETY: `Resolved` holds descriptors only; a `Job` moves to the performer whole.
+unsafe impl Send for Job {}
+
+impl Performer {
+    fn start(ruleset: Option<BorrowedFd<'_>>) -> io::Result<Performer> {
+        // SAFETY: unshare and umask on the calling (handler) thread's own fs state, which after
+        // the unshare is no longer Node's.
+        if ruleset.is_none() && unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+            // SAFETY: see above.
+            unsafe { libc::umask(0) };
+            return Ok(Performer::Inline);
+        }
+        let ruleset = ruleset.map(|r| r.try_clone_to_owned()).transpose()?;
+        let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
+        let (answer_tx, answers) = std::sync::mpsc::channel::<Answer>();
+        std::thread::Builder::new()
+            .name("pi-sandbox-guard".into())
+            .stack_size(notify::HANDLER_STACK_BYTES)
+            .spawn(move || {
+                notify::drop_own_capabilities();
+                // SAFETY: unshare and umask on this thread's own fs state (no longer shared with
+                // Node's threads after the unshare), then per-thread no_new_privs and Landlock.
+                let ready = unsafe {
+                    libc::unshare(libc::CLONE_FS) == 0 && {
+                        libc::umask(0);
+                        match &ruleset {
+                            None => true,
+                            Some(ruleset) => {
+                                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                                    && libc::syscall(
+                                        libc::SYS_landlock_restrict_self,
+                                        ruleset.as_raw_fd(),
+                                        0,
+                                    ) == 0
+                            }
+                        }
+                    }
+                };
+                drop(ruleset);
+                for job in job_rx {
+                    let answer = match ready {
+                        true => job.perform(),
+                        false => Err(REFUSED), // fail closed
+                    };
+                    if answer_tx.send(answer).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Performer::Thread { jobs, answers })
+    }
+
+    fn run(&self, job: Job) -> Result<Option<OwnedFd>, Refusal> {
+        match self {
+            Performer::Inline => job.perform().map_err(Refusal::Errno),
+            Performer::Thread { jobs, answers } => {
+                jobs.send(job).map_err(|_| Refusal::Errno(REFUSED))?;
+                answers
+                    .recv()
+                    .unwrap_or(Err(REFUSED))
+                    .map_err(Refusal::Errno)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicySpec;
+
+    fn policy(read: &[&str], write: &[&str]) -> Policy {
+        Policy::new(&PolicySpec {
+            deny_read: read.iter().map(|s| s.to_string()).collect(),
+            deny_write: write.iter().map(|s| s.to_string()).collect(),
+            protect: true,
+        })
+        .unwrap()
+    }
+
+    fn open(p: &Policy, rel: &str, flags: i32, kind: Kind) -> Option<(bool, String)> {
+        decide(p, Path::new(rel), Access::Open { flags, kind }).map(|(r, d)| (r, d.rule))
+    }
+
+    fn name(p: &Policy, rel: &str, kind: Kind, moves: bool) -> Option<String> {
+        decide(p, Path::new(rel), Access::Name { kind, moves }).map(|(_, d)| d.rule)
+    }
+
+    /// Runs `program` over one call as the kernel would (the instructions the filters use).
+    fn verdict(program: &[libc::sock_filter], nr: u32, args: [u32; 6]) -> u32 {
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let ins = program[pc];
+            pc += 1;
+            match ins.code {
+                LD_W_ABS => {
+                    acc = match ins.k {
+                        NR_AT => nr,
+                        4 => super::super::seccomp::AUDIT_ARCH,
+                        k => args[((k - 16) / 8) as usize],
+                    }
+                }
+                JEQ_K => pc += if acc == ins.k { ins.jt } else { ins.jf } as usize,
+                JSET_K => pc += if acc & ins.k != 0 { ins.jt } else { ins.jf } as usize,
+                JA => pc += ins.k as usize,
+                RET_K => return ins.k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_filter_sends_writes_and_name_changes_and_reads_only_when_asked() {
+        let allow = super::super::seccomp::RET_ALLOW;
+        let openat = libc::SYS_openat as u32;
+        let flags = |f: i32| [0, 0, f as u32, 0, 0, 0];
+        for reads in [false, true] {
+            let mut program = notify::program(false);
+            splice(&mut program, Filter { reads });
+            for &nr in NAME_CALLS {
+                assert_eq!(verdict(&program, nr as u32, [0; 6]), RET_USER_NOTIF, "{nr}");
+            }
+            for f in [
+                libc::O_WRONLY,
+                libc::O_RDWR,
+                libc::O_CREAT,
+                libc::O_TRUNC | libc::O_RDONLY,
+            ] {
+                assert_eq!(
+                    verdict(&program, openat, flags(f)),
+                    RET_USER_NOTIF,
+                    "{f:#x}"
+                );
+            }
+            let read = verdict(&program, openat, flags(libc::O_RDONLY | libc::O_CLOEXEC));
+            assert_eq!(read, if reads { RET_USER_NOTIF } else { allow });
+            // O_PATH ignores the access flags: never notified.
+            for f in [libc::O_PATH, libc::O_PATH | libc::O_WRONLY | libc::O_CREAT] {
+                assert_eq!(verdict(&program, openat, flags(f)), allow, "{f:#x}");
+            }
+            // The rest of the program still sees the call's number: flock is notified, read not.
+            assert_eq!(
+                verdict(&program, libc::SYS_flock as u32, [0; 6]),
+                RET_USER_NOTIF
+            );
+            assert_eq!(
+                verdict(&program, libc::SYS_read as u32, flags(libc::O_WRONLY)),
+                allow
+            );
+        }
+    }
+
+    #[test]
+    fn opens_ask_writes_and_reads_by_their_flags() {
+        let p = policy(&[".env", "secrets/**"], &["locked/"]);
+        let w = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        assert_eq!(
+            open(&p, ".git/hooks/pre-commit", w, Kind::File),
+            Some((false, "**/.git/hooks/".into()))
+        );
+        assert_eq!(
+            open(&p, ".git/hooks/pre-commit", libc::O_RDONLY, Kind::File),
+            None
+        );
+        assert_eq!(open(&p, ".git/index", w, Kind::File), None);
+        assert_eq!(
+            open(&p, "locked/a", libc::O_APPEND | libc::O_WRONLY, Kind::File).map(|d| d.0),
+            Some(false)
+        );
+        // A denied-read file may be written, not read; O_RDWR reads.
+        assert_eq!(open(&p, "a/.env", w, Kind::File), None);
+        assert_eq!(
+            open(&p, "a/.env", libc::O_RDWR, Kind::File),
+            Some((true, ".env".into()))
+        );
+        assert_eq!(
+            open(&p, "a/.env", libc::O_RDONLY, Kind::File),
+            Some((true, ".env".into()))
+        );
+        // O_PATH reads nothing.
+        assert_eq!(open(&p, "a/.env", libc::O_PATH, Kind::File), None);
+        // Listing a directory whose every entry is denied is a denied read; one with a denied
+        // basename in it is not.
+        assert_eq!(
+            open(&p, "secrets", libc::O_RDONLY | libc::O_DIRECTORY, Kind::Dir),
+            Some((true, "secrets/**".into()))
+        );
+        assert_eq!(
+            open(&p, "a", libc::O_RDONLY | libc::O_DIRECTORY, Kind::Dir),
+            None
+        );
+    }
+
+    #[test]
+    fn names_ask_renames_for_moves_and_symlinks_as_directories() {
+        let p = policy(&["*.pem"], &[]);
+        // A symlink named like a protected directory would stand in for it.
+        assert_eq!(
+            name(&p, ".git/hooks", Kind::Symlink, false).as_deref(),
+            Some("**/.git/hooks/")
+        );
+        assert_eq!(name(&p, ".git/hooks", Kind::File, false), None);
+        assert_eq!(
+            name(&p, ".git/hooks", Kind::Dir, false).as_deref(),
+            Some("**/.git/hooks/")
+        );
+        // Moving a directory rules name, or a denied-read file, is refused; a plain one is not.
+        assert_eq!(
+            name(&p, ".git", Kind::Dir, true).as_deref(),
+            Some("**/.git/hooks/")
+        );
+        assert_eq!(
+            name(&p, ".git", Kind::Dir, false),
+            None,
+            "rmdir of .git is a write of .git only"
+        );
+        assert_eq!(
+            name(&p, "k/x.pem", Kind::File, true).as_deref(),
+            Some("*.pem")
+        );
+        assert_eq!(name(&p, "k/x.pem", Kind::File, false), None);
+        assert_eq!(
+            name(&p, ".git/config", Kind::File, true).as_deref(),
+            Some("**/.git/config")
+        );
+        assert_eq!(name(&p, ".git/config.lock", Kind::File, true), None);
+        assert_eq!(name(&p, "src/main.rs", Kind::File, true), None);
+    }
+
+    #[test]
+    fn places_descriptors_in_the_workspace_by_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let fd = |p: &Path| notify::open_path(None, p.as_os_str().as_bytes(), true).unwrap();
+        let root_fd = fd(&root);
+        let guard = Guard::new(
+            Arc::new(policy(&[], &[])),
+            (&root, root_fd.as_fd()),
+            Path::new("/workspace"),
+            None,
+        )
+        .unwrap()
+        .expect("the protected defaults restrict writes");
+        assert_eq!(
+            guard.place(fd(&root.join("a/b")).as_fd()),
+            Place::Inside("a/b".into())
+        );
+        assert_eq!(guard.place(root_fd.as_fd()), Place::Inside("".into()));
+        assert_eq!(guard.place(fd(outside.path()).as_fd()), Place::Outside);
+        // A directory renamed since it was opened is placed by its current name, not the old one.
+        let a = fd(&root.join("a"));
+        std::fs::rename(root.join("a"), root.join("moved")).unwrap();
+        std::fs::create_dir(root.join("a")).unwrap();
+        assert_eq!(
+            guard.place(a.as_fd()),
+            Place::Inside("moved".into()),
+            "the kernel's current name"
+        );
+        // A policy that restricts nothing needs no guard.
+        let open = Policy::new(&PolicySpec::from_raw(None, None, Some(false))).unwrap();
+        assert!(
+            Guard::new(Arc::new(open), (&root, root_fd.as_fd()), &root, None)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(guard.runtime_path(Path::new("x/.env")), "/workspace/x/.env");
+    }
+
+    #[test]
+    fn decodes_the_guarded_calls() {
+        let flags = (libc::O_WRONLY | libc::O_CREAT) as u64;
+        match decode(libc::SYS_openat, [3, 0x1000, flags, 0o644, 0, 0]).unwrap() {
+            Call::Open { at, flags: f, mode } => {
+                assert_eq!(
+                    (at.dirfd, at.path, f as u64, mode),
+                    (3, 0x1000, flags, 0o644)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode(libc::SYS_renameat2, [1, 2, 3, 4, libc::RENAME_EXCHANGE as u64, 0]).unwrap(),
+            Call::Rename { flags, .. } if flags == libc::RENAME_EXCHANGE
+        ));
+        assert!(matches!(
+            decode(libc::SYS_linkat, [1, 2, 3, 4, libc::AT_EMPTY_PATH as u64, 0]).unwrap(),
+            Call::Link { from, follow: false, .. } if from.empty
+        ));
+        assert_eq!(
+            decode(libc::SYS_linkat, [1, 2, 3, 4, 0x8000, 0]).unwrap_err(),
+            libc::EINVAL
+        );
+        assert!(matches!(
+            decode(
+                libc::SYS_unlinkat,
+                [1, 2, libc::AT_REMOVEDIR as u64, 0, 0, 0]
+            )
+            .unwrap(),
+            Call::Unlink { dir: true, .. }
+        ));
+        assert!(Session::handles(libc::SYS_openat));
+        assert!(Session::handles(libc::SYS_renameat2));
+        assert!(!Session::handles(libc::SYS_read));
+        assert!(!Session::handles(libc::SYS_fchmodat));
+    }
+}
