@@ -197,6 +197,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
 
 /// The largest `--policy` file read: far beyond any list of rules a person writes, and bounded
 /// before it is read.
+#[cfg(unix)]
 const MAX_POLICY_BYTES: u64 = 1 << 20;
 
 /// The `--policy` file: the options a client's `policy` takes, as JSON.
