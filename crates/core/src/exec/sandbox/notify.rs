@@ -938,6 +938,8 @@ struct Target<'a> {
     pidfds: &'a Pidfds,
     /// `fd` copied the caller's descriptor through a pidfd kept from an earlier call.
     fd_by_kept_pidfd: std::cell::Cell<bool>,
+    /// `cwd_into` read the cwd through a `/proc/<pid>` directory kept from an earlier call.
+    cwd_by_kept_dir: std::cell::Cell<bool>,
     listener: &'a Arc<OwnedFd>,
     id: u64,
 }
@@ -993,6 +995,7 @@ impl<'a> Target<'a> {
             pidfd: std::cell::OnceCell::new(),
             pidfds,
             fd_by_kept_pidfd: std::cell::Cell::new(false),
+            cwd_by_kept_dir: std::cell::Cell::new(false),
             listener,
             id,
         }
@@ -1047,6 +1050,15 @@ impl<'a> Target<'a> {
     /// pid to itself, so it is the caller. Only for a call that read nothing else by pid.
     fn fd_proven(&self) -> bool {
         self.fd_by_kept_pidfd.get()
+    }
+
+    /// Whether what this call read by pid up to and including its cwd (`cwd_into`) was the
+    /// caller's without asking `valid`: the cwd was read through a `/proc/<pid>` directory kept
+    /// from an earlier call, and a kept directory answers only while its process lives. Alive, that
+    /// process has held the pid since it was kept, so the caller is it, and the reads by pid
+    /// before (the path) were its. Only for a call that reads nothing by pid afterwards.
+    fn cwd_proven(&self) -> bool {
+        self.cwd_by_kept_dir.get()
     }
 
     /// Our copy of the caller's descriptor `fd` (the same open file).
@@ -1193,11 +1205,15 @@ impl<'a> Target<'a> {
             out.truncate(start + n as usize);
             Ok(())
         };
+        self.cwd_by_kept_dir.set(false);
         let mut kept = self.pidfds.proc_dir.borrow_mut();
         if let Some((pid, dir)) = &*kept {
             if *pid == self.pid {
                 match read(dir.as_fd(), out) {
-                    Ok(()) => return Some(()),
+                    Ok(()) => {
+                        self.cwd_by_kept_dir.set(true);
+                        return Some(());
+                    }
                     // The kept directory's process has gone: this caller only shares its pid.
                     Err(libc::ENOENT | libc::ESRCH) => {}
                     Err(_) => return None,
@@ -1359,8 +1375,10 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
         return lock(policy, target, call);
     }
     // `opened`: the descriptor is an open file (not `O_PATH`), so the descriptor calls take it.
-    let (object, allowed, opened) = match policy.open_beneath(target, call.object) {
-        Some(object) => (object, true, false),
+    // `fast`: opened beneath an area (`open_beneath`), where the path and the cwd were all that
+    // was read by pid.
+    let (object, allowed, opened, fast) = match policy.open_beneath(target, call.object) {
+        Some(object) => (object, true, false, true),
         None => {
             let object = target.resolve(call.object)?;
             let flags = match (call.object, call.op) {
@@ -1369,15 +1387,20 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
             };
             let writer = matches!(call.op, Op::Utimes(_, 0)) && flags.is_some_and(for_writing);
             let opened = flags.is_some_and(|f| f & libc::O_PATH == 0);
-            (object, writer, opened)
+            (object, writer, opened, false)
         }
     };
     let fd = object.as_fd();
-    // Everything read from the caller (by pid) is read: it must still be the caller. Setting a
-    // descriptor's times to now reads nothing by pid but the descriptor (`fd_proven`).
+    // Everything read from the caller (by pid) is read: it must still be the caller, unless a
+    // handle kept from an earlier call proved it (`fd_proven`, `cwd_proven`) after the last read
+    // by pid: these calls read no arguments from its memory.
     let arguments = read_arguments(target, call.op)?;
-    let only_fd = matches!((call.object, call.op), (Object::Fd(_), Op::Utimes(_, 0)));
-    let proven = only_fd && target.fd_proven();
+    let no_arguments = matches!(call.op, Op::Chmod(_) | Op::Chown(..) | Op::Utimes(_, 0));
+    let proven = no_arguments
+        && match call.object {
+            Object::Fd(_) => target.fd_proven(),
+            Object::Path { .. } => fast && target.cwd_proven(),
+        };
     if !(proven || target.valid()) {
         return Err(libc::ENOENT);
     }
@@ -1926,13 +1949,22 @@ pub(super) mod tests {
         let pid = shell.id() as libc::pid_t;
         let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
         let pidfds = Pidfds::default();
+        let proven = std::cell::Cell::new(false);
         let cwd = || {
             let target = Target::new(&listener, &pidfds, pid, 0);
             let mut out = b"prefix:".to_vec();
-            target.cwd_into(&mut out).map(|()| out[7..].to_vec())
+            let read = target.cwd_into(&mut out).map(|()| out[7..].to_vec());
+            proven.set(target.cwd_proven());
+            read
         };
         let path = |p: &Path| Some(p.as_os_str().as_bytes().to_vec());
+        assert!(cwd().is_some());
+        assert!(
+            !proven.get(),
+            "read through a directory opened for this call"
+        );
         wait_until("the shell is in a", || cwd() == path(&a));
+        assert!(proven.get(), "read through the kept directory");
         let kept = pidfds
             .proc_dir
             .borrow()
@@ -1962,10 +1994,12 @@ pub(super) mod tests {
             .unwrap();
         assert_eq!(Some(out), path(&ours));
         assert_eq!(cwd(), path(&c), "and the shell's is read anew");
+        assert!(!proven.get(), "through a directory opened anew");
         // Gone: a kept directory answers nothing (no other process has its pid yet).
         shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
         shell.wait().unwrap();
         assert_eq!(cwd(), None);
+        assert!(!proven.get());
     }
 
     #[test]
@@ -1985,6 +2019,7 @@ pub(super) mod tests {
         let target = Target::new(&listener, &pidfds, me, 0);
         let mut out = Vec::new();
         target.cwd_into(&mut out).expect("our own cwd");
+        assert!(!target.cwd_proven(), "the kept directory did not answer");
         let ours = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
         assert_eq!(out, ours.as_os_str().as_bytes());
         let kept = pidfds.proc_dir.borrow();
