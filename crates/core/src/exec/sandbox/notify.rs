@@ -948,14 +948,13 @@ struct Target<'a> {
 /// from one process (`touch` and `chmod` make one call per file), and a pidfd_open and close per
 /// call are a fifth of the handler's system calls. Safe to keep: a pidfd names one process for
 /// good, so once that process has gone it answers `ESRCH` and a fresh one is opened (`Target::fd`).
-///
-/// With it, the buffers a path-based call reads into and the last caller's `/proc/<pid>`
-/// directory (`Target::cwd_into`), kept on the same terms: a `/proc/<pid>` descriptor names one
-/// process for good and answers `ENOENT` once it has gone.
 #[derive(Default)]
 struct Pidfds {
     last: std::cell::RefCell<Option<(libc::pid_t, Rc<OwnedFd>)>>,
+    /// The last caller's `/proc/<pid>` directory (`Target::cwd_into`), kept on the same terms: it
+    /// names one process for good and answers `ENOENT` once that process has gone.
     proc_dir: std::cell::RefCell<Option<(libc::pid_t, OwnedFd)>>,
+    /// The buffers a path-based call reads into.
     scratch: std::cell::RefCell<Scratch>,
 }
 
@@ -1141,8 +1140,9 @@ impl<'a> Target<'a> {
         Err(too_long)
     }
 
-    /// `string` of a path (at most `PATH_MAX` bytes with the NUL) into `out`, reused: its length.
-    /// One read when the path ends within the page it starts in (the common case).
+    /// A path of the caller (at most `PATH_MAX` bytes with the NUL), read into `out` (kept from
+    /// call to call): its length without the NUL. One read when the path ends within the page it
+    /// starts in (the common case).
     fn string_into(&self, addr: u64, out: &mut Vec<u8>) -> Result<usize, i32> {
         /// Reads stop at page boundaries: a string may end just before an unmapped page.
         const PAGE: usize = 4096;
@@ -1180,7 +1180,8 @@ impl<'a> Target<'a> {
 
     /// Appends the caller's cwd (`/proc/<pid>/cwd`) to `out`: read through the last caller's kept
     /// `/proc/<pid>` directory, opened anew for another caller or when the kept one names a
-    /// process that has gone. What it read is the caller's only once `valid` says so.
+    /// process that has gone. What it read is the caller's only once `valid` (or `cwd_proven`)
+    /// says so.
     fn cwd_into(&self, out: &mut Vec<u8>) -> Option<()> {
         let read = |dir: BorrowedFd<'_>, out: &mut Vec<u8>| -> Result<(), i32> {
             let start = out.len();
@@ -1383,7 +1384,9 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
             let object = target.resolve(call.object)?;
             let flags = match (call.object, call.op) {
                 (Object::Fd(_), Op::Utimes(..)) => status_flags(object.as_fd()),
-                _ => Some(libc::O_PATH), // as good as: the descriptor calls below take `fd, ""`
+                // Not asked (nothing below needs it): taken as O_PATH, so the calls below go
+                // through `fd, ""` with AT_EMPTY_PATH, which takes any descriptor.
+                _ => Some(libc::O_PATH),
             };
             let writer = matches!(call.op, Op::Utimes(_, 0)) && flags.is_some_and(for_writing);
             let opened = flags.is_some_and(|f| f & libc::O_PATH == 0);
