@@ -85,6 +85,8 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
             "chmod 666 link 2>/dev/null && echo LINK",
             `perl -e 'open(F, "<", $ARGV[0]) or exit 2; exit(chmod(0666, *F) ? 0 : 1)' ${victim} && echo FCHMOD`,
             `perl -e 'open(F, "<", $ARGV[0]) or exit 2; exit(chown($<, $(, *F) ? 0 : 1)' ${victim} && echo FCHOWN`,
+            // utimensat(fd, NULL, NULL): times set to now on a descriptor opened only for reading.
+            `perl -e 'open(F, "<", $ARGV[0]) or exit 2; exit(utime(undef, undef, *F) ? 0 : 1)' ${victim} && echo FUTIMENS`,
             `chmod 644 ${victim}; echo "chmod: $?"`,
             "true",
           ].join("; "),
@@ -122,6 +124,10 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
             `${SETXATTR} inside`,
             "mkdir -p sub && cp -p inside sub/copy",
             "touch -h link",
+            // Times set to now through a descriptor, read-only or for writing.
+            `perl -e 'open(F, "<", "inside") or exit 2; exit(utime(undef, undef, *F) ? 0 : 1)'`,
+            `perl -e 'open(F, ">>", "sub/copy") or exit 2; exit(utime(undef, undef, *F) ? 0 : 1)'`,
+            "touch -d @1000000000 inside sub/copy",
             "echo OK",
           ].join(" && "),
         );

@@ -202,31 +202,30 @@ impl Policy {
         else {
             return None;
         };
-        let path = target.string(path, PATH_MAX, libc::ENAMETOOLONG).ok()?;
-        if path.is_empty() {
+        let mut scratch = target.pidfds.scratch.borrow_mut();
+        let Scratch { path: read, joined } = &mut *scratch;
+        let n = target.string_into(path, read).ok()?;
+        if n == 0 {
             return None;
         }
-        let absolute = if path[0] == b'/' {
-            path
+        let read = &read[..n];
+        // `joined`: the absolute path, NUL-terminated (each area's part of it is passed on as is).
+        joined.clear();
+        if read[0] == b'/' {
+            joined.extend_from_slice(read);
         } else if dirfd == libc::AT_FDCWD {
-            let link = format!("/proc/{}/cwd\0", target.pid);
-            let mut cwd = vec![0u8; PATH_MAX + 1];
-            // SAFETY: readlink into our buffer of the length given.
-            let n =
-                unsafe { libc::readlink(link.as_ptr().cast(), cwd.as_mut_ptr().cast(), cwd.len()) };
-            if n <= 0 || n as usize >= cwd.len() {
-                return None;
-            }
-            cwd.truncate(n as usize);
-            cwd.push(b'/');
-            cwd.extend_from_slice(&path);
-            cwd
+            target.cwd_into(joined)?;
+            joined.push(b'/');
+            joined.extend_from_slice(read);
         } else {
             return None;
-        };
+        }
+        joined.push(0);
+        let absolute = &joined[..joined.len() - 1];
         areas.iter().find_map(|(area, fd)| {
-            let rel = beneath(&absolute, area)?;
-            open_beneath(fd.as_fd(), rel, follow, 0)
+            let rel = beneath(absolute, area)?;
+            let rel_nul = &joined[joined.len() - 1 - rel.len()..];
+            open_beneath_nul(fd.as_fd(), rel_nul, follow, 0)
         })
     }
 
@@ -312,18 +311,24 @@ pub(super) fn reopen_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> Option<OwnedFd>
 /// Opens `rel` (`O_PATH`) beneath `dir`: symlinks are followed (the last one when `follow`) as
 /// long as the walk never leaves `dir` (`RESOLVE_BENEATH`); `extra` adds `RESOLVE_*` flags.
 fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8], follow: bool, extra: u64) -> Option<OwnedFd> {
+    let mut path = rel.to_vec();
+    path.push(0);
+    open_beneath_nul(dir, &path, follow, extra)
+}
+
+/// `open_beneath` of a path given with its terminating NUL (and nothing after it); an empty one
+/// names `dir` itself.
+fn open_beneath_nul(dir: BorrowedFd<'_>, rel: &[u8], follow: bool, extra: u64) -> Option<OwnedFd> {
     #[repr(C)]
     struct OpenHow {
         flags: u64,
         mode: u64,
         resolve: u64,
     }
-    let mut path = if rel.is_empty() {
-        b".".to_vec()
-    } else {
-        rel.to_vec()
-    };
-    path.push(0);
+    if rel.last() != Some(&0) || rel[..rel.len() - 1].contains(&0) {
+        return None;
+    }
+    let path = if rel.len() == 1 { &b".\0"[..] } else { rel };
     let mut flags = libc::O_PATH | libc::O_CLOEXEC;
     if !follow {
         flags |= libc::O_NOFOLLOW;
@@ -630,32 +635,23 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::
     let mut watcher = None;
     let pidfds = Pidfds::default();
     // SAFETY: an ioctl on our listener with a valid flags value; older kernels refuse it harmlessly.
-    unsafe {
+    let sync = unsafe {
         libc::ioctl(
             listener.as_raw_fd(),
             libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS as _,
             NOTIF_FD_SYNC_WAKE_UP,
         )
-    };
+    } == 0;
+    // Where the flag exists (Linux 6.6), RECV itself waits, and returns ENOENT once no process
+    // uses the filter any more: no poll before each notification. Before, RECV would wait past
+    // that, so poll says when a notification is there or the listener hung up.
     loop {
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if ready < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
+        if !sync {
+            match wait_readable(listener.as_fd(), -1) {
+                Readiness::Readable => {}
+                Readiness::Other => continue,
+                Readiness::HungUp => return, // no process of the tree uses the filter any more
             }
-            return;
-        }
-        if pfd.revents & libc::POLLIN == 0 {
-            if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                return; // no process of the tree uses the filter any more
-            }
-            continue;
         }
         // SAFETY: the kernel requires a zeroed notification buffer.
         let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -669,8 +665,14 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::
         } != 0
         {
             match io::Error::last_os_error().raw_os_error() {
-                // The caller went (killed, or a signal ended its call) before we read it.
-                Some(libc::ENOENT) | Some(libc::EINTR) => continue,
+                // The caller went (killed, or a signal ended its call) before we read it, or
+                // (waiting in RECV) the filter has no process left.
+                Some(libc::ENOENT) | Some(libc::EINTR) => {
+                    if sync && wait_readable(listener.as_fd(), 0) == Readiness::HungUp {
+                        return;
+                    }
+                    continue;
+                }
                 _ => return,
             }
         }
@@ -694,6 +696,42 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::
             Err(code) => Reply::Errno(code),
         };
         respond(listener.as_fd(), notif.id, reply);
+    }
+}
+
+/// What `poll` says of the listener.
+#[derive(Debug, PartialEq, Eq)]
+enum Readiness {
+    /// A notification waits.
+    Readable,
+    /// No process uses the filter any more (or the listener is unusable).
+    HungUp,
+    /// Interrupted, or nothing yet (a zero timeout).
+    Other,
+}
+
+/// Polls the listener for at most `timeout_ms` (-1: no limit).
+fn wait_readable(listener: BorrowedFd<'_>, timeout_ms: libc::c_int) -> Readiness {
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if ready < 0 {
+        return if errno_now() == libc::EINTR {
+            Readiness::Other
+        } else {
+            Readiness::HungUp
+        };
+    }
+    if pfd.revents & libc::POLLIN != 0 {
+        Readiness::Readable
+    } else if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        Readiness::HungUp
+    } else {
+        Readiness::Other
     }
 }
 
@@ -919,8 +957,13 @@ impl Call {
 pub(super) struct Target<'a> {
     pub(super) pid: libc::pid_t,
     /// Taken from `pidfds` or opened on first use: a path relative to the cwd needs none.
-    pidfd: std::cell::OnceCell<Result<Rc<OwnedFd>, i32>>,
+    /// With it, whether it was kept from an earlier call (not opened for this one).
+    pidfd: std::cell::OnceCell<Result<(Rc<OwnedFd>, bool), i32>>,
     pidfds: &'a Pidfds,
+    /// `fd` copied the caller's descriptor through a pidfd kept from an earlier call.
+    fd_by_kept_pidfd: std::cell::Cell<bool>,
+    /// `cwd_into` read the cwd through a `/proc/<pid>` directory kept from an earlier call.
+    cwd_by_kept_dir: std::cell::Cell<bool>,
     pub(super) listener: &'a Arc<OwnedFd>,
     pub(super) id: u64,
 }
@@ -932,6 +975,20 @@ pub(super) struct Target<'a> {
 #[derive(Default)]
 struct Pidfds {
     last: std::cell::RefCell<Option<(libc::pid_t, Rc<OwnedFd>)>>,
+    /// The last caller's `/proc/<pid>` directory (`Target::cwd_into`), kept on the same terms: it
+    /// names one process for good and answers `ENOENT` once that process has gone.
+    proc_dir: std::cell::RefCell<Option<(libc::pid_t, OwnedFd)>>,
+    /// The buffers a path-based call reads into.
+    scratch: std::cell::RefCell<Scratch>,
+}
+
+/// Buffers reused from call to call (a `touch` or `chmod` of many files makes one call each).
+#[derive(Default)]
+struct Scratch {
+    /// A path read from the caller.
+    path: Vec<u8>,
+    /// The same made absolute (the caller's cwd, `/`, the path), NUL-terminated.
+    joined: Vec<u8>,
 }
 
 impl Pidfds {
@@ -960,6 +1017,8 @@ impl<'a> Target<'a> {
             pid,
             pidfd: std::cell::OnceCell::new(),
             pidfds,
+            fd_by_kept_pidfd: std::cell::Cell::new(false),
+            cwd_by_kept_dir: std::cell::Cell::new(false),
             listener,
             id,
         }
@@ -969,7 +1028,7 @@ impl<'a> Target<'a> {
     fn pidfd(&self) -> Result<BorrowedFd<'_>, i32> {
         let fd = self.pidfd.get_or_init(|| {
             if let Some(kept) = self.pidfds.get(self.pid) {
-                return Ok(kept);
+                return Ok((kept, true));
             }
             let open = |flags: libc::c_uint| {
                 // SAFETY: pidfd_open takes a pid and flags.
@@ -979,9 +1038,12 @@ impl<'a> Target<'a> {
             if fd < 0 && errno_now() == libc::EINVAL {
                 fd = open(PIDFD_THREAD); // a thread of the caller, not its leader
             }
+            let mut exact = true;
             if fd < 0 {
                 // Before Linux 6.9 a thread has no pidfd: its thread group's leader shares its
-                // descriptors (the same `valid` check covers the pid read here).
+                // descriptors (the same `valid` check covers the pid read here). Not kept: it
+                // would outlive the thread, whose pid another process may then get.
+                exact = false;
                 if let Some(leader) = thread_group(self.pid) {
                     // SAFETY: pidfd_open takes a pid and flags.
                     fd = unsafe { libc::syscall(libc::SYS_pidfd_open, leader, 0) };
@@ -992,15 +1054,34 @@ impl<'a> Target<'a> {
             }
             // SAFETY: just opened, ours.
             let fd = Rc::new(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-            self.pidfds.keep(self.pid, &fd);
-            Ok(fd)
+            if exact {
+                self.pidfds.keep(self.pid, &fd);
+            }
+            Ok((fd, false))
         });
-        fd.as_ref().map(|fd| fd.as_fd()).map_err(|e| *e)
+        fd.as_ref().map(|(fd, _)| fd.as_fd()).map_err(|e| *e)
     }
 
     /// Whether the caller still waits: what we read by pid was its.
     pub(super) fn valid(&self) -> bool {
         id_valid(self.listener.as_fd(), self.id)
+    }
+
+    /// Whether a descriptor copied by `fd` is the caller's without asking `valid`: the pidfd it
+    /// went through was kept from an earlier call and names exactly this pid (a process, or a
+    /// thread), and the copy succeeded, so that process was alive then. A live process keeps its
+    /// pid to itself, so it is the caller. Only for a call that read nothing else by pid.
+    fn fd_proven(&self) -> bool {
+        self.fd_by_kept_pidfd.get()
+    }
+
+    /// Whether what this call read by pid up to and including its cwd (`cwd_into`) was the
+    /// caller's without asking `valid`: the cwd was read through a `/proc/<pid>` directory kept
+    /// from an earlier call, and a kept directory answers only while its process lives. Alive, that
+    /// process has held the pid since it was kept, so the caller is it, and the reads by pid
+    /// before (the path) were its. Only for a call that reads nothing by pid afterwards.
+    fn cwd_proven(&self) -> bool {
+        self.cwd_by_kept_dir.get()
     }
 
     /// Our copy of the caller's descriptor `fd` (the same open file).
@@ -1017,12 +1098,19 @@ impl<'a> Target<'a> {
             // SAFETY: a descriptor we just got.
             Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
         };
-        match getfd(self.pidfd()?) {
-            Err(libc::ESRCH) if self.pidfds.get(self.pid).is_some() => {
+        let pidfd = self.pidfd()?;
+        let by_kept = matches!(self.pidfd.get(), Some(Ok((_, true))));
+        self.fd_by_kept_pidfd.set(false);
+        match getfd(pidfd) {
+            Err(libc::ESRCH) if by_kept => {
                 // The kept pidfd named an earlier process with this pid: open the caller's own.
                 self.pidfds.forget(self.pid);
                 let fresh = Target::new(self.listener, self.pidfds, self.pid, self.id);
                 getfd(fresh.pidfd()?)
+            }
+            Ok(copy) => {
+                self.fd_by_kept_pidfd.set(by_kept);
+                Ok(copy)
             }
             copy => copy,
         }
@@ -1074,6 +1162,106 @@ impl<'a> Target<'a> {
             out.extend_from_slice(&bytes);
         }
         Err(too_long)
+    }
+
+    /// A path of the caller (at most `PATH_MAX` bytes with the NUL), read into `out` (kept from
+    /// call to call): its length without the NUL. One read when the path ends within the page it
+    /// starts in (the common case).
+    fn string_into(&self, addr: u64, out: &mut Vec<u8>) -> Result<usize, i32> {
+        /// Reads stop at page boundaries: a string may end just before an unmapped page.
+        const PAGE: usize = 4096;
+        if addr == 0 {
+            return Err(libc::EFAULT);
+        }
+        if out.len() < PATH_MAX {
+            out.resize(PATH_MAX, 0);
+        }
+        let mut done = 0;
+        while done < PATH_MAX {
+            let at = addr as usize + done;
+            let chunk = (PAGE - at % PAGE).min(PATH_MAX - done);
+            let local = libc::iovec {
+                iov_base: out[done..].as_mut_ptr().cast(),
+                iov_len: chunk,
+            };
+            let remote = libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: chunk,
+            };
+            // SAFETY: reads at most `chunk` bytes into our buffer, which has that many from `done`.
+            let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+            if n <= 0 {
+                return Err(libc::EFAULT);
+            }
+            let n = n as usize;
+            if let Some(end) = out[done..done + n].iter().position(|&b| b == 0) {
+                return Ok(done + end);
+            }
+            done += n;
+        }
+        Err(libc::ENAMETOOLONG)
+    }
+
+    /// Appends the caller's cwd (`/proc/<pid>/cwd`) to `out`: read through the last caller's kept
+    /// `/proc/<pid>` directory, opened anew for another caller or when the kept one names a
+    /// process that has gone. What it read is the caller's only once `valid` (or `cwd_proven`)
+    /// says so.
+    fn cwd_into(&self, out: &mut Vec<u8>) -> Option<()> {
+        let read = |dir: BorrowedFd<'_>, out: &mut Vec<u8>| -> Result<(), i32> {
+            let start = out.len();
+            out.resize(start + PATH_MAX + 1, 0);
+            // SAFETY: readlinkat into our buffer's tail of the length given.
+            let n = unsafe {
+                libc::readlinkat(
+                    dir.as_raw_fd(),
+                    c"cwd".as_ptr(),
+                    out[start..].as_mut_ptr().cast(),
+                    PATH_MAX + 1,
+                )
+            };
+            if n <= 0 || n as usize > PATH_MAX {
+                out.truncate(start);
+                return Err(if n < 0 {
+                    errno_now()
+                } else {
+                    libc::ENAMETOOLONG
+                });
+            }
+            out.truncate(start + n as usize);
+            Ok(())
+        };
+        self.cwd_by_kept_dir.set(false);
+        let mut kept = self.pidfds.proc_dir.borrow_mut();
+        if let Some((pid, dir)) = &*kept {
+            if *pid == self.pid {
+                match read(dir.as_fd(), out) {
+                    Ok(()) => {
+                        self.cwd_by_kept_dir.set(true);
+                        return Some(());
+                    }
+                    // The kept directory's process has gone: this caller only shares its pid.
+                    Err(libc::ENOENT | libc::ESRCH) => {}
+                    Err(_) => return None,
+                }
+            }
+        }
+        *kept = None;
+        let path = format!("/proc/{}\0", self.pid);
+        // SAFETY: open of a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: just opened, ours.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        read(dir.as_fd(), out).ok()?;
+        *kept = Some((self.pid, dir));
+        Some(())
     }
 
     /// The object a path-based call names, opened `O_PATH` (`O_NOFOLLOW` unless it follows).
@@ -1154,15 +1342,18 @@ pub(super) fn open_path(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether `fd` is a file opened for writing: setting its times to now (what every write does)
-/// needs no check then, since Landlock let the caller open it for writing (`touch` does exactly
-/// this on each file). `O_PATH` descriptors are not.
-fn open_for_writing(fd: BorrowedFd<'_>) -> bool {
+/// The status flags of `fd` (`F_GETFL`), `None` when unknown.
+fn status_flags(fd: BorrowedFd<'_>) -> Option<i32> {
     // SAFETY: F_GETFL on our descriptor.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    flags >= 0
-        && flags & libc::O_PATH == 0
-        && matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+    (flags >= 0).then_some(flags)
+}
+
+/// Whether status `flags` are those of a file opened for writing: setting its times to now (what
+/// every write does) needs no check then, since Landlock let the caller open it for writing
+/// (`touch` does exactly this on each file). `O_PATH` descriptors are not.
+fn for_writing(flags: i32) -> bool {
+    flags & libc::O_PATH == 0 && matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
 }
 
 fn is_symlink(fd: BorrowedFd<'_>) -> bool {
@@ -1212,31 +1403,59 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
     if let Op::Flock(_) | Op::Lock(..) = call.op {
         return lock(policy, target, call);
     }
-    let (object, allowed) = match policy.open_beneath(target, call.object) {
-        Some(object) => (object, true),
+    // `opened`: the descriptor is an open file (not `O_PATH`), so the descriptor calls take it.
+    // `fast`: opened beneath an area (`open_beneath`), where the path and the cwd were all that
+    // was read by pid.
+    let (object, allowed, opened, fast) = match policy.open_beneath(target, call.object) {
+        Some(object) => (object, true, false, true),
         None => {
             let object = target.resolve(call.object)?;
-            let writer = matches!(call.op, Op::Utimes(_, 0)) && open_for_writing(object.as_fd());
-            (object, writer)
+            let flags = match (call.object, call.op) {
+                (Object::Fd(_), Op::Utimes(..)) => status_flags(object.as_fd()),
+                // Not asked (nothing below needs it): taken as O_PATH, so the calls below go
+                // through `fd, ""` with AT_EMPTY_PATH, which takes any descriptor.
+                _ => Some(libc::O_PATH),
+            };
+            let writer = matches!(call.op, Op::Utimes(_, 0)) && flags.is_some_and(for_writing);
+            let opened = flags.is_some_and(|f| f & libc::O_PATH == 0);
+            (object, writer, opened, false)
         }
     };
     let fd = object.as_fd();
-    // Everything read from the caller (by pid) is read: it must still be the caller.
+    // Everything read from the caller (by pid) is read: it must still be the caller, unless a
+    // handle kept from an earlier call proved it (`fd_proven`, `cwd_proven`) after the last read
+    // by pid: these calls read no arguments from its memory.
     let arguments = read_arguments(target, call.op)?;
-    if !target.valid() {
+    let no_arguments = matches!(call.op, Op::Chmod(_) | Op::Chown(..) | Op::Utimes(_, 0));
+    let proven = no_arguments
+        && match call.object {
+            Object::Fd(_) => target.fd_proven(),
+            Object::Path { .. } => fast && target.cwd_proven(),
+        };
+    if !(proven || target.valid()) {
         return Err(libc::ENOENT);
     }
     if !allowed && !policy.inside(fd) {
         return Err(REFUSED_METADATA);
     }
 
-    let path = proc_fd(fd);
-    let symlink = is_symlink(fd);
+    let path = || proc_fd(fd);
+    // A path opened following its last component is no symlink; anything else may be.
+    let symlink = || {
+        !matches!(
+            call.object,
+            Object::Path {
+                follow: true,
+                empty: false,
+                ..
+            }
+        ) && is_symlink(fd)
+    };
     // SAFETY: each call below is a system call on our descriptor, our NUL-terminated strings and
     // buffers read above.
     let r = unsafe {
         match (call.op, arguments) {
-            (Op::Chmod(_), _) if symlink => return Err(libc::EOPNOTSUPP),
+            (Op::Chmod(_), _) if symlink() => return Err(libc::EOPNOTSUPP),
             (Op::Chmod(mode), _) => {
                 let r = libc::syscall(
                     SYS_FCHMODAT2,
@@ -1246,7 +1465,7 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
                     libc::AT_EMPTY_PATH,
                 );
                 if r < 0 && errno_now() == libc::ENOSYS {
-                    libc::chmod(path.as_ptr().cast(), mode) as libc::c_long
+                    libc::chmod(path().as_ptr().cast(), mode) as libc::c_long
                 } else {
                     r
                 }
@@ -1257,14 +1476,19 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
             }
             (Op::Utimes(..), Arguments::Times(times)) => {
                 let times_ptr = times.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-                libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times_ptr, libc::AT_EMPTY_PATH)
-                    as libc::c_long
+                if opened {
+                    // `futimens`: no path lookup at all, where the descriptor allows it.
+                    libc::futimens(fd.as_raw_fd(), times_ptr) as libc::c_long
+                } else {
+                    libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times_ptr, libc::AT_EMPTY_PATH)
+                        as libc::c_long
+                }
             }
             (
                 Op::SetXattr { .. } | Op::SetXattrArgs { .. },
                 Arguments::Xattr(name, value, flags),
             ) => {
-                if symlink {
+                if symlink() {
                     return Err(libc::EPERM);
                 }
                 let (ptr, len) = (value.as_ptr(), value.len());
@@ -1277,7 +1501,7 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
                         flags,
                     ) as libc::c_long,
                     _ => libc::setxattr(
-                        path.as_ptr().cast(),
+                        path().as_ptr().cast(),
                         name.as_ptr().cast(),
                         ptr.cast(),
                         len,
@@ -1286,14 +1510,14 @@ fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i3
                 }
             }
             (Op::RemoveXattr(_), Arguments::Name(name)) => {
-                if symlink {
+                if symlink() {
                     return Err(libc::EPERM);
                 }
                 match call.object {
                     Object::Fd(_) => {
                         libc::fremovexattr(fd.as_raw_fd(), name.as_ptr().cast()) as libc::c_long
                     }
-                    _ => libc::removexattr(path.as_ptr().cast(), name.as_ptr().cast())
+                    _ => libc::removexattr(path().as_ptr().cast(), name.as_ptr().cast())
                         as libc::c_long,
                 }
             }
@@ -1706,6 +1930,260 @@ pub(super) mod tests {
         assert_eq!(identity(copy.as_fd()), identity(file.as_fd()));
         // The fresh pidfd is kept for the next call of this caller.
         assert!(!Rc::ptr_eq(&pidfds.get(me).unwrap(), &gone));
+        // A copy through a pidfd opened for this call does not prove the caller by itself.
+        assert!(!target.fd_proven());
+        // The next call's copy goes through the kept pidfd, which does.
+        let next = Target::new(&listener, &pidfds, me, 0);
+        next.fd(file.as_raw_fd())
+            .expect("a copy through the kept pidfd");
+        assert!(next.fd_proven());
+        // A first call (nothing kept) proves nothing either.
+        let fresh = Pidfds::default();
+        let first = Target::new(&listener, &fresh, me, 0);
+        first
+            .fd(file.as_raw_fd())
+            .expect("a copy through a new pidfd");
+        assert!(!first.fd_proven());
+        // A failed copy proves nothing.
+        assert_eq!(next.fd(-5).map(drop), Err(libc::EBADF));
+        let closed = Target::new(&listener, &pidfds, me, 0);
+        assert!(closed.fd(1 << 20).is_err());
+        assert!(!closed.fd_proven());
+    }
+
+    /// Waits (a bounded number of times, never on the clock alone) until `ready` holds.
+    fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+        for _ in 0..2_000 {
+            if ready() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("never: {what}");
+    }
+
+    #[test]
+    fn the_cwd_is_read_anew_through_the_kept_proc_dir() {
+        let base = Dir::new("cwd");
+        let (a, b, c) = (base.0.join("a"), base.0.join("b"), base.0.join("c"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        // A shell that changes its cwd when told (one line on stdin each time).
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "cd \"$1\" && read x && cd \"$2\" && read y", "sh"])
+            .arg(&a)
+            .arg(&b)
+            .current_dir(&base.0)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = shell.id() as libc::pid_t;
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let pidfds = Pidfds::default();
+        let proven = std::cell::Cell::new(false);
+        let cwd = || {
+            let target = Target::new(&listener, &pidfds, pid, 0);
+            let mut out = b"prefix:".to_vec();
+            let read = target.cwd_into(&mut out).map(|()| out[7..].to_vec());
+            proven.set(target.cwd_proven());
+            read
+        };
+        let path = |p: &Path| Some(p.as_os_str().as_bytes().to_vec());
+        assert!(cwd().is_some());
+        assert!(
+            !proven.get(),
+            "read through a directory opened for this call"
+        );
+        wait_until("the shell is in a", || cwd() == path(&a));
+        assert!(proven.get(), "read through the kept directory");
+        let kept = pidfds
+            .proc_dir
+            .borrow()
+            .as_ref()
+            .map(|(p, fd)| (*p, fd.as_raw_fd()));
+        assert_eq!(kept.map(|(p, _)| p), Some(pid));
+        // chdir: seen on the next call through the same kept directory.
+        use std::io::Write;
+        shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        wait_until("the shell is in b", || cwd() == path(&b));
+        // Its cwd renamed under it: the new name.
+        std::fs::rename(&b, &c).unwrap();
+        assert_eq!(cwd(), path(&c));
+        let still = pidfds
+            .proc_dir
+            .borrow()
+            .as_ref()
+            .map(|(p, fd)| (*p, fd.as_raw_fd()));
+        assert_eq!(still, kept, "the kept directory served every call");
+        // Another caller (we, while the shell lives) does not get the kept directory's answer.
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let ours = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
+        let mut out = Vec::new();
+        Target::new(&listener, &pidfds, me, 0)
+            .cwd_into(&mut out)
+            .unwrap();
+        assert_eq!(Some(out), path(&ours));
+        assert_eq!(cwd(), path(&c), "and the shell's is read anew");
+        assert!(!proven.get(), "through a directory opened anew");
+        // Gone: a kept directory answers nothing (no other process has its pid yet).
+        shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        shell.wait().unwrap();
+        assert_eq!(cwd(), None);
+        assert!(!proven.get());
+    }
+
+    #[test]
+    fn a_kept_proc_dir_of_a_process_gone_is_replaced() {
+        // What the cache holds when a pid is reused: a /proc directory of an exited process
+        // kept under our pid. The cwd read must be ours anyway.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = child.id();
+        let gone = o_path(Path::new(&format!("/proc/{gone_pid}")), true);
+        let mut child = child;
+        child.wait().unwrap();
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let pidfds = Pidfds::default();
+        *pidfds.proc_dir.borrow_mut() = Some((me, gone));
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let target = Target::new(&listener, &pidfds, me, 0);
+        let mut out = Vec::new();
+        target.cwd_into(&mut out).expect("our own cwd");
+        assert!(!target.cwd_proven(), "the kept directory did not answer");
+        let ours = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
+        assert_eq!(out, ours.as_os_str().as_bytes());
+        let kept = pidfds.proc_dir.borrow();
+        let (pid, dir) = kept.as_ref().unwrap();
+        assert_eq!(*pid, me);
+        assert_eq!(
+            identity(dir.as_fd()),
+            identity(o_path(Path::new("/proc/self"), true).as_fd())
+        );
+    }
+
+    #[test]
+    fn the_fast_path_opens_only_beneath_an_area() {
+        // The caller is this process: its cwd is the area (the crate's directory), its paths are
+        // C strings in our memory.
+        let cwd = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
+        let outside = Dir::new("fast-outside");
+        std::fs::write(outside.0.join("out"), "").unwrap();
+        let policy = Policy::landlock(
+            vec![super::area(&cwd).unwrap()],
+            area_fd(&cwd).as_fd(),
+            None,
+        )
+        .unwrap();
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let pidfds = Pidfds::default();
+        let target = Target::new(&listener, &pidfds, me, 0);
+        let open = |path: &[u8], follow: bool| {
+            let c = std::ffi::CString::new(path).unwrap();
+            let object = Object::Path {
+                dirfd: libc::AT_FDCWD,
+                path: c.as_ptr() as u64,
+                follow,
+                empty: false,
+            };
+            policy
+                .open_beneath(&target, object)
+                .and_then(|fd| identity(fd.as_fd()))
+        };
+        let id = |p: &Path| identity(o_path(p, true).as_fd());
+        assert_eq!(open(b"Cargo.toml", true), id(&cwd.join("Cargo.toml")));
+        assert_eq!(
+            open(b"src/../Cargo.toml", true),
+            id(&cwd.join("Cargo.toml"))
+        );
+        assert_eq!(open(b"src/", true), id(&cwd.join("src")));
+        assert_eq!(open(b".", true), id(&cwd));
+        let absolute = cwd.as_os_str().as_bytes();
+        assert_eq!(open(absolute, true), id(&cwd), "the area itself");
+        assert_eq!(
+            open(&[absolute, b"/src/lib.rs"].concat(), true),
+            id(&cwd.join("src/lib.rs"))
+        );
+        // Anything that leaves the area is not for the fast path (resolved and checked instead).
+        assert_eq!(open(b"../Cargo.toml", true), None);
+        assert_eq!(
+            open(outside.0.join("out").as_os_str().as_bytes(), true),
+            None
+        );
+        assert_eq!(open(b"", true), None);
+        // A symlink in the area to the outside: followed, it leaves; not followed, it is inside.
+        let link = cwd.join(format!("pno-fast-link-{}", std::process::id()));
+        std::os::unix::fs::symlink(outside.0.join("out"), &link).unwrap();
+        let name = link.file_name().unwrap().as_bytes().to_vec();
+        let followed = open(&name, true);
+        let itself = open(&name, false);
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(followed, None);
+        assert!(itself.is_some());
+        // The buffers are reused: a long path, then a short one.
+        let long = [&b"src/"[..], &b"./"[..].repeat(1000), b"lib.rs"].concat();
+        assert_eq!(open(&long, true), id(&cwd.join("src/lib.rs")));
+        assert_eq!(open(b"src", true), id(&cwd.join("src")));
+    }
+
+    #[test]
+    fn reads_a_path_into_the_reused_buffer() {
+        const PAGE: usize = 4096;
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let pidfds = Pidfds::default();
+        let target = Target::new(&listener, &pidfds, me, 0);
+        // SAFETY: a fresh anonymous mapping of three pages, ours; the third is unmapped again so
+        // that a read past the second page faults.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                3 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::munmap(p.cast::<u8>().add(2 * PAGE).cast(), PAGE), 0);
+            p.cast::<u8>()
+        };
+        let put = |at: usize, bytes: &[u8]| {
+            assert!(at + bytes.len() <= 2 * PAGE);
+            // SAFETY: within the two mapped pages.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(at), bytes.len()) };
+            base as u64 + at as u64
+        };
+        let mut buf = Vec::new();
+        let read =
+            |addr: u64, buf: &mut Vec<u8>| target.string_into(addr, buf).map(|n| buf[..n].to_vec());
+        // Across a page boundary.
+        let across = put(PAGE - 3, b"dir/file\0");
+        assert_eq!(read(across, &mut buf), Ok(b"dir/file".to_vec()));
+        // Ending just before the unmapped page: no read past it.
+        let last = put(2 * PAGE - 4, b"abc\0");
+        assert_eq!(read(last, &mut buf), Ok(b"abc".to_vec()));
+        // A shorter path after a longer one, in the same buffer.
+        let short = put(10, b"x\0");
+        assert_eq!(read(short, &mut buf), Ok(b"x".to_vec()));
+        let empty = put(20, b"\0");
+        assert_eq!(read(empty, &mut buf), Ok(Vec::new()));
+        // No NUL before the unmapped page: a fault; NULL: a fault.
+        put(2 * PAGE - 2, b"yz");
+        assert_eq!(
+            read(base as u64 + 2 * PAGE as u64 - 2, &mut buf),
+            Err(libc::EFAULT)
+        );
+        assert_eq!(read(0, &mut buf), Err(libc::EFAULT));
+        // No NUL within PATH_MAX bytes (the two pages hold 8 KiB of 'a'): too long.
+        // SAFETY: within the two mapped pages.
+        unsafe { std::ptr::write_bytes(base, b'a', 2 * PAGE) };
+        assert_eq!(read(base as u64, &mut buf), Err(libc::ENAMETOOLONG));
+        // SAFETY: the two pages mapped above, no longer used.
+        unsafe { libc::munmap(base.cast(), 2 * PAGE) };
     }
 
     #[test]
