@@ -192,6 +192,62 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(results.map((r) => r.results[0]?.text)).toEqual(["unreachable\n", "reached\n"]);
   });
 
+  it("--native-deny-read, --native-deny-write and the protected defaults hold for every tool, sandboxed bash too; --native-policy-log gets each refusal", async () => {
+    const script = [
+      { tool: "read", args: { path: "secret.txt" } },
+      { tool: "grep", args: { pattern: "TOKEN" } },
+      { tool: "write", args: { path: "dist/x.js", content: "x" } },
+      { tool: "write", args: { path: ".git/hooks/pre-commit", content: "#!/bin/sh\n" } },
+      { tool: "bash", args: { command: "cat secret.txt; echo x > .envrc; echo exit $?" } },
+    ];
+    const flags = (dir) => {
+      writeFileSync(path.join(dir, "ws", "secret.txt"), "TOKEN=1\n");
+      mkdirSync(path.join(dir, "ws", ".git", "hooks"), { recursive: true });
+      const log = path.join(dir, "policy.log");
+      return [
+        ...(sandbox ? ["--native-sandbox"] : []),
+        "--native-deny-read",
+        "secret.txt",
+        "--native-deny-write",
+        "dist/",
+        "--native-policy-log",
+        log,
+      ];
+    };
+    const [policed, open] = await withScript(script, () =>
+      Promise.all([run(flags), run((dir) => [...flags(dir).slice(0, -6), "--native-no-protect"])]),
+    );
+    expect(policed.stderr).toBe("");
+    const refused = (i) => policed.results[i];
+    expect(refused(0)).toMatchObject({ isError: true, text: 'path "<DIR>/ws/secret.txt" is protected by policy' });
+    expect(refused(1).text).toBe("No matches found");
+    expect(refused(2)).toMatchObject({ isError: true });
+    expect(refused(2).text).toContain("is protected by policy");
+    expect(refused(3).text).toContain("is protected by policy");
+    if (sandbox) {
+      expect(refused(4).text).toContain("cat: secret.txt: Permission denied");
+      expect(refused(4).text).toContain(".envrc: Permission denied");
+    }
+    const events = readFileSync(path.join(policed.dir, "policy.log"), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line));
+    expect(events.map((e) => [e.tool, e.access, e.rule])).toEqual([
+      ["read", "read", "secret.txt"],
+      ["write", "write", "dist/"],
+      ["write", "write", "**/.git/hooks/"],
+      ...(sandbox
+        ? [
+            ["bash", "read", "secret.txt"],
+            ["bash", "write", ".envrc"],
+          ]
+        : []),
+    ]);
+    // Without the deny rules and with --native-no-protect, the same script reads, writes and runs.
+    expect(open.results.slice(0, 4).map((r) => r.isError)).toEqual([false, false, false, false]);
+    expect(open.results[1].text).toContain("secret.txt:1: TOKEN=1");
+  });
+
   it("--native-index: the same results from the warm index", async () => {
     const indexed = await run(["--native-index"]);
     expect(indexed.stderr).toBe("");
@@ -231,6 +287,10 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       [{ sandbox: "yes" }, 'settings "pi-native-ops".sandbox must be a boolean'],
       [{ sandbx: true }, 'settings "pi-native-ops": unknown key "sandbx"'],
       [{ sandboxNetwork: true }, "--native-sandbox-network needs --native-sandbox"],
+      [["--native-sandbox-allow", "localhost"], "--native-sandbox-allow needs --native-sandbox"],
+      [{ denyRead: ".env" }, 'settings "pi-native-ops".denyRead must be an array of strings'],
+      [["--native-deny-read", "a{b"], 'policy.denyRead: invalid rule "a{b"'],
+      [["--native-policy-log", "/nonexistent-dir/x.log"], "ENOENT"],
     ];
     const runs = await withScript([STEPS[0]], () =>
       Promise.all(cases.map(([given]) => (Array.isArray(given) ? run(given) : run([], { settings: given })))),

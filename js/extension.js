@@ -3,7 +3,7 @@
 // definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
 // the "pi-native-ops" entry of pi's settings.json.
 import { spawn } from "node:child_process";
-import { readFileSync, realpathSync } from "node:fs";
+import { appendFileSync, readFileSync, realpathSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -34,6 +34,29 @@ const FLAGS = {
   "native-sandbox-rw": {
     type: "string",
     description: `pi-native-ops: extra host paths sandboxed bash may write ("${path.delimiter}"-separated)`,
+  },
+  "native-sandbox-allow": {
+    type: "string",
+    description:
+      'pi-native-ops: hosts sandboxed bash may reach through the allow-list proxy (","-separated: "registry.npmjs.org,*.github.com")',
+  },
+  "native-deny-read": {
+    type: "string",
+    description:
+      'pi-native-ops: paths no tool (nor sandboxed bash) may read, gitignore lines (","-separated: ".env,*.pem")',
+  },
+  "native-deny-write": {
+    type: "string",
+    description: 'pi-native-ops: paths no tool (nor sandboxed bash) may write, gitignore lines (","-separated)',
+  },
+  "native-no-protect": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: drop the protected defaults (.git/hooks, .git/config, .envrc, ...)",
+  },
+  "native-policy-log": {
+    type: "string",
+    description: "pi-native-ops: append each policy event (refusals, proxy connections) to this file as a JSON line",
   },
   "native-index": {
     type: "boolean",
@@ -105,6 +128,16 @@ function pathList(value) {
   return value.split(path.delimiter).filter((p) => p !== "");
 }
 
+/**
+ * A list option: the settings' array, then the flag's `,`-separated entries after it (a rule with a
+ * comma, e.g. `*.{pem,key}`, goes in settings.json); undefined when neither gives one.
+ */
+function listOf(fromSettings, fromFlag) {
+  const flagged = fromFlag === undefined ? [] : fromFlag.split(",").filter((entry) => entry.trim() !== "");
+  if (fromSettings === undefined && flagged.length === 0) return undefined;
+  return [...(fromSettings ?? []), ...flagged];
+}
+
 /** The settings entry's name in pi's settings.json, and its keys with the flag each one matches. */
 const SETTINGS_KEY = "pi-native-ops";
 const SETTINGS = {
@@ -113,6 +146,11 @@ const SETTINGS = {
   sandboxNetwork: ["boolean", "native-sandbox-network"],
   sandboxReadOnly: ["paths", "native-sandbox-ro"],
   sandboxReadWrite: ["paths", "native-sandbox-rw"],
+  sandboxAllow: ["list", "native-sandbox-allow"],
+  denyRead: ["list", "native-deny-read"],
+  denyWrite: ["list", "native-deny-write"],
+  protect: ["boolean", "native-no-protect"],
+  policyLog: ["string", "native-policy-log"],
   index: ["boolean", "native-index"],
   remote: ["string", "native-remote"],
 };
@@ -146,10 +184,12 @@ function readSettings(api) {
       throw new Error(`${where}: unknown key "${key}" (keys: ${Object.keys(SETTINGS).join(", ")})`);
     }
     const [type, flag] = SETTINGS[key];
-    const ok =
-      type === "paths" ? Array.isArray(value) && value.every((p) => typeof p === "string") : typeof value === type;
-    if (!ok) throw new Error(`${where}.${key} must be ${type === "paths" ? "an array of paths" : `a ${type}`}`);
-    values[flag] = type === "paths" ? value.join(path.delimiter) : value;
+    const array = type === "paths" || type === "list";
+    const ok = array ? Array.isArray(value) && value.every((p) => typeof p === "string") : typeof value === type;
+    const wanted = { paths: "an array of paths", list: "an array of strings" }[type] ?? `a ${type}`;
+    if (!ok) throw new Error(`${where}.${key} must be ${wanted}`);
+    // `protect: false` is what --native-no-protect says.
+    values[flag] = type === "paths" ? value.join(path.delimiter) : key === "protect" ? !value : value;
   }
   return values;
 }
@@ -170,10 +210,21 @@ function readOptions(api) {
     readWrite: pathList(flag("native-sandbox-rw")),
     index: on("native-index"),
     remote: flag("native-remote"),
+    allow: listOf(settings["native-sandbox-allow"], api.getFlag("native-sandbox-allow")),
+    denyRead: listOf(settings["native-deny-read"], api.getFlag("native-deny-read")),
+    denyWrite: listOf(settings["native-deny-write"], api.getFlag("native-deny-write")),
+    protect: !on("native-no-protect"),
+    policyLog: flag("native-policy-log"),
   };
+  if (options.network && options.allow !== undefined) {
+    throw new Error(
+      "--native-sandbox-network and --native-sandbox-allow do not combine: the allow-list is the network",
+    );
+  }
   const sandboxOnly = [
     ["native-sandbox-mode", options.mode !== undefined],
     ["native-sandbox-network", options.network],
+    ["native-sandbox-allow", options.allow !== undefined],
     ["native-sandbox-ro", options.readOnly !== undefined],
     ["native-sandbox-rw", options.readWrite !== undefined],
   ];
@@ -193,6 +244,27 @@ function readOptions(api) {
   return options;
 }
 
+/**
+ * The session's `policy` (absent when it is all defaults) and `onPolicyEvent` (absent without a log): the
+ * log takes each event as one JSON line; a log that cannot be written loses the event, not the tool call.
+ */
+function policyOf(options) {
+  const given = options.denyRead !== undefined || options.denyWrite !== undefined || !options.protect;
+  const policy = given
+    ? {
+        ...(options.denyRead === undefined ? {} : { denyRead: options.denyRead }),
+        ...(options.denyWrite === undefined ? {} : { denyWrite: options.denyWrite }),
+        protect: options.protect,
+      }
+    : undefined;
+  const log = options.policyLog;
+  // A log that cannot be opened is a startup error, not a silent loss of every event.
+  if (log !== undefined && log !== "") appendFileSync(log, "");
+  const onPolicyEvent =
+    log === undefined || log === "" ? undefined : (event) => appendFileSync(log, `${JSON.stringify(event)}\n`);
+  return { policy, onPolicyEvent };
+}
+
 /** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
 function sandboxUnavailable(mode = "auto") {
   const support = sandboxSupport();
@@ -206,7 +278,7 @@ function sandboxUnavailable(mode = "auto") {
 }
 
 /** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
-async function connectRemote(command, { index, signal }) {
+async function connectRemote(command, { index, signal, policy, onPolicyEvent }) {
   const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => {
@@ -214,7 +286,8 @@ async function connectRemote(command, { index, signal }) {
   });
   const spawned = new Promise((_, reject) => child.once("error", reject));
   try {
-    const connection = await Promise.race([connect(child, { index, signal }), spawned]);
+    const options = { index, signal, ...(policy && { policy }), ...(onPolicyEvent && { onPolicyEvent }) };
+    const connection = await Promise.race([connect(child, options), spawned]);
     return { connection, child };
   } catch (err) {
     // What the command said (ssh's reason, a shell's "not found") comes once its pipes close.
@@ -233,8 +306,14 @@ async function connectRemote(command, { index, signal }) {
 
 /** The session's tools and `!` operations from `flags`, in `cwd`. */
 async function start(pi, flags, cwd, signal) {
+  const { policy, onPolicyEvent } = policyOf(flags);
+  const policed = { ...(policy && { policy }), ...(onPolicyEvent && { onPolicyEvent }) };
   if (flags.remote !== undefined) {
-    const { connection, child } = await connectRemote(flags.remote, { index: flags.index || undefined, signal });
+    const { connection, child } = await connectRemote(flags.remote, {
+      index: flags.index || undefined,
+      signal,
+      ...policed,
+    });
     const root = connection.server.root;
     const tools = createRemoteToolDefinitions(root, { connection, pi });
     // pi gives `!` commands its own cwd: the same place on the server.
@@ -263,7 +342,7 @@ async function start(pi, flags, cwd, signal) {
       tools,
       userBash,
       close,
-      status: `remote ${root}${flags.index ? " · index" : ""}`,
+      status: `remote ${root}${flags.index ? " · index" : ""}${policy ? " · policy" : ""}`,
       remote: { localCwd: cwd, root },
       context,
     };
@@ -274,7 +353,7 @@ async function start(pi, flags, cwd, signal) {
     if (why !== null) throw new Error(`no bash sandbox on this machine (${why})`);
     sandbox = {
       ...(flags.mode === undefined ? {} : { mode: flags.mode }),
-      network: flags.network,
+      network: flags.allow === undefined ? flags.network : { allow: flags.allow },
       ...(flags.readOnly === undefined ? {} : { readOnly: flags.readOnly }),
       ...(flags.readWrite === undefined ? {} : { readWrite: flags.readWrite }),
     };
@@ -283,10 +362,11 @@ async function start(pi, flags, cwd, signal) {
     pi,
     ...(sandbox === undefined ? {} : { sandbox }),
     ...(flags.index ? { index: true } : {}),
+    ...policed,
   });
-  // The same shell as the bash tool: sandboxed the same way, over the same workspace.
+  // The same shell as the bash tool: sandboxed the same way, over the same workspace, under the same policy.
   const userBash = createBashOperations(
-    sandbox === undefined ? {} : { sandbox: { ...sandbox, root: cwd, runtimeRoot: cwd } },
+    sandbox === undefined ? {} : { sandbox: { ...sandbox, ...policed, root: cwd, runtimeRoot: cwd } },
   );
   const close = async () => {
     await tools.index?.close();
@@ -294,6 +374,7 @@ async function start(pi, flags, cwd, signal) {
   const parts = ["native tools"];
   if (sandbox !== undefined) parts.push(`sandbox (${flags.mode ?? sandboxSupport().auto})`);
   if (flags.index) parts.push("index");
+  if (policy) parts.push("policy");
   return { tools, userBash, close, status: parts.join(" · ") };
 }
 
