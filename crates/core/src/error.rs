@@ -424,6 +424,10 @@ impl From<io::Error> for Error {
 /// itself carry none: those are mapped by kind, as Node would report them.
 pub fn errno_of(e: &io::Error) -> i32 {
     match e.raw_os_error() {
+        // Windows reports Win32 error codes: mapped as libuv maps them.
+        #[cfg(windows)]
+        Some(code) => crate::root::win_errno(code),
+        #[cfg(not(windows))]
         Some(errno) => errno,
         None => match e.kind() {
             // A NUL byte in an argument.
