@@ -13,8 +13,9 @@
 #                  a stub of the one export wine 8 lacks: Rust's std imports ProcessPrng from
 #                  bcryptprimitives.dll; ours calls BCryptGenRandom. Loaded with
 #                  WINEDLLOVERRIDES=bcryptprimitives=n, copied into the prefix's system32 (scripts/wine-env.sh).
-# Prints the addon's path: pi-native-ops.win32-x64-gnu.node in the checkout (napi's loader is pointed at it
-# with NAPI_RS_NATIVE_LIBRARY_PATH; the loader itself would look for the msvc name).
+# Prints the addon's path: $PI_NATIVE_OPS_WIN_TOOLS/pi-native-ops.win32-x64-gnu.node, outside the checkout's
+# own binaries (which the loader tests pick up); napi's loader is pointed at it with
+# NAPI_RS_NATIVE_LIBRARY_PATH (scripts/wine-env.sh), as it would look for the msvc name.
 #
 #   PI_NATIVE_OPS_WIN_QUICK=1  no LTO, 16 codegen units: the same code in less time, for a test run
 #   --setup-only               only install and prepare, do not build
@@ -88,5 +89,5 @@ if [ "${PI_NATIVE_OPS_WIN_QUICK:-}" = 1 ]; then
 fi
 LIBNODE_PATH="$libnode" CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
   cargo build --release --lib -p pi-native-ops --target "$target" >&2
-cp "target/$target/release/pi_native_ops.dll" pi-native-ops.win32-x64-gnu.node
-echo "$PWD/pi-native-ops.win32-x64-gnu.node"
+cp "target/$target/release/pi_native_ops.dll" "$tools/pi-native-ops.win32-x64-gnu.node"
+echo "$tools/pi-native-ops.win32-x64-gnu.node"

@@ -14,7 +14,7 @@ export WINEDLLOVERRIDES="bcryptprimitives=n;mscoree=;mshtml=;winemenubuilder.exe
 export NODE_SKIP_PLATFORM_CHECK=1
 # The win32 builds of rollup's and esbuild's native parts, for vitest (build-windows.sh unpacks them).
 export NODE_PATH="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\node_modules"
-export NAPI_RS_NATIVE_LIBRARY_PATH=${NAPI_RS_NATIVE_LIBRARY_PATH:-$wine_root/pi-native-ops.win32-x64-gnu.node}
+export NAPI_RS_NATIVE_LIBRARY_PATH=${NAPI_RS_NATIVE_LIBRARY_PATH:-$PI_NATIVE_OPS_WIN_TOOLS/pi-native-ops.win32-x64-gnu.node}
 if [ ! -d "$WINEPREFIX/drive_c/windows/system32" ]; then
   wineboot --init >/dev/null 2>&1 || true
   wineserver -w
