@@ -89,5 +89,5 @@ if [ "${PI_NATIVE_OPS_WIN_QUICK:-}" = 1 ]; then
 fi
 LIBNODE_PATH="$libnode" CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
   cargo build --release --lib -p pi-native-ops --target "$target" >&2
-cp "target/$target/release/pi_native_ops.dll" "$tools/pi-native-ops.win32-x64-gnu.node"
+cp "${CARGO_TARGET_DIR:-target}/$target/release/pi_native_ops.dll" "$tools/pi-native-ops.win32-x64-gnu.node"
 echo "$tools/pi-native-ops.win32-x64-gnu.node"

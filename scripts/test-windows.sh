@@ -30,19 +30,32 @@ CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X8
 
 # The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
 # its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
-# as links (Node's rm under wine would follow them out). Only trees under the wine user's profile (where the
-# suites' temporary directories are) are removed.
+# as links (Node's rm under wine would follow them out), `swap DIR TARGET N` swaps DIR N times between a
+# directory and a link to TARGET. Only paths under the wine user's profile (where the suites' temporary
+# directories are) are removed or swapped.
 links=$(mktemp -d)
 profile="$WINEPREFIX/drive_c/users/"
 (
+  # A command that fails here (an rm racing the suite's own writes) must not end the helper.
+  set +e
   while [ -d "$links" ]; do
     for req in "$links"/*.req; do
       [ -e "$req" ] || continue
       mapfile -t line <"$req"
       status=0
+      # No `..` in what is removed or swapped: it must stay under the profile.
+      [[ "${line[0]}" != link && "${line[1]:-}" == *..* ]] && line[0]=refused
       case "${line[0]}:${line[1]:-}" in
         link:*) ln -s -- "${line[1]}" "${line[2]}" 2>/dev/null || status=$? ;;
-        rmtree:"$profile"?*) if [[ "${line[1]}" == *..* ]]; then status=2; else rm -rf -- "${line[1]}" || status=$?; fi ;;
+        swap:"$profile"?*)
+          # A directory swapped with a link to elsewhere while the suite's calls run (fs-windows.test.js).
+          for ((i = 0; i < ${line[3]:-0}; i++)); do
+            mkdir -- "${line[1]}" 2>/dev/null
+            rm -rf -- "${line[1]}" 2>/dev/null
+            ln -s -- "${line[2]}" "${line[1]}" 2>/dev/null
+            rm -rf -- "${line[1]}" 2>/dev/null
+          done ;;
+        rmtree:"$profile"?*) rm -rf -- "${line[1]}" || status=$? ;;
         *) status=2 ;;
       esac
       echo "$status" >"${req%.req}.tmp-done"

@@ -51,6 +51,17 @@ function wineRequest(op, ...args) {
   if (status !== "0") throw new Error(`wine links: ${op} ${args.join(" ")} failed (${status})`);
 }
 
+/**
+ * Under wine: asks the Linux side to swap `dir` `count` times between an empty directory and a unix
+ * symlink to `target`, without waiting; returns a function telling whether the swapping has ended.
+ */
+export function wineSwapStart(dir, target, count) {
+  const name = path.join(WINE_LINKS, `${process.pid}-${wineRequests++}`);
+  writeFileSync(`${name}.tmp`, `swap\n${unixPath(dir)}\n${unixPath(target)}\n${count}\n`);
+  renameSync(`${name}.tmp`, `${name}.req`);
+  return () => existsSync(`${name}.done`);
+}
+
 function makeSymlink(target, link) {
   if (WINE_LINKS) wineRequest("link", target, link);
   else symlinkSync(target, link);
