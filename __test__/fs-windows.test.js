@@ -9,7 +9,8 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { createBoundFs } from "pi-native-ops";
+import { createBoundFs, createNativeTools } from "pi-native-ops";
+import { runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir, wineSwapStart } from "./helpers/tree.js";
 import { underWine, windows } from "./helpers/windows.js";
 
@@ -238,6 +239,27 @@ describeWindows("the bounded fs on Windows", () => {
       expect(readdirSync(root).filter((n) => n.startsWith("a long") || n.includes("~"))).toEqual([
         "a long file name here.txt",
       ]);
+    });
+  });
+
+  describe("createNativeTools", () => {
+    it("read, write, edit and ls run on the bounded fs; bash, grep and find are pi's own", async () => {
+      const tools = createNativeTools(root);
+      expect(Object.keys(tools).sort()).toEqual(["bash", "edit", "find", "grep", "ls", "read", "write"]);
+      expect((await runTool(tools.read, { path: "a.txt" })).text).toContain("A");
+      expect((await runTool(tools.write, { path: "tools\\made.txt", content: "one\n" })).error).toBeUndefined();
+      expect(
+        (await runTool(tools.edit, { path: "tools/made.txt", edits: [{ oldText: "one", newText: "two" }] })).error,
+      ).toBeUndefined();
+      expect(readFileSync(path.join(root, "tools", "made.txt"), "utf8")).toBe("two\n");
+      expect((await runTool(tools.ls, { path: "tools" })).text).toContain("made.txt");
+      // The refusals reach the model as on Linux.
+      for (const p of ["link-abs-out", "..\\outside\\secret.txt", "a.txt:secret"]) {
+        const r = await runTool(tools.read, { path: p });
+        expect(r.error ?? r.text, p).toMatch(/is outside workspace|EINVAL/);
+      }
+      const r = await runTool(tools.write, { path: "link-dir-out\\new.txt", content: "PWNED" });
+      expect(r.error).toContain("is outside workspace");
     });
   });
 
