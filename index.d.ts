@@ -7,4 +7,5 @@ export * from "./js/tools.js";
 export * from "./js/remote.js";
 export * from "./js/websocket.js";
 export * from "./js/sandboxes.js";
+export type { Policy, PolicyEvent, PolicyEventsDropped } from "./js/policy-events.js";
 export type { PiModule } from "./js/pi.js";

@@ -31,7 +31,7 @@ export declare class BashExecution {
 export declare class BashSandboxHandle {
   constructor(spec: BashSandbox)
   /** `bashSpawn` in this sandbox (`request.sandbox` is ignored). */
-  spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+  spawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void): BashExecution
 }
 
 /** A workspace root: every path is resolved beneath it, race-free. */
@@ -39,8 +39,9 @@ export declare class BoundRoot {
   /**
    * Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
    * With `index`, starts building the root's warm search index in the background (Linux).
+   * `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
    */
-  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null)
+  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null, policy?: PolicyConfig | undefined | null)
   /**
    * The index's stats now. In the thread pool: the index applies pending changes first, which
    * after a burst of them (a checkout) is more than a JS-thread call should do.
@@ -98,6 +99,10 @@ export interface BashSandbox {
   runtimeRoot?: string
   /** Share the host's network; default false. */
   network?: boolean
+  /** With `network` off: the hosts reachable through the sandbox's proxy (namespaces mode). */
+  networkAllow?: Array<string>
+  /** `[host pattern, header name, value]` triples added to plain `http://` requests. */
+  networkHeaders?: Array<Array<string>>
   readOnly?: Array<string>
   readWrite?: Array<string>
   /** `KEY=VALUE` entries added to the sandbox's clean environment. */
@@ -117,7 +122,7 @@ export interface BashSandbox {
  * Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
  * `onEvent(null, exitCode, killed)` comes last, exactly once.
  */
-export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void): BashExecution
+export declare function bashSpawn(request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void): BashExecution
 
 export interface BashSpawnRequest {
   /** pi's `shellPath`; absent: found as pi finds one (`exec::preflight`). */
@@ -218,6 +223,31 @@ export interface OpenedFile {
   fd: number
   size: number
   isFile: boolean
+}
+
+/**
+ * `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
+ * core's defaults, the protected paths included).
+ */
+export interface PolicyConfig {
+  denyRead?: Array<string>
+  denyWrite?: Array<string>
+  protect?: boolean
+}
+
+/** A policy event as `onPolicyEvent` receives it (the JS layer orders the keys and fills nulls). */
+export interface PolicyEventJs {
+  tool: string
+  /** `"read"`, `"write"` or `"connect"`. */
+  access: string
+  path?: string
+  host?: string
+  port?: number
+  rule?: string
+  allowed: boolean
+  /** Milliseconds since the Unix epoch. */
+  time: number
+  command?: string
 }
 
 /**

@@ -258,6 +258,31 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     expect(log.kills).toBe(1);
   });
 
+  it("passes policy and onPolicyEvent to the server, type-checked before anything starts", async () => {
+    const log = newLog();
+    const sandbox = fake(log);
+    await expect(connectTo(sandbox, { root: vm, policy: { denyRead: ".env" } })).rejects.toThrow(
+      `${name}: options.policy.denyRead must be an array of strings`,
+    );
+    await expect(connectTo(sandbox, { root: vm, onPolicyEvent: true })).rejects.toThrow(TypeError);
+    expect(log.started).toEqual([]);
+    const opts = { root: vm, serverPath: path.join(vm, `${name}-policy`), binary: bin, host: "127.0.0.1" };
+    // The server's core compiled it: its refusal of a rule is connect's error.
+    await expect(
+      connectTo(sandbox, { ...opts, port: await freePort(), policy: { denyRead: ["a{b"] } }),
+    ).rejects.toThrow(/^policy\.denyRead: invalid rule "a\{b"/);
+    expect(log.kills).toBe(1);
+    const connection = await connectTo(sandbox, {
+      ...opts,
+      port: await freePort(),
+      policy: { denyRead: ["*.pem"] },
+      onPolicyEvent: () => {},
+    });
+    writeFileSync(path.join(vm, "policy.txt"), "ok");
+    expect((await connection.fs.read.readFile(path.join(vm, "policy.txt"))).toString()).toBe("ok");
+    await connection.close();
+  });
+
   it("says what is missing from an object that is not such a sandbox", async () => {
     await expect(connectTo({}, { root: "/" })).rejects.toThrow(/the sandbox object has no/);
     await expect(connectTo(fake(newLog()), {})).rejects.toThrow(/options.root/);

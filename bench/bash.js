@@ -1,6 +1,7 @@
 // Bench: native BashOperations vs pi's createLocalBashOperations, same process, medians.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -163,6 +164,7 @@ export async function sandboxRows(ctx) {
         ),
       );
     }
+    rows.push(...(await proxyRows(ctx, root, sandboxed)));
     // Metadata calls in bulk: what a sandbox's per-call checks cost (1,000 utimensat, then 1,000 fchmodat).
     const files = 1000;
     for (let i = 0; i < files; i++) writeFileSync(path.join(root, `f${String(i).padStart(4, "0")}`), "");
@@ -186,6 +188,69 @@ export async function sandboxRows(ctx) {
     return rows;
   } finally {
     rmSync(root, { recursive: true, force: true });
+  }
+}
+
+/** Bytes of the proxy's download row: 100 MB, the issue's figure. */
+const PROXY_DOWNLOAD_BYTES = 100e6;
+
+/**
+ * The network allow-list (`network: { allow }`): sandboxed `true` with it vs without (the proxy must not
+ * slow a command's start), and 100 MB from a loopback HTTP server through the proxy (curl in the sandbox)
+ * vs curl in a sandbox sharing the host's network, straight to the server.
+ */
+async function proxyRows(ctx, root, sandboxed) {
+  if (spawnSync("curl", ["--version"]).status !== 0) {
+    ctx.log("bash: no curl on PATH, the network allow-list rows are skipped");
+    return [];
+  }
+  const body = Buffer.alloc(PROXY_DOWNLOAD_BYTES, 0x61);
+  const server = http.createServer((_req, res) => {
+    res.writeHead(200, { "Content-Length": body.length, Connection: "close" });
+    res.end(body);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  try {
+    const allowed = ctx.native.createBashOperations({ sandbox: { root, network: { allow: ["localhost"] } } });
+    const run = (ops, command, cwd) => async () => {
+      let out = "";
+      await ops.exec(command, cwd, {
+        onData(c) {
+          out += c;
+        },
+      });
+      return out;
+    };
+    const rows = [
+      await compare(
+        "bash sandboxed `true` with network.allow vs without (namespaces)",
+        "-",
+        run(allowed, "true", "/workspace"),
+        run(sandboxed, "true", "/workspace"),
+        { runs: 60, warmup: 5, target: "≤ 1.05×", note: "stock = the same sandbox without the allow-list" },
+      ),
+    ];
+    // Both sides sandboxed alike (the same start cost), so the row measures the path only.
+    const shared = ctx.native.createBashOperations({ sandbox: { root, network: true } });
+    const curl = (host) => `curl -sS -o /dev/null -w '%{size_download}' http://${host}:${port}/`;
+    const through = run(allowed, curl("localhost"), "/workspace");
+    const direct = run(shared, curl("127.0.0.1"), "/workspace");
+    for (const side of [through, direct]) {
+      const got = Number(await side());
+      if (got !== PROXY_DOWNLOAD_BYTES) throw new Error(`the proxy row downloaded ${got} bytes`);
+    }
+    const row = await compare("bash 100 MB download via the allow-list proxy vs direct", "-", through, direct, {
+      runs: 10,
+      warmup: 2,
+      target: "≤ 1.25× (≥ 0.8× throughput)",
+      note: "curl in a sandbox through the proxy vs curl in a sandbox with network: true, same loopback HTTP server",
+    });
+    row.note += `; ${(PROXY_DOWNLOAD_BYTES / 1e6 / (row.nativeMs / 1000)).toFixed(0)} vs ${(PROXY_DOWNLOAD_BYTES / 1e6 / (row.stockMs / 1000)).toFixed(0)} MB/s, throughput ${(row.stockMs / row.nativeMs).toFixed(2)}×`;
+    rows.push(row);
+    return rows;
+  } finally {
+    server.close();
   }
 }
 

@@ -33,7 +33,7 @@ preferOnPath(rg, fd);
 
 const ctx = { pi, piName, corpora, rg, fd, native, log, repo };
 const rows = [];
-for (const capability of ["fs", "bash", "find", "grep", "remote", "websocket", "index", "pi-extension"]) {
+for (const capability of ["fs", "bash", "find", "grep", "policy", "remote", "websocket", "index", "pi-extension"]) {
   if (only.length && !only.includes(capability)) continue;
   const file = path.join(here, `${capability}.js`);
   if (!existsSync(file)) {

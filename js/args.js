@@ -93,3 +93,84 @@ export function checkIndexOption(value, what = "index") {
   if (maxFileBytes !== undefined) options.maxFileBytes = maxFileBytes;
   return options;
 }
+
+/** The options the `policy` option may hold (crates/core/src/policy.rs's PolicySpec). */
+const POLICY_KEYS = ["denyRead", "denyWrite", "protect"];
+
+/**
+ * Validates the `policy` option (types only; the core parses the rules and names a bad one):
+ * `undefined` (the core's defaults: the protected paths) or `{ denyRead?, denyWrite?, protect? }`, the
+ * lists arrays of strings. Returns an object with only the given keys, `{}` when absent.
+ */
+export function checkPolicyOption(value, what = "policy") {
+  if (value === undefined) return {};
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    const shown = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
+    throw new TypeError(`${what} must be an object { denyRead?, denyWrite?, protect? }, got ${shown}`);
+  }
+  for (const key of Object.keys(value)) {
+    if (!POLICY_KEYS.includes(key)) {
+      throw new TypeError(`${what}.${key} is not a policy option (the options are ${POLICY_KEYS.join(", ")})`);
+    }
+  }
+  const policy = {};
+  for (const key of ["denyRead", "denyWrite"]) {
+    const list = value[key];
+    if (list === undefined) continue;
+    if (!Array.isArray(list)) throw new TypeError(`${what}.${key} must be an array of strings`);
+    for (const [i, rule] of list.entries()) checkString(rule, `${what}.${key}[${i}]`);
+    policy[key] = [...list];
+  }
+  if (value.protect !== undefined) {
+    if (typeof value.protect !== "boolean") throw new TypeError(`${what}.protect must be a boolean`);
+    policy.protect = value.protect;
+  }
+  return policy;
+}
+
+/** Validates the `onPolicyEvent` option: absent, or a function. */
+export function checkOnPolicyEvent(value, what = "onPolicyEvent") {
+  if (value !== undefined && typeof value !== "function") {
+    throw new TypeError(`${what} must be a function, got ${value === null ? "null" : typeof value}`);
+  }
+  return value;
+}
+
+/** Whether two `policy` options (as given, or absent) say the same. */
+export function samePolicy(a, b) {
+  const norm = (p) => {
+    const c = checkPolicyOption(p);
+    return JSON.stringify([c.denyRead ?? [], c.denyWrite ?? [], c.protect ?? true]);
+  };
+  return norm(a) === norm(b);
+}
+
+/** Where each native root's refusals are reported (the `onPolicyEvent` of its createBoundFs). */
+const reporterOf = new WeakMap();
+
+/**
+ * Builds the reporter of a native root: `report(tool, access, err, path)` calls `onPolicyEvent` with the event
+ * of a policy refusal (an error with an own `rule`, set by src/error.rs) of `path` (as the tool gave it: runtime
+ * form) and returns `err`. A callback that throws is ignored: reporting never changes what the tool does.
+ */
+export function registerPolicyEvents(root, onPolicyEvent) {
+  const report = (tool, access, err, path) => {
+    if (onPolicyEvent === undefined || err === null || typeof err !== "object" || !Object.hasOwn(err, "rule")) {
+      return err;
+    }
+    const event = { tool, access, path, rule: err.rule ?? null, allowed: false, time: Date.now() };
+    try {
+      onPolicyEvent(event);
+    } catch {
+      // The caller's bug must not become the tool's.
+    }
+    return err;
+  };
+  reporterOf.set(root, report);
+  return report;
+}
+
+/** The reporter of a native root (a no-op for one made elsewhere, e.g. by `glob()`). */
+export function policyReporterOf(root) {
+  return (root && reporterOf.get(root)) ?? ((_tool, _access, err) => err);
+}

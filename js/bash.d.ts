@@ -1,3 +1,5 @@
+import type { Policy, PolicyEvent } from "./fs.js";
+
 /** Options of {@link createBashOperations}. */
 export interface NativeBashOptions {
   /** Shell to run commands with; default as pi: /bin/bash, else bash on PATH, else sh. */
@@ -25,8 +27,12 @@ export interface SandboxOptions {
    * Default `/workspace`. Landlock mode cannot remap paths: there it must equal `root`.
    */
   runtimeRoot?: string;
-  /** Share the host's network. Default `false`: nothing of the host's network, its loopback included. */
-  network?: boolean;
+  /**
+   * Share the host's network. Default `false`: nothing of the host's network, its loopback included.
+   * `{ allow }` (namespaces mode; Landlock mode throws `ESANDBOX`): no network but through a proxy this
+   * package runs, which lets through only the hosts listed (see {@link SandboxNetworkAllow}).
+   */
+  network?: boolean | SandboxNetworkAllow;
   /**
    * Extra host paths visible read-only, at the same path. One inside the workspace or a `readWrite` path
    * stays read-only there too (namespaces mode); Landlock mode cannot enforce that and throws `ESANDBOX`.
@@ -46,6 +52,32 @@ export interface SandboxOptions {
    * temp directory is on the host's `/tmp` and not bounded by it.
    */
   tmpSize?: number;
+  /** The workspace policy in the shell (docs/policy.md). */
+  policy?: Policy;
+  /**
+   * Called with each refusal of the policy in the shell, and each connection the allow-list proxy
+   * allowed or refused (`access: "connect"`). A callback that throws is ignored.
+   */
+  onPolicyEvent?: (event: PolicyEvent) => void;
+}
+
+/**
+ * The sandbox's network allow-list: its commands reach the hosts listed, and nothing else, through an
+ * HTTP proxy on Node's side (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and their lowercase forms point at
+ * it; plain `http://` requests and `CONNECT` tunnels). Names are resolved by the proxy, not in the sandbox.
+ */
+export interface SandboxNetworkAllow {
+  /**
+   * `registry.npmjs.org` (exactly that name), `*.github.com` (its subdomains, not `github.com` itself),
+   * or an IP address (allowed only when listed literally: `localhost` does not allow `127.0.0.1`).
+   */
+  allow: string[];
+  /**
+   * Headers the proxy adds to plain `http://` requests to a host (same patterns as `allow`), replacing
+   * any of the same name: `{ "npm.internal": { Authorization: "Bearer …" } }`. HTTPS goes through a
+   * `CONNECT` tunnel whose TLS the proxy cannot change: headers never apply to it.
+   */
+  headers?: Record<string, Record<string, string>>;
 }
 
 /** What this machine offers for `createBashOperations({ sandbox })`. */

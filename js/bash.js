@@ -5,7 +5,7 @@
 // the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
-import { checkObject, checkPath, checkString } from "./args.js";
+import { checkObject, checkOnPolicyEvent, checkPath, checkPolicyOption, checkString } from "./args.js";
 import { native } from "./native.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -67,7 +67,40 @@ const SANDBOX_KEYS = [
   "mode",
   "maxProcesses",
   "tmpSize",
+  "policy",
+  "onPolicyEvent",
 ];
+const NETWORK_KEYS = ["allow", "headers"];
+
+/**
+ * `network`: a boolean, or `{ allow, headers? }` (the allow-list proxy), into the native fields. The
+ * entries themselves are checked by the core (a bad one throws ESANDBOX naming it).
+ */
+function checkNetwork(network, what) {
+  if (typeof network === "boolean") return { network };
+  if (network === null || typeof network !== "object" || Array.isArray(network)) {
+    throw new TypeError(`${what} must be a boolean or { allow: string[], headers?: object }`);
+  }
+  for (const key of Object.keys(network)) {
+    if (!NETWORK_KEYS.includes(key)) throw new TypeError(`${what}: unknown option "${key}"`);
+  }
+  const { allow, headers = {} } = network;
+  if (!Array.isArray(allow) || !allow.every((host) => typeof host === "string")) {
+    throw new TypeError(`${what}.allow must be an array of host names`);
+  }
+  checkObject(headers, `${what}.headers`);
+  const networkHeaders = [];
+  for (const [host, fields] of Object.entries(headers)) {
+    checkObject(fields, `${what}.headers[${JSON.stringify(host)}]`);
+    for (const [name, value] of Object.entries(fields)) {
+      if (typeof value !== "string") {
+        throw new TypeError(`${what}.headers[${JSON.stringify(host)}].${name} must be a string`);
+      }
+      networkHeaders.push([host, name, value]);
+    }
+  }
+  return { network: false, networkAllow: [...allow], networkHeaders };
+}
 
 function checkPathList(list, what) {
   if (!Array.isArray(list)) throw new TypeError(`${what} must be an array of absolute paths`);
@@ -94,7 +127,11 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   }
   // Absent: the core's default.
   if (runtimeRoot !== undefined) checkPath(runtimeRoot, `${what}.runtimeRoot`);
-  if (typeof network !== "boolean") throw new TypeError(`${what}.network must be a boolean`);
+  const networkFields = checkNetwork(network, `${what}.network`);
+  const { onPolicyEvent } = sandbox;
+  if (onPolicyEvent !== undefined && typeof onPolicyEvent !== "function") {
+    throw new TypeError(`${what}.onPolicyEvent must be a function`);
+  }
   checkObject(env, `${what}.env`);
   for (const [key, value] of Object.entries(env)) {
     if (typeof value !== "string") throw new TypeError(`${what}.env.${key} must be a string`);
@@ -112,6 +149,9 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   ) {
     throw new TypeError(`${what}.maxProcesses must be a positive integer`);
   }
+  // The policy (docs/policy.md) is validated here; enforcing it in the sandbox is the shell's part.
+  checkPolicyOption(sandbox.policy, `${what}.policy`);
+  checkOnPolicyEvent(sandbox.onPolicyEvent, `${what}.onPolicyEvent`);
   const { tmpSize } = sandbox;
   if (tmpSize !== undefined && !(Number.isSafeInteger(tmpSize) && tmpSize > 0)) {
     throw new TypeError(`${what}.tmpSize must be a positive integer (bytes)`);
@@ -119,13 +159,38 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
   return {
     root,
     runtimeRoot: runtimeRoot === undefined ? undefined : path.resolve(runtimeRoot),
-    network,
+    ...networkFields,
     readOnly: checkPathList(readOnly, `${what}.readOnly`),
     readWrite: checkPathList(readWrite, `${what}.readWrite`),
     env: envEntries(env),
     mode,
     maxProcesses,
     tmpSize,
+    onPolicyEvent,
+  };
+}
+
+/**
+ * The `onPolicyEvent` the native side calls: the binding's event as the documented plain object (these
+ * keys in this order, absent ones omitted, `rule` null when none). A callback that throws is ignored:
+ * it must never crash Node nor stop the command.
+ */
+function policyEventHandler(onPolicyEvent) {
+  if (onPolicyEvent === undefined) return undefined;
+  return (e) => {
+    const event = { tool: e.tool, access: e.access };
+    if (e.path !== undefined && e.path !== null) event.path = e.path;
+    if (e.host !== undefined && e.host !== null) event.host = e.host;
+    if (e.port !== undefined && e.port !== null) event.port = e.port;
+    event.rule = e.rule ?? null;
+    event.allowed = e.allowed;
+    event.time = e.time;
+    if (e.command !== undefined && e.command !== null) event.command = e.command;
+    try {
+      onPolicyEvent(event);
+    } catch {
+      // The caller's bug is not the command's failure.
+    }
   };
 }
 
@@ -161,7 +226,10 @@ export function createBashOperations(options = {}) {
   if (shellPath !== undefined && typeof shellPath !== "string") {
     throw new TypeError("createBashOperations: shellPath must be a string");
   }
-  const sandbox = options.sandbox === undefined ? undefined : checkSandboxOptions(options.sandbox);
+  const checked = options.sandbox === undefined ? undefined : checkSandboxOptions(options.sandbox);
+  const { onPolicyEvent, ...sandboxFields } = checked ?? {};
+  const sandbox = checked && sandboxFields;
+  const onPolicy = policyEventHandler(onPolicyEvent);
   // Made now: the configured paths are resolved here, once, so that nothing a command plants later
   // redirects them (an unusable one throws ESANDBOX). What every command shares (namespaces mode:
   // the template namespaces with the root built) is made by the first exec and kept by this handle
@@ -214,9 +282,9 @@ export function createBashOperations(options = {}) {
         try {
           // pi's missing-shell and missing-cwd errors and Node's `spawn <shell> <CODE>`: the core's.
           if (sandboxHandle) {
-            execution = sandboxHandle.spawn(request, onEvent);
+            execution = sandboxHandle.spawn(request, onEvent, onPolicy);
           } else {
-            execution = native.bashSpawn(request, onEvent);
+            execution = native.bashSpawn(request, onEvent, onPolicy);
           }
         } catch (err) {
           reject(err);

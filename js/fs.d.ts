@@ -11,6 +11,51 @@ export interface BoundFsOptions {
    * the defaults. Off by default. Elsewhere the index stays aside (`fs.index` says why) and searches walk.
    */
   index?: boolean | IndexOptions;
+  /**
+   * What no tool may read or write (docs/policy.md). Absent: `{ protect: true }`, the protected defaults only.
+   * A rule that does not parse throws at creation, naming the option and the rule.
+   */
+  policy?: Policy;
+  /**
+   * Called with each refusal of the policy. Called synchronously as the refused operation fails; a callback
+   * that throws is ignored (it never changes what the tool does).
+   */
+  onPolicyEvent?: (event: PolicyEvent) => void;
+}
+
+/**
+ * The workspace policy: gitignore lines relative to the workspace root (`.env` and `*.pem` at any depth,
+ * `secrets/` a directory at any depth, `/build` only at the root, `!keep.pem` takes a path back), matched
+ * case-sensitively on Linux. A path beneath a denied directory cannot be taken back (as in git).
+ */
+export interface Policy {
+  /** Paths no tool reads, lists, finds or searches (refused when named; silently left out of listings). */
+  denyRead?: string[];
+  /** Paths no tool writes or creates. */
+  denyWrite?: string[];
+  /**
+   * The protected defaults: paths that run code on the host later (`.git/hooks/`, `.git/config`, `.envrc`,
+   * the editors' task files, a home directory's shell start files) refused to write. Default `true`.
+   */
+  protect?: boolean;
+}
+
+/** One refusal (or, from the sandbox's proxy, one connection decision). Absent keys are omitted. */
+export interface PolicyEvent {
+  tool: "read" | "write" | "edit" | "ls" | "find" | "grep" | "bash";
+  access: "read" | "write" | "connect";
+  /** The path as the tool gave it (runtime form). */
+  path?: string;
+  host?: string;
+  port?: number;
+  /** The rule that decided, or null. */
+  rule: string | null;
+  /** `false` for a refusal; `true` only for an allowed connection. */
+  allowed: boolean;
+  /** When, in milliseconds since the epoch. */
+  time: number;
+  /** For `bash`: the command. */
+  command?: string;
 }
 
 /** Options of the warm search index. */

@@ -6,6 +6,7 @@
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
+import { checkOnPolicyEvent, checkPolicyOption, registerPolicyEvents } from "./args.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
@@ -94,9 +95,43 @@ export function createBoundFs(root, options = {}) {
   const hostRoot = path.resolve(root);
   const runtimeRoot = options.runtimeRoot === undefined ? hostRoot : checkPath(options.runtimeRoot, "runtimeRoot");
   const index = checkIndexOption(options.index);
+  const policy = checkPolicyOption(options.policy);
+  const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent);
   const unsupported = index === null ? null : native.indexUnsupported();
   const indexed = index !== null && unsupported === null;
-  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined);
+  // The core compiles the policy (a bad rule is its error, naming the option and the rule).
+  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined, policy);
+  const report = registerPolicyEvents(bound, onPolicyEvent);
+  /**
+   * `op` with its policy refusals reported as `tool`'s `access` of its path argument (the `at`th); as is
+   * without a callback.
+   */
+  const reported = (tool, access, op, at = 0) =>
+    onPolicyEvent === undefined
+      ? op
+      : async (...args) => {
+          try {
+            return await op(...args);
+          } catch (err) {
+            throw report(tool, access, err, args[at]);
+          }
+        };
+  /** Which access refused edit's `access` ("rw"): what cannot be read is refused as a read. */
+  const editAccess = async (p) => {
+    try {
+      return bound.access(checkPath(p), "rw");
+    } catch (err) {
+      let access = "write";
+      if (Object.hasOwn(err, "rule")) {
+        try {
+          bound.access(p, "r");
+        } catch (probe) {
+          if (Object.hasOwn(probe, "rule")) access = "read";
+        }
+      }
+      throw report("edit", access, err, p);
+    }
+  };
 
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
@@ -114,11 +149,18 @@ export function createBoundFs(root, options = {}) {
 
   /** Streams the file as pi's own reader does: a regular file up to its size at open time. */
   async function* createReadStream(p, _options) {
+    let opened;
+    try {
+      if (WINDOWS) opened = await bound.openReader(checkPath(p));
+      else opened = await bound.openRead(checkPath(p));
+    } catch (err) {
+      throw report("read", "read", err, p);
+    }
     if (WINDOWS) {
-      yield* readerChunks(await bound.openReader(checkPath(p)));
+      yield* readerChunks(opened);
       return;
     }
-    const { fd, size, isFile } = await bound.openRead(checkPath(p));
+    const { fd, size, isFile } = opened;
     const end = isFile && size > 0 ? size - 1 : undefined;
     const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: CHUNK, start: 0, end });
     try {
@@ -131,36 +173,42 @@ export function createBoundFs(root, options = {}) {
   const fs = {
     root: hostRoot,
     runtimeRoot: path.resolve(runtimeRoot),
+    // Each tool's operations report its own refusals (read and edit both read files).
     read: {
-      readFile,
-      access: async (p) => bound.access(checkPath(p), "r"),
-      detectImageMimeType: async (p) => bound.detectImageMimeType(checkPath(p)),
+      readFile: reported("read", "read", readFile),
+      access: reported("read", "read", async (p) => bound.access(checkPath(p), "r")),
+      detectImageMimeType: reported("read", "read", async (p) => bound.detectImageMimeType(checkPath(p))),
       createReadStream,
     },
     write: {
-      writeFile,
-      mkdir: async (dir) => bound.mkdir(checkPath(dir, "dir")),
+      writeFile: reported("write", "write", writeFile),
+      mkdir: reported("write", "write", async (dir) => bound.mkdir(checkPath(dir, "dir"))),
     },
     edit: {
-      readFile,
-      writeFile,
-      access: async (p) => bound.access(checkPath(p), "rw"),
+      readFile: reported("edit", "read", readFile),
+      writeFile: reported("edit", "write", writeFile),
+      access: editAccess,
     },
     ls: {
-      // The core's answer (`Root::exists_inside`): false when missing, the refusal when outside.
-      exists: async (p) => native.rootExists(handle, checkPath(p)),
-      stat,
+      // The core's answer (`Root::exists_inside`): false when missing, the refusal when outside or denied.
+      exists: reported("ls", "read", async (p) => native.rootExists(handle, checkPath(p))),
+      stat: reported("ls", "read", stat),
       // A small directory is listed right away; a larger one in the thread pool.
-      readdir: async (p) => {
+      readdir: reported("ls", "read", async (p) => {
         const dir = checkPath(p);
         return bound.readdirSmall(dir) ?? bound.readdir(dir);
-      },
+      }),
     },
   };
   registerBoundFs(fs, bound);
   // find walks with the unix walker; on Windows its glob says so when called.
-  fs.find = WINDOWS ? unsupportedFind(handle) : createFindOperations(bound, fs);
-  fs.grep = createGrepOperations(bound, fs);
+  const find = WINDOWS ? unsupportedFind(handle) : createFindOperations(bound, fs);
+  fs.find = { exists: reported("find", "read", find.exists), glob: reported("find", "read", find.glob, 1) };
+  const grep = createGrepOperations(bound, { ls: { stat }, read: { readFile } });
+  fs.grep = {
+    isDirectory: reported("grep", "read", grep.isDirectory),
+    readFile: reported("grep", "read", grep.readFile),
+  };
   if (index !== null) fs.index = indexFace(bound, unsupported);
   return fs;
 }

@@ -5,7 +5,7 @@ import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { piOf } from "./pi.js";
-import { boundRootOf, checkNumber, checkObject, checkOptional } from "./args.js";
+import { boundRootOf, checkNumber, checkObject, checkOptional, policyReporterOf } from "./args.js";
 
 const MAX_BYTES = 50 * 1024;
 const MAX_LINE_CHARS = 500;
@@ -51,7 +51,8 @@ function runSearch(bound, request, signal) {
       },
       (err) => {
         if (signal?.aborted) throw abortedError(abort.filesSearched);
-        throw err; // Node-shaped natively (src/error.rs)
+        // Node-shaped natively (src/error.rs); a policy refusal is reported as the grep tool's.
+        throw policyReporterOf(bound)("grep", "read", err, request.path);
       },
     )
     .finally(() => signal?.removeEventListener("abort", onAbort));

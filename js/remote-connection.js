@@ -3,6 +3,7 @@
 // and the errors an answer becomes. It knows no operation; js/remote-operations.js builds those on it.
 import { createRequire } from "node:module";
 import path from "node:path";
+import { deliver, eventOf } from "./policy-events.js";
 
 const require = createRequire(import.meta.url);
 /** This package's version, sent in the handshake. */
@@ -48,6 +49,8 @@ const NODE_ERROR_FIELDS = [
   ["code", "string"],
   ["syscall", "string"],
   ["path", "string"],
+  // The policy rule of a Protected refusal, after `path` as the binding sets it.
+  ["rule", "string"],
 ];
 
 /**
@@ -127,6 +130,8 @@ export class Connection {
     this.buffered = 0;
     this.frame = null; // { headerBytes, payloadBytes } once a prefix is read
     this.handshake = null;
+    // connect()'s onPolicyEvent: receives the server's event frames.
+    this.onPolicyEvent = undefined;
     this.attachInput(input, child);
     this.attachOutput(output, input);
   }
@@ -408,6 +413,11 @@ export class Connection {
       return this.fail(`server error: ${typeof message === "string" ? message : "(no message)"}`);
     }
     if (this.server === null) return this.greet(header);
+    if (header.t === "event") return deliver(this.onPolicyEvent, eventOf(header));
+    if (header.t === "eventsDropped") {
+      const dropped = typeof header.count === "number" ? header.count : 0;
+      return deliver(this.onPolicyEvent, { dropped, time: Date.now() });
+    }
     const call = this.pending.get(header.id);
     if (!call) return; // a call already settled (cancelled, or failed client-side): nothing waits
     switch (header.t) {

@@ -6,7 +6,23 @@ import { checkExecArguments, envEntries } from "./bash.js";
 import { checkOptions } from "./find.js";
 import { abortedError, createGrepOperations } from "./grep.js";
 import { closedErrors, frameFields } from "./remote-connection.js";
+import { emitRefusal } from "./policy-events.js";
 import { createIndexFace, emptyIndexStats } from "./search-index.js";
+
+/**
+ * `fn` reporting its policy refusals to the connection's onPolicyEvent as `tool` (the pi tool whose
+ * Operations it is) attempting `access` on its first argument, the path.
+ */
+function reporting(conn, tool, access, fn) {
+  return async (p, ...rest) => {
+    try {
+      return await fn(p, ...rest);
+    } catch (err) {
+      emitRefusal(conn.onPolicyEvent, tool, access, p, err);
+      throw err;
+    }
+  };
+}
 
 /** `exec` over the connection; env policy as {@link connect} documents. */
 export function remoteBashOperations(conn, { shellPath, forwardEnv }) {
@@ -88,6 +104,10 @@ export function remoteSearch(conn) {
     const onAbort = () => conn.cancel(id);
     signal?.addEventListener("abort", onAbort, { once: true });
     return promise
+      .catch((err) => {
+        emitRefusal(conn.onPolicyEvent, "grep", "read", request.path, err);
+        throw err;
+      })
       .then(
         ({ header }) => {
           if (signal?.aborted) throw abortedError(header.filesSearched ?? 0);
@@ -179,47 +199,93 @@ export function remoteFs(conn) {
     }
   }
 
+  /** createReadStream, reporting a refusal (which comes as the stream's error) as the read tool's. */
+  async function* readStreamReporting(p, options) {
+    try {
+      yield* createReadStream(p, options);
+    } catch (err) {
+      emitRefusal(conn.onPolicyEvent, "read", "read", p, err);
+      throw err;
+    }
+  }
+
+  const access = (mode) => async (p) => {
+    await conn.call("access", { path: checkPath(p), mode });
+  };
+  const mkdir = async (dir) => {
+    await conn.call("mkdir", { path: checkPath(dir, "dir") });
+  };
+  const exists = async (p) => (await conn.call("exists", { path: checkPath(p) })).exists;
+  const readdir = async (p) => (await conn.call("readdir", { path: checkPath(p) })).names;
+  const findExists = async (p) => (await conn.call("findExists", { path: path.resolve(checkPath(p, "path")) })).exists;
+  const detectImageMimeType = async (p) =>
+    (await conn.call("detectImageMimeType", { path: checkPath(p) })).mime ?? null;
+  const glob = async (cwd, pattern, options) => {
+    checkString(pattern, "pattern");
+    const dir = path.resolve(checkPath(cwd, "cwd"));
+    const { ignore, limit } = checkOptions(options);
+    const answer = await conn.call("glob", { pattern, cwd: dir, ignore, limit: wireNumber(limit) });
+    return answer.paths;
+  };
+  /** edit's access ("rw"): a refusal is reported as a read when the path cannot be read either. */
+  const editAccess = async (p) => {
+    try {
+      await access("rw")(p);
+    } catch (err) {
+      let kind = "write";
+      if (
+        typeof conn.onPolicyEvent === "function" &&
+        err !== null &&
+        typeof err === "object" &&
+        Object.hasOwn(err, "rule")
+      ) {
+        try {
+          await access("r")(p);
+        } catch (probe) {
+          if (probe !== null && typeof probe === "object" && Object.hasOwn(probe, "rule")) kind = "read";
+        }
+      }
+      emitRefusal(conn.onPolicyEvent, "edit", kind, p, err);
+      throw err;
+    }
+  };
+  // Each tool's Operations report their refusals as that tool's (the same call serves several tools).
+  const read = (tool, fn) => reporting(conn, tool, "read", fn);
+  const write = (tool, fn) => reporting(conn, tool, "write", fn);
+  const findGlob = read("find", glob);
   const fs = {
     root,
     runtimeRoot: root,
     read: {
-      readFile,
-      access: async (p) => {
-        await conn.call("access", { path: checkPath(p), mode: "r" });
-      },
-      detectImageMimeType: async (p) => (await conn.call("detectImageMimeType", { path: checkPath(p) })).mime ?? null,
-      createReadStream,
+      readFile: read("read", readFile),
+      access: read("read", access("r")),
+      detectImageMimeType: read("read", detectImageMimeType),
+      createReadStream: readStreamReporting,
     },
     write: {
-      writeFile,
-      mkdir: async (dir) => {
-        await conn.call("mkdir", { path: checkPath(dir, "dir") });
-      },
+      writeFile: write("write", writeFile),
+      mkdir: write("write", mkdir),
     },
     edit: {
-      readFile,
-      writeFile,
-      access: async (p) => {
-        await conn.call("access", { path: checkPath(p), mode: "rw" });
-      },
+      readFile: read("edit", readFile),
+      writeFile: write("edit", writeFile),
+      access: editAccess,
     },
     ls: {
-      exists: async (p) => (await conn.call("exists", { path: checkPath(p) })).exists,
-      stat,
-      readdir: async (p) => (await conn.call("readdir", { path: checkPath(p) })).names,
+      exists: read("ls", exists),
+      stat: read("ls", stat),
+      readdir: read("ls", readdir),
     },
     find: {
-      exists: async (p) => (await conn.call("findExists", { path: path.resolve(checkPath(p, "path")) })).exists,
-      glob: async (pattern, cwd, options) => {
-        checkString(pattern, "pattern");
-        const dir = path.resolve(checkPath(cwd, "cwd"));
-        const { ignore, limit } = checkOptions(options);
-        const answer = await conn.call("glob", { pattern, cwd: dir, ignore, limit: wireNumber(limit) });
-        return answer.paths;
-      },
+      exists: read("find", findExists),
+      // The refusal names the directory searched.
+      glob: (pattern, cwd, options) => findGlob(cwd, pattern, options),
     },
   };
-  fs.grep = createGrepOperations(null, fs);
+  fs.grep = createGrepOperations(null, {
+    ls: { stat: read("grep", stat) },
+    read: { readFile: read("grep", readFile) },
+  });
   return fs;
 }
 

@@ -4,6 +4,7 @@ import type { NativeBashOperations } from "./bash.js";
 import type { BoundFs, IndexOptions } from "./fs.js";
 import type { GrepOptions, GrepResult } from "./grep.js";
 import type { BashSpawnHook, PiModule } from "./pi.js";
+import type { Policy, PolicyEvent, PolicyEventsDropped } from "./policy-events.js";
 import type { NativeToolDefinitions, NativeTools } from "./tools.js";
 
 /**
@@ -30,6 +31,19 @@ export interface ConnectOptions {
    * options are ignored). `index` needs a Linux server: elsewhere it stays aside and searches walk.
    */
   index?: boolean | IndexOptions;
+  /**
+   * The workspace policy the server enforces for every fs call, find and grep, sent before any call.
+   * It is laid over the server's own `--policy` (if any), which it can only add to. Without it the
+   * protected defaults apply. A rule the core refuses fails connect with the core's error. Commands
+   * (`exec`) run unsandboxed on the server and are not confined by it.
+   */
+  policy?: Policy;
+  /**
+   * Receives each refusal of a file tool (from the server's Protected error) and each event the server
+   * reports; `{ dropped, time }` says the server dropped that many events the client did not take fast
+   * enough. A callback that throws (or rejects) is ignored.
+   */
+  onPolicyEvent?: (event: PolicyEvent | PolicyEventsDropped) => void;
 }
 
 /** What the server said in its hello. */

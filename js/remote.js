@@ -6,6 +6,7 @@
 import { checkIndexOption, checkObject } from "./args.js";
 import { grepToolDefinitionWith, grepWith } from "./grep.js";
 import { piOf } from "./pi.js";
+import { checkOnPolicyEvent, checkPolicy } from "./policy-events.js";
 import { CLIENT_VERSION, Connection, closedError, PROTOCOL_VERSION } from "./remote-connection.js";
 import { remoteBashOperations, remoteFs, remoteIndex, remoteSearch } from "./remote-operations.js";
 import { assembleTools } from "./tools.js";
@@ -27,25 +28,46 @@ function checkForwardEnv(value) {
  * Environment: by default a command runs in the server's environment, and the `env` pi passes to exec
  * (this machine's whole environment, API keys included) is not sent; `forwardEnv: true` sends it, and a
  * function `(env) => env | undefined` chooses what is sent.
+ * Policy: `policy` is sent before any call and enforced by the server's core (over the server's own
+ * `--policy`, which it can only add to); none given, the protected defaults apply. `onPolicyEvent` receives
+ * each refusal of a file tool and the events the server reports.
  */
 export async function connect(transport, options = {}) {
   checkObject(options);
   const forwardEnv = checkForwardEnv(options.forwardEnv);
   const index = checkIndexOption(options.index, "options.index");
+  const policy = checkPolicy(options.policy, "options.policy");
+  const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent, "options.onPolicyEvent");
   const { signal } = options;
   if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
     throw new TypeError("options.signal must be an AbortSignal");
   }
   const conn = new Connection(transport);
+  conn.onPolicyEvent = onPolicyEvent;
   const onAbort = () => conn.fail("connect was aborted");
+  let policyCall = null;
   try {
     await new Promise((resolve, reject) => {
       conn.handshake = { resolve, reject };
       if (conn.closedReason !== null) reject(closedError(conn.closedReason));
       conn.send({ t: "hello", protocol: PROTOCOL_VERSION, client: CLIENT_VERSION });
+      // In the hello's write, before any call: the server fixes the connection's policy from it.
+      if (policy !== undefined || onPolicyEvent !== undefined) {
+        policyCall = conn.call("policy", { ...policy, events: onPolicyEvent !== undefined });
+        policyCall.catch(() => {});
+      }
       if (signal?.aborted) onAbort();
       signal?.addEventListener("abort", onAbort, { once: true });
     });
+    if (policyCall !== null) {
+      try {
+        await policyCall;
+      } catch (err) {
+        // A rule the core refuses fails connect with the core's error, as createBoundFs throws it.
+        conn.fail("the policy was refused");
+        throw err;
+      }
+    }
   } finally {
     conn.handshake = null;
     signal?.removeEventListener("abort", onAbort);
@@ -88,6 +110,11 @@ function wireRemote(cwd, options, kind) {
   // The connection owns the server's index; an option here that did nothing would mislead.
   if (options.index !== undefined) {
     throw new TypeError("index: give it to connect(transport, { index }), whose connection the tools use");
+  }
+  for (const key of ["policy", "onPolicyEvent"]) {
+    if (options[key] !== undefined) {
+      throw new TypeError(`${key}: give it to connect(transport, { ${key} }), whose server enforces it for the tools`);
+    }
   }
   const { connection, bash = {} } = options;
   const pi = piOf(options.pi);

@@ -8,6 +8,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { checkObject, checkString } from "./args.js";
+import { checkOnPolicyEvent, checkPolicy } from "./policy-events.js";
 import { serverBinaryPath } from "./remote.js";
 import { connectWebSocket } from "./websocket.js";
 
@@ -48,6 +49,9 @@ function adapterOptions(options, name) {
     ...rest
   } = options;
   checkString(root, `${name}: options.root`);
+  // Before the server is started in the sandbox (connect() checks them again).
+  checkPolicy(rest.policy, `${name}: options.policy`);
+  checkOnPolicyEvent(rest.onPolicyEvent, `${name}: options.onPolicyEvent`);
   if (!Number.isInteger(port) || port < 1 || port > 65535)
     throw new TypeError(`${name}: options.port must be a port number`);
   checkString(serverPath, `${name}: options.serverPath`);
@@ -124,8 +128,11 @@ async function launch(platform, opts) {
       token: opts.token,
     });
   } catch (err) {
+    // Whether the server had exited when the dial failed: one that exits after (a refused policy ends
+    // the session) is no cause.
+    const cause = early;
     await stop().catch(() => {});
-    throw early ?? err;
+    throw cause ?? err;
   } finally {
     userSignal?.removeEventListener("abort", onUserAbort);
   }

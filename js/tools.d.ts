@@ -1,5 +1,5 @@
 import type { NativeBashOptions, SandboxOptions } from "./bash.js";
-import type { BoundIndex, IndexOptions } from "./fs.js";
+import type { BoundIndex, IndexOptions, Policy, PolicyEvent } from "./fs.js";
 import type { BashSpawnHook, Pi, PiModule } from "./pi.js";
 
 export interface NativeToolsOptions {
@@ -20,6 +20,13 @@ export interface NativeToolsOptions {
    * then has `index` (not enumerable) to await, inspect or close it.
    */
   index?: boolean | IndexOptions;
+  /**
+   * The workspace policy of the file tools and, with a sandbox, of the shell (a `sandbox.policy` given too must
+   * say the same). Absent: the protected defaults only. See createBoundFs's `policy`.
+   */
+  policy?: Policy;
+  /** Called with each refusal of the policy, by any tool (see createBoundFs's `onPolicyEvent`). */
+  onPolicyEvent?: (event: PolicyEvent) => void;
   /**
    * The pi-coding-agent module whose factories build the tools (`import * as pi from
    * "@earendil-works/pi-coding-agent"`), e.g. the one pi gives an extension. Default: the installed pi,

@@ -4,7 +4,7 @@ import path from "node:path";
 import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
-import { checkObject } from "./args.js";
+import { checkObject, samePolicy } from "./args.js";
 import { piOf } from "./pi.js";
 
 /**
@@ -37,7 +37,7 @@ function withStockLimitNotice(tool) {
  * tools' `root` and `runtimeRoot`, so the file tools and the shell see one workspace at one path.
  */
 function sandboxOf(options, root, runtimeRoot) {
-  const { sandbox } = options;
+  const { sandbox, policy, onPolicyEvent } = options;
   if (sandbox === undefined || sandbox === false) return undefined;
   if (sandbox !== true && (sandbox === null || typeof sandbox !== "object")) {
     throw new TypeError("sandbox must be true or an object of createBashOperations' sandbox options");
@@ -51,7 +51,18 @@ function sandboxOf(options, root, runtimeRoot) {
       throw new TypeError(`sandbox.${key} (${own[key]}) differs from the tools' ${key} (${value}); give it once`);
     }
   }
-  return { ...own, root, runtimeRoot };
+  // One policy for the file tools and the shell: given once, or the same twice.
+  if (own.policy !== undefined && policy !== undefined && !samePolicy(own.policy, policy)) {
+    throw new TypeError("sandbox.policy differs from the tools' policy; give it once");
+  }
+  if (own.onPolicyEvent !== undefined && onPolicyEvent !== undefined && own.onPolicyEvent !== onPolicyEvent) {
+    throw new TypeError("sandbox.onPolicyEvent differs from the tools' onPolicyEvent; give it once");
+  }
+  const shared = {
+    ...(policy === undefined ? {} : { policy }),
+    ...(onPolicyEvent === undefined ? {} : { onPolicyEvent }),
+  };
+  return { ...own, root, runtimeRoot, ...shared };
 }
 
 function wire(cwd, options, kind) {
@@ -63,13 +74,18 @@ function wire(cwd, options, kind) {
   const root = options.root ?? sandboxObject.root ?? cwd;
   // Without a runtimeRoot anywhere, the workspace keeps its host path, for the file tools and the shell.
   const runtimeRoot = options.runtimeRoot ?? sandboxObject.runtimeRoot;
+  const sandbox = sandboxOf(options, path.resolve(root), path.resolve(runtimeRoot ?? root));
+  // The file tools take the policy given to the tools, or else the sandbox's (checked equal when both).
+  const policy = options.policy ?? sandboxObject.policy;
+  const onPolicyEvent = options.onPolicyEvent ?? sandboxObject.onPolicyEvent;
   const fs = createBoundFs(root, {
     ...(runtimeRoot === undefined ? {} : { runtimeRoot }),
     ...(options.index === undefined ? {} : { index: options.index }),
+    ...(policy === undefined ? {} : { policy }),
+    ...(onPolicyEvent === undefined ? {} : { onPolicyEvent }),
   });
   const { shellPath, sandbox: misplaced, ...bashToolOptions } = bash;
   if (misplaced !== undefined) throw new TypeError("bash.sandbox: give the sandbox as the tools' own `sandbox` option");
-  const sandbox = sandboxOf(options, path.resolve(root), path.resolve(runtimeRoot ?? root));
   const operations = createBashOperations({
     ...(shellPath === undefined ? {} : { shellPath }),
     ...(sandbox === undefined ? {} : { sandbox }),

@@ -10,6 +10,7 @@
 import { Duplex } from "node:stream";
 import WebSocket from "ws";
 import { checkObject } from "./args.js";
+import { checkOnPolicyEvent, checkPolicy } from "./policy-events.js";
 import { connect } from "./remote.js";
 
 /** Message types (first byte of each binary message). */
@@ -499,6 +500,9 @@ export async function connectWebSocket(url, options = {}) {
   if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
     throw new TypeError("options.signal must be an AbortSignal");
   }
+  // connect() checks them again; here before any dial.
+  checkPolicy(connectOptions.policy, "options.policy");
+  checkOnPolicyEvent(connectOptions.onPolicyEvent, "options.onPolicyEvent");
   const session = new Session(parsed.href, {
     token,
     tokenIn,

@@ -28,6 +28,8 @@ const MAIN_REQUIRED = [
   "js/websocket.d.ts",
   "js/sandboxes.js",
   "js/sandboxes.d.ts",
+  "js/policy-events.js",
+  "js/policy-events.d.ts",
 ];
 const MAIN_FORBIDDEN = [
   [/\.node$/, "a native binary (belongs in the platform package)"],

@@ -1,7 +1,7 @@
 //! The one place a core error becomes a JS error: the fields the core decides
 //! (`Error::node_fields`: class, message, and `errno`, `code`, `syscall`,
-//! `path` when the error has them, in Node's order) set on a JS `Error` or
-//! `RangeError`, converting only.
+//! `path` when the error has them, in Node's order, then a policy refusal's
+//! `rule`) set on a JS `Error` or `RangeError`, converting only.
 
 use std::ptr;
 
@@ -48,6 +48,9 @@ fn node_error<'env>(env: &'env Env, err: &CoreError) -> Result<Object<'env>> {
     }
     if let Some(path) = &fields.path {
         error.set_named_property("path", path.as_str())?;
+    }
+    if let Some(rule) = &fields.rule {
+        error.set_named_property("rule", rule.as_str())?;
     }
     Ok(error)
 }

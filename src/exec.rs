@@ -17,6 +17,7 @@ use crate::error::to_js;
 use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec;
 use pi_native_ops_core::exec::sandbox;
+use pi_native_ops_core::policy::{EventSink, EventTarget, PolicyEvent};
 use pi_native_ops_core::Error as CoreError;
 
 const CHUNKS_IN_FLIGHT: usize = 1;
@@ -43,6 +44,10 @@ pub struct BashSandbox {
     pub runtime_root: Option<String>,
     /// Share the host's network; default false.
     pub network: Option<bool>,
+    /// With `network` off: the hosts reachable through the sandbox's proxy (namespaces mode).
+    pub network_allow: Option<Vec<String>>,
+    /// `[host pattern, header name, value]` triples added to plain `http://` requests.
+    pub network_headers: Option<Vec<Vec<String>>>,
     pub read_only: Option<Vec<String>>,
     pub read_write: Option<Vec<String>>,
     /// `KEY=VALUE` entries added to the sandbox's clean environment.
@@ -73,6 +78,19 @@ fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreEr
         spec.runtime_root = runtime_root.into();
     }
     spec.network = js.network.unwrap_or(false);
+    if js.network_allow.is_some() || js.network_headers.is_some() {
+        let mut headers = Vec::new();
+        for triple in js.network_headers.unwrap_or_default() {
+            let [host, name, value]: [String; 3] = triple.try_into().map_err(|_| {
+                invalid("network headers must be [host, name, value] triples".into())
+            })?;
+            headers.push((host, name, value));
+        }
+        spec.network_allow = Some(sandbox::NetworkAllow {
+            allow: js.network_allow.unwrap_or_default(),
+            headers,
+        });
+    }
     spec.read_only = paths(js.read_only);
     spec.read_write = paths(js.read_write);
     spec.env = js.env.unwrap_or_default();
@@ -172,6 +190,63 @@ pub fn sandbox_support() -> SandboxSupport {
     }
 }
 
+/// A policy event as `onPolicyEvent` receives it (the JS layer orders the keys and fills nulls).
+#[napi(object)]
+pub struct PolicyEventJs {
+    pub tool: String,
+    /// `"read"`, `"write"` or `"connect"`.
+    pub access: String,
+    pub path: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u32>,
+    pub rule: Option<String>,
+    pub allowed: bool,
+    /// Milliseconds since the Unix epoch.
+    pub time: f64,
+    pub command: Option<String>,
+}
+
+impl From<PolicyEvent> for PolicyEventJs {
+    fn from(e: PolicyEvent) -> Self {
+        let (access, path, host, port) = match e.target {
+            EventTarget::Read(path) => ("read", Some(path), None, None),
+            EventTarget::Write(path) => ("write", Some(path), None, None),
+            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port.into())),
+        };
+        PolicyEventJs {
+            tool: e.tool.to_string(),
+            access: access.to_string(),
+            path,
+            host,
+            port,
+            rule: e.rule,
+            allowed: e.allowed,
+            time: e.time_ms,
+            command: e.command,
+        }
+    }
+}
+
+/// The `EventSink` of `onPolicyEvent`: a threadsafe call that never blocks the proxy (events
+/// queue in Node's loop) and does not keep Node alive on its own.
+fn event_sink(
+    on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
+) -> Result<Option<EventSink>> {
+    let Some(callback) = on_policy_event else {
+        return Ok(None);
+    };
+    let tsfn = Arc::new(
+        callback
+            .build_threadsafe_function::<PolicyEvent>()
+            .callee_handled::<false>()
+            .weak::<true>()
+            .build_callback(|ctx| Ok(PolicyEventJs::from(ctx.value)))?,
+    );
+    Ok(Some(Arc::new(move |event: PolicyEvent| {
+        tsfn.call(event, ThreadsafeFunctionCallMode::NonBlocking);
+    })))
+}
+
 /// JS arguments of one event: (chunk, exitCode, killed).
 type EventArgs = (Option<NodeOwnedChunk>, Option<i32>, bool);
 
@@ -231,12 +306,13 @@ impl BashExecution {
 /// Starts `[shell, "-c", command]`. `onEvent(chunk, null, false)` delivers output;
 /// `onEvent(null, exitCode, killed)` comes last, exactly once.
 #[napi(
-    ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void"
+    ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void"
 )]
 pub fn bash_spawn(
     env: &Env,
     request: BashSpawnRequest,
     on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+    on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
 ) -> Result<BashExecution> {
     let sandbox = match request.sandbox {
         Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?.into()),
@@ -250,6 +326,7 @@ pub fn bash_spawn(
         request.env,
         sandbox,
         on_event,
+        event_sink(on_policy_event)?,
     )
 }
 
@@ -276,13 +353,14 @@ impl BashSandboxHandle {
     // The event arguments' types are the binding's own, as for `bash_spawn`.
     #[allow(private_interfaces)]
     #[napi(
-        ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void"
+        ts_args_type = "request: BashSpawnRequest, onEvent: (chunk: Buffer | null, exitCode: number | null, killed: boolean) => void, onPolicyEvent?: (event: PolicyEventJs) => void"
     )]
     pub fn spawn(
         &self,
         env: &Env,
         request: BashSpawnRequest,
         on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+        on_policy_event: Option<Function<'_, PolicyEventJs, UnknownReturnValue>>,
     ) -> Result<BashExecution> {
         let sandbox = Some(self.sandbox.clone());
         spawn(
@@ -293,10 +371,12 @@ impl BashSandboxHandle {
             request.env,
             sandbox,
             on_event,
+            event_sink(on_policy_event)?,
         )
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     env: &Env,
     shell: Option<String>,
@@ -305,6 +385,7 @@ fn spawn(
     exec_env: Option<Vec<String>>,
     sandbox: Option<sandbox::Prepared>,
     on_event: Function<'_, FnArgs<EventArgs>, UnknownReturnValue>,
+    policy_events: Option<EventSink>,
 ) -> Result<BashExecution> {
     let events = on_event
         .build_threadsafe_function::<ExecEvent>()
@@ -322,6 +403,7 @@ fn spawn(
         env: exec_env,
         cwd_map: None,
         sandbox,
+        events: policy_events,
     })
     .map_err(|e| to_js(env, &e))?;
     // Node's `spawn <shell> <CODE>` error, for a failure to follow the command.

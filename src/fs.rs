@@ -17,6 +17,7 @@ use crate::index::{close, ready_of, stats_of, IndexConfig, IndexStats};
 use crate::{blocking, Blocking};
 use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
 use pi_native_ops_core::index::Index;
+use pi_native_ops_core::policy::{Policy, PolicySpec};
 use pi_native_ops_core::root::{Access, Root};
 use pi_native_ops_core::Error as CoreError;
 
@@ -27,6 +28,15 @@ pub struct OpenedFile {
     pub fd: i32,
     pub size: f64,
     pub is_file: bool,
+}
+
+/// `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
+/// core's defaults, the protected paths included).
+#[napi(object)]
+pub struct PolicyConfig {
+    pub deny_read: Option<Vec<String>>,
+    pub deny_write: Option<Vec<String>>,
+    pub protect: Option<bool>,
 }
 
 /// The most entries `readdir_small` lists on the JS thread.
@@ -88,16 +98,23 @@ impl BoundRoot {
 impl BoundRoot {
     /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
     /// With `index`, starts building the root's warm search index in the background (Linux).
+    /// `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
     #[napi(constructor)]
     pub fn new(
         env: &Env,
         host: String,
         runtime: String,
         index: Option<IndexConfig>,
+        policy: Option<PolicyConfig>,
     ) -> Result<Self> {
+        let spec = match policy {
+            Some(p) => PolicySpec::from_raw(p.deny_read, p.deny_write, p.protect),
+            None => PolicySpec::from_raw(None, None, None),
+        };
+        let policy = Policy::new(&spec).map_err(|e| to_js(env, &e))?;
         let root =
             Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| to_js(env, &e))?;
-        let root = Arc::new(root);
+        let root = Arc::new(root.with_policy(Arc::new(policy)));
         #[cfg(target_os = "linux")]
         let index = index.map(|config| Index::start(root.clone(), config.into()));
         #[cfg(not(target_os = "linux"))]

@@ -118,18 +118,22 @@ afterAll(async () => {
 /**
  * Spawns a server for `root` and connects to it over the child's stdin/stdout: `{ child, connection,
  * close() }`. `args` are extra server arguments (e.g. `--runtime-root /workspace`); `spawnArgs`
- * replaces the whole command line (`[file, ...args]`), for servers started inside namespaces.
+ * replaces the whole command line (`[file, ...args]`), for servers started inside namespaces; `connect`
+ * are more options for connect() (`policy`, `onPolicyEvent`).
  * close() ends the connection and waits for the child to exit.
  */
-export async function startServer(root, { args = [], spawnArgs, stderr = "inherit" } = {}) {
+export async function startServer(root, { args = [], spawnArgs, stderr = "inherit", connect = {} } = {}) {
   const bin = serverPath();
   if (!spawnArgs && !bin) throw new Error("no pi-native-ops-server binary: run scripts/build-server.sh");
-  if (face === "websocket" && !spawnArgs) return startWebSocketServer(bin, root, args, stderr);
+  if (face === "websocket" && !spawnArgs) return startWebSocketServer(bin, root, args, stderr, connect);
   const [file, ...argv] = spawnArgs ?? [bin, "--root", root, ...args];
   const child = spawn(file, argv, { stdio: ["pipe", "pipe", stderr] });
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   // forwardEnv: the suites compare with local exec, which runs in the env pi passes.
-  const connection = await pno.connect({ readable: child.stdout, writable: child.stdin }, { forwardEnv: true });
+  const connection = await pno.connect(
+    { readable: child.stdout, writable: child.stdin },
+    { forwardEnv: true, ...connect },
+  );
   const server = {
     child,
     connection,
@@ -145,11 +149,15 @@ export async function startServer(root, { args = [], spawnArgs, stderr = "inheri
 }
 
 /** startServer's WebSocket twin: the same `{ connection, exited, close() }` over connectWebSocket. */
-async function startWebSocketServer(bin, root, args, stderr) {
+async function startWebSocketServer(bin, root, args, stderr, connect) {
   const listening = hasListen(bin)
     ? await startListening(bin, { root, args, stderr })
     : await startFake(bin, { root, args });
-  const connection = await pno.connectWebSocket(listening.url, { token: listening.token, forwardEnv: true });
+  const connection = await pno.connectWebSocket(listening.url, {
+    token: listening.token,
+    forwardEnv: true,
+    ...connect,
+  });
   const server = {
     child: listening.child ?? null,
     connection,

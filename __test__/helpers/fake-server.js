@@ -49,7 +49,8 @@ export const WINDOW = 4 * 1024 * 1024;
 /**
  * A fake server over `root` (a host directory shown as `runtimeRoot`). Options: `hello` (fields over
  * the default hello, or false to send none), `exec(call, server)` to script exec, `reverse` to answer
- * calls in reverse order once `reverse` calls are waiting, `chunk` bytes per readStream data frame.
+ * calls in reverse order once `reverse` calls are waiting, `chunk` bytes per readStream data frame,
+ * `intercept(call, server)` to answer a call itself (true when it did).
  */
 export function fakeServer(root, options = {}) {
   const { runtimeRoot = "/workspace", exec, chunk = 1024 * 1024 } = options;
@@ -136,7 +137,10 @@ export function fakeServer(root, options = {}) {
     }
     if (h.t !== "call") return;
     const { id } = h;
+    if (options.intercept?.(h, server)) return;
     switch (h.op) {
+      case "policy":
+        return server.ok(id, { pinned: null });
       case "readFile":
         return answer(id, async () => [{}, await fs.read.readFile(h.path)]);
       case "writeFile":

@@ -51,6 +51,13 @@ export function writeFileAs(user, file, content, mode = 0o644) {
  * Shared by both users' runs.
  */
 export async function execAll(pno, sandbox, commands) {
+  // `onPolicyEvent: "collect"` (JSON-able, for nobody's run too): each result gets the policy events that
+  // arrived while its command ran, as `events` (commands run at once: `{ all: [results], events }`).
+  let events;
+  if (sandbox?.onPolicyEvent === "collect") {
+    events = [];
+    sandbox = { ...sandbox, onPolicyEvent: (event) => events.push(event) };
+  }
   let ops;
   try {
     ops = pno.createBashOperations({ sandbox });
@@ -68,7 +75,20 @@ export async function execAll(pno, sandbox, commands) {
   };
   const results = [];
   // An array of commands runs them at the same time through the same operations: an array of results.
-  for (const entry of commands) results.push(await (Array.isArray(entry) ? Promise.all(entry.map(one)) : one(entry)));
+  for (const entry of commands) {
+    const result = await (Array.isArray(entry) ? Promise.all(entry.map(one)) : one(entry));
+    if (events) {
+      // An event is queued before its command's end: one turn of the loop delivers whatever is left.
+      await new Promise((resolve) => setImmediate(resolve));
+      // An array's own properties would not survive JSON (nobody's run): a run at once is { all, events }.
+      if (Array.isArray(result)) {
+        results.push({ all: result, events: events.splice(0) });
+        continue;
+      }
+      result.events = events.splice(0);
+    }
+    results.push(result);
+  }
   return results;
 
   async function one({ command, cwd, env, abortOn, timeout, sandbox: extra }) {

@@ -9,7 +9,14 @@ import { connect, createRemoteToolDefinitions, createRemoteTools, serverBinaryPa
 const child = spawn(serverBinaryPath({ platform: "linux", arch: "arm64" }), ["--root", "/workspace"]);
 export async function use() {
   const conn = await connect(child, { forwardEnv: (env) => ({ PATH: env.PATH }) });
-  await connect(new Duplex());
+  await connect(new Duplex(), {
+    policy: { denyRead: [".env"], denyWrite: ["dist/"], protect: true },
+    onPolicyEvent: (event) => {
+      if ("dropped" in event) return event.dropped;
+      const where: string | undefined = event.path ?? event.host;
+      return [event.tool, event.access, event.rule, event.allowed, event.time, where];
+    },
+  });
   await connect({ readable: new ReadableStream<Uint8Array>(), writable: new WritableStream<Uint8Array>() });
   const currentOps: [
     current.ReadOperations,
@@ -34,5 +41,7 @@ export async function use() {
 connect("ssh host");
 // @ts-expect-error forwardEnv is a boolean or a function
 connect(new Duplex(), { forwardEnv: "yes" });
+// @ts-expect-error policy rules are strings
+connect(new Duplex(), { policy: { denyRead: [1] } });
 // @ts-expect-error the tools need a connection
 createRemoteTools("/workspace", {});

@@ -1,6 +1,12 @@
 // The sandbox options and sandboxSupport() are typed: a wrong mode, a missing root or a sandbox on the
 // bash tool options (where pi would ignore it) do not compile.
-import { createBashOperations, createNativeTools, type SandboxSupport, sandboxSupport } from "pi-native-ops";
+import {
+  createBashOperations,
+  createNativeTools,
+  type PolicyEvent,
+  type SandboxSupport,
+  sandboxSupport,
+} from "pi-native-ops";
 
 export const ops = createBashOperations({
   sandbox: {
@@ -11,6 +17,17 @@ export const ops = createBashOperations({
     env: { A: "b" },
     mode: "landlock",
     maxProcesses: 512,
+  },
+});
+export const allowList = createBashOperations({
+  sandbox: {
+    root: "/srv/ws",
+    network: { allow: ["registry.npmjs.org", "*.github.com"], headers: { "npm.internal": { Authorization: "t" } } },
+    onPolicyEvent: (event: PolicyEvent) => {
+      const host: string | undefined = event.host;
+      const rule: string | null = event.rule;
+      return [host, rule, event.allowed, event.time];
+    },
   },
 });
 export const support: SandboxSupport = sandboxSupport();
@@ -24,3 +41,5 @@ createBashOperations({ sandbox: { root: "/srv/ws", mode: "chroot" } });
 createBashOperations({ sandbox: { network: true } });
 // @ts-expect-error the sandbox is the tools' own option, not pi's bash tool's
 createNativeTools("/workspace", { bash: { sandbox: { root: "/srv/ws" } } });
+// @ts-expect-error the allow-list is a list of host names
+createBashOperations({ sandbox: { root: "/srv/ws", network: { allow: "registry.npmjs.org" } } });

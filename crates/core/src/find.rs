@@ -335,7 +335,8 @@ pub fn glob(
     if !from_index(index, &dir, &visitor, &mut found, search.limit) {
         found.clear();
         let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
-        let rules = Rules::new(&dir, None);
+        let from_root = dir.strip_prefix(root.host()).unwrap_or(Path::new(""));
+        let rules = Rules::new(&dir, None).with_policy(root.policy(), from_root);
         walk::walk(start, &rules, &visitor, &Cancel::new(), |m| {
             found.push(m);
             found.len() < search.limit
@@ -520,6 +521,69 @@ mod tests {
             assert_eq!(indexed, found, "indexed find of {pattern:?}");
         }
         found
+    }
+
+    #[test]
+    fn a_policy_prunes_denied_entries_with_or_without_the_index() {
+        use crate::policy::{Policy, PolicySpec};
+        let t = tree(&[
+            "a.rs",
+            ".env",
+            ".ENV",
+            "src/.env",
+            "src/b.rs",
+            "secrets/c.rs",
+            "secrets/deep/d.rs",
+            "keys/k.rs",
+            "keys/keep.rs",
+        ]);
+        let spec = PolicySpec::from_raw(
+            Some(vec![
+                ".env".into(),
+                "secrets/".into(),
+                "keys/*".into(),
+                "!keys/keep.rs".into(),
+            ]),
+            None,
+            None,
+        );
+        let policy = std::sync::Arc::new(Policy::new(&spec).unwrap());
+        let root = Root::open(t.path(), Some(Path::new("/ws")))
+            .unwrap()
+            .with_policy(policy);
+        let root = std::sync::Arc::new(root);
+        let find = |pattern: &str, cwd: &str, index: Option<&Index>| {
+            let search = Search::new(pattern, &[], Some(100.0));
+            glob(&root, Path::new(cwd), &search, index).map(|found| {
+                found
+                    .into_iter()
+                    .map(|p| p.into_string().unwrap())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let all = [
+            "/ws/.ENV",
+            "/ws/a.rs",
+            "/ws/keys/",
+            "/ws/keys/keep.rs",
+            "/ws/src/",
+            "/ws/src/b.rs",
+        ];
+        assert_eq!(find("*", "/ws", None).unwrap(), all);
+        assert_eq!(find("**/*.rs", "/ws/src", None).unwrap(), ["/ws/src/b.rs"]);
+        let refused = find("*", "/ws/secrets", None).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Protected);
+        #[cfg(target_os = "linux")]
+        {
+            use crate::index::{IndexOptions, IndexState};
+            let index = Index::start(root.clone(), IndexOptions::default());
+            assert_eq!(index.wait_ready().state, IndexState::Ready);
+            assert_eq!(find("*", "/ws", Some(&index)).unwrap(), all);
+            assert_eq!(
+                find("**/*.rs", "/ws/src", Some(&index)).unwrap(),
+                ["/ws/src/b.rs"]
+            );
+        }
     }
 
     #[test]

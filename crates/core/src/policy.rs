@@ -33,7 +33,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use globset::{Glob, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
@@ -139,6 +139,12 @@ struct Rules {
     guard: Guard,
     matcher: Gitignore,
     shapes: Vec<Shape>,
+    /// The last component of every denying rule, matched against a name
+    /// alone: a name none of them matches is denied by no rule, which most
+    /// names of a walk show at the cost of a basename match (the rules'
+    /// own matcher may run a regex over the whole path). `None` when a rule
+    /// ends in `**` (it matches any name).
+    names: Option<GlobSet>,
 }
 
 /// A rule that names directories (has a `/` before its last component): the
@@ -186,14 +192,42 @@ impl Rules {
             guard,
             matcher,
             shapes,
+            names: names_of(lines),
         })
     }
 
+    /// As git decides: a path is denied when a directory above it is (a
+    /// rule cannot take back a path beneath a denied directory, so a walk
+    /// may prune one), else when the path itself matches.
     fn denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        if rel.as_os_str().is_empty() {
+        if self.matcher.is_empty() {
             return None;
         }
-        match self.matcher.matched_path_or_any_parents(rel, is_dir) {
+        // The directories above, from the root down, as prefixes of the bytes.
+        let bytes = rel.as_os_str().as_encoded_bytes();
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b == b'/' && i > 0)
+            .find_map(|(i, _)| {
+                // SAFETY: a prefix ending before a `/` of valid OS-string bytes
+                // is valid OS-string bytes (split at an ASCII character).
+                let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[..i]) };
+                self.entry_denial(Path::new(dir), true)
+            })
+            .or_else(|| self.entry_denial(rel, is_dir))
+    }
+
+    /// The path alone, its directories taken as allowed (a walk that pruned
+    /// the denied ones).
+    fn entry_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        let name = rel.file_name()?;
+        if let Some(names) = &self.names {
+            if !names.is_match(name) {
+                return None;
+            }
+        }
+        match self.matcher.matched(rel, is_dir) {
             Match::Ignore(glob) => Some(Denial {
                 rule: glob.original().to_string(),
                 guard: self.guard,
@@ -266,6 +300,34 @@ impl Shape {
     }
 }
 
+/// The [`Rules::names`] prefilter of `lines`: each denying rule's last
+/// component as a glob of a name (gitignore's escapes kept, `/` never in a
+/// name). `None` when one cannot stand for its rule: it is or holds `**`, or
+/// does not parse as a glob alone.
+fn names_of(lines: &[&str]) -> Option<GlobSet> {
+    let mut set = GlobSetBuilder::new();
+    for line in lines {
+        if line.starts_with('!') || line.starts_with('#') {
+            continue;
+        }
+        // As gitignore reads a line: a leading `\` escapes `!` or `#`, trailing spaces go.
+        let body = line.trim_end().trim_end_matches('/');
+        let body = body.strip_prefix('\\').unwrap_or(body);
+        let last = body.rsplit('/').next().unwrap_or(body);
+        if last.is_empty() || last.contains("**") {
+            return None;
+        }
+        let glob = GlobBuilder::new(last)
+            .literal_separator(true)
+            .case_insensitive(CASE_INSENSITIVE)
+            .backslash_escape(true)
+            .build()
+            .ok()?;
+        set.add(glob);
+    }
+    set.build().ok()
+}
+
 fn lines(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -324,6 +386,8 @@ pub struct Policy {
     read: Rules,
     write: Rules,
     protected: Option<Rules>,
+    /// Rules beneath these ones that they cannot take back ([`Policy::over`]).
+    floor: Option<Arc<Policy>>,
 }
 
 impl Policy {
@@ -338,7 +402,22 @@ impl Policy {
                 false => None,
             },
             spec: spec.clone(),
+            floor: None,
         })
+    }
+
+    /// This policy over `floor`: a path either denies is denied, and
+    /// `floor`'s rule is the one named. So no rule of this one (a `!` line,
+    /// `protect: false`) takes back one of `floor`'s: the server's `--policy`
+    /// is the floor of its client's.
+    pub fn over(mut self, floor: Arc<Policy>) -> Policy {
+        self.floor = Some(floor);
+        self
+    }
+
+    /// The policy beneath this one, if any ([`Policy::over`]).
+    pub fn floor(&self) -> Option<&Policy> {
+        self.floor.as_deref()
     }
 
     /// The spec this policy was compiled from.
@@ -348,23 +427,38 @@ impl Policy {
 
     /// Whether no read rule exists (reads need no check at all).
     pub fn reads_unrestricted(&self) -> bool {
-        self.spec.deny_read.is_empty()
+        self.spec.deny_read.is_empty() && self.floor().is_none_or(Policy::reads_unrestricted)
     }
 
     /// Whether no write rule exists (`protect: false` and no `denyWrite`).
     pub fn writes_unrestricted(&self) -> bool {
-        self.spec.deny_write.is_empty() && self.protected.is_none()
+        self.spec.deny_write.is_empty()
+            && self.protected.is_none()
+            && self.floor().is_none_or(Policy::writes_unrestricted)
     }
 
     /// The refusal of reading (or listing, or searching) `rel`, a path
     /// relative to the root, symlinks resolved.
     pub fn read_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        self.read.denial(rel, is_dir)
+        self.floor()
+            .and_then(|floor| floor.read_denial(rel, is_dir))
+            .or_else(|| self.read.denial(rel, is_dir))
+    }
+
+    /// The refusal of reading `rel` alone, for a walk that has pruned every
+    /// denied directory above it: what [`Policy::read_denial`] answers there.
+    pub fn read_denial_entry(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        self.floor()
+            .and_then(|f| f.read_denial_entry(rel, is_dir))
+            .or_else(|| self.read.entry_denial(rel, is_dir))
     }
 
     /// The refusal of writing, creating or removing `rel` (relative to the
     /// root, symlinks resolved).
     pub fn write_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if let Some(denial) = self.floor().and_then(|f| f.write_denial(rel, is_dir)) {
+            return Some(denial);
+        }
         self.write.denial(rel, is_dir).or_else(|| {
             self.protected
                 .as_ref()
@@ -378,6 +472,9 @@ impl Policy {
     /// name it as one of its directories (`secrets/**`, `.git/hooks/`), or the
     /// rename would carry the files beneath out of (or into) that rule.
     pub fn rename_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if let Some(denial) = self.floor().and_then(|f| f.rename_denial(rel, is_dir)) {
+            return Some(denial);
+        }
         self.write_denial(rel, is_dir)
             .or_else(|| self.read_denial(rel, is_dir))
             .or_else(|| match is_dir {
@@ -439,6 +536,17 @@ mod tests {
         let p = policy(&[".env*", "!.env.example"], &[], false);
         assert!(read(&p, ".env.local").is_some());
         assert_eq!(read(&p, ".env.example"), None);
+        // As in git: not from beneath a denied directory (a walk prunes it),
+        // only from beneath one whose contents are denied.
+        let p = policy(
+            &["secrets/", "!secrets/keep", "vault/*", "!vault/keep"],
+            &[],
+            false,
+        );
+        assert_eq!(read(&p, "secrets/keep").as_deref(), Some("secrets/"));
+        assert_eq!(read(&p, "vault/keep"), None);
+        assert_eq!(read(&p, "vault/other").as_deref(), Some("vault/*"));
+        assert_eq!(p.read_denial_entry(Path::new("secrets/keep"), false), None);
     }
 
     #[test]
@@ -537,6 +645,86 @@ mod tests {
         assert!(bad(&["a{b"]).starts_with("policy.denyRead: invalid rule \"a{b\""));
         assert!(bad(&[""]).contains("is not a rule"));
         assert!(bad(&["a\0b"]).contains("is not a rule"));
+    }
+
+    #[test]
+    fn the_name_prefilter_never_changes_an_answer() {
+        let rules = [
+            ".env",
+            ".env.*",
+            "*.pem",
+            "id_rsa*",
+            "secrets/",
+            "**/credentials*",
+            "/config/*.secret",
+            "a/*/b[0-9].txt",
+            "\\#hash",
+            "!keep.pem",
+        ];
+        let with = Rules::new(Guard::Read, "denyRead", &rules).unwrap();
+        assert!(with.names.is_some());
+        let without = Rules {
+            names: None,
+            ..Rules::new(Guard::Read, "denyRead", &rules).unwrap()
+        };
+        for rel in [
+            ".env",
+            "x/.env.local",
+            "k/a.pem",
+            "keep.pem",
+            "id_rsa.pub",
+            "secrets",
+            "x/secrets",
+            "x/credentials.json",
+            "config/a.secret",
+            "x/config/a.secret",
+            "a/z/b1.txt",
+            "a/z/bx.txt",
+            "#hash",
+            "main.c",
+            "src/.envrc",
+        ] {
+            for is_dir in [false, true] {
+                let path = Path::new(rel);
+                assert_eq!(
+                    with.entry_denial(path, is_dir),
+                    without.entry_denial(path, is_dir),
+                    "{rel} {is_dir}"
+                );
+            }
+        }
+        assert!(Rules::new(Guard::Read, "denyRead", &["a/**"])
+            .unwrap()
+            .names
+            .is_none());
+        // The prefilter turns most names away before the rules' matcher.
+        assert!(!with.names.as_ref().unwrap().is_match("main.c"));
+    }
+
+    #[test]
+    fn a_policy_over_a_floor_adds_rules_and_takes_none_back() {
+        let floor = Arc::new(policy(&["secrets/", "*.key"], &["/ci/"], true));
+        let p = policy(&["!secrets/public.txt", "!x.key", ".env"], &[], false).over(floor);
+        assert_eq!(read(&p, "secrets/public.txt").as_deref(), Some("secrets/"));
+        assert_eq!(read(&p, "x.key").as_deref(), Some("*.key"));
+        assert_eq!(read(&p, "a/.env").as_deref(), Some(".env"));
+        assert_eq!(read(&p, "src/main.rs"), None);
+        // `protect: false` above a protecting floor keeps the defaults.
+        assert_eq!(write(&p, ".git/hooks/x").as_deref(), Some("**/.git/hooks/"));
+        assert_eq!(write(&p, "ci/run.sh").as_deref(), Some("/ci/"));
+        assert_eq!(
+            p.rename_denial(Path::new("secrets"), true)
+                .map(|d| d.rule)
+                .as_deref(),
+            Some("secrets/")
+        );
+        assert!(!p.reads_unrestricted() && !p.writes_unrestricted());
+        let open = policy(&[], &[], false).over(Arc::new(policy(&[], &[], false)));
+        assert!(open.reads_unrestricted() && open.writes_unrestricted());
+        assert!(policy(&[], &[], false)
+            .over(Arc::new(policy(&["a"], &[], false)))
+            .floor()
+            .is_some());
     }
 
     #[test]

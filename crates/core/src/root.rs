@@ -10,15 +10,28 @@
 //! the kernel's `..`, so a directory renamed or swapped mid-walk cannot lead us
 //! out. The final operation is done relative to the parent descriptor, again
 //! with `O_NOFOLLOW`: what is opened, created or listed is what was checked.
+//!
+//! With a [`Policy`], every operation also asks it, on both the path as given
+//! (`.` and `..` taken lexically) and the path the resolution reached
+//! (symlinks followed): reads (open, read, `access` "r", `stat`, `exists`,
+//! listing a directory) refuse a denied-read target, writes (`write_file`,
+//! `mkdir_all`, `access` "rw") a denied-write or protected one, with
+//! [`Error::protected`] naming the rule. A listing leaves denied-read entries
+//! out. The resolved path is the one the final call is made on (relative to
+//! the descriptor the walk holds), so there is no re-lookup to race; a fast
+//! kernel resolution is taken only when it followed no symlink (then the
+//! path as given is the path reached).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
@@ -27,6 +40,7 @@ use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFl
 
 pub use crate::error::Result;
 use crate::error::{errno_of, Error, ErrorKind, MAX_READ_BYTES};
+use crate::policy::Policy;
 
 /// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
@@ -104,6 +118,24 @@ pub struct Root {
     runtime: PathBuf,
     /// Prefixes mapping to the root, longest first.
     aliases: Vec<PathBuf>,
+    /// What no operation may read or write, when given.
+    policy: Option<Arc<Policy>>,
+}
+
+/// The refusal of reading `rel` (relative, real or as given), if denied.
+fn refuse_read(policy: &Policy, rel: &Path, is_dir: bool) -> Result<()> {
+    match policy.read_denial(rel, is_dir) {
+        Some(denial) => Err(Error::protected(denial.rule)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of writing `rel`, if denied or protected.
+fn refuse_write(policy: &Policy, rel: &Path, is_dir: bool) -> Result<()> {
+    match policy.write_denial(rel, is_dir) {
+        Some(denial) => Err(Error::protected(denial.rule)),
+        None => Ok(()),
+    }
 }
 
 impl Root {
@@ -128,7 +160,76 @@ impl Root {
             host: canonical,
             runtime,
             aliases,
+            policy: None,
         })
+    }
+
+    /// The same root with `policy` asked by every operation.
+    pub fn with_policy(mut self, policy: Arc<Policy>) -> Root {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The root's policy, if it has one.
+    pub fn policy(&self) -> Option<&Arc<Policy>> {
+        self.policy.as_ref()
+    }
+
+    /// The policy when it has read rules: with none, reads ask nothing.
+    fn read_rules(&self) -> Option<&Policy> {
+        self.policy.as_deref().filter(|p| !p.reads_unrestricted())
+    }
+
+    /// The policy when it has write rules (its own or the protected ones).
+    fn write_rules(&self) -> Option<&Policy> {
+        self.policy.as_deref().filter(|p| !p.writes_unrestricted())
+    }
+
+    /// `path` relative to the root as given, `.` and `..` taken lexically
+    /// (a `..` above the root is the walk's refusal too).
+    fn lexical<'a>(&self, path: &'a Path) -> Result<Cow<'a, Path>> {
+        if let Some(rel) = self.clean_relative(path) {
+            return Ok(Cow::Borrowed(rel));
+        }
+        let mut out = PathBuf::new();
+        for c in self.relative(path)?.components() {
+            match c {
+                Component::Normal(n) => out.push(n),
+                Component::ParentDir if !out.pop() => return Err(Error::outside()),
+                _ => {}
+            }
+        }
+        Ok(Cow::Owned(out))
+    }
+
+    /// Resolves `path` for a read `policy` may deny: the path as given and
+    /// the path reached are both asked, as a directory when `is_dir`.
+    fn resolve_readable(&self, policy: &Policy, path: &Path, is_dir: bool) -> Result<Entry> {
+        let given = self.lexical(path)?;
+        refuse_read(policy, &given, is_dir)?;
+        let e = self.resolve(path, false)?;
+        if e.rel != *given {
+            refuse_read(policy, &e.rel, is_dir)?;
+        }
+        Ok(e)
+    }
+
+    /// For an entry found to be a directory: the rules that name only
+    /// directories (`secrets/`), on the path as given and the path reached.
+    fn refuse_read_dir(&self, policy: &Policy, path: &Path, e: &Entry) -> Result<()> {
+        refuse_read(policy, &self.lexical(path)?, true)?;
+        refuse_read(policy, &e.rel, true)
+    }
+
+    /// Resolves `path` for a write `policy` may refuse, both paths asked.
+    fn resolve_writable(&self, policy: &Policy, path: &Path, is_dir: bool) -> Result<Entry> {
+        let given = self.lexical(path)?;
+        refuse_write(policy, &given, is_dir)?;
+        let e = self.resolve(path, false)?;
+        if e.rel != *given {
+            refuse_write(policy, &e.rel, is_dir)?;
+        }
+        Ok(e)
     }
 
     /// The canonical host path of the root.
@@ -200,6 +301,11 @@ impl Root {
             let st = match fstatat(top, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) if create_dirs => {
+                    // A directory is created only where writing is allowed,
+                    // asked of its real path (symlinks followed so far).
+                    if let Some(policy) = self.write_rules() {
+                        refuse_write(policy, &stack_names(&stack).join(&name), true)?;
+                    }
                     match mkdirat(top, name.as_os_str(), Mode::from_bits_truncate(0o777)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(e.into()),
@@ -283,6 +389,19 @@ impl Root {
     /// walk would have reached, so both give the same answers.
     #[cfg(target_os = "linux")]
     fn open_beneath(&self, path: &Path, flags: OFlag) -> Option<Result<OwnedFd>> {
+        self.open_beneath_how(path, flags, false)
+    }
+
+    /// [`Root::open_beneath`]; with `no_symlinks`, a path through a symlink
+    /// is left to the walk too (the policy needs the path reached, which is
+    /// then the path as given).
+    #[cfg(target_os = "linux")]
+    fn open_beneath_how(
+        &self,
+        path: &Path,
+        flags: OFlag,
+        no_symlinks: bool,
+    ) -> Option<Result<OwnedFd>> {
         use nix::fcntl::{openat2, OpenHow, ResolveFlag};
         use std::sync::atomic::AtomicBool;
         // Kernels before 5.6 (or seccomp filters) lack openat2: stop trying.
@@ -295,9 +414,13 @@ impl Root {
             Ok(rel) => rel,
             Err(e) => return Some(Err(e)),
         };
+        let mut resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        if no_symlinks {
+            resolve |= ResolveFlag::RESOLVE_NO_SYMLINKS;
+        }
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+            .resolve(resolve);
         match openat2(&self.dir, rel, how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::ENOSYS) => {
@@ -311,6 +434,11 @@ impl Root {
 
     #[cfg(not(target_os = "linux"))]
     fn open_beneath(&self, _path: &Path, _flags: OFlag) -> Option<Result<OwnedFd>> {
+        None
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open_beneath_how(&self, _: &Path, _: OFlag, _: bool) -> Option<Result<OwnedFd>> {
         None
     }
 
@@ -335,12 +463,35 @@ impl Root {
     pub fn open_any(&self, path: &Path) -> Result<File> {
         named("open", path, || {
             let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
+            if let Some(policy) = self.read_rules() {
+                return self.open_readable(policy, path, flags).map(File::from);
+            }
             if let Some(fd) = self.open_beneath(path, flags) {
                 return fd.map(File::from);
             }
             let e = self.resolve(path, false)?;
             Ok(openat(&e.parent, e.name.as_os_str(), read_flags(), Mode::empty())?.into())
         })
+    }
+
+    /// Opens `path` (with `flags`) for a read `policy` may deny. The path as
+    /// given is asked before anything is opened (a denied name is refused
+    /// whether or not it exists); as a file: a read of a directory fails
+    /// anyway, and listing one asks as a directory ([`Root::open_dir`]).
+    fn open_readable(&self, policy: &Policy, path: &Path, flags: OFlag) -> Result<OwnedFd> {
+        let is_dir = flags.contains(OFlag::O_DIRECTORY);
+        let given = self.lexical(path)?;
+        refuse_read(policy, &given, is_dir)?;
+        // Through no symlink, the path reached is the path as given.
+        if let Some(fd) = self.open_beneath_how(path, flags, true) {
+            return fd;
+        }
+        let e = self.resolve(path, false)?;
+        if e.rel != *given {
+            refuse_read(policy, &e.rel, is_dir)?;
+        }
+        let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        Ok(openat(&e.parent, e.name.as_os_str(), flags, Mode::empty())?)
     }
 
     /// Reads a whole file as Node's `fs.readFile` does: a regular file up to
@@ -382,7 +533,22 @@ impl Root {
     /// Checks that the file exists and grants `access` to the caller.
     pub fn access(&self, path: &Path, access: Access) -> Result<()> {
         named("access", path, || {
-            let e = self.resolve(path, false)?;
+            // Editing asks to read first: what cannot be read cannot be edited.
+            let e = match (self.read_rules(), self.write_rules(), access) {
+                (Some(policy), _, _) => {
+                    let e = self.resolve_readable(policy, path, false)?;
+                    match (self.write_rules(), access) {
+                        (Some(policy), Access::ReadWrite) => {
+                            self.resolve_writable(policy, path, false)?
+                        }
+                        _ => e,
+                    }
+                }
+                (None, Some(policy), Access::ReadWrite) => {
+                    self.resolve_writable(policy, path, false)?
+                }
+                _ => self.resolve(path, false)?,
+            };
             let mode = match access {
                 Access::Read => AccessFlags::R_OK,
                 Access::ReadWrite => AccessFlags::R_OK | AccessFlags::W_OK,
@@ -398,6 +564,9 @@ impl Root {
 
     /// Whether the path exists inside the root (false when outside).
     pub fn exists(&self, path: &Path) -> bool {
+        if self.read_rules().is_some() {
+            return self.stat(path).is_ok();
+        }
         match self.stat_in_root(path) {
             Ok(Some(_)) => return true,
             Err(_) => return false,
@@ -416,6 +585,14 @@ impl Root {
     /// `path "…" is outside workspace` (as from read, write and edit) rather
     /// than a `not found`. An existing path costs what `exists` costs.
     pub fn exists_inside(&self, path: &Path) -> Result<bool> {
+        if self.read_rules().is_some() {
+            // A denied path is refused, not missing: the model reads why.
+            return match self.stat(path) {
+                Ok(_) => Ok(true),
+                Err(e) if matches!(e.kind(), ErrorKind::Outside | ErrorKind::Protected) => Err(e),
+                Err(_) => Ok(false),
+            };
+        }
         if self.exists(path) {
             return Ok(true);
         }
@@ -428,9 +605,12 @@ impl Root {
 
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
-        let st = named("stat", path, || match self.stat_in_root(path)? {
-            Some(st) => Ok(st),
-            None => self.stat_resolved(path),
+        let st = named("stat", path, || match self.read_rules() {
+            Some(policy) => self.stat_readable(policy, path),
+            None => match self.stat_in_root(path)? {
+                Some(st) => Ok(st),
+                None => self.stat_resolved(path),
+            },
         })?;
         let kind = file_type(&st);
         Ok(Stat {
@@ -441,6 +621,40 @@ impl Root {
             mtime_ms: st.st_mtime as f64 * 1000.0 + st.st_mtime_nsec as f64 / 1e6,
             mode: st.st_mode as u32,
         })
+    }
+
+    /// `stat` under a policy with read rules: a denied path's metadata is
+    /// refused too (`ls` of a denied directory starts with it).
+    fn stat_readable(&self, policy: &Policy, path: &Path) -> Result<FileStat> {
+        // Through no symlink (one `fstatat` in the root, or the kernel's
+        // resolution told to follow none), the path reached is the path given.
+        let given = self.lexical(path)?;
+        refuse_read(policy, &given, false)?;
+        let direct = match self.stat_in_root(path)? {
+            Some(st) => Some(st),
+            None => {
+                #[cfg(target_os = "linux")]
+                let beneath = self.open_beneath_how(path, OFlag::O_PATH, true);
+                #[cfg(not(target_os = "linux"))]
+                let beneath: Option<Result<OwnedFd>> = None;
+                match beneath {
+                    Some(fd) => Some(nix::sys::stat::fstat(&fd?)?),
+                    None => None,
+                }
+            }
+        };
+        if let Some(st) = direct {
+            if file_type(&st) == SFlag::S_IFDIR {
+                refuse_read(policy, &given, true)?;
+            }
+            return Ok(st);
+        }
+        let e = self.resolve_readable(policy, path, false)?;
+        let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        if file_type(&st) == SFlag::S_IFDIR {
+            self.refuse_read_dir(policy, path, &e)?;
+        }
+        Ok(st)
     }
 
     /// One `fstatat` on the root's descriptor for a name directly in the root
@@ -493,15 +707,26 @@ impl Root {
     }
 
     fn existing(&self, path: &Path) -> Result<(PathBuf, bool)> {
-        let e = self.resolve(path, false)?;
+        let policy = self.read_rules();
+        let e = match policy {
+            Some(policy) => self.resolve_readable(policy, path, false)?,
+            None => self.resolve(path, false)?,
+        };
         let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
-        Ok((self.host.join(&e.rel), file_type(&st) == SFlag::S_IFDIR))
+        let is_dir = file_type(&st) == SFlag::S_IFDIR;
+        if let (Some(policy), true) = (policy, is_dir) {
+            self.refuse_read_dir(policy, path, &e)?;
+        }
+        Ok((self.host.join(&e.rel), is_dir))
     }
 
     /// Opens a directory for listing (symlinks followed within the root): the
     /// start of a walk for find and grep.
     pub fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        if let Some(policy) = self.read_rules() {
+            return named("scandir", path, || self.open_readable(policy, path, flags));
+        }
         named("scandir", path, || match self.open_beneath(path, flags) {
             Some(fd) => fd,
             None => {
@@ -523,16 +748,54 @@ impl Root {
 
     /// The directory's entry names if it has at most `max` entries, else
     /// `None` (having read no more than `max + 1` of them).
+    ///
+    /// Under a policy, denied-read entries are left out (of the count too).
     pub fn read_dir_upto(&self, path: &Path, max: usize) -> Result<Option<Vec<OsString>>> {
         let fd = self.open_dir(path)?;
+        // Where the directory is, as given and as reached: an entry denied
+        // under either is left out.
+        let places = match self.read_rules() {
+            Some(policy) => Some((policy, self.lexical(path)?, self.real_rel(&fd, path)?)),
+            None => None,
+        };
         named("scandir", path, || {
             let mut dir = nix::dir::Dir::from_fd(fd)?;
             let mut names = Vec::new();
+            let dir_fd = dir.as_raw_fd();
             for entry in dir.iter() {
                 let entry = entry?;
                 let name = entry.file_name().to_bytes();
                 if name == b"." || name == b".." {
                     continue;
+                }
+                if let Some((policy, given, real)) = &places {
+                    let name = std::ffi::OsStr::from_bytes(name);
+                    let kind = match entry.file_type() {
+                        Some(nix::dir::Type::Directory) => SFlag::S_IFDIR,
+                        Some(nix::dir::Type::Symlink) => SFlag::S_IFLNK,
+                        Some(_) => SFlag::S_IFREG,
+                        None => {
+                            // SAFETY: `dir_fd` is the descriptor `dir` owns, alive for the loop.
+                            let dir_fd = unsafe { BorrowedFd::borrow_raw(dir_fd) };
+                            fstatat(dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                                .map_or(SFlag::S_IFREG, |st| file_type(&st))
+                        }
+                    };
+                    let is_dir = kind == SFlag::S_IFDIR;
+                    // The directory is allowed (it was opened), so the entry alone decides.
+                    let denied = |dir: &Path| policy.read_denial_entry(&dir.join(name), is_dir);
+                    if denied(given).is_some() || (real != given && denied(real).is_some()) {
+                        continue;
+                    }
+                    // A symlink is listed as what it leads to (a listing stats
+                    // each entry): one to a denied path is left out too.
+                    if kind == SFlag::S_IFLNK
+                        && self
+                            .stat_readable(policy, &path.join(name))
+                            .is_err_and(|e| e.kind() == ErrorKind::Protected)
+                    {
+                        continue;
+                    }
                 }
                 if names.len() == max {
                     return Ok(None);
@@ -543,13 +806,34 @@ impl Root {
         })
     }
 
+    /// The real path, relative to the root, of the directory `path` held
+    /// open as `fd` (a directory listed under a policy): on Linux from the
+    /// descriptor itself, so the entries are judged where they are whatever
+    /// path led there; else by resolving `path` once more.
+    fn real_rel(&self, fd: &OwnedFd, path: &Path) -> Result<PathBuf> {
+        #[cfg(target_os = "linux")]
+        if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+            if let Ok(rel) = link.strip_prefix(&self.host) {
+                return Ok(rel.to_path_buf());
+            }
+        }
+        // No /proc, or the root itself moved: resolve the path again.
+        let _ = fd;
+        Ok(self.resolve(path, false)?.rel)
+    }
+
     /// Creates the directory and its missing parents, never outside the root.
+    /// Under a policy, a directory is created only where writing is allowed;
+    /// one that exists already is no write and passes.
     pub fn mkdir_all(&self, path: &Path) -> Result<()> {
         // Usually the directory exists already (pi calls mkdir before every write).
         if let Some(Ok(_)) = self.open_beneath(path, dir_flags() & !OFlag::O_NOFOLLOW) {
             return Ok(());
         }
         named("mkdir", path, || {
+            if let Some(policy) = self.write_rules() {
+                refuse_write(policy, &self.lexical(path)?, true)?;
+            }
             let e = self.resolve(path, true)?;
             // The walk stops on the last component when it is not a directory.
             if e.name != "." {
@@ -572,7 +856,10 @@ impl Root {
     }
 
     fn replace(&self, path: &Path, data: &[u8]) -> Result<()> {
-        let e = self.resolve(path, false)?;
+        let e = match self.write_rules() {
+            Some(policy) => self.resolve_writable(policy, path, false)?,
+            None => self.resolve(path, false)?,
+        };
         if e.name == "." {
             return Err(Errno::EISDIR.into());
         }
@@ -1058,6 +1345,130 @@ mod tests {
             r.resolve_dir(&f.root.join("sub/deep")).unwrap(),
             r.host().join("sub/deep")
         );
+    }
+
+    fn with_policy(f: &Fixture, read: &[&str], write: &[&str]) -> Root {
+        use crate::policy::PolicySpec;
+        let spec = PolicySpec {
+            deny_read: read.iter().map(|s| s.to_string()).collect(),
+            deny_write: write.iter().map(|s| s.to_string()).collect(),
+            protect: true,
+        };
+        open(f).with_policy(Arc::new(Policy::new(&spec).unwrap()))
+    }
+
+    /// The rule of a refusal, or `None` for any other outcome.
+    fn rule<T: std::fmt::Debug>(r: Result<T>) -> Option<String> {
+        r.err()
+            .filter(|e| e.kind() == ErrorKind::Protected)
+            .map(|e| e.rule().unwrap().to_string())
+    }
+
+    #[test]
+    fn a_policy_refuses_denied_reads_as_given_and_as_reached() {
+        let f = fixture();
+        fs::write(f.root.join(".env"), "SECRET").unwrap();
+        fs::write(f.root.join(".ENV"), "other file").unwrap();
+        fs::create_dir_all(f.root.join("secrets/deep")).unwrap();
+        fs::write(f.root.join("secrets/deep/key"), "K").unwrap();
+        symlink(".env", f.root.join("x")).unwrap();
+        symlink("secrets/deep", f.root.join("pub")).unwrap();
+        symlink("a.txt", f.root.join("sub/.env")).unwrap();
+        let r = with_policy(&f, &[".env", "secrets/"], &[]);
+        let p = |rel: &str| f.root.join(rel);
+        for path in [
+            ".env",
+            "x",
+            "sub/.env",
+            "secrets/deep/key",
+            "pub/key",
+            "sub/../.env",
+        ] {
+            let path = p(path);
+            assert!(rule(r.read_file(&path)).is_some(), "{path:?}");
+            assert!(rule(r.read_head(&path, 4)).is_some(), "{path:?}");
+            assert!(rule(r.access(&path, Access::Read)).is_some(), "{path:?}");
+            assert!(rule(r.stat(&path)).is_some(), "{path:?}");
+            assert!(rule(r.exists_inside(&path)).is_some(), "{path:?}");
+            assert!(!r.exists(&path), "{path:?}");
+        }
+        let e = r.read_file(&p("x")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("path \"{}\" is protected by policy", p("x").display())
+        );
+        assert_eq!(e.rule(), Some(".env"));
+        // A missing denied name is refused too (whether it exists is not told).
+        assert_eq!(
+            rule(r.read_file(&p("sub/deep/.env"))).as_deref(),
+            Some(".env")
+        );
+        // Directories: refused as a whole, listing included.
+        for dir in ["secrets", "secrets/deep", "pub"] {
+            assert!(rule(r.read_dir(&p(dir))).is_some(), "{dir}");
+            assert!(rule(r.resolve_dir(&p(dir))).is_some(), "{dir}");
+            assert!(rule(r.stat(&p(dir))).is_some(), "{dir}");
+        }
+        // A listing leaves denied entries out; the rest reads as before.
+        let mut names = r.read_dir(&f.root).unwrap();
+        names.sort();
+        // `x` and `pub` lead to denied paths: left out as what they lead to.
+        assert_eq!(names, [".ENV", "a.txt", "sub"].map(OsString::from));
+        assert_eq!(
+            r.read_dir_upto(&f.root, 3).unwrap().map(|n| n.len()),
+            Some(3)
+        );
+        assert_eq!(r.read_dir(&p("sub")).unwrap(), [OsString::from("deep")]);
+        // Case matters on a case-sensitive file system: `.ENV` is another file.
+        assert_eq!(r.read_file(&p(".ENV")).unwrap(), b"other file");
+        assert_eq!(r.read_file(&p("a.txt")).unwrap(), b"A");
+        // Created after the policy: no match is cached.
+        fs::write(f.root.join("sub/deep/.env"), "late").unwrap();
+        assert!(rule(r.read_file(&p("sub/deep/.env"))).is_some());
+        // Writing a denied-read file is allowed (it reveals nothing).
+        r.write_file(&p(".env"), b"new").unwrap();
+    }
+
+    #[test]
+    fn a_policy_refuses_protected_writes_through_symlinks() {
+        let f = fixture();
+        fs::create_dir_all(f.root.join(".git/hooks")).unwrap();
+        fs::write(f.root.join(".git/config"), "[core]").unwrap();
+        symlink(".git/hooks", f.root.join("link")).unwrap();
+        symlink(".git", f.root.join("g")).unwrap();
+        let r = with_policy(&f, &[], &["locked/"]);
+        let p = |rel: &str| f.root.join(rel);
+        for path in [
+            ".git/hooks/pre-commit",
+            "link/pre-commit",
+            "g/config",
+            ".envrc",
+            "locked/x",
+        ] {
+            assert!(rule(r.write_file(&p(path), b"x")).is_some(), "{path}");
+        }
+        assert!(rule(r.access(&p("g/config"), Access::ReadWrite)).is_some());
+        r.access(&p("g/config"), Access::Read).unwrap();
+        assert!(rule(r.mkdir_all(&p("link/sub"))).is_some());
+        assert!(rule(r.mkdir_all(&p("g/hooks/sub"))).is_some());
+        assert!(rule(r.mkdir_all(&p("locked"))).is_some());
+        assert!(!p(".git/hooks/pre-commit").exists() && !p(".git/hooks/sub").exists());
+        assert!(!p(".envrc").exists() && !p("locked").exists());
+        assert_eq!(fs::read(p(".git/config")).unwrap(), b"[core]");
+        // What git itself writes stays writable; an existing directory is no write.
+        r.write_file(&p(".git/index"), b"i").unwrap();
+        r.mkdir_all(&p(".git/hooks")).unwrap();
+        r.write_file(&p("a.txt"), b"ok").unwrap();
+        // Without the protected defaults, the hook is written.
+        let open_root = open(&f).with_policy(Arc::new(
+            Policy::new(&crate::policy::PolicySpec::from_raw(
+                None,
+                None,
+                Some(false),
+            ))
+            .unwrap(),
+        ));
+        open_root.write_file(&p("link/pre-commit"), b"x").unwrap();
     }
 
     #[test]

@@ -40,6 +40,19 @@ impl Budget {
         }
     }
 
+    /// Holds `bytes` if they fit now (or nothing else is held); never waits.
+    pub fn try_hold(self: &Arc<Budget>, bytes: u64) -> Option<Permit> {
+        let mut used = self.lock();
+        if *used > 0 && used.saturating_add(bytes) > self.cap {
+            return None;
+        }
+        *used += bytes;
+        Some(Permit {
+            budget: Some(Arc::clone(self)),
+            bytes,
+        })
+    }
+
     /// Holds `bytes` at once, over the cap if need be (bytes already in memory).
     pub fn force(self: &Arc<Budget>, bytes: u64) -> Permit {
         *self.lock() += bytes;
@@ -132,5 +145,11 @@ mod tests {
         assert_eq!(budget.used(), 0);
         budget.wait_room();
         assert_eq!(Permit::none().bytes(), 0);
+        // try_hold never waits: it holds what fits, and refuses the rest.
+        let a = budget.try_hold(8).unwrap();
+        assert!(budget.try_hold(3).is_none());
+        let b = budget.try_hold(2).unwrap();
+        drop((a, b));
+        assert_eq!(budget.try_hold(100).map(|p| p.bytes()), Some(100));
     }
 }

@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
 
+use pi_native_ops_core::policy::{Policy, PolicySpec};
 use pi_native_ops_core::root::Root;
-use pi_native_ops_core::Cancel;
+use pi_native_ops_core::{Cancel, Error as CoreError};
 
 use crate::budget::{Budget, Permit};
+use crate::events::Events;
 use crate::frame::{read_frame, Frame, ReadError, MAX_PAYLOAD};
 use crate::index::WarmIndex;
 use crate::ops::{self, ExecSite, Registry, Running};
@@ -96,13 +98,106 @@ pub struct Lanes {
 /// At exit, how long the answers already queued may take to reach a client that still reads.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
-/// What the server serves.
+/// What the server was started with: its root and the operator's policy. A connection's calls see
+/// the root only as a `Workspace`, under the policy the connection fixed.
+pub struct Site {
+    /// The workspace under the default policy (no rules of the client's), made at start so that
+    /// `--index` warms up before the client comes: taken by a connection that keeps the default,
+    /// dropped by one that sets a policy of its own.
+    default: Mutex<Option<Workspace>>,
+    /// The root as given on the command line, made absolute.
+    host_root: PathBuf,
+    /// The path the agent sees the root as (`hello`'s `root`).
+    runtime_root: PathBuf,
+    /// `--policy`: beneath every client's policy, which can only add to it.
+    pinned: Option<Arc<Policy>>,
+    /// `--index`: every workspace starts the index (in the background).
+    index: bool,
+}
+
+impl Site {
+    pub fn new(
+        root: Root,
+        host_root: PathBuf,
+        pinned: Option<Policy>,
+        index: bool,
+    ) -> Result<Arc<Site>, CoreError> {
+        let site = Site {
+            default: Mutex::new(None),
+            runtime_root: root.runtime().to_path_buf(),
+            host_root,
+            pinned: pinned.map(Arc::new),
+            index,
+        };
+        let policy = site.policy(&PolicySpec::from_raw(None, None, None))?;
+        let workspace = site.build(root, policy);
+        *site.lock_default() = Some(workspace);
+        Ok(Arc::new(site))
+    }
+
+    fn lock_default(&self) -> std::sync::MutexGuard<'_, Option<Workspace>> {
+        self.default.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `spec`, a client's policy, compiled by the core over `--policy`.
+    fn policy(&self, spec: &PolicySpec) -> Result<Arc<Policy>, CoreError> {
+        let policy = Policy::new(spec)?;
+        Ok(Arc::new(match &self.pinned {
+            Some(floor) => policy.over(Arc::clone(floor)),
+            None => policy,
+        }))
+    }
+
+    fn build(&self, root: Root, policy: Arc<Policy>) -> Workspace {
+        // The root enforces the policy in every fs call, find, grep and the index.
+        let workspace = Workspace {
+            root: Arc::new(root.with_policy(Arc::clone(&policy))),
+            host_root: self.host_root.clone(),
+            index: WarmIndex::default(),
+            policy,
+        };
+        if self.index {
+            // In the background: searches walk until it is ready.
+            workspace.index.start(&workspace.root, None, None);
+        }
+        workspace
+    }
+
+    /// The workspace under `spec`, a client's policy.
+    fn workspace(&self, spec: &PolicySpec) -> Result<Workspace, CoreError> {
+        if *spec == PolicySpec::from_raw(None, None, None) {
+            if let Some(workspace) = self.lock_default().take() {
+                return Ok(workspace);
+            }
+        }
+        let policy = self.policy(spec)?;
+        if let Some(unused) = self.lock_default().take() {
+            // Its index searched under another policy, for no one.
+            unused.index.close();
+        }
+        let root = Root::open(&self.host_root, Some(&self.runtime_root))?;
+        Ok(self.build(root, policy))
+    }
+}
+
+/// What a connection's calls serve: the root under the connection's policy.
 pub struct Workspace {
     pub root: Arc<Root>,
     /// The root as given on the command line, made absolute.
     pub host_root: PathBuf,
     /// The root's warm search index, once started (`--index`, `indexStart`).
     pub index: WarmIndex,
+    /// The policy the root enforces: the client's over `--policy`.
+    pub policy: Arc<Policy>,
+}
+
+/// `{"denyRead":…,"denyWrite":…,"protect":…}`, as the client gives a policy.
+fn spec_json(spec: &PolicySpec) -> serde_json::Value {
+    serde_json::json!({
+        "denyRead": spec.deny_read,
+        "denyWrite": spec.deny_write,
+        "protect": spec.protect,
+    })
 }
 
 /// Whether the connection goes on after a frame.
@@ -215,18 +310,23 @@ impl Drop for Answerer {
 }
 
 pub struct Connection {
-    workspace: Arc<Workspace>,
+    site: Arc<Site>,
+    /// Fixed by the `policy` call, or by the first other call (the default policy).
+    workspace: Option<Arc<Workspace>>,
     out: Outbox,
     lanes: Lanes,
     stopper: Stopper,
     /// What incoming frames of calls not yet answered hold (`INPUT_BUDGET`).
     input: Arc<Budget>,
+    events: Arc<Events>,
 }
 
 impl Connection {
-    pub fn new(workspace: Arc<Workspace>, out: Outbox, lanes: Lanes) -> Connection {
+    pub fn new(site: Arc<Site>, out: Outbox, lanes: Lanes) -> Connection {
         Connection {
-            workspace,
+            site,
+            workspace: None,
+            events: Events::new(out.clone()),
             out,
             lanes,
             stopper: Stopper {
@@ -273,6 +373,15 @@ impl Connection {
             }
             Incoming::Call { id, op } => {
                 match op {
+                    Ok(Op::Policy {
+                        deny_read,
+                        deny_write,
+                        protect,
+                        events,
+                    }) => {
+                        let spec = PolicySpec::from_raw(deny_read, deny_write, protect);
+                        self.set_policy(id, &spec, events);
+                    }
                     Ok(op) => self.call(id, op, frame.payload, held),
                     Err(message) => self.out.refuse(Some(id), &WireError::protocol(message)),
                 }
@@ -291,6 +400,44 @@ impl Connection {
                 Flow::Continue
             }
         }
+    }
+
+    /// Fixes the connection's policy, answering the `policy` call `id`: its rules' error (the
+    /// core's, as a local face gives it) leaves it unfixed; once fixed, it never changes.
+    fn set_policy(&mut self, id: u64, spec: &PolicySpec, events: bool) {
+        if self.workspace.is_some() {
+            let why = "the policy is set once, by the first call of a connection";
+            return self.out.refuse(Some(id), &WireError::protocol(why));
+        }
+        match self.site.workspace(spec) {
+            Ok(workspace) => {
+                if events {
+                    self.events.want();
+                }
+                let pinned = workspace
+                    .policy
+                    .floor()
+                    .map(|floor| spec_json(floor.spec()));
+                let mut answer = serde_json::Map::new();
+                answer.insert("pinned".into(), pinned.unwrap_or_default());
+                self.workspace = Some(Arc::new(workspace));
+                self.out.ok(id, answer, Vec::new(), None, false);
+            }
+            Err(e) => self.out.refuse(Some(id), &WireError::from(e)),
+        }
+    }
+
+    /// The connection's workspace, under the default policy unless a `policy` call fixed one.
+    fn workspace(&mut self) -> Result<Arc<Workspace>, CoreError> {
+        if let Some(workspace) = &self.workspace {
+            return Ok(Arc::clone(workspace));
+        }
+        let workspace = Arc::new(
+            self.site
+                .workspace(&PolicySpec::from_raw(None, None, None))?,
+        );
+        self.workspace = Some(Arc::clone(&workspace));
+        Ok(workspace)
     }
 
     /// Registers a call; false (answered, and the call that owns the id untouched) when its id is
@@ -314,6 +461,10 @@ impl Connection {
     }
 
     fn call(&mut self, id: u64, op: Op, payload: Vec<u8>, held: Permit) {
+        let workspace = match self.workspace() {
+            Ok(workspace) => workspace,
+            Err(e) => return self.out.refuse(Some(id), &WireError::from(e)),
+        };
         let running = match &op {
             Op::Exec(_) | Op::ReadStream { .. } => Running::Stream(Arc::default()),
             Op::Grep(_) => Running::Grep(Cancel::default()),
@@ -322,7 +473,6 @@ impl Connection {
         if !self.register(id, running.clone()) {
             return;
         }
-        let workspace = Arc::clone(&self.workspace);
         let answerer = Answerer {
             id,
             out: self.out.clone(),
@@ -412,17 +562,14 @@ impl Connection {
 /// Serves one connection until `input` ends; returns the process's exit code (0 when the input
 /// ended, 1 after a protocol violation). If `output` breaks first (the client no longer reads),
 /// every command tree is killed and the process exits 0 from the writer thread.
-pub fn serve<R, W>(workspace: Arc<Workspace>, mut input: R, output: W, lanes: Lanes) -> i32
+pub fn serve<R, W>(site: Arc<Site>, mut input: R, output: W, lanes: Lanes) -> i32
 where
     R: Read,
     W: Output + Send + 'static,
 {
     let (out, queue) = Outbox::new();
-    out.hello(
-        &workspace.root.runtime().to_string_lossy(),
-        &wire::platform(),
-    );
-    let mut conn = Connection::new(workspace, out.clone(), lanes);
+    out.hello(&site.runtime_root.to_string_lossy(), &wire::platform());
+    let mut conn = Connection::new(site, out.clone(), lanes);
     let stopper = conn.stopper.clone();
     let writer = std::thread::Builder::new()
         .name("pi-native-ops-server-writer".into())
@@ -508,19 +655,26 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
         let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
-        let workspace = Arc::new(Workspace {
-            root: Arc::new(root),
-            host_root: dir.path().to_path_buf(),
-            index: WarmIndex::default(),
-        });
+        let site = Site::new(root, dir.path().to_path_buf(), None, false).unwrap();
         let (out, queue) = Outbox::new();
         let pools = Pools::new().unwrap();
         Fixture {
             _dir: dir,
-            conn: Connection::new(workspace, out, pools.lanes()),
+            conn: Connection::new(site, out, pools.lanes()),
             queue,
             _pools: pools,
         }
+    }
+
+    fn fixture_pinned(pinned: PolicySpec) -> Fixture {
+        let mut f = fixture();
+        let root = Root::open(f._dir.path(), Some(Path::new("/workspace"))).unwrap();
+        let pinned = Policy::new(&pinned).unwrap();
+        let site = Site::new(root, f._dir.path().to_path_buf(), Some(pinned), false).unwrap();
+        let (out, queue) = Outbox::new();
+        f.conn = Connection::new(site, out, f._pools.lanes());
+        f.queue = queue;
+        f
     }
 
     fn call(f: &mut Fixture, header: Value, payload: &[u8]) -> (Value, Vec<u8>) {
@@ -606,6 +760,183 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_is_set_by_the_first_call_and_bad_rules_fail_as_locally() {
+        let mut f = fixture();
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":["a{b"]}),
+            b"",
+        );
+        let local = Policy::new(&PolicySpec::from_raw(Some(vec!["a{b".into()]), None, None))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err["error"], json!({"kind":"InvalidGlob","message":local}));
+        assert!(local.starts_with("policy.denyRead: invalid rule \"a{b\""));
+        // The failed call fixed nothing: the next one sets it.
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":2,"op":"policy","denyRead":[".env"],"denyWrite":["locked/"],"protect":false}),
+            b"",
+        );
+        assert_eq!(ok, json!({"t":"ok","id":2,"pinned":null}));
+        let policy = Arc::clone(&f.conn.workspace().unwrap().policy);
+        assert_eq!(
+            policy.spec(),
+            &PolicySpec::from_raw(
+                Some(vec![".env".into()]),
+                Some(vec!["locked/".into()]),
+                Some(false)
+            )
+        );
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":3,"op":"policy","protect":false}),
+            b"",
+        );
+        assert_eq!(
+            err["error"],
+            json!({"kind":"Protocol","message":"the policy is set once, by the first call of a connection"})
+        );
+        // After any other call, the default policy is fixed: the protected defaults apply.
+        let mut f = fixture();
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"stat","path":"/workspace"}),
+            b"",
+        );
+        assert_eq!(ok["isDirectory"], true);
+        let workspace = f.conn.workspace().unwrap();
+        assert!(workspace
+            .policy
+            .write_denial(Path::new(".git/hooks/pre-commit"), false)
+            .is_some());
+        let (err, _) = call(&mut f, json!({"t":"call","id":2,"op":"policy"}), b"");
+        assert_eq!(err["error"]["kind"], "Protocol");
+    }
+
+    #[test]
+    fn a_pinned_policy_is_beneath_the_clients_which_only_adds_to_it() {
+        let pinned = PolicySpec::from_raw(Some(vec!["secrets/".into()]), None, Some(true));
+        let mut f = fixture_pinned(pinned);
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":["!secrets/a.txt",".env"],"protect":false}),
+            b"",
+        );
+        assert_eq!(
+            ok["pinned"],
+            json!({"denyRead":["secrets/"],"denyWrite":[],"protect":true})
+        );
+        let policy = Arc::clone(&f.conn.workspace().unwrap().policy);
+        let read = |rel: &str| policy.read_denial(Path::new(rel), false).map(|d| d.rule);
+        assert_eq!(read("secrets/a.txt").as_deref(), Some("secrets/"));
+        assert_eq!(read("x/.env").as_deref(), Some(".env"));
+        assert!(policy
+            .write_denial(Path::new(".git/config"), false)
+            .is_some());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_index_warms_from_start_under_the_default_policy_and_starts_again_under_a_clients_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+        let site = || {
+            let root = Root::open(dir.path(), None).unwrap();
+            Site::new(root, dir.path().to_path_buf(), None, true).unwrap()
+        };
+        let prestarted = |site: &Site| {
+            let default = site.lock_default();
+            let workspace = default.as_ref().unwrap();
+            assert!(workspace.index.search().is_some());
+            Arc::clone(&workspace.root)
+        };
+        let warm = site();
+        let before = prestarted(&warm);
+        let kept = warm
+            .workspace(&PolicySpec::from_raw(None, None, None))
+            .unwrap();
+        assert!(Arc::ptr_eq(&kept.root, &before) && warm.lock_default().is_none());
+        assert_eq!(kept.index.search().unwrap().wait_ready().files, 1);
+        let own = site();
+        let before = prestarted(&own);
+        let spec = PolicySpec::from_raw(Some(vec!["*.pem".into()]), None, None);
+        let set = own.workspace(&spec).unwrap();
+        assert!(own.lock_default().is_none() && !Arc::ptr_eq(&set.root, &before));
+        assert_eq!(set.policy.spec(), &spec);
+        assert_eq!(set.index.search().unwrap().wait_ready().files, 1);
+        // A bad rule takes nothing: the warm workspace stays for the next call.
+        let again = site();
+        assert!(again
+            .workspace(&PolicySpec::from_raw(Some(vec!["a{b".into()]), None, None))
+            .is_err());
+        assert!(again.lock_default().is_some());
+    }
+
+    #[test]
+    fn events_go_once_asked_and_beyond_their_budget_are_dropped_and_counted() {
+        use pi_native_ops_core::policy::{EventTarget, PolicyEvent};
+        let event = |n: usize| PolicyEvent {
+            tool: "bash",
+            command: Some(format!("cat secret{n}")),
+            target: EventTarget::Read(format!("/workspace/secret{n}")),
+            rule: Some("secret*".into()),
+            allowed: false,
+            time_ms: 1.0,
+        };
+        let mut f = fixture();
+        let sink = f.conn.events.sink();
+        sink(event(0));
+        assert!(
+            f.queue.try_recv().is_err(),
+            "an event nobody asked for was sent"
+        );
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","events":true}),
+            b"",
+        );
+        assert_eq!(ok["t"], "ok");
+        // A client that does not read: the events queued stay within their budget.
+        let sent = 10_000;
+        for n in 0..sent {
+            sink(event(n));
+        }
+        let mut queued = Vec::new();
+        while let Ok(out) = f.queue.try_recv() {
+            queued.push(out);
+        }
+        let held: usize = queued
+            .iter()
+            .map(|out| match out {
+                Out::Frame { head, payload, .. } => head.len() + payload.len(),
+                _ => 0,
+            })
+            .sum();
+        assert!(
+            held as u64 <= crate::events::EVENT_BUDGET,
+            "{held} bytes queued"
+        );
+        let kept = queued.len();
+        assert!(kept > 100 && kept < sent, "{kept} of {sent} events queued");
+        let Out::Frame { head, .. } = &queued[0] else {
+            panic!("not a frame")
+        };
+        let first: Value = serde_json::from_slice(&head[8..]).unwrap();
+        assert_eq!(
+            first,
+            json!({"t":"event","tool":"bash","access":"read","path":"/workspace/secret0","rule":"secret*","allowed":false,"time":1.0,"command":"cat secret0"})
+        );
+        // Written (dropped here), their room returns: the count goes first, then the event.
+        drop(queued);
+        sink(event(sent));
+        let (notice, _) = next(&mut f.queue);
+        assert_eq!(notice, json!({"t":"eventsDropped","count": sent - kept}));
+        let (last, _) = next(&mut f.queue);
+        assert_eq!(last["path"], format!("/workspace/secret{sent}"));
+    }
+
+    #[test]
     fn the_index_starts_once_answers_its_stats_and_closes() {
         let mut f = fixture();
         let (err, _) = call(&mut f, json!({"t":"call","id":1,"op":"indexStats"}), b"");
@@ -656,18 +987,19 @@ mod tests {
         );
         assert_eq!(again["bytesIndexed"], ready["bytesIndexed"]);
         // grep reads only the candidate file once the index is ready (`searched` counts reads).
+        let workspace = f.conn.workspace().unwrap();
         let grep_reads = |index| {
             let cancel = Cancel::new();
             let request: wire::GrepRequest = serde_json::from_value(json!({
                 "pattern": "world", "path": "/workspace", "displayName": "workspace", "limit": 100
             }))
             .unwrap();
-            let (answer, _) = ops::grep(&f.conn.workspace.root, index, request, &cancel).unwrap();
+            let (answer, _) = ops::grep(&workspace.root, index, request, &cancel).unwrap();
             assert_eq!(answer["matchCount"], 1);
             cancel.files_searched()
         };
         assert_eq!(grep_reads(None), 2);
-        assert_eq!(grep_reads(f.conn.workspace.index.search()), 1);
+        assert_eq!(grep_reads(workspace.index.search()), 1);
         // The connection hands it its index too.
         let (ok, _) = call(
             &mut f,
@@ -839,14 +1171,15 @@ mod tests {
 
     #[test]
     fn a_cancelled_grep_is_aborted_with_its_progress() {
-        let f = fixture();
+        let mut f = fixture();
         let cancel = Cancel::new();
         cancel.cancel();
         let request: wire::GrepRequest = serde_json::from_value(json!({
             "pattern": "x", "path": "/workspace", "displayName": "workspace", "limit": 100
         }))
         .unwrap();
-        let err = ops::grep(&f.conn.workspace.root, None, request, &cancel).unwrap_err();
+        let root = &f.conn.workspace().unwrap().root;
+        let err = ops::grep(root, None, request, &cancel).unwrap_err();
         assert_eq!(
             serde_json::to_value(&*err).unwrap(),
             json!({"kind":"Aborted","message":"Operation aborted","filesSearched":0})

@@ -6,16 +6,14 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use pi_native_ops_core::root::Root;
 
-use crate::conn::{Connection, Flow, Pools, Workspace};
+use crate::conn::{Connection, Flow, Pools, Site};
 use crate::frame::{encode_head, read_frame, Frame, ReadError, MAX_HEADER};
-use crate::index::WarmIndex;
 use crate::outbox::{Out, Outbox};
 use crate::wire;
 
@@ -199,6 +197,15 @@ const OPS: &[(&str, &[(&str, Kind)])] = &[
         "indexStart",
         &[("maxWatches", Kind::Number), ("maxFileBytes", Kind::Number)],
     ),
+    (
+        "policy",
+        &[
+            ("denyRead", Kind::Patterns),
+            ("denyWrite", Kind::Patterns),
+            ("protect", Kind::Bool),
+            ("events", Kind::Bool),
+        ],
+    ),
     ("indexReady", &[]),
     ("indexStats", &[]),
     ("chmod", &[("path", Kind::Path)]),
@@ -326,14 +333,10 @@ fn fixture() -> (tempfile::TempDir, Connection, Receiver<Out>, Pools) {
     std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
     std::os::unix::fs::symlink("/etc", dir.path().join("link")).unwrap();
     let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
-    let workspace = Arc::new(Workspace {
-        root: Arc::new(root),
-        host_root: dir.path().to_path_buf(),
-        index: WarmIndex::default(),
-    });
+    let site = Site::new(root, dir.path().to_path_buf(), None, false).unwrap();
     let (out, queue) = Outbox::new();
     let pools = Pools::new().unwrap();
-    let conn = Connection::new(workspace, out, pools.lanes());
+    let conn = Connection::new(site, out, pools.lanes());
     (dir, conn, queue, pools)
 }
 

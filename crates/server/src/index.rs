@@ -71,6 +71,14 @@ impl WarmIndex {
     ) {
     }
 
+    /// Closes the index, if one was started.
+    pub fn close(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(index) = self.index.get() {
+            index.close();
+        }
+    }
+
     pub fn search(&self) -> SearchIndex<'_> {
         self.index.get()
     }

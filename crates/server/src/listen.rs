@@ -21,7 +21,7 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tungstenite::{Error as WsError, HandshakeError, Message, WebSocket};
 
-use crate::conn::{self, Lanes, Workspace};
+use crate::conn::{self, Lanes, Site};
 use crate::session::{self, End, Session, SessionId, Stop, MAX_DATA};
 
 const NAME: &str = "pi-native-ops-server";
@@ -327,7 +327,7 @@ impl Drop for HandshakeSlot<'_> {
 
 /// Serves the protocol to one client session over a WebSocket on `options.address`; returns the
 /// process's exit code.
-pub fn serve(options: Options, workspace: Arc<Workspace>, lanes: Lanes) -> i32 {
+pub fn serve(options: Options, site: Arc<Site>, lanes: Lanes) -> i32 {
     let listener = match TcpListener::bind(&options.address) {
         Ok(listener) => listener,
         Err(e) => {
@@ -399,12 +399,7 @@ pub fn serve(options: Options, workspace: Arc<Workspace>, lanes: Lanes) -> i32 {
         return 1;
     }
     let input = io::BufReader::with_capacity(MAX_DATA, session::Input(Arc::clone(&session)));
-    let code = conn::serve(
-        workspace,
-        input,
-        session::Output(Arc::clone(&session)),
-        lanes,
-    );
+    let code = conn::serve(site, input, session::Output(Arc::clone(&session)), lanes);
     // The protocol layer has ended (its calls are stopped): what it wrote last goes out, then a
     // close frame, if a connection is there to take them.
     session.end(End::ServerDone);

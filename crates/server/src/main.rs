@@ -13,6 +13,8 @@ mod budget;
 #[cfg(unix)]
 mod conn;
 #[cfg(unix)]
+mod events;
+#[cfg(unix)]
 mod frame;
 #[cfg(all(unix, test))]
 mod fuzz;
@@ -36,6 +38,7 @@ const NAME: &str = "pi-native-ops-server";
 
 const USAGE: &str = "\
 usage: pi-native-ops-server --root DIR [--runtime-root PATH] [--index]
+                            [--policy FILE]
                             [--listen HOST:PORT [--grace S] [--idle-timeout S]]
 
 Serves the workspace DIR to one pi-native-ops client over stdin and stdout
@@ -46,8 +49,14 @@ go to stderr.
   --runtime-root PATH   the absolute path the agent sees the workspace as
                         (default: DIR)
   --index               start the warm search index of DIR at once (Linux),
-                        so find and grep are fast from the first calls on;
+                        so find and grep are fast from the first calls on
+                        (started again under a client's own policy);
                         a client may also start it (connect's index option)
+  --policy FILE         a policy no client can loosen: JSON
+                        {\"denyRead\": [...], \"denyWrite\": [...], \"protect\": bool}
+                        (rules are gitignore lines relative to DIR); a
+                        client's policy (connect's policy option) only adds
+                        rules to it
   --listen HOST:PORT    serve one client session over a WebSocket on this
                         address (port 0: any free port) instead of stdio;
                         prints `listening on HOST:PORT` to stdout once bound.
@@ -85,6 +94,7 @@ enum Command {
         root: PathBuf,
         runtime_root: Option<PathBuf>,
         index: bool,
+        policy: Option<PathBuf>,
         listen: Option<Listen>,
     },
     Version,
@@ -103,6 +113,7 @@ fn seconds(name: &str, value: &str) -> Result<Duration, String> {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut root = None;
     let mut runtime_root = None;
+    let mut policy = None;
     let mut index = false;
     let mut address: Option<String> = None;
     let mut grace = None;
@@ -138,6 +149,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             }
             "--root" => &mut root,
             "--runtime-root" => &mut runtime_root,
+            "--policy" => &mut policy,
             _ => return Err(format!("unknown argument \"{arg}\"")),
         };
         let value = match inline {
@@ -178,8 +190,49 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         root,
         runtime_root,
         index,
+        policy,
         listen,
     })
+}
+
+/// The largest `--policy` file read: far beyond any list of rules a person writes, and bounded
+/// before it is read.
+#[cfg(unix)]
+const MAX_POLICY_BYTES: u64 = 1 << 20;
+
+/// The `--policy` file: the options a client's `policy` takes, as JSON.
+#[cfg(unix)]
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PolicyFile {
+    deny_read: Option<Vec<String>>,
+    deny_write: Option<Vec<String>>,
+    protect: Option<bool>,
+}
+
+/// Reads and compiles the `--policy` file (the core decides what a rule is).
+#[cfg(unix)]
+fn read_policy(path: &std::path::Path) -> Result<pi_native_ops_core::policy::Policy, String> {
+    use std::io::Read;
+    let name = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("--policy {name}: {e}"))?;
+    let mut text = Vec::new();
+    file.take(MAX_POLICY_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("--policy {name}: {e}"))?;
+    if text.len() as u64 > MAX_POLICY_BYTES {
+        return Err(format!(
+            "--policy {name}: larger than {MAX_POLICY_BYTES} bytes"
+        ));
+    }
+    let file: PolicyFile =
+        serde_json::from_slice(&text).map_err(|e| format!("--policy {name}: {e}"))?;
+    let spec = pi_native_ops_core::policy::PolicySpec::from_raw(
+        file.deny_read,
+        file.deny_write,
+        file.protect,
+    );
+    pi_native_ops_core::policy::Policy::new(&spec).map_err(|e| format!("--policy {name}: {e}"))
 }
 
 fn usage_error(message: &str) -> ! {
@@ -189,7 +242,7 @@ fn usage_error(message: &str) -> ! {
 
 fn main() {
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
-    let (root, runtime_root, index, listen) = match command {
+    let (root, runtime_root, index, policy, listen) = match command {
         Command::Help => {
             println!("{USAGE}");
             return;
@@ -202,10 +255,11 @@ fn main() {
             root,
             runtime_root,
             index,
+            policy,
             listen,
-        } => (root, runtime_root, index, listen),
+        } => (root, runtime_root, index, policy, listen),
     };
-    std::process::exit(serve(root, runtime_root, index, listen));
+    std::process::exit(serve(root, runtime_root, index, policy, listen));
 }
 
 /// The token a `--listen` client must present, from the environment only (an argument would show
@@ -231,9 +285,14 @@ fn take_token() -> String {
 }
 
 #[cfg(unix)]
-fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Option<Listen>) -> i32 {
+fn serve(
+    root: PathBuf,
+    runtime_root: Option<PathBuf>,
+    index: bool,
+    policy: Option<PathBuf>,
+    listen: Option<Listen>,
+) -> i32 {
     use std::os::fd::AsFd;
-    use std::sync::Arc;
 
     use pi_native_ops_core::root::Root;
 
@@ -245,6 +304,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Opti
     const PIPE_BYTES: libc::c_int = 1 << 20;
 
     let token = listen.as_ref().map(|_| take_token());
+    let pinned = policy.map(|path| read_policy(&path).unwrap_or_else(|e| usage_error(&e)));
     // Relative to where the server starts, made absolute lexically (as js/fs.js's path.resolve),
     // so no relative alias of the root exists.
     let host_root = std::path::absolute(&root).unwrap_or(root);
@@ -253,15 +313,10 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Opti
         Ok(root) => root,
         Err(e) => usage_error(&e.to_string()),
     };
-    let workspace = Arc::new(conn::Workspace {
-        root: Arc::new(root),
-        host_root,
-        index: index::WarmIndex::default(),
-    });
-    if index {
-        // In the background: the hello goes out at once, and searches walk until it is ready.
-        workspace.index.start(&workspace.root, None, None);
-    }
+    // With `--index`, the index starts at once under the default policy, and again under a
+    // client's own policy if it sets one.
+    let site = conn::Site::new(root, host_root, pinned, index)
+        .unwrap_or_else(|e| usage_error(&e.to_string()));
     // The lanes every core call runs on; the reader (this thread) and the writer are plain
     // threads, so a call crosses only two hand-offs.
     let pools = match conn::Pools::new() {
@@ -278,7 +333,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Opti
             idle_timeout: listen.idle_timeout,
             token,
         };
-        let code = listen::serve(options, workspace, pools.lanes());
+        let code = listen::serve(options, site, pools.lanes());
         // As below: no waiting for the blocking pool.
         std::process::exit(code);
     }
@@ -304,7 +359,7 @@ fn serve(root: PathBuf, runtime_root: Option<PathBuf>, index: bool, listen: Opti
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
     }
     let input = std::io::BufReader::with_capacity(INPUT_BUFFER, input);
-    let code = conn::serve(workspace, input, output, pools.lanes());
+    let code = conn::serve(site, input, output, pools.lanes());
     // Leave without waiting for the blocking pool: a call stuck in the kernel (a read of a FIFO)
     // must not keep the process alive once the connection is gone; command trees are already
     // reaped by `serve`.
@@ -316,6 +371,7 @@ fn serve(
     _root: PathBuf,
     _runtime_root: Option<PathBuf>,
     _index: bool,
+    _policy: Option<PathBuf>,
     _listen: Option<Listen>,
 ) -> i32 {
     eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
@@ -338,6 +394,7 @@ mod tests {
                 root: "/w".into(),
                 runtime_root: None,
                 index: false,
+                policy: None,
                 listen: None
             })
         );
@@ -347,6 +404,7 @@ mod tests {
                 root: "/w".into(),
                 runtime_root: None,
                 index: true,
+                policy: None,
                 listen: None
             })
         );
@@ -360,8 +418,23 @@ mod tests {
                 root: "w".into(),
                 runtime_root: Some("/workspace".into()),
                 index: false,
+                policy: None,
                 listen: None
             })
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--policy", "p.json"]),
+            Ok(Command::Serve {
+                root: "/w".into(),
+                runtime_root: None,
+                index: false,
+                policy: Some("p.json".into()),
+                listen: None
+            })
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--policy=a", "--policy=b"]),
+            Err("--policy is given twice".into())
         );
         assert_eq!(parse(&["--version"]), Ok(Command::Version));
         assert_eq!(parse(&["--root", "/w", "--help"]), Ok(Command::Help));
@@ -385,6 +458,7 @@ mod tests {
                 root: "/w".into(),
                 runtime_root: None,
                 index: false,
+                policy: None,
                 listen: Some(Listen {
                     address: "127.0.0.1:0".into(),
                     grace: Duration::from_millis(500),

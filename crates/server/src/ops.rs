@@ -113,7 +113,8 @@ pub fn simple(
         | Op::IndexStart { .. }
         | Op::IndexReady
         | Op::IndexStats
-        | Op::IndexClose => {
+        | Op::IndexClose
+        | Op::Policy { .. } => {
             return Err(WireError::protocol("not a one-shot operation").into());
         }
     };
@@ -366,6 +367,7 @@ pub fn exec(
         env: req.env,
         cwd_map: Some(site.cwd_map()),
         sandbox: None,
+        events: None,
     })?;
     stream.attach(execution.control());
     #[cfg(target_os = "linux")]

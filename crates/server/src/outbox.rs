@@ -248,6 +248,18 @@ impl Outbox {
         });
     }
 
+    /// Bytes `message` takes as a frame with no payload (its permit's size).
+    pub fn frame_size(&self, message: &Outgoing<'_>) -> u64 {
+        let header = serde_json::to_vec(message).map_or(0, |h| h.len());
+        encode_head(&[], 0).len() as u64 + header as u64
+    }
+
+    /// Queues an event frame whose bytes `permit` holds (`events.rs`): never waits, and keeps
+    /// its place behind the stream data already queued.
+    pub fn queue_event(&self, message: &Outgoing<'_>, permit: Permit) {
+        self.send_as(message, Vec::new(), Some(permit), false, false);
+    }
+
     pub fn hello(&self, root: &str, platform: &str) {
         let hello = Outgoing::Hello {
             protocol: crate::wire::PROTOCOL,

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use pi_native_ops_core::policy::{EventTarget, PolicyEvent};
 use pi_native_ops_core::{Error as CoreError, NodeClass};
 
 /// The protocol this server speaks.
@@ -95,6 +96,21 @@ pub enum Op {
     IndexReady,
     IndexStats,
     IndexClose,
+    /// The connection's policy (connect's `policy`), before any other call: the core compiles it
+    /// over the server's `--policy`. Answered on the reader's thread, so every later call sees it.
+    Policy {
+        /// `None`: no rules; the core reads the lists as the binding reads the JS option.
+        #[serde(default)]
+        deny_read: Option<Vec<String>>,
+        #[serde(default)]
+        deny_write: Option<Vec<String>>,
+        /// `None`: the protected defaults apply.
+        #[serde(default)]
+        protect: Option<bool>,
+        /// Whether the client wants `event` frames (it has an `onPolicyEvent`).
+        #[serde(default)]
+        events: bool,
+    },
 }
 
 /// A JS number option as the client sends it (docs/protocol.md): JSON has no infinities or NaN, so
@@ -219,6 +235,52 @@ pub enum Outgoing<'a> {
         id: Option<u64>,
         error: &'a WireError,
     },
+    /// A policy event (docs/protocol.md, "Policy"), in the shape `onPolicyEvent` receives.
+    Event(&'a WireEvent),
+    /// Events lost because the client did not take them fast enough (`events::EVENT_BUDGET`).
+    EventsDropped {
+        count: u64,
+    },
+}
+
+/// A policy event as the client hands it to `onPolicyEvent`: these keys, in this order, absent
+/// ones left out (issue 28's shape).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WireEvent {
+    pub tool: &'static str,
+    pub access: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub rule: Option<String>,
+    pub allowed: bool,
+    pub time: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+impl From<PolicyEvent> for WireEvent {
+    fn from(e: PolicyEvent) -> WireEvent {
+        let (access, path, host, port) = match e.target {
+            EventTarget::Read(path) => ("read", Some(path), None, None),
+            EventTarget::Write(path) => ("write", Some(path), None, None),
+            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port)),
+        };
+        WireEvent {
+            tool: e.tool,
+            access,
+            path,
+            host,
+            port,
+            rule: e.rule,
+            allowed: e.allowed,
+            time: e.time_ms,
+            command: e.command,
+        }
+    }
 }
 
 /// An error as the client rebuilds it (docs/protocol.md, "Errors").
@@ -238,6 +300,9 @@ pub struct WireError {
     pub syscall: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The policy rule of a `Protected` refusal (set after `path`, as the binding sets it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// grep's `Aborted`: how many files the search had begun to read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub files_searched: Option<u64>,
@@ -268,6 +333,7 @@ impl WireError {
             errno: None,
             syscall: None,
             path: None,
+            rule: None,
             files_searched: None,
         }
     }
@@ -290,6 +356,7 @@ impl From<&CoreError> for WireError {
             errno: fields.errno,
             syscall: fields.syscall,
             path: fields.path,
+            rule: fields.rule,
             files_searched: None,
         }
     }
@@ -441,6 +508,16 @@ mod tests {
                 max_file_bytes: None
             })
         ));
+        let (_, op) = call(
+            r#"{"t":"call","id":20,"op":"policy","denyRead":[".env"],"protect":false,"events":true}"#,
+        );
+        assert!(matches!(
+            op,
+            Ok(Op::Policy { deny_read: Some(r), deny_write: None, protect: Some(false), events: true })
+                if r == [".env"]
+        ));
+        let (_, op) = call(r#"{"t":"call","id":21,"op":"policy","denyRead":".env"}"#);
+        assert!(op.unwrap_err().contains("invalid type"));
         let (_, op) = call(r#"{"t":"call","id":15,"op":"indexReady"}"#);
         assert!(matches!(op, Ok(Op::IndexReady)));
         let (_, op) = call(r#"{"t":"call","id":13,"op":"exec","command":"ls","cwd":"/w"}"#);
@@ -474,6 +551,13 @@ mod tests {
             serde_json::to_string(&WireError::from(CoreError::file_too_large(1 << 40))).unwrap(),
             r#"{"kind":"FileTooLarge","name":"RangeError","message":"File size (1099511627776) is greater than 2 GiB","code":"ERR_FS_FILE_TOO_LARGE"}"#
         );
+        // A policy refusal: its rule, and no code, errno or path (the message names the path).
+        let protected =
+            WireError::from(CoreError::protected("*.pem").at("open", Path::new("/w/k.pem")));
+        assert_eq!(
+            serde_json::to_string(&protected).unwrap(),
+            r#"{"kind":"Protected","message":"path \"/w/k.pem\" is protected by policy","rule":"*.pem"}"#
+        );
         let spawn = WireError::from(CoreError::spawn("/bin/sh", 2));
         assert_eq!(spawn.syscall.as_deref(), Some("spawn /bin/sh"));
         assert_eq!(spawn.path.as_deref(), Some("/bin/sh"));
@@ -485,6 +569,55 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&WireError::from(CoreError::shell_not_found("/no/sh"))).unwrap(),
             r#"{"kind":"ShellNotFound","message":"Custom shell path not found: /no/sh"}"#
+        );
+    }
+
+    #[test]
+    fn events_travel_in_the_shape_on_policy_event_receives() {
+        let event = |target, rule: Option<&str>, allowed, command: Option<&str>| {
+            let e = WireEvent::from(PolicyEvent {
+                tool: if command.is_some() { "bash" } else { "read" },
+                command: command.map(str::to_string),
+                target,
+                rule: rule.map(str::to_string),
+                allowed,
+                time_ms: 1764787200000.5,
+            });
+            serde_json::to_string(&Outgoing::Event(&e)).unwrap()
+        };
+        assert_eq!(
+            event(
+                EventTarget::Read("/w/.env".into()),
+                Some(".env"),
+                false,
+                None
+            ),
+            r#"{"t":"event","tool":"read","access":"read","path":"/w/.env","rule":".env","allowed":false,"time":1764787200000.5}"#
+        );
+        assert_eq!(
+            event(
+                EventTarget::Write("/w/.git/hooks/x".into()),
+                Some("**/.git/hooks/"),
+                false,
+                Some("echo > .git/hooks/x")
+            ),
+            r#"{"t":"event","tool":"bash","access":"write","path":"/w/.git/hooks/x","rule":"**/.git/hooks/","allowed":false,"time":1764787200000.5,"command":"echo > .git/hooks/x"}"#
+        );
+        assert_eq!(
+            event(
+                EventTarget::Connect {
+                    host: "example.com".into(),
+                    port: 443
+                },
+                None,
+                false,
+                Some("curl example.com")
+            ),
+            r#"{"t":"event","tool":"bash","access":"connect","host":"example.com","port":443,"rule":null,"allowed":false,"time":1764787200000.5,"command":"curl example.com"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Outgoing::EventsDropped { count: 3 }).unwrap(),
+            r#"{"t":"eventsDropped","count":3}"#
         );
     }
 

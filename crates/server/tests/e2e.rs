@@ -38,11 +38,25 @@ impl Server {
         Server::start_with(root, runtime_root, false)
     }
 
+    /// A server given more arguments (`--policy FILE`).
+    fn start_args(root: &Path, args: &[&std::ffi::OsStr]) -> Server {
+        Server::spawn(root, None, false, args)
+    }
+
     /// `sockets`: stdin and stdout are Unix stream sockets, as Node gives a child's stdio pipes;
     /// else plain pipes (ssh, docker exec).
     fn start_with(root: &Path, runtime_root: Option<&str>, sockets: bool) -> Server {
+        Server::spawn(root, runtime_root, sockets, &[])
+    }
+
+    fn spawn(
+        root: &Path,
+        runtime_root: Option<&str>,
+        sockets: bool,
+        args: &[&std::ffi::OsStr],
+    ) -> Server {
         let mut cmd = Command::new(bin());
-        cmd.arg("--root").arg(root);
+        cmd.arg("--root").arg(root).args(args);
         if let Some(runtime) = runtime_root {
             cmd.args(["--runtime-root", runtime]);
         }
@@ -388,6 +402,112 @@ fn a_socket_stdout_gets_a_send_buffer_of_the_whole_window() {
 }
 
 #[test]
+fn the_policy_call_fixes_the_policy_over_the_pinned_one() {
+    let dir = workspace();
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, r#"{"denyRead":["secrets/"],"protect":true}"#).unwrap();
+    let args = [std::ffi::OsStr::new("--policy"), file.as_os_str()];
+    let mut server = Server::start_args(dir.path(), &args);
+    // A bad rule: the core's error, as the local face gives it; the policy stays unset.
+    server.send(
+        json!({"t":"call","id":1,"op":"policy","denyWrite":["ok","[z-a]"]}),
+        b"",
+    );
+    let (err, _) = server.recv();
+    assert_eq!(err["id"], 1);
+    assert_eq!(err["error"]["kind"], "InvalidGlob");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("policy.denyWrite: invalid rule \"[z-a]\""),
+        "{message}"
+    );
+    server.send(
+        json!({"t":"call","id":2,"op":"policy","denyRead":[".env"],"protect":false,"events":true}),
+        b"",
+    );
+    let (ok, _) = server.recv();
+    assert_eq!(
+        ok,
+        json!({"t":"ok","id":2,"pinned":{"denyRead":["secrets/"],"denyWrite":[],"protect":true}})
+    );
+    server.send(json!({"t":"call","id":3,"op":"policy"}), b"");
+    let (err, _) = server.recv();
+    assert_eq!(err["error"]["kind"], "Protocol");
+    server.send(
+        json!({"t":"call","id":4,"op":"readFile","path":format!("{}/a.txt", dir.path().display())}),
+        b"",
+    );
+    let (ok, bytes) = server.recv();
+    assert_eq!(
+        (ok["t"].as_str(), &bytes[..]),
+        (Some("ok"), &b"alpha\n"[..])
+    );
+    assert_eq!(server.close(), Some(0));
+}
+
+/// Every fs call, find and grep refuse what the policy denies, with the core's `Protected`
+/// error and its rule; denied entries are not listed, found or searched.
+#[test]
+fn the_policy_is_enforced_on_every_fs_call() {
+    let dir = workspace();
+    std::fs::write(dir.path().join(".env"), "KEY=1\n").unwrap();
+    std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
+    let file = dir.path().join("policy.json");
+    std::fs::write(dir.path().join("sub/x.key"), "KEY\n").unwrap();
+    std::fs::write(&file, r#"{"denyRead":["*.key"],"denyWrite":["sub/"]}"#).unwrap();
+    let args = [std::ffi::OsStr::new("--policy"), file.as_os_str()];
+    let mut server = Server::start_args(dir.path(), &args);
+    server.send(
+        json!({"t":"call","id":1,"op":"policy","denyRead":[".env","!x.key"],"denyWrite":["!sub/"]}),
+        b"",
+    );
+    assert_eq!(server.recv().0["t"], "ok");
+    let w = |rel: &str| format!("{}/{rel}", dir.path().display());
+    let protected = |path: String, rule: &str| json!({"kind":"Protected","message":format!("path \"{path}\" is protected by policy"),"rule":rule});
+    server.send(
+        json!({"t":"call","id":2,"op":"readFile","path":w(".env")}),
+        b"",
+    );
+    assert_eq!(server.recv().0["error"], protected(w(".env"), ".env"));
+    server.send(
+        json!({"t":"call","id":3,"op":"writeFile","path":w(".git/hooks/pre-commit")}),
+        b"#!/bin/sh\n",
+    );
+    assert_eq!(
+        server.recv().0["error"],
+        protected(w(".git/hooks/pre-commit"), "**/.git/hooks/")
+    );
+    // The pinned rule holds whatever the client's `!sub/` says.
+    server.send(
+        json!({"t":"call","id":4,"op":"writeFile","path":w("sub/x")}),
+        b"x",
+    );
+    assert_eq!(server.recv().0["error"], protected(w("sub/x"), "sub/"));
+    server.send(json!({"t":"call","id":5,"op":"readdir","path":w("")}), b"");
+    let (ok, _) = server.recv();
+    assert!(!ok["names"].as_array().unwrap().contains(&json!(".env")));
+    // The pinned read rule holds in listings and walks too.
+    server.send(
+        json!({"t":"call","id":7,"op":"readdir","path":w("sub")}),
+        b"",
+    );
+    assert_eq!(server.recv().0["names"], json!([]));
+    server.send(
+        json!({"t":"call","id":8,"op":"glob","pattern":"*.key","cwd":w(""),"ignore":[],"limit":null}),
+        b"",
+    );
+    assert_eq!(server.recv().0["paths"], json!([]));
+    server.send(
+        json!({"t":"call","id":6,"op":"grep","pattern":"KEY","path":w(""),"displayName":"w","limit":100}),
+        b"",
+    );
+    assert_eq!(server.recv().0["matchCount"], 0);
+    assert!(!dir.path().join(".git/hooks/pre-commit").exists());
+    assert!(!dir.path().join("sub/x").exists());
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
 fn command_line() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
@@ -409,6 +529,44 @@ fn command_line() {
     assert!(String::from_utf8_lossy(&out.stderr).starts_with(
         "pi-native-ops-server: cannot open workspace root \"/no/such/dir\": No such file or directory"
     ));
+    // A --policy file that is no policy: a usage error naming it, before anything is served.
+    let dir = workspace();
+    let file = dir.path().join("policy.json");
+    for (text, says) in [
+        (
+            r#"{"denyRead":["a{b"]}"#,
+            "policy.denyRead: invalid rule \"a{b\"",
+        ),
+        (r#"{"denyRaed":[".env"]}"#, "unknown field `denyRaed`"),
+        (r#"{"protect":"yes"}"#, "invalid type"),
+        ("[", "EOF while parsing"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let out = Command::new(BIN)
+            .arg("--root")
+            .arg(dir.path())
+            .arg("--policy")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head = format!("pi-native-ops-server: --policy {}: ", file.display());
+        assert!(
+            stderr.starts_with(&head) && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["--root", "/", "--policy", "/no/such/policy.json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .starts_with("pi-native-ops-server: --policy /no/such/policy.json: No such file"));
 }
 
 impl Server {

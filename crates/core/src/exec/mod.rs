@@ -33,6 +33,7 @@
 //!     cwd_map: None,
 //!     env: None,
 //!     sandbox: None,
+//!     events: None,
 //! };
 //! let mut execution = exec::spawn(&request)?;
 //! let mut output = Vec::new();
@@ -120,6 +121,9 @@ pub struct ExecRequest {
     /// and `cwd` is in the sandbox's runtime form). `None`: exactly today's unsandboxed exec.
     /// A `Sandbox` converts (`.into()`); reuse one `Prepared` for many execs.
     pub sandbox: Option<sandbox::Prepared>,
+    /// Where the policy's events of this command go (`onPolicyEvent`): a sandbox's allowed and
+    /// refused connections through its network allow-list.
+    pub events: Option<crate::policy::EventSink>,
 }
 
 /// How an exec ended.

@@ -116,6 +116,7 @@ mod tests {
             env: None,
             cwd_map: None,
             sandbox: None,
+            events: None,
         }
     }
 

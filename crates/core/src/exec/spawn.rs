@@ -69,6 +69,9 @@ pub(super) struct Prepared {
     notify: Option<(OwnedFd, OwnedFd)>,
     /// The children's end of `notify` (-1: none).
     pub(super) notify_channel: RawFd,
+    /// The command's registration with its sandbox's proxy: its connections' events.
+    #[cfg(target_os = "linux")]
+    proxy: Option<super::sandbox::proxy::Registration>,
 }
 
 impl Prepared {
@@ -122,6 +125,11 @@ impl Prepared {
         #[cfg(not(target_os = "linux"))]
         let notify: Option<(OwnedFd, OwnedFd)> = None;
         let notify_channel = notify.as_ref().map_or(-1, |(_, child)| child.as_raw_fd());
+        #[cfg(target_os = "linux")]
+        let proxy = sandbox
+            .as_ref()
+            .and_then(|plan| plan.proxy())
+            .map(|proxy| proxy.register(&request.command, request.events.clone()));
         Ok(Prepared {
             shell: c_string(&shell, "the shell path")?,
             cwd: c_string(&ready.cwd, "cwd")?,
@@ -134,6 +142,8 @@ impl Prepared {
             sandbox_temp,
             notify,
             notify_channel,
+            #[cfg(target_os = "linux")]
+            proxy,
         })
     }
 }
@@ -230,6 +240,9 @@ pub struct Execution {
     shell: String,
     /// A sandbox's private temp dir, removed after the supervisor is reaped (fields drop last).
     _sandbox_temp: Option<TempDir>,
+    /// Reports the command's connections until the tree is reaped.
+    #[cfg(target_os = "linux")]
+    _proxy: Option<super::sandbox::proxy::Registration>,
 }
 
 /// Starts `[shell, "-c", command]` under a supervisor, after the preflight (`preflight::check`:
@@ -293,6 +306,10 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         unsafe { supervise(&command, fds) }
     }
     drop((output_write, status_write, control_read));
+    #[cfg(target_os = "linux")]
+    if let Some(registration) = &prepared.proxy {
+        registration.started(supervisor);
+    }
     let notify = prepared.notify.take();
     let execution = Execution {
         output: output_read,
@@ -304,6 +321,8 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         supervisor,
         shell: ready.shell.clone(),
         _sandbox_temp: sandbox_temp,
+        #[cfg(target_os = "linux")]
+        _proxy: prepared.proxy.take(),
     };
     #[cfg(target_os = "linux")]
     if let (Some((node_end, child_end)), Some(plan)) = (notify, prepared.sandbox.as_ref()) {

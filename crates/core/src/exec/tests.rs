@@ -9,6 +9,7 @@ fn request(command: &str) -> ExecRequest {
         env: Some(vec!["PATH=/usr/bin:/bin".into()]),
         cwd_map: None,
         sandbox: None,
+        events: None,
     }
 }
 

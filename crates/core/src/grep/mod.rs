@@ -22,6 +22,7 @@ use ignore::overrides::{Override, OverrideBuilder};
 use crate::cancel::Cancel;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::Index;
+use crate::policy::Policy;
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
@@ -160,6 +161,10 @@ pub trait Opener: Sync {
     fn open_dir(&self, path: &Path) -> Result<OwnedFd>;
     /// The file named as the search target.
     fn open_named(&self, path: &Path) -> Result<File>;
+    /// The workspace policy and the root's host path, for a bounded opener.
+    fn policy(&self) -> Option<(&Arc<Policy>, &Path)> {
+        None
+    }
 }
 
 /// The host filesystem, unbounded.
@@ -185,6 +190,9 @@ impl Opener for Root {
     fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
         Root::open_dir(self, path)
     }
+    fn policy(&self) -> Option<(&Arc<Policy>, &Path)> {
+        Root::policy(self).map(|p| (p, self.host()))
+    }
     /// Any file, a FIFO included (ripgrep searches one named as its
     /// target); opened without waiting for a writer.
     fn open_named(&self, path: &Path) -> Result<File> {
@@ -200,7 +208,7 @@ impl Opener for Root {
 pub fn target(root: Option<&Root>, path: &Path, display_name: String) -> Result<Target> {
     let (host, is_dir) = match root {
         Some(root) => root.resolve_existing(path).map_err(|e| match e.kind() {
-            ErrorKind::Outside => e,
+            ErrorKind::Outside | ErrorKind::Protected => e,
             _ => Error::path_not_found(path),
         })?,
         None => {
@@ -288,7 +296,13 @@ pub fn run(
                 // Answered from the index's candidates.
             } else if let Ok(start) = opener.open_dir(dir) {
                 // A directory that cannot be opened has nothing to search, as with rg.
-                let rules = Rules::new(dir, overrides);
+                let rules = match opener.policy() {
+                    Some((policy, host)) => {
+                        let start = dir.strip_prefix(host).unwrap_or(Path::new(""));
+                        Rules::new(dir, overrides).with_policy(Some(policy), start)
+                    }
+                    None => Rules::new(dir, overrides),
+                };
                 let visitor = Searching {
                     engine: &engine,
                     cancel,

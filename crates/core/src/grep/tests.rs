@@ -336,3 +336,61 @@ fn the_outcome_carries_the_limit() {
     let out = run(&target, &query("needle"), &PlainFs, &Cancel::new()).unwrap();
     assert_eq!((out.limit, out.match_limit_reached), (100, false));
 }
+
+#[test]
+fn a_policy_leaves_denied_files_unsearched_with_or_without_the_index() {
+    use crate::policy::{Policy, PolicySpec};
+    let t = tree();
+    let p = t.path();
+    fs::create_dir_all(p.join("secrets/inner")).unwrap();
+    fs::write(p.join("secrets/inner/k.txt"), "needle s\n").unwrap();
+    fs::write(p.join("src/.env"), "needle env\n").unwrap();
+    fs::write(p.join("src/.ENV"), "needle ENV\n").unwrap();
+    fs::write(p.join("vault.txt"), "needle v\n").unwrap();
+    let spec = PolicySpec::from_raw(
+        Some(vec![
+            ".env".into(),
+            "secrets/".into(),
+            "vault*".into(),
+            "!vault.txt".into(),
+        ]),
+        None,
+        None,
+    );
+    let policy = std::sync::Arc::new(Policy::new(&spec).unwrap());
+    let root = std::sync::Arc::new(Root::open(p, None).unwrap().with_policy(policy));
+    let expect = [
+        "a.txt:2: needle a",
+        "b.txt:1: needle b",
+        "src/.ENV:1: needle ENV",
+        "src/deep/c.rs:1: needle c",
+        "vault.txt:1: needle v",
+    ];
+    let all = |glob: Option<&str>, index: Option<&crate::index::Index>| {
+        let target = target(Some(&root), p, String::new()).unwrap();
+        let mut q = query("needle");
+        q.glob = glob.map(str::to_string);
+        let out = super::run(&target, &q, &*root, &Cancel::new(), index).unwrap();
+        lines(&out)
+    };
+    assert_eq!(all(None, None), expect);
+    // A --glob never takes a denied file back.
+    assert_eq!(all(Some("*.env"), None), Vec::<String>::new());
+    #[cfg(target_os = "linux")]
+    {
+        use crate::index::{Index, IndexOptions, IndexState};
+        let index = Index::start(root.clone(), IndexOptions::default());
+        assert_eq!(index.wait_ready().state, IndexState::Ready);
+        assert_eq!(all(None, Some(&index)), expect);
+        assert_eq!(all(Some("*.env"), Some(&index)), Vec::<String>::new());
+        // A file created after the index was built, and after the policy.
+        fs::write(p.join("src/deep/.env"), "needle late\n").unwrap();
+        assert_eq!(all(None, Some(&index)), expect);
+        assert_eq!(all(None, None), expect);
+    }
+    // An explicit denied target is refused, as a file and as a directory.
+    for denied in ["src/.env", "secrets", "secrets/inner/k.txt"] {
+        let e = target(Some(&root), &p.join(denied), String::new()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protected, "{denied}");
+    }
+}

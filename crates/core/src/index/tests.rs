@@ -632,6 +632,7 @@ fn root_deleted_while_its_ancestors_are_rewatched() {
     let mut tree = Tree::build(
         fd,
         d.clone(),
+        None,
         usize::MAX,
         &mut Refresh(&mut ids),
         &cancel,

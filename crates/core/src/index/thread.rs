@@ -180,6 +180,7 @@ impl Inner {
         let mut tree = Tree::build(
             root_fd,
             self.root.host().to_path_buf(),
+            self.root.policy().cloned(),
             self.options.max_watches.unwrap_or(usize::MAX),
             &mut building,
             &self.closing,

@@ -20,6 +20,7 @@ use nix::sys::stat::Mode;
 
 use super::listing::{kind_at, Markers};
 use super::Kind;
+use crate::policy::Policy;
 
 /// The rules of one walk: the ignore files above the start directory and how
 /// they combine.
@@ -30,6 +31,18 @@ pub struct Rules {
     overrides: Option<Override>,
     /// Rules of the start directory's ancestors, nearest first.
     ancestors: Option<Arc<Level>>,
+    /// The workspace policy's read rules, when it has any.
+    denied: Option<Denied>,
+}
+
+/// A policy's read rules as a walk asks them: denied-read entries are left
+/// out before any other rule (no `--glob` takes one back), a directory with
+/// everything below it.
+struct Denied {
+    policy: Arc<Policy>,
+    /// The start directory's path from the workspace root, with a trailing
+    /// `/` unless it is the root: an entry's path from the root follows.
+    prefix: Vec<u8>,
 }
 
 impl Rules {
@@ -65,7 +78,50 @@ impl Rules {
             require_git,
             overrides,
             ancestors,
+            denied: None,
         }
+    }
+
+    /// The same rules, leaving out what `policy` denies reading; `start` is
+    /// the start directory's real path from the workspace root, which the
+    /// caller has already let the walk read (so only entries below it are
+    /// asked, each on its own: a denied directory is never entered).
+    pub fn with_policy(mut self, policy: Option<&Arc<Policy>>, start: &Path) -> Rules {
+        self.denied = policy.filter(|p| !p.reads_unrestricted()).map(|p| {
+            let mut prefix = start.as_os_str().as_bytes().to_vec();
+            if !prefix.is_empty() {
+                prefix.push(b'/');
+            }
+            Denied {
+                policy: p.clone(),
+                prefix,
+            }
+        });
+        self
+    }
+
+    /// Whether a policy with read rules is asked.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn has_policy(&self) -> bool {
+        self.denied.is_some()
+    }
+
+    /// Whether the policy denies reading the entry at `rel` (from the start).
+    pub(crate) fn is_denied(&self, rel: &[u8], is_dir: bool, scratch: &mut Vec<u8>) -> bool {
+        let Some(denied) = &self.denied else {
+            return false;
+        };
+        let full = if denied.prefix.is_empty() {
+            rel
+        } else {
+            scratch.clear();
+            scratch.extend_from_slice(&denied.prefix);
+            scratch.extend_from_slice(rel);
+            scratch
+        };
+        (denied.policy)
+            .read_denial_entry(Path::new(OsStr::from_bytes(full)), is_dir)
+            .is_some()
     }
 
     /// Whether the entry at `rel` (in a directory whose rules are `level`) is
@@ -77,6 +133,9 @@ impl Rules {
         is_dir: bool,
         scratch: &mut Vec<u8>,
     ) -> bool {
+        if self.is_denied(rel, is_dir, scratch) {
+            return true;
+        }
         let rel_path = Path::new(OsStr::from_bytes(rel));
         if let Some(overrides) = &self.overrides {
             match overrides.matched(rel_path, is_dir) {

@@ -109,6 +109,9 @@ pub struct Sandbox {
     pub runtime_root: PathBuf,
     /// Share the host's network (`false`: no network at all but a private loopback).
     pub network: bool,
+    /// With `network` off: the hosts the sandbox may still reach, through the proxy this package
+    /// runs (`proxy.rs`; namespaces mode only, Landlock mode refuses it).
+    pub network_allow: Option<NetworkAllow>,
     /// Host paths bound read-only at the same path.
     pub read_only: Vec<PathBuf>,
     /// Host paths bound read-write at the same path.
@@ -132,6 +135,7 @@ impl Sandbox {
             root: root.into(),
             runtime_root: PathBuf::from(DEFAULT_RUNTIME_ROOT),
             network: false,
+            network_allow: None,
             read_only: Vec::new(),
             read_write: Vec::new(),
             env: Vec::new(),
@@ -140,6 +144,17 @@ impl Sandbox {
             tmp_size: None,
         }
     }
+}
+
+/// `network: { allow, headers }`: what the sandbox may reach through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkAllow {
+    /// Host names (`registry.npmjs.org`), subdomain patterns (`*.github.com`: subdomains only)
+    /// and IP addresses (allowed only when listed literally).
+    pub allow: Vec<String>,
+    /// `(host pattern, header name, value)`: added to plain `http://` requests to matching hosts
+    /// (a tunnel's TLS is never touched), replacing a header of the same name.
+    pub headers: Vec<(String, String, String)>,
 }
 
 /// A sandbox prepared for any number of execs (clones share it). Its configured paths are
@@ -174,7 +189,7 @@ impl Prepared {
                 Mode::Auto => None,
                 mode => Some(mode),
             };
-            paths::Resolved::open(&spec, mode)
+            check_network(&spec).and_then(|()| paths::Resolved::open(&spec, mode))
         };
         Prepared(std::sync::Arc::new(Shared {
             spec,
@@ -233,6 +248,35 @@ impl Prepared {
         }
         Ok((plan, temp))
     }
+}
+
+/// `network_allow` is usable: its entries are valid, `network` is off, and the mode is namespaces
+/// (Landlock rules name ports, not hosts: the allow-list is refused there, never ignored).
+#[cfg(target_os = "linux")]
+fn check_network(spec: &Sandbox) -> Result<(), crate::error::Error> {
+    let Some(allow) = &spec.network_allow else {
+        return Ok(());
+    };
+    let refuse = |why: String| Err(crate::error::Error::sandbox_unavailable(why));
+    if spec.network {
+        return refuse("network is either true, false or { allow }, not both".into());
+    }
+    if let Err(why) = proxy::Rules::new(allow) {
+        return refuse(why);
+    }
+    let mode = match spec.mode {
+        Mode::Auto => support().auto(),
+        mode => Some(mode),
+    };
+    if mode == Some(Mode::Landlock) {
+        return refuse(
+            "network.allow needs namespaces mode: Landlock confines connections by port, not by \
+             host, so a Landlock sandbox cannot keep the shell to the allowed hosts (use mode \
+             \"namespaces\" where user namespaces are allowed, or network: true/false)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// What this machine offers, for an agent's startup check.
@@ -374,6 +418,8 @@ mod paths;
 mod plan;
 #[cfg(target_os = "linux")]
 mod policy;
+#[cfg(target_os = "linux")]
+pub(crate) mod proxy;
 #[cfg(target_os = "linux")]
 mod seccomp;
 #[cfg(target_os = "linux")]

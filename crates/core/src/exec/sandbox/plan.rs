@@ -36,6 +36,9 @@ pub(in crate::exec) struct Plan {
     temp_dir: Option<super::TempDir>,
     /// The calls answered by a handler thread (seccomp user notification).
     notify: Option<super::notify::Policy>,
+    /// The network allow-list's proxy (namespaces mode with `network_allow`), running while the
+    /// plan lives: from the first exec of its sandbox until the sandbox is dropped.
+    proxy: Option<super::proxy::Proxy>,
 }
 
 // SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
@@ -63,6 +66,7 @@ impl Plan {
             seccomp: Vec::new(),
             temp_dir: None,
             notify: None,
+            proxy: None,
         };
         let home = match mode {
             Mode::Namespaces | Mode::Auto => {
@@ -76,6 +80,13 @@ impl Plan {
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
+                if sandbox.network_allow.is_some() {
+                    return Err(invalid_spec(
+                        "network.allow needs namespaces mode (Landlock confines connections by \
+                         port, not by host)"
+                            .into(),
+                    ));
+                }
                 let runtime = std::fs::canonicalize(&sandbox.runtime_root).ok();
                 if runtime.as_deref() != Some(root.as_path()) {
                     return Err(invalid_spec(format!(
@@ -135,10 +146,16 @@ impl Plan {
                 home
             }
         };
-        plan.env = clean_env(&home, &sandbox.env)?;
         if let Some(built) = plan.ns.as_mut().map(NsPlan::build_template) {
             match built {
-                Ok(()) => {}
+                Ok(listeners) if listeners.is_empty() => {}
+                Ok(listeners) => {
+                    let allow = sandbox.network_allow.as_ref().ok_or_else(|| {
+                        invalid_spec("proxy listeners without network.allow".into())
+                    })?;
+                    let rules = super::proxy::Rules::new(allow).map_err(invalid_spec)?;
+                    plan.proxy = Some(super::proxy::Proxy::start(rules, listeners)?);
+                }
                 Err(TemplateError::Io(e)) => return Err(e),
                 Err(TemplateError::Step(code)) => {
                     return Err(plan
@@ -147,7 +164,16 @@ impl Plan {
                 }
             }
         }
+        // The proxy's variables first: `sandbox.env` may still replace them.
+        let mut extra = plan.proxy.as_ref().map(proxy_env).unwrap_or_default();
+        extra.extend(sandbox.env.iter().cloned());
+        plan.env = clean_env(&home, &extra)?;
         Ok(plan)
+    }
+
+    /// The network allow-list's proxy, when the sandbox has one.
+    pub(in crate::exec) fn proxy(&self) -> Option<&super::proxy::Proxy> {
+        self.proxy.as_ref()
     }
 
     /// Whether every exec of the sandbox may use this plan (namespaces mode: the template); a
@@ -223,6 +249,31 @@ impl Plan {
             "the sandbox setup failed {step}: {os}{advice}"
         )))
     }
+}
+
+/// Loopback names that stay on the sandbox's own loopback (`NO_PROXY`) unless the allow-list
+/// names them (then they mean the host's, through the proxy).
+const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The variables that point HTTP clients (curl, npm, pip, git, Node's fetch with
+/// `NODE_USE_ENV_PROXY`) at the proxy, in both spellings tools read.
+fn proxy_env(proxy: &super::proxy::Proxy) -> Vec<String> {
+    let url = format!("http://127.0.0.1:{}", proxy.port());
+    let no_proxy: Vec<&str> = LOOPBACK_NAMES
+        .into_iter()
+        .filter(|name| !proxy.rules().names(name))
+        .collect();
+    let no_proxy = no_proxy.join(",");
+    let mut env = Vec::new();
+    for key in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push(format!("{key}={url}"));
+        env.push(format!("{}={url}", key.to_ascii_lowercase()));
+    }
+    // Node (22.21, 24+) reads the variables only when told to.
+    env.push("NODE_USE_ENV_PROXY=1".to_string());
+    env.push(format!("NO_PROXY={no_proxy}"));
+    env.push(format!("no_proxy={no_proxy}"));
+    env
 }
 
 /// HOME, PATH, TMPDIR, LANG and TERM, then `extra` (which may replace them).
@@ -410,6 +461,7 @@ fn probe_namespaces() -> Result<(), String> {
         env: None,
         cwd_map: None,
         sandbox: Some(sandbox.into()),
+        events: None,
     };
     let hint = userns_hint();
     let mut execution = crate::exec::spawn(&request).map_err(|e| e.to_string())?;

@@ -35,6 +35,7 @@ pub(super) enum Step {
     StartShell,
     JoinTemplate,
     Notify,
+    ProxyListen,
     /// The n-th action of the namespaces plan.
     Action(usize),
 }
@@ -58,6 +59,10 @@ pub(super) const FIXED_STEPS: &[(Step, &str)] = &[
     (Step::StartShell, "starting the shell"),
     (Step::JoinTemplate, "joining the sandbox's namespaces"),
     (Step::Notify, "installing the seccomp notification filter"),
+    (
+        Step::ProxyListen,
+        "listening for the network proxy inside the sandbox",
+    ),
 ];
 
 /// The number of `step`: its place in `FIXED_STEPS`, the namespaces plan's actions after them.

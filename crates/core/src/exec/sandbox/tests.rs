@@ -20,6 +20,7 @@ fn run_in(sandbox: &Prepared, cwd: &str, command: &str) -> crate::Result<(String
         ]),
         cwd_map: None,
         sandbox: Some(sandbox.clone()),
+        events: None,
     })?;
     let mut output = Vec::new();
     let outcome = execution.pump(&mut |chunk| {
@@ -638,6 +639,7 @@ fn namespaces_kill_takes_the_whole_tree() {
         env: None,
         cwd_map: None,
         sandbox: Some(ns_sandbox(dir.path()).into()),
+        events: None,
     })
     .unwrap();
     let control = execution.control();
@@ -1079,4 +1081,243 @@ fn modes_are_named_once() {
         err.to_string(),
         "sandbox unavailable: mode must be \"auto\", \"namespaces\" or \"landlock\", got \"chroot\""
     );
+}
+
+/// A loopback HTTP server on the host answering every request with `hello` and keeping the
+/// heads it read; never a non-loopback address.
+fn loopback_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&heads);
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = vec![0u8; 8192];
+            let mut len = 0;
+            while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
+                match conn.read(&mut buf[len..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => len += n,
+                }
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..len]).into_owned());
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n",
+            );
+        }
+    });
+    (port, heads)
+}
+
+/// The descriptors of this process open on `inode` (a socket's, as `/proc/self/fd` shows it).
+fn fds_on(link: &str) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == link))
+        .count()
+}
+
+#[test]
+fn namespaces_network_allow_goes_through_the_proxy_only() {
+    if !namespaces_or_skip() || crate::exec::find_on_path("curl", "/usr/bin:/bin").is_none() {
+        return;
+    }
+    let dir = workspace();
+    let (port, heads) = loopback_server();
+    let spec = Sandbox {
+        network_allow: Some(NetworkAllow {
+            allow: vec!["localhost".into()],
+            headers: vec![("localhost".into(), "X-Token".into(), "from-host".into())],
+        }),
+        ..ns_sandbox(dir.path())
+    };
+    let prepared = Prepared::open(spec).unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink_events = std::sync::Arc::clone(&events);
+    let sink: crate::policy::EventSink =
+        std::sync::Arc::new(move |e| sink_events.lock().unwrap().push(e));
+    let run_with_events = |command: &str| {
+        let mut execution = spawn(&ExecRequest {
+            shell: Some("/bin/bash".into()),
+            command: command.into(),
+            cwd: "/workspace".into(),
+            env: None,
+            cwd_map: None,
+            sandbox: Some(prepared.clone()),
+            events: Some(sink.clone()),
+        })
+        .unwrap();
+        let mut output = Vec::new();
+        let outcome = execution.pump(&mut |chunk| {
+            output.extend_from_slice(&chunk);
+            true
+        });
+        (
+            String::from_utf8_lossy(&output).into_owned(),
+            outcome.exit_code,
+        )
+    };
+    // Allowed by name: through the proxy, with the configured header (the shell's own replaced).
+    let (out, code) = run_with_events(&format!(
+        "curl -sS -H 'X-Token: from-shell' http://localhost:{port}/a"
+    ));
+    assert_eq!((out.as_str(), code), ("hello\n", Some(0)));
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(head.starts_with("GET /a HTTP/1.1\r\n"), "{head}");
+    assert!(
+        head.contains("X-Token: from-host\r\n") && !head.contains("from-shell"),
+        "{head}"
+    );
+    // The same server by its address: refused by the proxy.
+    let (out, code) = run_with_events(&format!(
+        "curl -sS -o /dev/null -w '%{{http_code}}' --noproxy '' http://127.0.0.1:{port}/"
+    ));
+    assert_eq!((out.as_str(), code), ("403", Some(0)));
+    // A tunnel, and a client that ignores the proxy (no route out of the sandbox's loopback).
+    let (out, code) = run_with_events(&format!(
+        "curl -sS -p http://localhost:{port}/t; echo; \
+         (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused"
+    ));
+    assert_eq!((out.as_str(), code), ("hello\n\nrefused\n", Some(0)));
+    let got: Vec<(String, u16, Option<String>, bool)> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| match &e.target {
+            crate::policy::EventTarget::Connect { host, port } => {
+                (host.clone(), *port, e.rule.clone(), e.allowed)
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let localhost = (
+        "localhost".to_string(),
+        port,
+        Some("localhost".to_string()),
+        true,
+    );
+    assert_eq!(
+        got,
+        vec![
+            localhost.clone(),
+            ("127.0.0.1".to_string(), port, None, false),
+            localhost
+        ]
+    );
+    assert!(events.lock().unwrap()[1]
+        .command
+        .as_deref()
+        .is_some_and(|c| c.contains("127.0.0.1")));
+    // Dropping the sandbox stops the proxy: its threads end and its sockets close.
+    let (listener, held) = {
+        let plan = prepared.plan().unwrap().0;
+        let proxy = plan.proxy().unwrap();
+        let fd = proxy.listener_fd();
+        (
+            std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+            proxy.threads_hold(),
+        )
+    };
+    assert!(held.upgrade().is_some() && fds_on(&listener) == 1);
+    drop(prepared);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while (held.upgrade().is_some() || fds_on(&listener) > 0)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(held.upgrade().is_none() && fds_on(&listener) == 0);
+}
+
+#[test]
+fn network_allow_is_refused_where_it_cannot_be_enforced() {
+    let dir = workspace();
+    let allow = Some(NetworkAllow {
+        allow: vec!["localhost".into()],
+        headers: vec![],
+    });
+    let landlock = Sandbox {
+        mode: Mode::Landlock,
+        network_allow: allow.clone(),
+        ..Sandbox::new(dir.path())
+    };
+    let e = Prepared::open(landlock).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("network.allow needs namespaces mode"),
+        "{e}"
+    );
+    let both = Sandbox {
+        network: true,
+        network_allow: allow,
+        ..ns_sandbox(dir.path())
+    };
+    assert!(Prepared::open(both).is_err());
+    let bad = Sandbox {
+        network_allow: Some(NetworkAllow {
+            allow: vec!["http://x.org".into()],
+            headers: vec![],
+        }),
+        ..ns_sandbox(dir.path())
+    };
+    let e = Prepared::open(bad).err().unwrap();
+    assert!(e.to_string().contains("\"http://x.org\""), "{e}");
+}
+
+#[test]
+fn namespaces_network_allow_reports_a_connection_as_its_own_commands() {
+    if !namespaces_or_skip() || crate::exec::find_on_path("curl", "/usr/bin:/bin").is_none() {
+        return;
+    }
+    let dir = workspace();
+    let (port, _heads) = loopback_server();
+    let prepared = Prepared::open(Sandbox {
+        network_allow: Some(NetworkAllow {
+            allow: vec!["localhost".into()],
+            headers: vec![],
+        }),
+        ..ns_sandbox(dir.path())
+    })
+    .unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink_events = std::sync::Arc::clone(&events);
+    let sink: crate::policy::EventSink =
+        std::sync::Arc::new(move |e| sink_events.lock().unwrap().push(e));
+    let start = |command: String| {
+        spawn(&ExecRequest {
+            shell: Some("/bin/bash".into()),
+            command,
+            cwd: "/workspace".into(),
+            env: None,
+            cwd_map: None,
+            sandbox: Some(prepared.clone()),
+            events: Some(sink.clone()),
+        })
+        .unwrap()
+    };
+    // The first command connects while the second (started later) runs: the event is the first's.
+    let first = format!(
+        "until [ -e b-started ]; do sleep 0.01; done; curl -sS http://localhost:{port}/a; touch a-done"
+    );
+    let second = "touch b-started; until [ -e a-done ]; do sleep 0.01; done".to_string();
+    let mut a = start(first.clone());
+    let mut b = start(second);
+    let pump_b = std::thread::spawn(move || b.pump(&mut |_| true).exit_code);
+    let mut out = Vec::new();
+    let code = a.pump(&mut |chunk| {
+        out.extend_from_slice(&chunk);
+        true
+    });
+    assert_eq!((out.as_slice(), code.exit_code), (&b"hello\n"[..], Some(0)));
+    assert_eq!(pump_b.join().unwrap(), Some(0));
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].command.as_deref(), Some(first.as_str()));
 }

@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::index::watch::{untrusted_filesystem, Event, Inotify, Mounts, DIR_MASK};
+use crate::policy::Policy;
 use crate::walk::listing::Listing;
 use crate::walk::rules::{Level, Rules};
 use crate::walk::Kind;
@@ -25,17 +26,19 @@ impl Tree {
     pub(crate) fn build(
         root_fd: OwnedFd,
         root_host: PathBuf,
+        policy: Option<Arc<Policy>>,
         max_watches: usize,
         contents: &mut dyn Contents,
         cancel: &AtomicBool,
         pending: &mut Vec<Event>,
     ) -> Result<Tree, Aside> {
         let inotify = Inotify::new().map_err(|e| format!("inotify unavailable: {e}"))?;
-        let rules = Rules::new(&root_host, None);
+        let rules = Rules::new(&root_host, None).with_policy(policy.as_ref(), Path::new(""));
         let mut tree = Tree {
             root_fd,
             root_host,
             rules,
+            policy,
             nodes: Vec::new(),
             free: Vec::new(),
             freed: Vec::new(),
@@ -55,7 +58,7 @@ impl Tree {
         };
         tree.watch_ancestors()?;
         // Read again now that they are watched: a change after is an event.
-        tree.rules = Rules::new(&tree.root_host, None);
+        tree.rules = tree.new_rules();
         // Read before listing: a mount made during the build is a change.
         tree.mounts = Mounts::new(&tree.root_host).ok();
         let fd = open_beneath(tree.root_fd.as_fd(), b"", true)

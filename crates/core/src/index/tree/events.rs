@@ -8,7 +8,7 @@ use crate::index::watch::{
     Event, WatchError, CONTENT_CHANGED, DIR_MASK, NAMES_CHANGED, SELF_CHANGED,
 };
 use crate::walk::listing::Listing;
-use crate::walk::rules::{Level, Rules};
+use crate::walk::rules::Level;
 use crate::walk::Kind;
 
 use super::{
@@ -282,7 +282,7 @@ impl Tree {
         if global {
             // Watched before read: a change after the read is an event.
             self.watch_ancestors()?;
-            self.rules = Rules::new(&self.root_host, None);
+            self.rules = self.new_rules();
             self.reconcile(ROOT, &Fresh::None, true, contents)?;
         }
         // Parents first: a subtree they drop needs no re-listing.

@@ -23,12 +23,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
 use super::watch::{Inotify, Mounts};
+use crate::policy::Policy;
 use crate::walk::rules::Rules;
 use crate::walk::Kind;
 
@@ -98,6 +100,8 @@ pub(crate) struct Tree {
     root_fd: OwnedFd,
     root_host: PathBuf,
     rules: Rules,
+    /// The workspace policy: denied-read entries are stored as ignored.
+    policy: Option<Arc<Policy>>,
     nodes: Vec<Option<DirNode>>,
     /// Ids free for reuse; ids freed while events are applied wait in
     /// `freed` until the end, so no pending event reaches a reused id.
@@ -202,6 +206,15 @@ impl Tree {
 
     fn node_mut(&mut self, id: DirId) -> Option<&mut DirNode> {
         self.nodes.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// The rules of a walk from the root, as read now, with the policy's.
+    fn new_rules(&self) -> Rules {
+        Rules::new(&self.root_host, None).with_policy(self.policy.as_ref(), Path::new(""))
     }
 
     pub(crate) fn root_fd(&self) -> BorrowedFd<'_> {

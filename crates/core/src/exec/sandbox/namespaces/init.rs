@@ -116,6 +116,9 @@ pub(super) struct Script {
     /// Each command's additions, on the template's finished root.
     pub(super) command_actions: Vec<Action>,
     pub(super) network: bool,
+    /// Listen for the network proxy inside the template's network namespace and send the
+    /// listening sockets to Node (`network_allow`).
+    pub(super) proxy_listen: bool,
     /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): a bound for every caller.
     pub(super) pid_max: CString,
     /// RLIMIT_NPROC inside (the exact limit), when the kernel counts it per user namespace and
@@ -168,7 +171,8 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
 }
 
 /// The template's builder (a fork of Node in the template's new namespaces): writes its id maps,
-/// builds the root and pivots into it, brings the loopback up, reports 0 (or the failed step) on
+/// builds the root and pivots into it, brings the loopback up, with the allow-list sends the
+/// proxy's listening sockets on `proxy` (`send_listeners`), reports 0 (or the failed step) on
 /// `ready`, and waits for Node to have opened its namespaces (end-of-file on `release`).
 ///
 /// # Safety
@@ -176,8 +180,9 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
 /// Only in the child of `NsPlan::build_template`'s `clone`, in the new user, mount and (without
 /// network) network namespaces: a single-threaded copy of Node that may only make
 /// async-signal-safe calls, and whose mounts are its own namespace's. `ready` and `release` are
-/// its open ends of the two pipes with Node; `script` was built before the fork.
-pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd) -> ! {
+/// its open ends of the two pipes with Node, `proxy` its end of the socket pair (-1 without the
+/// allow-list); `script` was built before the fork.
+pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, proxy: RawFd) -> ! {
     // Node's handlers would run in this copy of Node.
     // SAFETY: a forked child (our contract) may replace the handlers it inherited.
     unsafe { reset_signals() };
@@ -295,6 +300,11 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd) -> !
     if !script.network {
         // SAFETY: we are in the template's new network namespace (`network` is off).
         unsafe { loopback_up() };
+    }
+    // SAFETY: in the template's own network namespace (`proxy_listen` implies no network);
+    // `proxy` is our end of the channel to Node.
+    if script.proxy_listen && !unsafe { send_listeners(proxy) } {
+        fail(Step::ProxyListen);
     }
     let done = 0i32.to_ne_bytes();
     // SAFETY: `done` is valid for its length; `ready` is our end (our contract).
@@ -905,4 +915,117 @@ unsafe fn loopback_up() {
         libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req as *mut IfReq);
         libc::close(fd);
     }
+}
+
+/// The control buffer of the listeners' `SCM_RIGHTS` message, in 8-byte words: room for
+/// `CMSG_SPACE(2 * sizeof(int))` (24 bytes on 64-bit Linux), aligned as `cmsghdr`.
+pub(super) const LISTENER_CMSG_WORDS: usize = 4;
+
+/// Listens on `127.0.0.1:<port>` (a port the kernel picks) and, where IPv6 is on, `[::1]:<port>`
+/// in this network namespace, and sends the listening sockets to Node over `channel`; false with
+/// errno set when the IPv4 one fails. Our copies are closed afterwards.
+///
+/// # Safety
+///
+/// Only in the template's builder, in the template's own network namespace, with `channel` its
+/// end of the socket pair with Node.
+unsafe fn send_listeners(channel: RawFd) -> bool {
+    // SAFETY: plain integers and a `sockaddr_in` valid for the size passed; the sockets are ours.
+    let v4 = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+        if libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) != 0
+            || libc::listen(fd, super::super::proxy::LISTEN_BACKLOG) != 0
+        {
+            return false;
+        }
+        fd
+    };
+    // SAFETY: as above; `getsockname` fills at most `len` bytes of `bound`.
+    let port = unsafe {
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::getsockname(v4, (&mut bound as *mut libc::sockaddr_in).cast(), &mut len) != 0 {
+            return false;
+        }
+        bound.sin_port
+    };
+    // SAFETY: as above, for IPv6 on the same port; a failure (IPv6 off) leaves IPv4 alone.
+    let v6 = unsafe {
+        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut addr: libc::sockaddr_in6 = std::mem::zeroed();
+        addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        addr.sin6_port = port;
+        addr.sin6_addr.s6_addr[15] = 1;
+        let one: libc::c_int = 1;
+        if fd >= 0
+            && libc::setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_V6ONLY,
+                (&one as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+            && libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_in6).cast(),
+                size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            ) == 0
+            && libc::listen(fd, super::super::proxy::LISTEN_BACKLOG) == 0
+        {
+            fd
+        } else {
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            -1
+        }
+    };
+    let fds = [v4, v6];
+    let count = if v6 >= 0 { 2 } else { 1 };
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; LISTENER_CMSG_WORDS];
+    // SAFETY: `msghdr` and the control buffer are plain data on our stack; the CMSG macros stay
+    // within `control` (sized for two descriptors); `sendmsg` copies what it is given.
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        let payload = (count * size_of::<libc::c_int>()) as libc::c_uint;
+        msg.msg_controllen = libc::CMSG_SPACE(payload) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<libc::c_int>(),
+            count,
+        );
+        libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) == 1
+    };
+    let failed = errno();
+    // SAFETY: our copies; Node holds its own now.
+    unsafe {
+        libc::close(v4);
+        if v6 >= 0 {
+            libc::close(v6);
+        }
+    }
+    set_errno(failed);
+    sent
 }

@@ -367,6 +367,7 @@ impl NsPlan {
                 template_actions,
                 command_actions,
                 network: sandbox.network,
+                proxy_listen: !sandbox.network && sandbox.network_allow.is_some(),
                 pid_max: CString::new(pid_max.to_string()).expect("digits"),
                 nproc,
                 argv_area: stat_area(ARG_START_FIELD),
@@ -522,9 +523,17 @@ impl NsPlan {
     /// Builds the template (a fork of this process carries out `template_actions` in new user,
     /// mount and network namespaces) and keeps descriptors of its namespaces. `Err(code)`: the
     /// encoded failed step, or an I/O error of ours.
-    pub(super) fn build_template(&mut self) -> Result<(), TemplateError> {
+    /// Returns the proxy's listening sockets inside the template's network namespace, when the
+    /// plan asked for them (`Script::proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
+    pub(super) fn build_template(&mut self) -> Result<Vec<OwnedFd>, TemplateError> {
         let (ready_read, ready_write) = cloexec_pipe()?;
         let (release_read, release_write) = cloexec_pipe()?;
+        let proxy = if self.script.proxy_listen {
+            Some(cloexec_socketpair()?)
+        } else {
+            None
+        };
+        let proxy_child = proxy.as_ref().map_or(-1, |(_, child)| child.as_raw_fd());
         // SAFETY: a fork (raw `clone` for the namespace flags): the child only runs `builder`,
         // which never returns and sticks to raw system calls on memory prepared before.
         let pid = unsafe {
@@ -552,15 +561,27 @@ impl NsPlan {
                 // (a concurrent build or exec), would keep an end-of-file from coming, ours or
                 // theirs, for as long as we wait.
                 let (ready, release) = (ready_write.as_raw_fd(), release_read.as_raw_fd());
-                close_all_except(&[ready.min(release), ready.max(release)]);
-                init::builder(&self.script, ready, release)
+                let mut keep = [ready, release, proxy_child];
+                keep.sort_unstable();
+                close_all_except(&keep);
+                init::builder(&self.script, ready, release, proxy_child)
             }
         }
         drop((ready_write, release_read));
+        let proxy = proxy.map(|(node, child)| {
+            drop(child);
+            node
+        });
         let mut message = [0u8; size_of::<i32>()];
         let result = match read_full(ready_read.as_fd(), &mut message) {
             Ok(n) if n == message.len() => match i32::from_ne_bytes(message) {
-                0 => self.open_template(pid).map_err(TemplateError::Io),
+                0 => self
+                    .open_template(pid)
+                    .and_then(|()| match &proxy {
+                        Some(channel) => receive_listeners(channel),
+                        None => Ok(Vec::new()),
+                    })
+                    .map_err(TemplateError::Io),
                 code => Err(TemplateError::Step(code)),
             },
             _ => Err(TemplateError::Io(io::Error::other(
@@ -605,6 +626,77 @@ impl From<io::Error> for TemplateError {
     fn from(e: io::Error) -> Self {
         TemplateError::Io(e)
     }
+}
+
+/// A Unix stream socket pair whose ends close on exec: (Node's, the builder's).
+fn cloexec_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: a valid two-element buffer.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The listening sockets the builder sent (`init::send_listeners`), sent before it reported ready.
+fn receive_listeners(channel: &OwnedFd) -> io::Result<Vec<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; init::LISTENER_CMSG_WORDS];
+    // SAFETY: `msghdr` is plain data; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&control) as _;
+    // SAFETY: `msg` describes valid buffers; received descriptors get close-on-exec.
+    let n = unsafe {
+        libc::recvmsg(
+            channel.as_raw_fd(),
+            &mut msg,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+        )
+    };
+    if n != 1 {
+        return Err(io::Error::other(
+            "the sandbox's template sent no proxy listener",
+        ));
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walks the control messages the kernel wrote into `control` (`msg` says how many
+    // bytes); each SCM_RIGHTS payload is an array of descriptors now ours.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count =
+                    ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if fds.is_empty() {
+        return Err(io::Error::other(
+            "the sandbox's template sent no proxy listener",
+        ));
+    }
+    Ok(fds)
 }
 
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {

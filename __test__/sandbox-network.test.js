@@ -1,0 +1,214 @@
+// The sandbox's network allow-list (`sandbox.network: { allow, headers }`, namespaces mode): the shell's
+// only way out is the proxy on Node's side. As root (in this process) and as nobody (a child Node): a name
+// allowed, the same server refused by its address, a CONNECT tunnel, a client that ignores the proxy (no
+// route), IPv6, DNS attempts, and the event of each connection. Every server is on this machine's loopback.
+import { existsSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import * as pno from "pi-native-ops";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execAllAs, nobody, removeScripts, tempDirFor } from "./helpers/nobody.js";
+
+const support = process.platform === "linux" ? pno.sandboxSupport() : null;
+const users = ["root", ...(nobody.argv ? ["nobody"] : [])];
+const hasCurl = existsSync("/usr/bin/curl");
+
+/** Listens on `host` (port 0); null when the address is unavailable here (IPv6 off). */
+async function listenOn(server, host) {
+  return new Promise((resolve) => {
+    server.once("error", () => resolve(null));
+    server.listen(0, host, () => resolve(server.address().port));
+  });
+}
+
+let web;
+let web6;
+let echo;
+let ports;
+const servers = [];
+beforeAll(async () => {
+  // Answers with the path and the X-Token header it received.
+  const handler = (req, res) => {
+    res.setHeader("Connection", "close");
+    res.end(`hello ${req.url} token=${req.headers["x-token"] ?? "none"}\n`);
+  };
+  web = http.createServer(handler);
+  web6 = http.createServer(handler);
+  echo = net.createServer((socket) => socket.pipe(socket));
+  servers.push(web, web6, echo);
+  ports = {
+    web: await listenOn(web, "127.0.0.1"),
+    web6: await listenOn(web6, "::1"),
+    echo: await listenOn(echo, "127.0.0.1"),
+  };
+});
+afterAll(() => {
+  for (const server of servers) server.close();
+  removeScripts();
+});
+
+const skip = !support?.namespaces ? (support?.namespacesError ?? "not Linux") : null;
+const maybe = skip ? describe.skip : describe;
+
+/** Bash that sends `head` (printf format) straight to the proxy and prints its status line. */
+function rawHead(head) {
+  return [
+    "port=${HTTP_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port",
+    `printf '${head}' >&3`,
+    "IFS= read -r status <&3; echo \"${status%$'\\r'}\"",
+  ].join("\n");
+}
+
+/** Bash that opens a CONNECT tunnel to `target` through the proxy and echoes "ping" through it. */
+function tunnel(target) {
+  return [
+    "port=${HTTP_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port",
+    `printf 'CONNECT ${target} HTTP/1.1\\r\\nHost: ${target}\\r\\n\\r\\n' >&3`,
+    "IFS= read -r status <&3; echo \"${status%$'\\r'}\"",
+    "while IFS= read -r line <&3 && [ \"${line%$'\\r'}\" != '' ]; do :; done",
+    'echo ping >&3; IFS= read -r reply <&3; echo "reply=$reply"',
+  ].join("\n");
+}
+
+maybe.each(users)("network allow-list as %s", (user) => {
+  let results;
+  let commands;
+  let concurrent;
+  beforeAll(async () => {
+    const root = tempDirFor(user, "pno-net-");
+    const { web: p, web6: p6, echo: e } = ports;
+    commands = {
+      byName: `curl -sS -H 'X-Token: from-shell' http://localhost:${p}/a`,
+      byAddress: `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.1:${p}/b`,
+      notListed: `curl -sS -o /dev/null -w '%{http_code}' http://blocked.example/`,
+      tunnel: tunnel(`localhost:${e}`),
+      tunnelByAddress: tunnel(`127.0.0.1:${e}`),
+      direct: `(exec 3<>/dev/tcp/127.0.0.1/${p}) 2>/dev/null && echo reached || echo refused`,
+      udp: "(exec 3<>/dev/udp/8.8.8.8/53 && printf x >&3) 2>&1; echo exit=$?",
+      dns: "getent hosts example.com; echo exit=$?",
+      v6Listener: `curl -sS --noproxy '' -x "http://[::1]:\${HTTP_PROXY##*:}" http://localhost:${p}/v6proxy`,
+      notProxyRequest: rawHead("GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"),
+      malformed: rawHead("GET http://localhost:1/ HTTP/9\\r\\n\\r\\n"),
+      oversized: rawHead(`GET http://localhost:${p}/ HTTP/1.1\\r\\nX: %040000d\\r\\n\\r\\n`),
+      v6Target: p6 ? `curl -sS -g http://[::1]:${p6}/v6` : "echo no-ipv6",
+    };
+    const sandbox = {
+      root,
+      mode: "namespaces",
+      network: { allow: ["localhost", "::1"], headers: { localhost: { "X-Token": "from-host" } } },
+      onPolicyEvent: "collect",
+    };
+    const list = Object.values(commands).map((command) => ({ command, cwd: "/workspace" }));
+    // Two at once: the first connects while the second, started later, runs.
+    concurrent = [
+      `until [ -e b-started ]; do sleep 0.01; done; curl -sS http://localhost:${p}/first; touch a-done`,
+      "touch b-started; until [ -e a-done ]; do sleep 0.01; done",
+    ];
+    const answers = await execAllAs(user, pno, sandbox, [
+      ...list,
+      concurrent.map((command) => ({ command, cwd: "/workspace" })),
+    ]);
+    results = Object.fromEntries(Object.keys(commands).map((key, i) => [key, answers[i]]));
+    results.concurrent = answers.at(-1);
+  }, 120_000);
+
+  const connects = (key) => results[key].events.map(({ host, port, rule, allowed }) => ({ host, port, rule, allowed }));
+
+  it.skipIf(!hasCurl)("lets an allowed name through, with the configured header in place of the shell's", () => {
+    expect(results.byName).toMatchObject({ output: `hello /a token=from-host\n`, exitCode: 0 });
+    expect(connects("byName")).toEqual([{ host: "localhost", port: ports.web, rule: "localhost", allowed: true }]);
+    const [event] = results.byName.events;
+    expect(Object.keys(event)).toEqual(["tool", "access", "host", "port", "rule", "allowed", "time", "command"]);
+    expect(event).toMatchObject({ tool: "bash", access: "connect", command: commands.byName });
+    expect(typeof event.time).toBe("number");
+  });
+
+  it.skipIf(!hasCurl)("refuses the same server by its address, and a name not listed, with 403 and an event", () => {
+    expect(results.byAddress).toMatchObject({ output: "403", exitCode: 0 });
+    expect(connects("byAddress")).toEqual([{ host: "127.0.0.1", port: ports.web, rule: null, allowed: false }]);
+    expect(results.notListed).toMatchObject({ output: "403", exitCode: 0 });
+    expect(connects("notListed")).toEqual([{ host: "blocked.example", port: 80, rule: null, allowed: false }]);
+  });
+
+  it("tunnels CONNECT to an allowed name, and refuses it to an address", () => {
+    expect(results.tunnel.output).toBe("HTTP/1.1 200 Connection Established\nreply=ping\n");
+    expect(connects("tunnel")).toEqual([{ host: "localhost", port: ports.echo, rule: "localhost", allowed: true }]);
+    expect(results.tunnelByAddress.output).toMatch(/^HTTP\/1\.1 403 Forbidden\n/);
+    expect(connects("tunnelByAddress")).toEqual([{ host: "127.0.0.1", port: ports.echo, rule: null, allowed: false }]);
+  });
+
+  it("gives a client that ignores the proxy no route, and no DNS", () => {
+    expect(results.direct.output).toBe("refused\n");
+    expect(results.udp.output).toMatch(/Network is unreachable[\s\S]*exit=1\n$/);
+    expect(results.dns.output).toMatch(/^exit=[1-9]\d*\n$/);
+    for (const key of ["direct", "udp", "dns"]) expect(results[key].events).toEqual([]);
+  });
+
+  it.skipIf(!hasCurl)("reports a connection as the command it came from when two run at once", () => {
+    expect(results.concurrent.all.map((r) => r.exitCode)).toEqual([0, 0]);
+    expect(results.concurrent.all[0].output).toBe("hello /first token=from-host\n");
+    expect(results.concurrent.events.map((e) => [e.host, e.allowed, e.command])).toEqual([
+      ["localhost", true, concurrent[0]],
+    ]);
+  });
+
+  it("answers what is not a proxy request, is malformed or too large without connecting anywhere", () => {
+    expect(results.notProxyRequest.output).toBe("HTTP/1.1 501 Not Implemented\n");
+    expect(results.malformed.output).toBe("HTTP/1.1 400 Bad Request\n");
+    expect(results.oversized.output).toBe("HTTP/1.1 431 Request Header Fields Too Large\n");
+    for (const key of ["notProxyRequest", "malformed", "oversized"]) expect(results[key].events).toEqual([]);
+  });
+
+  it.skipIf(!hasCurl)("listens on [::1] too, and allows an IPv6 literal listed literally", () => {
+    expect(results.v6Listener).toMatchObject({ output: "hello /v6proxy token=from-host\n", exitCode: 0 });
+    if (!ports.web6) return;
+    expect(results.v6Target).toMatchObject({ output: "hello /v6 token=none\n", exitCode: 0 });
+    expect(connects("v6Target")).toEqual([{ host: "[::1]", port: ports.web6, rule: "::1", allowed: true }]);
+  });
+});
+
+maybe("network allow-list options", () => {
+  const root = tempDirFor("root", "pno-net-opts-");
+
+  it("refuses Landlock mode, bad entries and bad shapes", () => {
+    const make = (sandbox) => () => pno.createBashOperations({ sandbox: { root, ...sandbox } });
+    expect(make({ mode: "landlock", network: { allow: ["localhost"] } })).toThrow(
+      expect.objectContaining({
+        code: "ESANDBOX",
+        message: expect.stringContaining("network.allow needs namespaces mode"),
+      }),
+    );
+    expect(make({ mode: "namespaces", network: { allow: ["http://x.org"] } })).toThrow(
+      expect.objectContaining({ code: "ESANDBOX", message: expect.stringContaining('"http://x.org"') }),
+    );
+    expect(make({ network: { allow: "x.org" } })).toThrow(TypeError);
+    expect(make({ network: { allow: [], other: 1 } })).toThrow(/unknown option "other"/);
+    expect(make({ network: "yes" })).toThrow(TypeError);
+    expect(make({ network: { allow: [], headers: { "x.org": { A: 1 } } } })).toThrow(TypeError);
+    expect(make({ onPolicyEvent: "x" })).toThrow(TypeError);
+  });
+
+  it.skipIf(!hasCurl)("keeps running when onPolicyEvent throws", async () => {
+    let calls = 0;
+    const ops = pno.createBashOperations({
+      sandbox: {
+        root,
+        mode: "namespaces",
+        network: { allow: ["localhost"] },
+        onPolicyEvent: () => {
+          calls++;
+          throw new Error("the caller's bug");
+        },
+      },
+    });
+    let output = "";
+    const { exitCode } = await ops.exec(`curl -sS http://localhost:${ports.web}/t`, "/workspace", {
+      onData: (c) => {
+        output += c;
+      },
+    });
+    expect({ output, exitCode }).toEqual({ output: "hello /t token=none\n", exitCode: 0 });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(calls).toBe(1);
+  });
+});

@@ -1,0 +1,1672 @@
+//! The network allow-list (`network: { allow, headers }`, namespaces mode): the sandbox's only
+//! way out is this proxy, which runs on Node's side.
+//!
+//! How a connection gets here without any binary in the sandbox: the template's builder (already
+//! in the sandbox's network namespace, which has only a loopback) listens on `127.0.0.1:<port>`
+//! and `[::1]:<port>` there and hands the two listening sockets to Node over a socket pair
+//! (`SCM_RIGHTS`). The accept thread here accepts on them: each accepted socket is the sandbox's
+//! end of a loopback connection, read and written directly (no relay process, no copy in the
+//! sandbox). Commands find it through `HTTP_PROXY` & co.; anything else has no route.
+//!
+//! What it speaks: HTTP/1.1 forward proxying (an absolute `http://` URI, one request per
+//! connection, `Connection: close` upstream) and `CONNECT host:port` tunnels (HTTPS, git, any
+//! TCP). Names are resolved here, on the host; the sandbox has no DNS. A host is allowed by an
+//! entry naming it exactly, by `*.example.com` (its subdomains, not `example.com` itself), or, for
+//! an address literal, only by an entry that is that address. Configured headers are added to
+//! plain `http://` requests to matching hosts; a tunnel's bytes (TLS) are never touched.
+//!
+//! Each allowed and each refused connection is one `PolicyEvent` (`Connect { host, port }`), sent
+//! to the sink of the command that is running (see `Shared::owner`).
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::NetworkAllow;
+use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
+
+/// The most bytes of a request head (request line and headers) the proxy reads: far above what
+/// package managers and git send (a few hundred bytes), far below what costs memory per
+/// connection. A longer head is answered `431`.
+pub const MAX_HEAD_BYTES: usize = 32 << 10;
+/// The most header lines a request head may have (`431` beyond): as many as common servers take.
+pub const MAX_HEADERS: usize = 100;
+/// How long a client has to send its whole request head after connecting.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long resolving and connecting to an allowed host may take, all addresses together.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection on which neither side sent anything for this long is closed (a stalled registry
+/// download rather than a slow one: package managers retry).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Connections open at once per sandbox (each has a thread); more are answered `503`. Far above
+/// what `npm install` opens (its default `maxsockets` is 15 per host).
+pub const MAX_CONNECTIONS: usize = 256;
+/// Bytes moved per splice (and the size asked for each direction's pipe) while relaying: large
+/// enough that a loopback download costs few system calls, small enough for `MAX_CONNECTIONS`.
+const RELAY_BUFFER_BYTES: usize = 256 << 10;
+/// Stack of each connection thread: the relay's buffer is on the heap; `getaddrinfo` needs a few
+/// pages.
+const THREAD_STACK_BYTES: usize = 256 << 10;
+/// After an error answer, how long and how much of the client's further bytes are read and
+/// dropped before closing (see `reply_and_linger`): a refused upload's rest, briefly.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+/// Entries of `allow` and of `headers`: an allow-list, not a block list of the internet.
+pub const MAX_ENTRIES: usize = 1024;
+/// The longest host name DNS allows (RFC 1035, without the trailing dot).
+const MAX_NAME_BYTES: usize = 253;
+/// The backlog of the listening sockets inside the sandbox.
+pub(super) const LISTEN_BACKLOG: i32 = 128;
+
+/// A host as a request names it: a name (lowercase, no trailing dot) or an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Host {
+    Name(String),
+    Address(IpAddr),
+}
+
+impl Host {
+    /// `host` as given in a URI or an allow entry (`[::1]` or `::1` for IPv6); `None` when it is
+    /// neither a valid name nor an address. A name whose last label is numeric (`127.1`,
+    /// `0x7f.1`, `2130706433`) is refused: the resolver reads those as addresses, which would let
+    /// a name reach an address no entry lists.
+    pub(crate) fn parse(host: &str) -> Option<Host> {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Some(Host::Address(ip.to_canonical()));
+        }
+        if bare.len() != host.len() {
+            return None; // brackets around a name
+        }
+        let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let last = name.rsplit('.').next().unwrap_or("");
+        let numeric = last.bytes().all(|b| b.is_ascii_digit())
+            || (last.starts_with("0x") && last[2..].bytes().all(|b| b.is_ascii_hexdigit()));
+        (!name.is_empty()
+            && name.len() <= MAX_NAME_BYTES
+            && name.split('.').all(label_ok)
+            && !numeric)
+            .then_some(Host::Name(name))
+    }
+}
+
+/// One allow entry, compiled.
+#[derive(Debug, Clone)]
+enum Pattern {
+    /// Exactly this name.
+    Name(String),
+    /// Any name ending in this suffix (`.example.com`), with at least one label before it.
+    Subdomains(String),
+    /// Exactly this address.
+    Address(IpAddr),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    given: String,
+    pattern: Pattern,
+}
+
+impl Entry {
+    fn new(given: &str, what: &str) -> Result<Entry, String> {
+        let bad = || {
+            format!(
+                "{what} entry {given:?} is not a host name, a \"*.\" subdomain pattern or an IP \
+                 address"
+            )
+        };
+        let pattern = match given.strip_prefix("*.") {
+            Some(rest) => match Host::parse(rest) {
+                Some(Host::Name(name)) => Pattern::Subdomains(format!(".{name}")),
+                _ => return Err(bad()),
+            },
+            None => match Host::parse(given).ok_or_else(bad)? {
+                Host::Name(name) => Pattern::Name(name),
+                Host::Address(ip) => Pattern::Address(ip),
+            },
+        };
+        Ok(Entry {
+            given: given.to_string(),
+            pattern,
+        })
+    }
+
+    fn matches(&self, host: &Host) -> bool {
+        match (&self.pattern, host) {
+            (Pattern::Name(n), Host::Name(h)) => n == h,
+            (Pattern::Subdomains(suffix), Host::Name(h)) => {
+                h.len() > suffix.len() && h.ends_with(suffix.as_str())
+            }
+            (Pattern::Address(a), Host::Address(h)) => a == h,
+            _ => false,
+        }
+    }
+}
+
+/// The allow-list and the headers to add, compiled from `NetworkAllow`.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
+    allow: Vec<Entry>,
+    headers: Vec<(Entry, String, String)>,
+}
+
+impl Rules {
+    /// Checks every entry; the error names the first bad one (for `SandboxUnavailable`).
+    pub(crate) fn new(spec: &NetworkAllow) -> Result<Rules, String> {
+        if spec.allow.len() > MAX_ENTRIES || spec.headers.len() > MAX_ENTRIES {
+            return Err(format!(
+                "network.allow and network.headers take at most {MAX_ENTRIES} entries each"
+            ));
+        }
+        let allow = spec
+            .allow
+            .iter()
+            .map(|given| Entry::new(given, "network.allow"))
+            .collect::<Result<_, _>>()?;
+        let mut headers = Vec::new();
+        for (host, name, value) in &spec.headers {
+            let entry = Entry::new(host, "network.headers")?;
+            if name.is_empty() || !name.bytes().all(is_token) {
+                return Err(format!(
+                    "network.headers[{host:?}]: {name:?} is not a header name"
+                ));
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(format!(
+                    "network.headers[{host:?}][{name:?}] must not contain CR, LF or NUL"
+                ));
+            }
+            headers.push((entry, name.clone(), value.clone()));
+        }
+        Ok(Rules { allow, headers })
+    }
+
+    /// The allow entry (as given) that lets `host` through, if one does.
+    pub(crate) fn decide(&self, host: &str) -> Option<&str> {
+        let host = Host::parse(host)?;
+        self.allow
+            .iter()
+            .find(|e| e.matches(&host))
+            .map(|e| e.given.as_str())
+    }
+
+    /// The configured headers for `host`, in their order.
+    fn headers_for<'a>(&'a self, host: &str) -> Vec<(&'a str, &'a str)> {
+        let Some(host) = Host::parse(host) else {
+            return Vec::new();
+        };
+        self.headers
+            .iter()
+            .filter(|(entry, _, _)| entry.matches(&host))
+            .map(|(_, name, value)| (name.as_str(), value.as_str()))
+            .collect()
+    }
+
+    /// Whether the allow-list names this loopback host (then it goes through the proxy to the
+    /// host's loopback; else `NO_PROXY` keeps it on the sandbox's own).
+    pub(crate) fn names(&self, host: &str) -> bool {
+        self.decide(host).is_some()
+    }
+}
+
+/// RFC 9110's `tchar`.
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// `CONNECT host:port`: a tunnel.
+    Tunnel { host: String, port: u16 },
+    /// `GET http://authority/path`: one forwarded request.
+    Http {
+        host: String,
+        port: u16,
+        /// `host[:port]` as the URI gave it: the `Host` header sent upstream.
+        authority: String,
+        /// The origin-form target (`/path?query`).
+        path: String,
+    },
+}
+
+impl Target {
+    fn host_port(&self) -> (&str, u16) {
+        match self {
+            Target::Tunnel { host, port } | Target::Http { host, port, .. } => (host, *port),
+        }
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub(crate) method: String,
+    pub(crate) target: Target,
+    pub(crate) headers: Vec<(String, String)>,
+    /// The request body's length (`Content-Length`; 0 without one).
+    pub(crate) body: u64,
+}
+
+/// Why a request head is refused, and the status it is answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeadError {
+    /// `400`: not HTTP/1.x, or a line the proxy cannot read.
+    Malformed(&'static str),
+    /// `431`: more than `MAX_HEAD_BYTES` or `MAX_HEADERS`.
+    TooLarge,
+    /// `411`: a chunked request body (only `Content-Length` bodies are forwarded).
+    LengthRequired,
+    /// `501`: an `https://` URI without `CONNECT`, another scheme, or an origin-form target.
+    Unsupported(&'static str),
+}
+
+impl HeadError {
+    fn status(self) -> (u16, &'static str, &'static str) {
+        match self {
+            HeadError::Malformed(why) => (400, "Bad Request", why),
+            HeadError::TooLarge => (
+                431,
+                "Request Header Fields Too Large",
+                "request head too large",
+            ),
+            HeadError::LengthRequired => (
+                411,
+                "Length Required",
+                "chunked request bodies are not forwarded; send Content-Length",
+            ),
+            HeadError::Unsupported(why) => (501, "Not Implemented", why),
+        }
+    }
+}
+
+/// The end of the head in `buf` (just past the blank line), if it has arrived.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// `host[:port]` (`[v6]:port` for IPv6); the port is required unless `default` is given.
+fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host.to_string(), Some(port)),
+            None => (authority.to_string(), None),
+        }
+    };
+    let port = match port {
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
+        Some(_) => return None,
+        None => default?,
+    };
+    (port != 0 && Host::parse(&host).is_some()).then_some((host, port))
+}
+
+/// Parses a request head (the bytes up to and including the blank line).
+pub(crate) fn parse_head(head: &[u8]) -> Result<Head, HeadError> {
+    if head.len() > MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not UTF-8"))?;
+    let text = text
+        .strip_suffix("\r\n\r\n")
+        .ok_or(HeadError::Malformed("head does not end with a blank line"))?;
+    let mut lines = text.split("\r\n");
+    let line = lines.next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HeadError::Malformed(
+            "request line is not METHOD TARGET VERSION",
+        ));
+    };
+    if method.is_empty() || !method.bytes().all(is_token) {
+        return Err(HeadError::Malformed("bad method"));
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(HeadError::Malformed("not HTTP/1.x"));
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        if headers.len() == MAX_HEADERS {
+            return Err(HeadError::TooLarge);
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or(HeadError::Malformed("header line without a colon"))?;
+        if name.is_empty() || !name.bytes().all(is_token) {
+            return Err(HeadError::Malformed("bad header name"));
+        }
+        let value = value.trim_matches([' ', '\t']);
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(HeadError::Malformed("bad header value"));
+        }
+        headers.push((name.to_string(), value.to_string()));
+    }
+    fn header<'a>(
+        headers: &'a [(String, String)],
+        wanted: &'static str,
+    ) -> impl Iterator<Item = &'a str> {
+        headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(wanted))
+            .map(|(_, v)| v.as_str())
+    }
+    let target = if method == "CONNECT" {
+        let (host, port) =
+            split_authority(target, None).ok_or(HeadError::Malformed("bad CONNECT authority"))?;
+        Target::Tunnel { host, port }
+    } else {
+        let scheme_end = target.find("://");
+        let rest = match scheme_end.map(|i| (&target[..i], &target[i + 3..])) {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+            Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
+                return Err(HeadError::Unsupported(
+                    "https:// goes through CONNECT (set HTTPS_PROXY)",
+                ))
+            }
+            Some(_) => return Err(HeadError::Unsupported("only http:// is proxied")),
+            None => {
+                return Err(HeadError::Unsupported(
+                    "this is a proxy: ask for an absolute http:// URI or CONNECT",
+                ))
+            }
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        if authority.contains('@') {
+            return Err(HeadError::Malformed("user info in the URI"));
+        }
+        let (host, port) =
+            split_authority(authority, Some(80)).ok_or(HeadError::Malformed("bad URI host"))?;
+        let path = path.split('#').next().unwrap_or("");
+        let path = match path.chars().next() {
+            None => "/".to_string(),
+            Some('?') => format!("/{path}"),
+            _ => path.to_string(),
+        };
+        Target::Http {
+            host,
+            port,
+            authority: authority.to_string(),
+            path,
+        }
+    };
+    let mut body = 0;
+    if matches!(target, Target::Http { .. }) {
+        if header(&headers, "transfer-encoding").next().is_some() {
+            return Err(HeadError::LengthRequired);
+        }
+        let mut lengths = header(&headers, "content-length");
+        if let Some(first) = lengths.next() {
+            if !first.bytes().all(|b| b.is_ascii_digit()) || lengths.any(|l| l != first) {
+                return Err(HeadError::Malformed("bad Content-Length"));
+            }
+            body = first
+                .parse()
+                .map_err(|_| HeadError::Malformed("bad Content-Length"))?;
+        }
+    }
+    Ok(Head {
+        method: method.to_string(),
+        target,
+        headers,
+        body,
+    })
+}
+
+/// Headers a proxy consumes or sets itself rather than forwarding (hop-by-hop, RFC 9110 7.6.1,
+/// and `Host`, which is set from the URI so a request cannot name another site than the one
+/// allowed).
+const NOT_FORWARDED: &[&str] = &[
+    "host",
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// The head sent upstream for a plain HTTP request: origin-form, `Host` from the URI, the
+/// configured headers in place of any the client sent of the same name, `Connection: close`.
+pub(crate) fn upstream_head(head: &Head, added: &[(&str, &str)]) -> Vec<u8> {
+    let Target::Http {
+        authority, path, ..
+    } = &head.target
+    else {
+        return Vec::new();
+    };
+    let mut out = format!(
+        "{} {} HTTP/1.1\r\nHost: {}\r\n",
+        head.method, path, authority
+    );
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if NOT_FORWARDED.contains(&lower.as_str())
+            || added.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    for (name, value) in added {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out.into_bytes()
+}
+
+/// A running command whose connections this proxy reports.
+struct Active {
+    id: u64,
+    command: String,
+    sink: Option<EventSink>,
+    /// Its supervisor's pid (0 until forked): the root of its process tree.
+    supervisor: libc::pid_t,
+}
+
+/// The most processes one search for a connection's owner looks at: bounds what a connection
+/// costs when commands run at once (a command's tree rarely has more than a few dozen).
+const MAX_OWNER_SCAN: usize = 4096;
+
+/// `/proc/net/tcp`'s form of an address and port: the address's 32-bit words in host byte order,
+/// then the port, in upper-case hex.
+fn proc_net_addr(addr: SocketAddr) -> String {
+    let words: Vec<u8> = match addr.ip() {
+        IpAddr::V4(ip) => ip.octets().to_vec(),
+        IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let mut out = String::new();
+    for word in words.chunks(4) {
+        let word = u32::from_ne_bytes([word[0], word[1], word[2], word[3]]);
+        out.push_str(&format!("{word:08X}"));
+    }
+    out.push_str(&format!(":{:04X}", addr.port()));
+    out
+}
+
+/// The inode of the sandbox's end of `client` (a connection we accepted), from the TCP table of
+/// the sandbox's network namespace as `pid`, a process in it, sees it.
+fn peer_inode(client: &TcpStream, pid: libc::pid_t) -> Option<u64> {
+    let (peer, local) = (client.peer_addr().ok()?, client.local_addr().ok()?);
+    let table = if peer.is_ipv4() { "tcp" } else { "tcp6" };
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+    let (want_local, want_remote) = (proc_net_addr(peer), proc_net_addr(local));
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 9 && fields[1] == want_local && fields[2] == want_remote)
+            .then(|| fields[9].parse().ok())
+            .flatten()
+    })
+}
+
+/// Whether a process of the tree under `root` holds the socket `link` (`socket:[inode]`).
+fn tree_holds(root: libc::pid_t, link: &str) -> bool {
+    let mut queue = vec![root];
+    let mut seen = 0;
+    while let Some(pid) = queue.pop() {
+        seen += 1;
+        if seen > MAX_OWNER_SCAN {
+            return false;
+        }
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            if fds
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == link))
+            {
+                return true;
+            }
+        }
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                    queue.extend(
+                        children
+                            .split_whitespace()
+                            .filter_map(|c| c.parse::<libc::pid_t>().ok()),
+                    );
+                }
+            }
+        }
+    }
+    false
+}
+
+/// How long a connection may wait: `HEAD_TIMEOUT` and `IDLE_TIMEOUT` (tests shorten them).
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    head: Duration,
+    idle: Duration,
+}
+
+impl Timeouts {
+    const DEFAULT: Timeouts = Timeouts {
+        head: HEAD_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+    };
+}
+
+/// What the accept thread and the connection threads share (each holds it while it runs).
+pub(crate) struct Shared {
+    rules: Rules,
+    timeouts: Timeouts,
+    active: Mutex<Vec<Active>>,
+    next_id: AtomicU64,
+    connections: AtomicUsize,
+    /// The read end of the stop pipe: readable (end-of-file) once the proxy is dropped.
+    stop: OwnedFd,
+}
+
+impl Shared {
+    /// Sends the event of one connection decision to the sink of the command it came from. The
+    /// sandbox's commands share one network namespace: with one running, it is that one; with
+    /// several, the one whose process tree holds the connection's other end (found in `/proc`),
+    /// else the latest started.
+    fn report(&self, client: &TcpStream, host: &str, port: u16, rule: Option<&str>) {
+        let running: Vec<(String, Option<EventSink>, libc::pid_t)> = self
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|a| (a.command.clone(), a.sink.clone(), a.supervisor))
+            .collect();
+        let owner = if running.len() > 1 {
+            running
+                .iter()
+                .find_map(|(_, _, pid)| (*pid > 0).then(|| peer_inode(client, *pid)).flatten())
+                .and_then(|inode| {
+                    let link = format!("socket:[{inode}]");
+                    running
+                        .iter()
+                        .position(|(_, _, pid)| *pid > 0 && tree_holds(*pid, &link))
+                })
+        } else {
+            None
+        };
+        let (command, sink) = match owner.or(running.len().checked_sub(1)) {
+            Some(i) => (Some(running[i].0.clone()), running[i].1.clone()),
+            None => (None, None),
+        };
+        if let Some(sink) = sink {
+            sink(PolicyEvent {
+                tool: "bash",
+                command,
+                target: EventTarget::Connect {
+                    host: host.to_string(),
+                    port,
+                },
+                rule: rule.map(str::to_string),
+                allowed: rule.is_some(),
+                time_ms: now_ms(),
+            });
+        }
+    }
+}
+
+/// The proxy of one sandbox: an accept thread on the sandbox's listening sockets and a thread
+/// per connection. Dropping it stops them all: the accept thread is joined; each connection
+/// thread sees the stop pipe hang up and ends (at the latest after `CONNECT_TIMEOUT`, if it is
+/// resolving or connecting).
+pub(crate) struct Proxy {
+    shared: Arc<Shared>,
+    port: u16,
+    #[cfg(test)]
+    listener: RawFd,
+    stop: Option<OwnedFd>,
+    accept: Option<JoinHandle<()>>,
+}
+
+/// A command's registration with the proxy: its connections are reported to its sink until this
+/// is dropped.
+pub(crate) struct Registration {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Registration {
+    /// The command's supervisor was forked: its tree is where the command's connections come
+    /// from.
+    pub(crate) fn started(&self, supervisor: libc::pid_t) {
+        let mut active = self
+            .shared
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(a) = active.iter_mut().find(|a| a.id == self.id) {
+            a.supervisor = supervisor;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut active = self
+            .shared
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        active.retain(|a| a.id != self.id);
+    }
+}
+
+impl Proxy {
+    /// Starts the accept thread on `listeners` (the sandbox's listening sockets, all on one port).
+    pub(crate) fn start(rules: Rules, listeners: Vec<OwnedFd>) -> io::Result<Proxy> {
+        Proxy::start_with(rules, listeners, Timeouts::DEFAULT)
+    }
+
+    fn start_with(rules: Rules, listeners: Vec<OwnedFd>, timeouts: Timeouts) -> io::Result<Proxy> {
+        let port = listeners
+            .first()
+            .map(|fd| local_port(fd.as_raw_fd()))
+            .transpose()?
+            .ok_or_else(|| io::Error::other("the sandbox sent no listening socket"))?;
+        for fd in &listeners {
+            set_nonblocking(fd.as_raw_fd())?;
+        }
+        let (stop_read, stop_write) = pipe()?;
+        let shared = Arc::new(Shared {
+            rules,
+            timeouts,
+            active: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+            connections: AtomicUsize::new(0),
+            stop: stop_read,
+        });
+        #[cfg(test)]
+        let listener = listeners[0].as_raw_fd();
+        let accepting = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("pi-sandbox-proxy".into())
+            .stack_size(THREAD_STACK_BYTES)
+            .spawn(move || accept_loop(&accepting, &listeners))?;
+        Ok(Proxy {
+            shared,
+            port,
+            #[cfg(test)]
+            listener,
+            stop: Some(stop_write),
+            accept: Some(accept),
+        })
+    }
+
+    /// The port the proxy listens on inside the sandbox.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The IPv4 listening socket (tests: to see it closed once the proxy is dropped).
+    #[cfg(test)]
+    pub(crate) fn listener_fd(&self) -> RawFd {
+        self.listener
+    }
+
+    /// What every thread of the proxy holds (tests: gone once they all ended).
+    #[cfg(test)]
+    pub(crate) fn threads_hold(&self) -> std::sync::Weak<Shared> {
+        Arc::downgrade(&self.shared)
+    }
+
+    /// The compiled rules.
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.shared.rules
+    }
+
+    /// Reports the connections made from now on to `sink`, as `command`'s.
+    pub(crate) fn register(&self, command: &str, sink: Option<EventSink>) -> Registration {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Active {
+                id,
+                command: command.to_string(),
+                sink,
+                supervisor: 0,
+            });
+        Registration {
+            shared: Arc::clone(&self.shared),
+            id,
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: a valid two-element buffer.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain fcntl on a descriptor the caller holds.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The port a bound socket listens on.
+pub(crate) fn local_port(fd: RawFd) -> io::Result<u16> {
+    // SAFETY: `sockaddr_storage` is plain data; getsockname fills at most `len` bytes of it.
+    unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getsockname(
+            fd,
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        match i32::from(addr.ss_family) {
+            libc::AF_INET => {
+                let a = &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                Ok(u16::from_be(a.sin_port))
+            }
+            libc::AF_INET6 => {
+                let a = &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                Ok(u16::from_be(a.sin6_port))
+            }
+            _ => Err(io::Error::other("not an IP socket")),
+        }
+    }
+}
+
+/// Whether the stop pipe hung up (the proxy was dropped).
+fn stopped(revents: libc::c_short) -> bool {
+    revents != 0
+}
+
+fn accept_loop(shared: &Arc<Shared>, listeners: &[OwnedFd]) {
+    let mut fds: Vec<libc::pollfd> = listeners
+        .iter()
+        .map(|fd| fd.as_raw_fd())
+        .chain(std::iter::once(shared.stop.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `fds` is a valid array of its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if fds.last().is_some_and(|stop| stopped(stop.revents)) {
+            return;
+        }
+        for pfd in &fds[..listeners.len()] {
+            if pfd.revents == 0 {
+                continue;
+            }
+            // SAFETY: a listening socket we hold; the new descriptor is ours (wrapped at once).
+            let fd = unsafe {
+                libc::accept4(
+                    pfd.fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                continue;
+            }
+            // SAFETY: `fd` was just returned by accept4 and is owned by nobody else.
+            let client = unsafe { TcpStream::from_raw_fd(fd) };
+            if shared.connections.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                reply(
+                    &client,
+                    503,
+                    "Service Unavailable",
+                    "too many proxy connections",
+                );
+                continue;
+            }
+            let serving = Arc::clone(shared);
+            let spawned = std::thread::Builder::new()
+                .name("pi-sandbox-proxy-conn".into())
+                .stack_size(THREAD_STACK_BYTES)
+                .spawn(move || {
+                    serve(&serving, client);
+                    serving.connections.fetch_sub(1, Ordering::AcqRel);
+                });
+            if spawned.is_err() {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Answers `status` with a short text body and closes the connection.
+fn reply(client: &TcpStream, status: u16, reason: &str, body: &str) {
+    let body = format!("pi-native-ops sandbox proxy: {body}\n");
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut client = client;
+    let _ = client.write_all(response.as_bytes());
+    let _ = client.shutdown(Shutdown::Write);
+}
+
+/// `reply`, then reads what the client still sends (at most `LINGER_BYTES`, for at most
+/// `LINGER_TIME`) before the connection is closed: closing with unread bytes sends a reset, which
+/// can destroy the answer before the client reads it.
+fn reply_and_linger(client: &TcpStream, status: u16, reason: &str, body: &str) {
+    reply(client, status, reason, body);
+    let _ = client.set_read_timeout(Some(LINGER_TIME));
+    let mut buf = [0u8; 16 << 10];
+    let mut left = LINGER_BYTES;
+    let mut reader = client;
+    while left > 0 {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+/// How reading the head ended, when it did not deliver one.
+enum HeadRead {
+    /// The client left, the proxy stopped, or the head did not come in `HEAD_TIMEOUT`.
+    Gone,
+    TooLarge,
+}
+
+/// Reads until the end of the head: (the buffer, where the head ends in it).
+fn read_head(
+    client: &TcpStream,
+    stop: RawFd,
+    timeout: Duration,
+) -> Result<(Vec<u8>, usize), HeadRead> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = vec![0u8; MAX_HEAD_BYTES];
+    let mut len = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !wait_readable(client.as_raw_fd(), stop, left) {
+            return Err(HeadRead::Gone);
+        }
+        let mut reader = client;
+        let n = match reader.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => return Err(HeadRead::Gone),
+            Ok(n) => n,
+        };
+        // The blank line may straddle two reads.
+        let from = len.saturating_sub(3);
+        len += n;
+        if let Some(end) = head_end(&buf[from..len]) {
+            buf.truncate(len);
+            return Ok((buf, from + end));
+        }
+        if len == buf.len() {
+            return Err(HeadRead::TooLarge);
+        }
+    }
+}
+
+/// Waits until `fd` is readable (true), or the proxy stops or `timeout` passes (false).
+fn wait_readable(fd: RawFd, stop: RawFd, timeout: Duration) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    loop {
+        // SAFETY: a valid array of two pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return n > 0 && !stopped(fds[1].revents) && fds[0].revents != 0;
+    }
+}
+
+/// One connection from the sandbox: read the head, decide, connect, relay.
+fn serve(shared: &Shared, client: TcpStream) {
+    let stop = shared.stop.as_raw_fd();
+    let (buf, end) = match read_head(&client, stop, shared.timeouts.head) {
+        Ok(read) => read,
+        Err(HeadRead::Gone) => return,
+        Err(HeadRead::TooLarge) => {
+            let (status, reason, why) = HeadError::TooLarge.status();
+            return reply_and_linger(&client, status, reason, why);
+        }
+    };
+    let head = match parse_head(&buf[..end]) {
+        Ok(head) => head,
+        Err(e) => {
+            let (status, reason, why) = e.status();
+            return reply_and_linger(&client, status, reason, why);
+        }
+    };
+    let (host, port) = head.target.host_port();
+    let rule = shared.rules.decide(host);
+    shared.report(&client, host, port, rule);
+    if rule.is_none() {
+        return reply_and_linger(
+            &client,
+            403,
+            "Forbidden",
+            &format!("{host} is not in the sandbox's network.allow"),
+        );
+    }
+    let upstream = match connect(host, port) {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            return reply_and_linger(
+                &client,
+                502,
+                "Bad Gateway",
+                &format!("cannot connect to {host}:{port}: {e}"),
+            )
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    // A peer that stops reading cannot hold a write (and this thread) forever.
+    let _ = client.set_write_timeout(Some(shared.timeouts.idle));
+    let _ = upstream.set_write_timeout(Some(shared.timeouts.idle));
+    let rest = &buf[end..];
+    let (first, body_left) = match &head.target {
+        Target::Tunnel { .. } => {
+            let mut writer = &client;
+            if writer
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .is_err()
+            {
+                return;
+            }
+            (rest.to_vec(), None)
+        }
+        Target::Http { .. } => {
+            let mut first = upstream_head(&head, &shared.rules.headers_for(host));
+            // The body's bytes that came with the head; anything past it (a pipelined second
+            // request) is dropped: one request per connection.
+            let take = rest
+                .len()
+                .min(usize::try_from(head.body).unwrap_or(usize::MAX));
+            first.extend_from_slice(&rest[..take]);
+            (first, Some(head.body - take as u64))
+        }
+    };
+    let mut writer = &upstream;
+    if !first.is_empty() && writer.write_all(&first).is_err() {
+        return;
+    }
+    relay(&client, &upstream, body_left, stop, shared.timeouts.idle);
+}
+
+/// Resolves `host` (here, on the host) and connects to the first address that answers, within
+/// `CONNECT_TIMEOUT` in all.
+fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let addrs: Vec<SocketAddr> = match Host::parse(host) {
+        Some(Host::Address(ip)) => vec![SocketAddr::new(ip, port)],
+        Some(Host::Name(name)) => (name.as_str(), port).to_socket_addrs()?.collect(),
+        None => return Err(io::Error::other("not a host name")),
+    };
+    let mut last = io::Error::other("the name has no address");
+    for addr in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// One direction of a relay: from `src` to `dst`, through a pipe with `splice` (the bytes stay
+/// in the kernel: no copy through this process), or through a buffer where a pipe cannot be had.
+struct Mover {
+    pipe: Option<(OwnedFd, OwnedFd)>,
+    buf: Vec<u8>,
+}
+
+impl Mover {
+    fn new() -> Mover {
+        let pipe = if std::env::var_os("PNO_NO_SPLICE").is_some() {
+            None
+        } else {
+            pipe().ok()
+        };
+        if let Some((_, write)) = &pipe {
+            // A larger pipe moves a download in fewer calls; refused (the user's pipe memory is
+            // used up), the default size still works.
+            // SAFETY: plain fcntl on our own pipe.
+            unsafe {
+                libc::fcntl(
+                    write.as_raw_fd(),
+                    libc::F_SETPIPE_SZ,
+                    RELAY_BUFFER_BYTES as libc::c_int,
+                )
+            };
+        }
+        Mover {
+            pipe,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Moves what `src` has, at most `max` bytes, all of it to `dst`: the count, 0 at
+    /// end-of-file.
+    fn move_once(&mut self, src: &TcpStream, dst: &TcpStream, max: usize) -> io::Result<usize> {
+        let max = max.min(RELAY_BUFFER_BYTES);
+        if let Some((read, write)) = &self.pipe {
+            // SAFETY: descriptors we hold; null offsets (sockets and pipes have none).
+            let n = unsafe {
+                libc::splice(
+                    src.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    write.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    max,
+                    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+                )
+            };
+            if n >= 0 {
+                let n = n as usize;
+                let mut left = n;
+                while left > 0 {
+                    // SAFETY: as above; the pipe holds `left` bytes, all of them this call's.
+                    let m = unsafe {
+                        libc::splice(
+                            read.as_raw_fd(),
+                            std::ptr::null_mut(),
+                            dst.as_raw_fd(),
+                            std::ptr::null_mut(),
+                            left,
+                            libc::SPLICE_F_MOVE,
+                        )
+                    };
+                    if m < 0 {
+                        let e = io::Error::last_os_error();
+                        if e.kind() == io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    if m == 0 {
+                        return Err(io::Error::from(io::ErrorKind::WriteZero));
+                    }
+                    left -= m as usize;
+                }
+                return Ok(n);
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+            // This pair cannot be spliced: the buffer from now on.
+            self.pipe = None;
+        }
+        if self.buf.is_empty() {
+            self.buf = vec![0u8; RELAY_BUFFER_BYTES];
+        }
+        let mut reader = src;
+        let n = reader.read(&mut self.buf[..max])?;
+        let mut writer = dst;
+        writer.write_all(&self.buf[..n])?;
+        Ok(n)
+    }
+}
+
+/// Moves bytes both ways until both directions ended, either side failed, nothing moved for
+/// `idle` (`IDLE_TIMEOUT`), or the proxy stopped. `to_upstream_left`: how many more bytes of the client's
+/// go upstream (`None`: all, a tunnel).
+fn relay(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    mut to_upstream_left: Option<u64>,
+    stop: RawFd,
+    idle: Duration,
+) {
+    let mut up = Mover::new();
+    let mut down = Mover::new();
+    // A request body fully sent: the client's further bytes are not read (not forwarded either).
+    let mut client_open = to_upstream_left != Some(0);
+    let mut upstream_open = true;
+    let idle_ms = idle.as_millis().min(i32::MAX as u128) as i32;
+    while client_open || upstream_open {
+        // Once the response ended, the request side is over too (one request per connection).
+        if !upstream_open && to_upstream_left.is_some() {
+            break;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: if client_open { client.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if upstream_open {
+                    upstream.as_raw_fd()
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: a valid array of three pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, idle_ms) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if n == 0 || stopped(fds[2].revents) {
+            return;
+        }
+        if fds[0].revents != 0 {
+            let want = match to_upstream_left {
+                Some(left) => usize::try_from(left).unwrap_or(usize::MAX),
+                None => usize::MAX,
+            };
+            match up.move_once(client, upstream, want) {
+                Ok(0) => {
+                    client_open = false;
+                    if to_upstream_left.is_none() {
+                        let _ = upstream.shutdown(Shutdown::Write);
+                    }
+                }
+                Ok(n) => {
+                    if let Some(left) = to_upstream_left.as_mut() {
+                        *left -= n as u64;
+                        client_open = *left > 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+        if fds[1].revents != 0 {
+            match down.move_once(upstream, client, usize::MAX) {
+                Ok(0) => {
+                    upstream_open = false;
+                    let _ = client.shutdown(Shutdown::Write);
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proxy on a listener of the host's loopback (the sandbox's is the same kind of socket).
+    fn proxy_on_host(allow: &[&str]) -> (Proxy, u16) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy::start(rules(allow), vec![OwnedFd::from(listener)]).unwrap();
+        (proxy, port)
+    }
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn connections_beyond_the_bound_get_503_and_every_thread_ends_with_the_proxy() {
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let held = proxy.threads_hold();
+        let open = |proxy: &Proxy| proxy.shared.connections.load(Ordering::Acquire);
+        // Connections that never send their head hold a thread each, up to the bound.
+        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        until("the idle connections were accepted", || {
+            open(&proxy) == MAX_CONNECTIONS
+        });
+        let mut extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut answer = String::new();
+        extra.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        // Once they are gone, a fresh connection is served: an address not listed is refused.
+        drop(idle);
+        until("the idle connections ended", || open(&proxy) == 0);
+        let mut refused = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        refused
+            .write_all(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        refused.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
+        drop(refused);
+        // Dropped with connections waiting for their heads: every thread ends.
+        let waiting: Vec<TcpStream> = (0..8)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        until("the waiting connections were accepted", || {
+            open(&proxy) == 8
+        });
+        drop(proxy);
+        until("every proxy thread ended", || held.upgrade().is_none());
+        drop(waiting);
+    }
+
+    #[test]
+    fn a_forwarded_request_carries_its_body_and_nothing_after_it() {
+        // The upstream: reads the head and the 5-byte body, answers, then reads whatever else the
+        // proxy sends until the proxy closes.
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream_port = upstream.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n")
+                || got.len() < head_end(&got).unwrap_or(usize::MAX).saturating_add(5)
+            {
+                let n = conn.read(&mut buf).unwrap();
+                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            let end = head_end(&got).unwrap() + 5;
+            let request = String::from_utf8_lossy(&got[..end]).into_owned();
+            let mut after = got[end..].to_vec();
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            conn.shutdown(Shutdown::Write).unwrap();
+            conn.read_to_end(&mut after).unwrap();
+            (request, after)
+        });
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let smuggled = "GET http://elsewhere.example/ HTTP/1.1\r\n\r\n";
+        client
+            .write_all(
+                format!(
+                    "POST http://localhost:{upstream_port}/up HTTP/1.1\r\nContent-Length: 5\r\n\
+                     Proxy-Connection: keep-alive\r\n\r\nhello{smuggled}"
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        let (request, after) = server.join().unwrap();
+        assert_eq!(
+            request,
+            format!(
+                "POST /up HTTP/1.1\r\nHost: localhost:{upstream_port}\r\nContent-Length: 5\r\n\
+                 Connection: close\r\n\r\nhello"
+            )
+        );
+        assert_eq!(String::from_utf8_lossy(&after), "");
+        drop(proxy);
+    }
+
+    #[test]
+    fn a_silent_client_and_an_idle_tunnel_are_closed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let short = Timeouts {
+            head: Duration::from_millis(50),
+            idle: Duration::from_millis(50),
+        };
+        let proxy =
+            Proxy::start_with(rules(&["localhost"]), vec![OwnedFd::from(listener)], short).unwrap();
+        // No head: closed without an answer.
+        let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut got = Vec::new();
+        silent.read_to_end(&mut got).unwrap();
+        assert!(got.is_empty());
+        // A tunnel to a server that never speaks, and a client that says nothing more: closed.
+        let quiet = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let quiet_port = quiet.local_addr().unwrap().port();
+        let mut tunnel = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        tunnel
+            .write_all(format!("CONNECT localhost:{quiet_port} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let (_held, _) = quiet.accept().unwrap();
+        let mut answer = String::new();
+        tunnel.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 Connection Established\r\n\r\n");
+        drop(proxy);
+    }
+
+    /// The relay's throughput against a direct loopback read, 100 MB each, three rounds:
+    /// `cargo test --release -p pi-native-ops-core measure_relay -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn measure_relay() {
+        const BYTES: usize = 100_000_000;
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sp = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let body = vec![b'a'; BYTES];
+            for mut c in server.incoming().flatten() {
+                let _ = c.write_all(&body);
+            }
+        });
+        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pp = proxy.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (_, stop_w) = pipe().unwrap();
+            let (stop_r, _keep) = pipe().unwrap();
+            std::mem::forget(stop_w);
+            for c in proxy.incoming().flatten() {
+                let up = TcpStream::connect(("127.0.0.1", sp)).unwrap();
+                relay(&c, &up, None, stop_r.as_raw_fd(), IDLE_TIMEOUT);
+            }
+        });
+        for round in 0..3 {
+            for (name, port) in [("direct", sp), ("proxy", pp)] {
+                let t = Instant::now();
+                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut buf = vec![0u8; 1 << 20];
+                let mut got = 0;
+                loop {
+                    let n = c.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got += n;
+                    if got == BYTES {
+                        break;
+                    }
+                }
+                eprintln!(
+                    "{round} {name}: {:.0} MB/s",
+                    BYTES as f64 / 1e6 / t.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
+
+    fn rules(allow: &[&str]) -> Rules {
+        Rules::new(&NetworkAllow {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            headers: Vec::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn allow_list_matches_names_subdomains_and_literal_addresses_only() {
+        let r = rules(&[
+            "registry.npmjs.org",
+            "*.github.com",
+            "localhost",
+            "10.0.0.1",
+            "::1",
+        ]);
+        assert_eq!(r.decide("registry.npmjs.org"), Some("registry.npmjs.org"));
+        assert_eq!(r.decide("Registry.NPMJS.org."), Some("registry.npmjs.org"));
+        assert_eq!(r.decide("npmjs.org"), None);
+        assert_eq!(r.decide("evil-registry.npmjs.org"), None);
+        assert_eq!(r.decide("api.github.com"), Some("*.github.com"));
+        assert_eq!(r.decide("a.b.github.com"), Some("*.github.com"));
+        // `*.` is subdomains only; a suffix that is not a label boundary is not one.
+        assert_eq!(r.decide("github.com"), None);
+        assert_eq!(r.decide("evilgithub.com"), None);
+        assert_eq!(r.decide("localhost"), Some("localhost"));
+        // An address is allowed only by the literal entry, never by a name that resolves to it.
+        assert_eq!(r.decide("127.0.0.1"), None);
+        assert_eq!(r.decide("10.0.0.1"), Some("10.0.0.1"));
+        assert_eq!(r.decide("[::1]"), Some("::1"));
+        assert_eq!(r.decide("::ffff:10.0.0.1"), Some("10.0.0.1"));
+        // Numeric forms the resolver reads as addresses are not names.
+        for host in ["127.1", "2130706433", "0x7f.1", "10.0.1", "localhost.1"] {
+            assert_eq!(r.decide(host), None, "{host}");
+        }
+        assert_eq!(r.decide(""), None);
+        assert_eq!(r.decide("a..github.com"), None);
+        assert_eq!(r.decide("[localhost]"), None);
+    }
+
+    #[test]
+    fn bad_entries_are_refused_by_name() {
+        for bad in [
+            "",
+            "*",
+            "*.",
+            "a*.b",
+            "http://x.org",
+            "x.org/",
+            "x.org:443",
+            "[::1",
+            "1.2.3",
+        ] {
+            let e = Rules::new(&NetworkAllow {
+                allow: vec![bad.into()],
+                headers: vec![],
+            })
+            .unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+        let header = |name: &str, value: &str| {
+            Rules::new(&NetworkAllow {
+                allow: vec![],
+                headers: vec![("x.org".into(), name.into(), value.into())],
+            })
+        };
+        assert!(header("Authorization", "Bearer t").is_ok());
+        assert!(header("Bad Name", "v").is_err());
+        assert!(header("X", "a\r\nInjected: 1").is_err());
+    }
+
+    #[test]
+    fn request_heads_parse_into_targets() {
+        let head =
+            parse_head(b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(
+            head.target,
+            Target::Tunnel {
+                host: "registry.npmjs.org".into(),
+                port: 443
+            }
+        );
+        let head = parse_head(b"CONNECT [::1]:8080 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(head.target.host_port(), ("[::1]", 8080));
+        let head = parse_head(
+            b"POST http://Example.org:8080/a/b?c=d#frag HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            head.target,
+            Target::Http {
+                host: "Example.org".into(),
+                port: 8080,
+                authority: "Example.org:8080".into(),
+                path: "/a/b?c=d".into()
+            }
+        );
+        assert_eq!(head.body, 5);
+        let head = parse_head(b"GET http://x.org?q HTTP/1.0\r\n\r\n").unwrap();
+        assert_eq!(head.target.host_port(), ("x.org", 80));
+        assert!(matches!(head.target, Target::Http { ref path, .. } if path == "/?q"));
+    }
+
+    #[test]
+    fn malformed_and_oversized_heads_are_refused() {
+        let cases: &[(&[u8], HeadError)] = &[
+            (
+                b"GET / HTTP/1.1\r\n\r\n",
+                HeadError::Unsupported(
+                    "this is a proxy: ask for an absolute http:// URI or CONNECT",
+                ),
+            ),
+            (
+                b"GET https://x.org/ HTTP/1.1\r\n\r\n",
+                HeadError::Unsupported("https:// goes through CONNECT (set HTTPS_PROXY)"),
+            ),
+            (
+                b"GET ftp://x.org/ HTTP/1.1\r\n\r\n",
+                HeadError::Unsupported("only http:// is proxied"),
+            ),
+            (
+                b"GET http://u:p@x.org/ HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("user info in the URI"),
+            ),
+            (
+                b"GET http://x.org/ HTTP/2\r\n\r\n",
+                HeadError::Malformed("not HTTP/1.x"),
+            ),
+            (
+                b"GET  http://x.org/ HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("request line is not METHOD TARGET VERSION"),
+            ),
+            (
+                b"CONNECT x.org HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("bad CONNECT authority"),
+            ),
+            (
+                b"CONNECT x.org:0 HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("bad CONNECT authority"),
+            ),
+            (
+                b"CONNECT x.org:99999 HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("bad CONNECT authority"),
+            ),
+            (
+                b"GET http://x.org/ HTTP/1.1\r\nNo colon\r\n\r\n",
+                HeadError::Malformed("header line without a colon"),
+            ),
+            (
+                b"GET http://x.org/ HTTP/1.1\r\n folded: x\r\n\r\n",
+                HeadError::Malformed("bad header name"),
+            ),
+            (
+                b"GET http://x.org/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                HeadError::Malformed("bad Content-Length"),
+            ),
+            (
+                b"GET http://x.org/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                HeadError::Malformed("bad Content-Length"),
+            ),
+            (
+                b"POST http://x.org/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                HeadError::LengthRequired,
+            ),
+            (
+                b"GET http://x.org/ HTTP/1.1\r\n",
+                HeadError::Malformed("head does not end with a blank line"),
+            ),
+            (
+                b"GET http://\xff/ HTTP/1.1\r\n\r\n",
+                HeadError::Malformed("head is not UTF-8"),
+            ),
+        ];
+        for (head, want) in cases {
+            assert_eq!(
+                parse_head(head),
+                Err(*want),
+                "{}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        let mut many = b"GET http://x.org/ HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(parse_head(&many), Err(HeadError::TooLarge));
+        let mut long = b"GET http://x.org/ HTTP/1.1\r\nX: ".to_vec();
+        long.resize(MAX_HEAD_BYTES + 1, b'a');
+        long.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(parse_head(&long), Err(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn upstream_heads_carry_the_uri_host_and_the_configured_headers() {
+        let head = parse_head(
+            b"GET http://x.org:81/p HTTP/1.1\r\nHost: evil.example\r\nProxy-Connection: keep-alive\r\n\
+              authorization: from-shell\r\nAccept: */*\r\n\r\n",
+        )
+        .unwrap();
+        let out = upstream_head(&head, &[("Authorization", "Bearer t")]);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /p HTTP/1.1\r\nHost: x.org:81\r\nAccept: */*\r\nAuthorization: Bearer t\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let r = Rules::new(&NetworkAllow {
+            allow: vec!["x.org".into()],
+            headers: vec![
+                ("*.x.org".into(), "A".into(), "1".into()),
+                ("x.org".into(), "B".into(), "2".into()),
+            ],
+        })
+        .unwrap();
+        assert_eq!(r.headers_for("X.org"), vec![("B", "2")]);
+        assert_eq!(r.headers_for("a.x.org"), vec![("A", "1")]);
+    }
+}
