@@ -242,6 +242,69 @@ describeWindows("the bounded fs on Windows", () => {
     });
   });
 
+  describe("a policy compares names as Windows does", () => {
+    let proot;
+    let pfs;
+    const protectedBy = (p) => `path "${p}" is protected by policy`;
+    /** The 8.3 name `dir /x` lists for `name` in `dir`, or "" when the volume gives it none. */
+    const shortNameOf = (dir, name) => {
+      const listing = execFileSync("cmd", ["/d", "/c", "dir", "/x", "/a", dir], { encoding: "utf8" });
+      const line = listing.split(/\r?\n/).find((l) => l.endsWith(` ${name}`));
+      const short = line?.trim().split(/\s+/).at(-2) ?? "";
+      return short.includes("~") ? short : "";
+    };
+
+    beforeAll(() => {
+      proot = makeTree(path.join(base, "policy-root"), {
+        ".env": "SECRET\n",
+        "a.txt": "A\n",
+        ".git/hooks/pre-commit.sample": "#!/bin/sh\n",
+      });
+      pfs = createBoundFs(proot, { policy: { denyRead: [".env"] } });
+    });
+
+    it("a denied .env is refused by its case variants and left out of listings", async () => {
+      for (const p of [path.join(proot, ".env"), path.join(proot, ".ENV"), `${proot}\\sub\\..\\.Env`]) {
+        const err = await pfs.read.readFile(p).catch((e) => e);
+        expect(err.message, p).toBe(protectedBy(p));
+        expect(err.rule).toBe(".env");
+        await expect(pfs.ls.stat(p)).rejects.toThrow(protectedBy(p));
+        await expect(pfs.ls.exists(p)).rejects.toThrow(protectedBy(p));
+      }
+      const names = await pfs.ls.readdir(proot);
+      expect(names.map((n) => n.toLowerCase())).not.toContain(".env");
+      expect(names).toContain("a.txt");
+    });
+
+    it("a denied .env is refused by its 8.3 short name", async (ctx) => {
+      const short = shortNameOf(proot, ".env");
+      // Volumes can have 8.3 names turned off: then there is nothing to test.
+      if (!short || short.toLowerCase() === ".env") ctx.skip();
+      const p = path.join(proot, short);
+      const err = await pfs.read.readFile(p).catch((e) => e);
+      expect(err.message, p).toBe(protectedBy(p));
+      expect(err.rule).toBe(".env");
+      await expect(pfs.ls.stat(p)).rejects.toThrow(protectedBy(p));
+      await expect(pfs.edit.access(p)).rejects.toThrow(protectedBy(p));
+    });
+
+    it("a hook is protected through .git/hooks, its case variants and the short name of .git", async () => {
+      const spellings = [".git\\hooks\\x", ".GIT\\Hooks\\x", ".git/HOOKS/x"];
+      const short = shortNameOf(proot, ".git");
+      if (short && short.toLowerCase() !== ".git") spellings.push(`${short}\\hooks\\x`);
+      for (const rel of spellings) {
+        const p = `${proot}\\${rel}`;
+        const err = await pfs.write.writeFile(p, "#!/bin/sh\necho pwned\n").catch((e) => e);
+        expect(err.message, p).toBe(protectedBy(p));
+        expect(err.rule).toBe("**/.git/hooks/");
+        await expect(pfs.write.mkdir(`${p}dir`)).rejects.toThrow(protectedBy(`${p}dir`));
+      }
+      expect(readdirSync(path.join(proot, ".git", "hooks"))).toEqual(["pre-commit.sample"]);
+      await pfs.write.writeFile(path.join(proot, "A.TXT"), "B\n");
+      expect(readFileSync(path.join(proot, "a.txt"), "utf8")).toBe("B\n");
+    });
+  });
+
   describe("createNativeTools", () => {
     it("read, write, edit and ls run on the bounded fs; bash, grep and find are pi's own", async () => {
       const tools = createNativeTools(root);

@@ -24,6 +24,13 @@
 //! rooted `\foo` or a device path `\\.\…` is outside the workspace. Names
 //! compare case-insensitively, as the filesystem does; an 8.3 short name
 //! names the same file as its long name.
+//!
+//! Under a policy (`with_policy`), a path is asked of its rules as given and
+//! as reached: the reached path is the handle's final path relative to the
+//! root's, so its names are the filesystem's own (long names, their stored
+//! case) and an 8.3 short name or a case variant cannot dodge a rule (which
+//! the policy compiles case-insensitively on Windows too). Rules see `/`
+//! separators, as on unix.
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -34,6 +41,7 @@ use std::os::windows::fs::OpenOptionsExt;
 use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
 use windows_sys::Wdk::Storage::FileSystem::{
@@ -62,6 +70,7 @@ use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
 pub use crate::error::Result;
 use crate::error::{Error, ErrorKind, MAX_READ_BYTES};
+use crate::policy::Policy;
 
 /// Symlinks and junctions expanded in one resolution before giving up, as
 /// Linux's `MAXSYMLINKS` (Windows itself stops at 63 reparses).
@@ -107,7 +116,7 @@ pub struct Stat {
 }
 
 /// Access to check, like `R_OK` / `R_OK | W_OK`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Readable (`R_OK`).
     Read,
@@ -148,6 +157,33 @@ pub struct Root {
     final_path: String,
     /// Prefixes mapping to the root (normalized), longest first.
     aliases: Vec<String>,
+    /// What this root refuses to read or write beyond the bounds.
+    policy: Option<Arc<Policy>>,
+}
+
+/// The refusal of reading `rel` (`/`-separated), if denied.
+fn refuse_read(policy: &Policy, rel: &str, is_dir: bool) -> Result<()> {
+    match policy.read_denial(Path::new(rel), is_dir) {
+        Some(denial) => Err(Error::protected(denial.rule)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of writing `rel` (`/`-separated), if denied or protected.
+fn refuse_write(policy: &Policy, rel: &str, is_dir: bool) -> Result<()> {
+    match policy.write_denial(Path::new(rel), is_dir) {
+        Some(denial) => Err(Error::protected(denial.rule)),
+        None => Ok(()),
+    }
+}
+
+/// `rel/name`, `/`-separated (`name` alone at the root).
+fn join_rel(rel: &str, name: &str) -> String {
+    if rel.is_empty() {
+        name.to_string()
+    } else {
+        format!("{rel}/{name}")
+    }
 }
 
 impl Root {
@@ -189,7 +225,101 @@ impl Root {
             runtime,
             final_path,
             aliases,
+            policy: None,
         })
+    }
+
+    /// The same root with `policy` asked by every operation.
+    pub fn with_policy(mut self, policy: Arc<Policy>) -> Root {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The root's policy, if it has one.
+    pub fn policy(&self) -> Option<&Arc<Policy>> {
+        self.policy.as_ref()
+    }
+
+    /// The policy when it has read rules: with none, reads ask nothing.
+    fn read_rules(&self) -> Option<&Policy> {
+        self.policy.as_deref().filter(|p| !p.reads_unrestricted())
+    }
+
+    /// The policy when it has write rules (its own or the protected ones).
+    fn write_rules(&self) -> Option<&Policy> {
+        self.policy.as_deref().filter(|p| !p.writes_unrestricted())
+    }
+
+    /// The path as given, relative to the root, `..` taken lexically and
+    /// `/`-separated (the form the policy's rules are asked in).
+    fn lexical(&self, path: &Path) -> Result<String> {
+        let mut parts: Vec<&str> = Vec::new();
+        let rel = self.relative(path.as_os_str())?;
+        for c in rel.split(['\\', '/']) {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    parts.pop().ok_or_else(Error::outside)?;
+                }
+                name => parts.push(name),
+            }
+        }
+        Ok(parts.join("/"))
+    }
+
+    /// Where the handle is, relative to the root and `/`-separated, from its
+    /// final path: the filesystem's own names, whatever spelling led there.
+    fn reached(&self, handle: BorrowedHandle<'_>) -> Result<String> {
+        let path = final_path(handle).map_err(|_| Error::outside())?;
+        let path = normalize(&path).ok_or_else(Error::outside)?;
+        strip_prefix_ci(&path, &self.final_path)
+            .map(|rel| rel.replace('\\', "/"))
+            .ok_or_else(Error::outside)
+    }
+
+    /// Refuses reading `path` (reached as the open `h`) if the policy denies
+    /// it as given or as reached.
+    fn check_read(&self, path: &Path, h: BorrowedHandle<'_>) -> Result<()> {
+        let Some(policy) = self.read_rules() else {
+            return Ok(());
+        };
+        let (attrs, _) = tag_info(h)?;
+        let is_dir = attrs & FILE_ATTRIBUTE_DIRECTORY != 0;
+        refuse_read(policy, &self.lexical(path)?, is_dir)?;
+        refuse_read(policy, &self.reached(h)?, is_dir)
+    }
+
+    /// Refuses a denied-read `path` before it is walked (the path as given,
+    /// as a file: a directory rule is asked once it is reached).
+    fn check_read_given(&self, path: &Path) -> Result<()> {
+        match self.read_rules() {
+            Some(policy) => refuse_read(policy, &self.lexical(path)?, false),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses writing the file `e` (`path` as given) if the policy denies it
+    /// as given or where it is: the existing file's final path, or the
+    /// parent's final path and the new name.
+    fn check_write(&self, path: &Path, e: &Entry) -> Result<()> {
+        let Some(policy) = self.write_rules() else {
+            return Ok(());
+        };
+        refuse_write(policy, &self.lexical(path)?, false)?;
+        let parent = e.parent.as_handle_ref();
+        let reached = match nt_open(
+            parent,
+            &wide(&e.name),
+            PROBE_ACCESS,
+            FILE_OPEN,
+            0,
+            SHARE_ALL,
+        ) {
+            Ok(h) => self.reached(h.as_handle_ref())?,
+            Err(s) if is_not_found(s) => join_rel(&self.reached(parent)?, &e.name),
+            Err(s) => return Err(nt_error(s)),
+        };
+        refuse_write(policy, &reached, false)
     }
 
     /// The canonical host path of the root.
@@ -264,6 +394,9 @@ impl Root {
             let probe = match nt_open(top, &wide_name, PROBE_ACCESS, FILE_OPEN, 0, SHARE_ALL) {
                 Ok(h) => h,
                 Err(s) if is_not_found(s) && create_dirs => {
+                    if let Some(policy) = self.write_rules() {
+                        refuse_write(policy, &join_rel(&self.reached(top)?, &name), true)?;
+                    }
                     create_dir(top, &wide_name)?;
                     pending.push_front(name);
                     continue;
@@ -395,6 +528,7 @@ impl Root {
     /// A directory is refused with `EISDIR` (Node's read of one).
     pub fn open_read(&self, path: &Path) -> Result<File> {
         named("open", path, || {
+            self.check_read_given(path)?;
             let e = self.resolve(path, false)?;
             let h = self
                 .open_entry(&e, FILE_GENERIC_READ, FILE_NON_DIRECTORY_FILE)
@@ -402,6 +536,7 @@ impl Root {
                     Some(libc::EISDIR) => Error::read(libc::EISDIR),
                     _ => err,
                 })?;
+            self.check_read(path, h.as_handle_ref())?;
             Ok(File::from(h))
         })
     }
@@ -443,8 +578,13 @@ impl Root {
     /// write access is refused (`EPERM`) only for a read-only file.
     pub fn access(&self, path: &Path, access: Access) -> Result<()> {
         named("access", path, || {
+            self.check_read_given(path)?;
             let e = self.resolve(path, false)?;
             let h = self.open_entry(&e, PROBE_ACCESS, 0)?;
+            self.check_read(path, h.as_handle_ref())?;
+            if access == Access::ReadWrite {
+                self.check_write(path, &e)?;
+            }
             let (attrs, _) = tag_info(h.as_handle_ref())?;
             let read_only =
                 attrs & FILE_ATTRIBUTE_READONLY != 0 && attrs & FILE_ATTRIBUTE_DIRECTORY == 0;
@@ -468,7 +608,7 @@ impl Root {
         }
         match self.resolve_existing(path) {
             Ok(_) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::Outside => Err(e),
+            Err(e) if matches!(e.kind(), ErrorKind::Outside | ErrorKind::Protected) => Err(e),
             Err(_) => Ok(false),
         }
     }
@@ -476,8 +616,10 @@ impl Root {
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
         named("stat", path, || {
+            self.check_read_given(path)?;
             let e = self.resolve(path, false)?;
             let h = self.open_entry(&e, PROBE_ACCESS, 0)?;
+            self.check_read(path, h.as_handle_ref())?;
             let basic: FILE_BASIC_INFO = file_info(h.as_handle_ref(), FileBasicInfo)?;
             let standard: FILE_STANDARD_INFO = file_info(h.as_handle_ref(), FileStandardInfo)?;
             let is_dir = basic.FileAttributes & FILE_ATTRIBUTE_DIRECTORY != 0;
@@ -518,8 +660,10 @@ impl Root {
     }
 
     fn existing(&self, path: &Path) -> Result<(PathBuf, bool)> {
+        self.check_read_given(path)?;
         let e = self.resolve(path, false)?;
         let h = self.open_entry(&e, PROBE_ACCESS, 0)?;
+        self.check_read(path, h.as_handle_ref())?;
         let (attrs, _) = tag_info(h.as_handle_ref())?;
         Ok((
             self.host.join(&e.rel),
@@ -536,6 +680,7 @@ impl Root {
     /// `None` (having read no more than a listing buffer past `max`).
     pub fn read_dir_upto(&self, path: &Path, max: usize) -> Result<Option<Vec<OsString>>> {
         named("scandir", path, || {
+            self.check_read_given(path)?;
             let e = self.resolve(path, false)?;
             let dir = self
                 .open_entry(&e, DIR_ACCESS, DIR_OPTIONS)
@@ -543,13 +688,45 @@ impl Root {
                     Some(libc::EISDIR) => Error::os(libc::ENOTDIR),
                     _ => err,
                 })?;
-            list(dir.as_handle_ref(), max)
+            let Some(policy) = self.read_rules() else {
+                return list(dir.as_handle_ref(), max, |_, _| true);
+            };
+            self.check_read(path, dir.as_handle_ref())?;
+            // Where the directory is, as given and as reached: an entry denied
+            // under either is left out (of the count too).
+            let given = self.lexical(path)?;
+            let real = self.reached(dir.as_handle_ref())?;
+            list(dir.as_handle_ref(), max, |name, attrs| {
+                let name = name.to_string_lossy();
+                let is_dir = attrs & FILE_ATTRIBUTE_DIRECTORY != 0;
+                // The directory is allowed (it was opened), so the entry alone decides.
+                let denied = |dir: &str| {
+                    policy
+                        .read_denial_entry(Path::new(&join_rel(dir, &name)), is_dir)
+                        .is_some()
+                };
+                if denied(&given) || denied(&real) {
+                    return false;
+                }
+                // A link is listed as what it leads to: one to a denied path is left out.
+                attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0
+                    || !self
+                        .stat(&path.join(&*name))
+                        .is_err_and(|e| e.kind() == ErrorKind::Protected)
+            })
         })
     }
 
     /// Creates the directory and its missing parents, never outside the root.
     pub fn mkdir_all(&self, path: &Path) -> Result<()> {
         named("mkdir", path, || {
+            // One that exists already is no write and passes; else the path as
+            // given is asked, and each directory created where it is made.
+            if let Some(policy) = self.write_rules() {
+                if !matches!(self.resolve(path, false), Ok(e) if e.name == ".") {
+                    refuse_write(policy, &self.lexical(path)?, true)?;
+                }
+            }
             let e = self.resolve(path, true)?;
             // The walk stops on the last component when it is not a directory.
             if e.name != "." {
@@ -575,10 +752,14 @@ impl Root {
     }
 
     fn replace_at(&self, path: &Path, data: &[u8], follow: bool) -> Result<()> {
+        if let Some(policy) = self.write_rules() {
+            refuse_write(policy, &self.lexical(path)?, false)?;
+        }
         let e = self.resolve(path, false)?;
         if e.name == "." {
             return Err(Error::os(libc::EISDIR));
         }
+        self.check_write(path, &e)?;
         let parent = e.parent.as_handle_ref();
         let mut name = wide(&e.name);
         let kept = match nt_open(parent, &name, PROBE_ACCESS, FILE_OPEN, 0, SHARE_ALL) {
@@ -1037,7 +1218,13 @@ fn parse_reparse(data: &[u8]) -> Option<Target> {
 }
 
 /// Lists a directory handle: the names, or `None` past `max`.
-fn list(dir: BorrowedHandle<'_>, max: usize) -> Result<Option<Vec<OsString>>> {
+/// The names in `dir` that `keep` (given each name and its attributes)
+/// keeps, or `None` past `max` of them.
+fn list(
+    dir: BorrowedHandle<'_>,
+    max: usize,
+    mut keep: impl FnMut(&OsStr, u32) -> bool,
+) -> Result<Option<Vec<OsString>>> {
     // u64s: the records are 8-byte aligned within the buffer.
     let mut buf = vec![0u64; LIST_BUFFER_BYTES / 8];
     let mut names = Vec::new();
@@ -1065,13 +1252,14 @@ fn list(dir: BorrowedHandle<'_>, max: usize) -> Result<Option<Vec<OsString>>> {
             unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), LIST_BUFFER_BYTES) };
         let mut at = 0usize;
         loop {
-            // FILE_FULL_DIR_INFO: NextEntryOffset at 0, FileNameLength at 60, FileName at 68.
+            // FILE_FULL_DIR_INFO: NextEntryOffset at 0, FileAttributes at 56,
+            // FileNameLength at 60, FileName at 68.
             let field = |i: usize| -> Option<u32> {
                 Some(u32::from_le_bytes(
                     bytes.get(at + i..at + i + 4)?.try_into().ok()?,
                 ))
             };
-            let (Some(next), Some(len)) = (field(0), field(60)) else {
+            let (Some(next), Some(attrs), Some(len)) = (field(0), field(56), field(60)) else {
                 return Err(Error::os(libc::EIO));
             };
             let Some(raw) = bytes.get(at + 68..at + 68 + len as usize) else {
@@ -1082,10 +1270,13 @@ fn list(dir: BorrowedHandle<'_>, max: usize) -> Result<Option<Vec<OsString>>> {
                 .map(|c| u16::from_le_bytes([c[0], c[1]]))
                 .collect();
             if units != [b'.' as u16] && units != [b'.' as u16, b'.' as u16] {
-                if names.len() == max {
-                    return Ok(None);
+                let name = OsString::from_wide(&units);
+                if keep(&name, attrs) {
+                    if names.len() == max {
+                        return Ok(None);
+                    }
+                    names.push(name);
                 }
-                names.push(OsString::from_wide(&units));
             }
             if next == 0 {
                 break;
@@ -1320,6 +1511,71 @@ mod tests {
         assert_eq!(
             root.read_dir(Path::new("C:\\workspace")).unwrap(),
             [OsString::from("a")]
+        );
+    }
+
+    #[test]
+    fn a_policy_is_asked_by_names_as_the_filesystem_compares_them() {
+        use crate::policy::{Policy, PolicySpec};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".env"), b"SECRET").unwrap();
+        std::fs::write(dir.path().join("a.txt"), b"A").unwrap();
+        std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
+        let spec = PolicySpec::from_raw(Some(vec![".env".into()]), None, None);
+        let root = Root::open(dir.path(), Some(Path::new("C:/workspace")))
+            .unwrap()
+            .with_policy(Arc::new(Policy::new(&spec).unwrap()));
+        assert!(root.policy().is_some());
+        for p in [
+            "C:\\workspace\\.env",
+            "C:\\workspace\\.ENV",
+            "C:/workspace/a/../.Env",
+        ] {
+            let e = root.read_file(Path::new(p)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protected, "{p}");
+            assert_eq!(e.rule(), Some(".env"));
+            assert_eq!(
+                e.to_string(),
+                format!("path \"{p}\" is protected by policy")
+            );
+            assert_eq!(
+                root.stat(Path::new(p)).unwrap_err().kind(),
+                ErrorKind::Protected
+            );
+            assert_eq!(
+                root.exists_inside(Path::new(p)).unwrap_err().kind(),
+                ErrorKind::Protected
+            );
+        }
+        let names = root.read_dir(Path::new("C:\\workspace")).unwrap();
+        assert!(
+            !names.iter().any(|n| n.eq_ignore_ascii_case(".env")),
+            "{names:?}"
+        );
+        assert!(names.iter().any(|n| n == "a.txt"), "{names:?}");
+        // The protected defaults: a hook is neither written nor its directory made.
+        for p in [
+            "C:\\workspace\\.git\\hooks\\x",
+            "C:\\workspace\\.GIT\\Hooks\\x",
+        ] {
+            let e = root.write_file(Path::new(p), b"x").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protected, "{p}");
+        }
+        let e = root
+            .mkdir_all(Path::new("C:\\workspace\\.git\\HOOKS\\d"))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protected);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(".git/hooks"))
+                .unwrap()
+                .count(),
+            0
+        );
+        root.write_file(Path::new("C:\\workspace\\a.txt"), b"B")
+            .unwrap();
+        assert_eq!(
+            root.read_file(Path::new("C:/workspace/A.TXT")).unwrap(),
+            b"B"
         );
     }
 }
