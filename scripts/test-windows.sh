@@ -22,9 +22,23 @@ bash scripts/build-windows.sh >/dev/null
 # shellcheck source=scripts/wine-env.sh
 source scripts/wine-env.sh
 
+# A guard for the guard, whatever the suites' outcome: the system's own files are all still there after wine
+# ran (dpkg names any that is missing), or the leg fails.
+verify_system() {
+  if command -v dpkg >/dev/null && dpkg --verify coreutils bash apt 2>&1 | grep -q missing; then
+    echo "test-windows: system files are missing after the wine run:" >&2
+    dpkg --verify coreutils bash apt >&2 || true
+    return 1
+  fi
+}
+links=""
+linker=""
+trap 'status=$?; [ -z "$links" ] || rm -rf "$links"; [ -z "$linker" ] || kill "$linker" 2>/dev/null || true
+verify_system || status=1; exit $status' EXIT
+
 echo "test-windows: the core's Windows unit tests (the bounded root), under $(wine --version)"
 # Release, as the addon above: the dependencies are built once for both.
-CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine \
+CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
   LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
   cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
 
@@ -34,9 +48,15 @@ CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X8
 # directory and a link to TARGET. Only paths under the wine user's profile (where the suites' temporary
 # directories are) are removed or swapped.
 links=$(mktemp -d)
+# The suites (as the wine user) write their requests here.
+[ -n "${PI_NATIVE_OPS_WINE_AS:-}" ] && chown "$PI_NATIVE_OPS_WINE_AS" "$links"
 profile="$WINEPREFIX/drive_c/users/"
-(
-  # A command that fails here (an rm racing the suite's own writes) must not end the helper.
+# The helper runs as the wine user too: what it removes or swaps, it does with that user's rights.
+# shellcheck disable=SC2016
+"$wine_as" bash -c '
+links=$1
+profile=$2
+  # A command that fails here (an rm racing the suite'\''s own writes) must not end the helper.
   set +e
   while [ -d "$links" ]; do
     for req in "$links"/*.req; do
@@ -48,7 +68,7 @@ profile="$WINEPREFIX/drive_c/users/"
       case "${line[0]}:${line[1]:-}" in
         link:*) ln -s -- "${line[1]}" "${line[2]}" 2>/dev/null || status=$? ;;
         swap:"$profile"?*)
-          # A directory swapped with a link to elsewhere while the suite's calls run (fs-windows.test.js).
+          # A directory swapped with a link to elsewhere while the suite'\''s calls run (fs-windows.test.js).
           for ((i = 0; i < ${line[3]:-0}; i++)); do
             mkdir -- "${line[1]}" 2>/dev/null
             rm -rf -- "${line[1]}" 2>/dev/null
@@ -64,12 +84,27 @@ profile="$WINEPREFIX/drive_c/users/"
     done
     sleep 0.01
   done
-) &
+' wine-links "$links" "$profile" &
 linker=$!
-trap 'rm -rf "$links"; kill "$linker" 2>/dev/null || true' EXIT
 
+# The drop works: as root, a tree of root's that wine's Node is told to remove recursively stays.
+if [ -n "${PI_NATIVE_OPS_WINE_AS:-}" ]; then
+  canary=$(mktemp -d)
+  chmod 755 "$canary" && mkdir "$canary/dir" && echo keep >"$canary/dir/file"
+  bash scripts/wine-node.sh -e "try { require('fs').rmSync(process.argv[1], { recursive: true, force: true }) } catch (e) { console.log(e.code) }" \
+    "Z:${canary//\//\\}\\dir" >/dev/null || true
+  if [ ! -f "$canary/dir/file" ]; then
+    echo "test-windows: wine's Node removed a tree of root's: it does not run as $PI_NATIVE_OPS_WINE_AS" >&2
+    exit 1
+  fi
+  rm -rf "$canary"
+fi
+
+# The config is imported as is (`--configLoader native`): vite would bundle it to a file beside it first,
+# which the wine user may not write.
 files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows}.test.js)
 pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
 echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
 PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \
-  PI_NATIVE_OPS_PI="$pi" bash scripts/wine-node.sh node_modules/vitest/vitest.mjs run "${files[@]}"
+  PI_NATIVE_OPS_PI="$pi" bash scripts/wine-node.sh node_modules/vitest/vitest.mjs run --configLoader native "${files[@]}"
+
