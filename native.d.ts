@@ -56,11 +56,6 @@ export declare class BoundRoot {
   /** Stops the index (joins its thread); searches walk from then on. Idempotent. */
   indexClose(): Promise<void>
   readFile(path: string): Promise<Buffer>
-  /**
-   * An open read-only descriptor of the file and its size at open time, for a
-   * stream the JS layer owns (and closes).
-   */
-  openRead(path: string): Promise<OpenedFile>
   detectImageMimeType(path: string): Promise<string | null>
   /** `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK). */
   access(path: string, mode: string): void
@@ -82,6 +77,11 @@ export declare class BoundRoot {
   mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */
   writeFile(path: string, content: string | Buffer): Promise<void>
+  /**
+   * An open read-only descriptor of the file and its size at open time, for a
+   * stream the JS layer owns (and closes). Unix: Windows has `openReader`.
+   */
+  openRead(path: string): Promise<OpenedFile>
 }
 
 /**

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { makeFs } from "./helpers/face.js";
 import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
+import { underWine } from "./helpers/windows.js";
 
 // Built at collection time: the test names below are made from these paths.
 const base = tempDir("pno-escape-");
@@ -84,7 +85,8 @@ describe("raw operations refuse escapes", () => {
     });
   }
 
-  it("a dangling symlink pointing out is not written through", async () => {
+  // Wine shows a dangling unix symlink as a missing name (helpers/windows.js): these run on Windows itself.
+  it.skipIf(underWine)("a dangling symlink pointing out is not written through", async () => {
     const p = path.join(root, "dangling-out");
     await expect(fs.write.writeFile(p, "PWNED")).rejects.toThrow(message(p));
     await expect(fs.edit.writeFile(p, "PWNED")).rejects.toThrow(message(p));
@@ -112,7 +114,9 @@ describe("raw operations refuse escapes", () => {
     expect((await fs.read.readFile(path.join(root, "..foo"))).toString()).toBe("dotdot name\n");
     expect((await fs.read.readFile(path.join(root, "chain-in-1"))).toString()).toBe("x\n");
     expect((await fs.read.readFile(path.join(root, "sub/deeper/../../ok.txt"))).toString()).toBe("fine\n");
-    await expect(fs.read.readFile(path.join(root, "ok.txt "))).rejects.toMatchObject({ code: "ENOENT" });
+    // Windows: a trailing space is a name Win32 reads otherwise (it drops it), refused as such.
+    const trailing = process.platform === "win32" ? "EINVAL" : "ENOENT";
+    await expect(fs.read.readFile(path.join(root, "ok.txt "))).rejects.toMatchObject({ code: trailing });
   });
 
   it("NUL bytes and '~' are refused as bad arguments", async () => {
@@ -130,7 +134,9 @@ describe("raw operations refuse escapes", () => {
       expect(err.message).not.toContain(root);
     }
     const missing = await rfs.read.readFile("/workspace/missing").catch((e) => e);
-    expect(missing.message).toBe("ENOENT: no such file or directory, open '/workspace/missing'");
+    // Windows: a system error's path has Node's `\` separators there.
+    const shown = process.platform === "win32" ? "\\workspace\\missing" : "/workspace/missing";
+    expect(missing.message).toBe(`ENOENT: no such file or directory, open '${shown}'`);
   });
 });
 
@@ -175,7 +181,7 @@ describe("pi's tools with boundFs refuse escapes", () => {
     });
   }
 
-  it("writing through a dangling symlink pointing out fails", async () => {
+  it.skipIf(underWine)("writing through a dangling symlink pointing out fails", async () => {
     const r = await runTool(tools().write, { path: "dangling-out", content: "PWNED" });
     expect(r.error).toContain("is outside workspace");
     expect(snapshot(outside)).toEqual(outsideBefore);
@@ -188,7 +194,8 @@ describe("pi's tools with boundFs refuse escapes", () => {
   });
 
   it("ls of a path outside says it is outside, not that it is missing", async () => {
-    expect((await runTool(tools().ls, { path: "/etc" })).error).toBe(message("/etc"));
+    // path.resolve: on Windows, pi reads "/etc" on the current drive.
+    expect((await runTool(tools().ls, { path: "/etc" })).error).toBe(message(path.resolve("/etc")));
     expect((await runTool(tools().ls, { path: "missing-dir" })).error).toBe(
       `Path not found: ${path.join(root, "missing-dir")}`,
     );

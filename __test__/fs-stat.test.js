@@ -6,6 +6,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
 import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
+import { underWine } from "./helpers/windows.js";
 
 let top;
 let dir;
@@ -91,7 +92,10 @@ describe("ls.stat and ls.exists", () => {
         await expect(fs.ls.stat(p)).rejects.toMatchObject(nodeFailure(p));
       }
     }
-    // A long existing path: the answer is found through it whole.
+    // A long existing path: the answer is found through it whole. Not under wine: wine 8's
+    // GetFinalPathNameByHandleW fails past 260 characters, so the final-path check refuses such a path there
+    // (the safe way; Windows itself answers: the Windows runner runs it).
+    if (underWine) return;
     const deep = path.join(dir, ...Array.from({ length: 30 }, (_, i) => `ü${"d".repeat(20)}${i}`));
     mkdirSync(deep, { recursive: true });
     expect(Buffer.byteLength(deep)).toBeGreaterThan(600);

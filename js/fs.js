@@ -37,6 +37,33 @@ class BoundStats {
   }
 }
 
+const WINDOWS = process.platform === "win32";
+// Chunks a stream reads at a time, as Node's createReadStream with our highWaterMark below.
+const CHUNK = 64 * 1024;
+
+/** Windows: the file's chunks from a native FileReader (up to its size at open time), closed at the end. */
+async function* readerChunks(reader) {
+  try {
+    let left = reader.isFile && reader.size > 0 ? reader.size : Number.POSITIVE_INFINITY;
+    while (left > 0) {
+      const chunk = await reader.read(Math.min(CHUNK, left));
+      if (chunk.length === 0) break;
+      left -= chunk.length;
+      yield chunk;
+    }
+  } finally {
+    reader.close();
+  }
+}
+
+/** Windows: find's exists works (the bounded root answers it); glob says it is not supported yet. */
+function unsupportedFind(handle) {
+  return {
+    exists: async (p) => native.rootExists(handle, checkPath(p)),
+    glob: async () => assertBoundedFsSupported("find"),
+  };
+}
+
 // native.rootStat writes [mode, size, mtimeMs] here; one array serves every call, as the call is
 // synchronous and read at once.
 const statValues = new Float64Array(3);
@@ -63,7 +90,6 @@ function indexFace(bound, unsupported) {
  * index of the workspace that find and grep read instead of walking it (same results); see `fs.index`.
  */
 export function createBoundFs(root, options = {}) {
-  assertBoundedFsSupported("createBoundFs");
   if (typeof root !== "string" || root.length === 0) throw new TypeError("root must be a non-empty string");
   if (root.includes("\0")) throw new TypeError("root must not contain NUL bytes");
   checkObject(options);
@@ -126,13 +152,18 @@ export function createBoundFs(root, options = {}) {
   async function* createReadStream(p, _options) {
     let opened;
     try {
-      opened = await bound.openRead(checkPath(p));
+      if (WINDOWS) opened = await bound.openReader(checkPath(p));
+      else opened = await bound.openRead(checkPath(p));
     } catch (err) {
       throw report("read", "read", err, p);
     }
+    if (WINDOWS) {
+      yield* readerChunks(opened);
+      return;
+    }
     const { fd, size, isFile } = opened;
     const end = isFile && size > 0 ? size - 1 : undefined;
-    const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: 64 * 1024, start: 0, end });
+    const stream = streamFromFd("", { fd, autoClose: true, highWaterMark: CHUNK, start: 0, end });
     try {
       yield* stream;
     } finally {
@@ -171,7 +202,8 @@ export function createBoundFs(root, options = {}) {
     },
   };
   registerBoundFs(fs, bound);
-  const find = createFindOperations(bound, fs);
+  // find walks with the unix walker; on Windows its glob says so when called.
+  const find = WINDOWS ? unsupportedFind(handle) : createFindOperations(bound, fs);
   fs.find = { exists: reported("find", "read", find.exists), glob: reported("find", "read", find.glob, 1) };
   const grep = createGrepOperations(bound, { ls: { stat }, read: { readFile } });
   fs.grep = {

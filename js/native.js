@@ -67,12 +67,12 @@ function loadNative() {
 
 export const native = loadNative();
 
-/** The bounded root (boundFs, find, grep) is unix-only: say so plainly instead of misbehaving. */
+/** find and grep walk with the unix walker: on Windows say so plainly instead of misbehaving. */
 export function assertBoundedFsSupported(what) {
   if (process.platform === "win32") {
     throw new Error(
-      `pi-native-ops: ${what} is not supported on Windows yet (the race-free bounded walk is unix-only); ` +
-        "use pi's default operations there",
+      `pi-native-ops: ${what} is not supported on Windows yet (the ordered walk of find and grep is unix-only); ` +
+        "use pi's default find and grep there",
     );
   }
 }

@@ -90,6 +90,7 @@ function wire(cwd, options, kind) {
     ...(shellPath === undefined ? {} : { shellPath }),
     ...(sandbox === undefined ? {} : { sandbox }),
   });
+  if (process.platform === "win32") return windowsTools(cwd, kind, fs, bashToolOptions, pi);
   const tools = assembleTools(cwd, kind, {
     fs,
     operations,
@@ -116,6 +117,23 @@ export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep
     write: make("Write")(cwd, { operations: fs.write }),
     grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
     find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
+    ls: make("Ls")(cwd, { operations: fs.ls }),
+  };
+}
+
+/**
+ * Windows: read, write, edit and ls on the bounded fs; bash, grep and find are pi's own there for now
+ * (exec and the ordered walk of find and grep are unix-only; README's platform table).
+ */
+function windowsTools(cwd, kind, fs, bashToolOptions, pi) {
+  const make = (name) => pi[`create${name}${kind}`];
+  return {
+    read: make("Read")(cwd, { operations: fs.read }),
+    bash: make("Bash")(cwd, bashToolOptions),
+    edit: make("Edit")(cwd, { operations: fs.edit }),
+    write: make("Write")(cwd, { operations: fs.write }),
+    grep: make("Grep")(cwd),
+    find: make("Find")(cwd),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };
 }

@@ -73,6 +73,11 @@ PI_NATIVE_OPS_FACE=websocket PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$
 step "aarch64 Linux: the server built for aarch64-unknown-linux-musl (no LTO), tested under qemu-aarch64"
 PI_NATIVE_OPS_AARCH64_QUICK=1 bash scripts/test-aarch64.sh
 
+# Windows under wine: the addon built for x86_64-pc-windows-gnu and the bounded fs suites in npm's Windows
+# Node 22 (docs/windows.md). Installs mingw, wine and the Windows Node on first run.
+step "Windows (x86_64-pc-windows-gnu) under wine: the core's Windows tests and the bounded fs suites"
+bash scripts/test-windows.sh
+
 # The find and grep suites once more with the warm search index on (__test__/helpers/face.js): each search
 # made through an index that must still be ready after it, and cross-checked byte for byte against the same
 # search without an index. The index's own suites (__test__/index-*.test.js) run in the runs above.

@@ -1,5 +1,6 @@
 //! napi binding of the bounded root (`pi_native_ops_core::root`).
 
+#[cfg(unix)]
 use std::os::fd::IntoRawFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use pi_native_ops_core::root::{Access, Root};
 use pi_native_ops_core::Error as CoreError;
 
 /// A file opened for reading; the receiver owns `fd`.
+#[cfg(unix)]
 #[napi(object)]
 pub struct OpenedFile {
     pub fd: i32,
@@ -150,23 +152,6 @@ impl BoundRoot {
         self.run(path, |r, p| r.read_file(p).map(Buffer::from))
     }
 
-    /// An open read-only descriptor of the file and its size at open time, for a
-    /// stream the JS layer owns (and closes).
-    #[napi(ts_return_type = "Promise<OpenedFile>")]
-    pub fn open_read(&self, path: String) -> AsyncTask<Blocking<OpenedFile>> {
-        self.run(path, |r, p| {
-            let file = r.open_read(p)?;
-            let meta = file
-                .metadata()
-                .map_err(|e| CoreError::from(e).at("open", p))?;
-            Ok(OpenedFile {
-                fd: file.into_raw_fd(),
-                size: meta.len() as f64,
-                is_file: meta.is_file(),
-            })
-        })
-    }
-
     #[napi(ts_return_type = "Promise<string | null>")]
     pub fn detect_image_mime_type(&self, path: String) -> AsyncTask<Blocking<Option<String>>> {
         self.run(path, |r, p| {
@@ -233,6 +218,97 @@ impl BoundRoot {
         self.run(path, move |r, p| r.write_file(p, &data))
     }
 }
+
+/// How a stream gets at an opened file: unix hands Node the descriptor.
+#[cfg(unix)]
+#[napi]
+impl BoundRoot {
+    /// An open read-only descriptor of the file and its size at open time, for a
+    /// stream the JS layer owns (and closes). Unix: Windows has `openReader`.
+    #[napi(ts_return_type = "Promise<OpenedFile>")]
+    pub fn open_read(&self, path: String) -> AsyncTask<Blocking<OpenedFile>> {
+        self.run(path, |r, p| {
+            let file = r.open_read(p)?;
+            let meta = file
+                .metadata()
+                .map_err(|e| CoreError::from(e).at("open", p))?;
+            Ok(OpenedFile {
+                fd: file.into_raw_fd(),
+                size: meta.len() as f64,
+                is_file: meta.is_file(),
+            })
+        })
+    }
+}
+
+/// Windows: a descriptor of ours would mean nothing to Node's C runtime, so
+/// the stream pulls chunks through a `FileReader`.
+#[cfg(windows)]
+#[napi]
+impl BoundRoot {
+    /// The file opened for reading, for a stream the JS layer pulls chunks of
+    /// and closes (Windows: a descriptor of ours would mean nothing to Node's C runtime).
+    #[napi(ts_return_type = "Promise<FileReader>")]
+    pub fn open_reader(&self, path: String) -> AsyncTask<Blocking<FileReader>> {
+        self.run(path, |r, p| {
+            let file = r.open_read(p)?;
+            let meta = file
+                .metadata()
+                .map_err(|e| CoreError::from(e).at("open", p))?;
+            Ok(FileReader {
+                size: meta.len() as f64,
+                is_file: meta.is_file(),
+                file: Arc::new(std::sync::Mutex::new(Some(file))),
+            })
+        })
+    }
+}
+
+/// A file opened by `openReader` (Windows): read in chunks, then closed.
+#[cfg(windows)]
+#[napi]
+pub struct FileReader {
+    /// Its size at open time.
+    #[napi(readonly)]
+    pub size: f64,
+    #[napi(readonly)]
+    pub is_file: bool,
+    /// `None` once closed.
+    file: Arc<std::sync::Mutex<Option<std::fs::File>>>,
+}
+
+#[cfg(windows)]
+#[napi]
+impl FileReader {
+    /// The next at most `len` bytes (bounded by `READ_CHUNK`); empty at the end or once closed.
+    #[napi(ts_return_type = "Promise<Buffer>")]
+    pub fn read(&self, len: u32) -> AsyncTask<Blocking<Buffer>> {
+        let file = self.file.clone();
+        blocking(move || {
+            use std::io::Read;
+            let mut guard = file.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(f) = guard.as_mut() else {
+                return Ok(Buffer::from(Vec::new()));
+            };
+            let mut buf = vec![0u8; (len as usize).min(READ_CHUNK)];
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| CoreError::read(pi_native_ops_core::error::errno_of(&e)))?;
+            buf.truncate(n);
+            Ok(Buffer::from(buf))
+        })
+    }
+
+    /// Closes the file (idempotent).
+    #[napi]
+    pub fn close(&self) {
+        self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// The most one `FileReader.read` reads: 1 MiB, past the stream's 64 KiB chunks.
+#[cfg(windows)]
+const READ_CHUNK: usize = 1 << 20;
 
 /// `stat` of `path` (symlinks followed, bounded) written into `out` as
 /// `[mode, size, mtimeMs]`: filling the caller's array costs less than

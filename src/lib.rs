@@ -13,15 +13,15 @@ mod error;
 mod exec;
 #[cfg(unix)]
 mod find;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 mod fs;
 #[cfg(unix)]
 mod grep;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 mod index;
 mod policy_events;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 mod task;
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use task::{blocking, Blocking};

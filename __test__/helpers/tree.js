@@ -10,9 +10,62 @@ import {
   lstatSync,
   readlinkSync,
   realpathSync,
+  renameSync,
+  existsSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+
+// Under wine (scripts/test-windows.sh), whose Windows Node cannot make a symlink or junction (wine 8's
+// CreateSymbolicLinkW does nothing, FSCTL_SET_REPARSE_POINT is unsupported), a Linux process beside the
+// run makes a unix symlink for each request dropped in PI_NATIVE_OPS_WINE_LINKS. Wine shows such a link as
+// the file or directory it leads to, which is what the bounded root's final-path check must catch.
+const WINE_LINKS = process.env.PI_NATIVE_OPS_WINE_LINKS;
+const WINE_DRIVE_C = process.env.PI_NATIVE_OPS_WINE_DRIVE_C;
+// How long a request may wait for the Linux side before the fixture fails (ms): generous, for a busy machine.
+const WINE_LINK_WAIT_MS = 30_000;
+
+/** A Windows path as the Linux side sees it: C: is the wine prefix's drive_c, Z: is /. */
+function unixPath(p) {
+  const drive = /^([A-Za-z]):[\\/]/.exec(p);
+  if (!drive) return p.replaceAll("\\", "/");
+  const rest = p.slice(3).replaceAll("\\", "/");
+  if (drive[1].toUpperCase() === "Z") return `/${rest}`;
+  if (drive[1].toUpperCase() === "C") return `${WINE_DRIVE_C}/${rest}`;
+  throw new Error(`wine links: no Linux path for drive ${drive[1]}:`);
+}
+
+let wineRequests = 0;
+/** Asks the Linux side (scripts/test-windows.sh) to do `op` with `args` (Windows paths), and waits for it. */
+function wineRequest(op, ...args) {
+  const name = path.join(WINE_LINKS, `${process.pid}-${wineRequests++}`);
+  writeFileSync(`${name}.tmp`, `${[op, ...args.map(unixPath)].join("\n")}\n`);
+  renameSync(`${name}.tmp`, `${name}.req`);
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (let waited = 0; !existsSync(`${name}.done`); waited += 5) {
+    if (waited > WINE_LINK_WAIT_MS) throw new Error(`wine links: no answer to ${name}.req`);
+    Atomics.wait(pause, 0, 0, 5);
+  }
+  const status = readFileSync(`${name}.done`, "utf8").trim();
+  rmSync(`${name}.done`);
+  if (status !== "0") throw new Error(`wine links: ${op} ${args.join(" ")} failed (${status})`);
+}
+
+/**
+ * Under wine: asks the Linux side to swap `dir` `count` times between an empty directory and a unix
+ * symlink to `target`, without waiting; returns a function telling whether the swapping has ended.
+ */
+export function wineSwapStart(dir, target, count) {
+  const name = path.join(WINE_LINKS, `${process.pid}-${wineRequests++}`);
+  writeFileSync(`${name}.tmp`, `swap\n${unixPath(dir)}\n${unixPath(target)}\n${count}\n`);
+  renameSync(`${name}.tmp`, `${name}.req`);
+  return () => existsSync(`${name}.done`);
+}
+
+function makeSymlink(target, link) {
+  if (WINE_LINKS) wineRequest("link", target, link);
+  else symlinkSync(target, link);
+}
 
 export function tempDir(prefix = "pno-") {
   return realpathSync(mkdtempSync(path.join(tmpdir(), prefix)));
@@ -26,7 +79,7 @@ export function makeTree(dir, spec) {
       continue;
     }
     mkdirSync(path.dirname(p), { recursive: true });
-    if (value && typeof value === "object" && "symlink" in value) symlinkSync(value.symlink, p);
+    if (value && typeof value === "object" && "symlink" in value) makeSymlink(value.symlink, p);
     else writeFileSync(p, value);
   }
   return dir;
@@ -52,5 +105,8 @@ export function snapshot(dir) {
 }
 
 export function removeTree(dir) {
-  rmSync(dir, { recursive: true, force: true });
+  // Under wine a unix symlink looks like the directory it leads to, and Node's recursive rm would empty
+  // that directory (a link to / would empty the host): the Linux side removes the tree, links as links.
+  if (WINE_LINKS) wineRequest("rmtree", dir);
+  else rmSync(dir, { recursive: true, force: true });
 }

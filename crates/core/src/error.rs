@@ -295,7 +295,7 @@ impl Error {
             // A system error: Node's errno (negative), code, and the call and
             // path when known.
             (Some(errno), Some(code)) => {
-                fields.errno = Some(-errno);
+                fields.errno = Some(node_errno(errno));
                 fields.code = Some(code);
                 fields.syscall = self.syscall.as_ref().map(|s| s.to_string());
                 fields.path = self.path.as_ref().map(|p| p.to_string_lossy().into_owned());
@@ -424,6 +424,10 @@ impl From<io::Error> for Error {
 /// itself carry none: those are mapped by kind, as Node would report them.
 pub fn errno_of(e: &io::Error) -> i32 {
     match e.raw_os_error() {
+        // Windows reports Win32 error codes: mapped as libuv maps them.
+        #[cfg(windows)]
+        Some(code) => win_errno(code),
+        #[cfg(not(windows))]
         Some(errno) => errno,
         None => match e.kind() {
             // A NUL byte in an argument.
@@ -431,6 +435,42 @@ pub fn errno_of(e: &io::Error) -> i32 {
             io::ErrorKind::Unsupported => libc::ENOTSUP,
             _ => libc::EIO,
         },
+    }
+}
+
+/// A Win32 error code as the errno libuv maps it to (uv_translate_sys_error).
+#[cfg(windows)]
+pub fn win_errno(code: i32) -> i32 {
+    match code {
+        // FILE_NOT_FOUND, PATH_NOT_FOUND, INVALID_NAME, INVALID_DRIVE, BAD_NETPATH, BAD_PATHNAME,
+        // MOD_NOT_FOUND, DIRECTORY (on a path through a file: libuv's ENOENT is ENOTDIR here)
+        2 | 3 | 15 | 53 | 123 | 161 | 126 => libc::ENOENT,
+        267 => libc::ENOTDIR,
+        // ACCESS_DENIED, NOACCESS, CANT_ACCESS_FILE
+        5 | 998 | 1920 => libc::EPERM,
+        // SHARING_VIOLATION, LOCK_VIOLATION, BUSY
+        32 | 33 | 170 => libc::EBUSY,
+        // FILE_EXISTS, ALREADY_EXISTS
+        80 | 183 => libc::EEXIST,
+        // TOO_MANY_OPEN_FILES
+        4 => libc::EMFILE,
+        // DIR_NOT_EMPTY
+        145 => libc::ENOTEMPTY,
+        // NOT_SAME_DEVICE
+        17 => libc::EXDEV,
+        // HANDLE_DISK_FULL, DISK_FULL
+        39 | 112 => libc::ENOSPC,
+        // WRITE_PROTECT
+        19 => libc::EROFS,
+        // CANT_RESOLVE_FILENAME
+        1921 => libc::ELOOP,
+        // FILENAME_EXCED_RANGE
+        206 => libc::ENAMETOOLONG,
+        // INVALID_PARAMETER, INVALID_FLAGS
+        87 | 1004 => libc::EINVAL,
+        // NOT_SUPPORTED
+        50 => libc::ENOTSUP,
+        _ => libc::EIO,
     }
 }
 
@@ -454,7 +494,41 @@ const NODE_WORDING: &[(i32, &str, &str)] = &[
     (libc::EXDEV, "EXDEV", "cross-device link not permitted"),
     (libc::ESPIPE, "ESPIPE", "invalid seek"),
     (libc::EAGAIN, "EAGAIN", "resource temporarily unavailable"),
+    (libc::EIO, "EIO", "i/o error"),
 ];
+
+/// The errno Node shows for `errno` (positive, the C library's): minus it on
+/// unix; on Windows libuv's own numbers (`UV_ENOENT` is -4058 there).
+fn node_errno(errno: i32) -> i32 {
+    #[cfg(windows)]
+    {
+        const UV: &[(i32, i32)] = &[
+            (libc::ENOENT, -4058),
+            (libc::EACCES, -4092),
+            (libc::EISDIR, -4068),
+            (libc::ENOTDIR, -4052),
+            (libc::ELOOP, -4067),
+            (libc::EEXIST, -4075),
+            (libc::ENAMETOOLONG, -4064),
+            (libc::EPERM, -4048),
+            (libc::ENOSPC, -4055),
+            (libc::EROFS, -4043),
+            (libc::EBUSY, -4082),
+            (libc::EINVAL, -4071),
+            (libc::EMFILE, -4066),
+            (libc::ENOTEMPTY, -4051),
+            (libc::EXDEV, -4037),
+            (libc::ESPIPE, -4041),
+            (libc::EAGAIN, -4088),
+            (libc::EIO, -4070),
+            (libc::ENOTSUP, -4049),
+        ];
+        if let Some(&(_, uv)) = UV.iter().find(|(e, _)| *e == errno) {
+            return uv;
+        }
+    }
+    -errno
+}
 
 /// An errno's symbolic name (`ENOENT`) and its description as Node words it.
 fn errno_name(errno: i32) -> (Cow<'static, str>, Cow<'static, str>) {

@@ -43,6 +43,10 @@ pub mod index {
 }
 #[cfg(unix)]
 pub mod root;
+// The same API on Windows, on handles (NtCreateFile relative to a directory).
+#[cfg(windows)]
+#[path = "root_windows.rs"]
+pub mod root;
 // System-call helpers shared by the walk, grep and exec (also safe in a
 // forked child).
 #[cfg(unix)]

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The Windows leg, here under wine: the addon built for x86_64-pc-windows-gnu (scripts/build-windows.sh,
+# which installs what it lacks) and tested in npm's Windows Node 22: the core's Windows unit tests (the
+# bounded root on handles), then the vitest suites of the bounded fs with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI
+# picks another). The MSVC build and the whole suite run on a real Windows runner
+# (.github/workflows/ci.yml, job windows).
+#
+# What wine cannot show, and where it runs instead (docs/windows.md, "Tests"): wine 8 makes no symlink or
+# junction (CreateSymbolicLinkW does nothing, FSCTL_SET_REPARSE_POINT is unsupported), so the suites' links
+# are unix symlinks made by a Linux helper below (helpers/tree.js asks it through request files); wine shows
+# them as the file or directory they lead to, never as links. The tests that need a Windows link itself are
+# skipped under wine (`underWine` in __test__/helpers/windows.js) and run on the Windows runner.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PI_NATIVE_OPS_WIN_TOOLS=${PI_NATIVE_OPS_WIN_TOOLS:-$PWD/.tools/windows}
+# No LTO, 16 codegen units: the same code in a fraction of the time, for a test run (not a binary to ship).
+export PI_NATIVE_OPS_WIN_QUICK=${PI_NATIVE_OPS_WIN_QUICK:-1}
+if [ "$PI_NATIVE_OPS_WIN_QUICK" = 1 ]; then
+  export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+fi
+bash scripts/build-windows.sh >/dev/null
+# shellcheck source=scripts/wine-env.sh
+source scripts/wine-env.sh
+
+# A guard for the guard, whatever the suites' outcome: the system's own files are all still there after wine
+# ran (dpkg names any that is missing), or the leg fails.
+verify_system() {
+  if command -v dpkg >/dev/null && dpkg --verify coreutils bash apt 2>&1 | grep -q missing; then
+    echo "test-windows: system files are missing after the wine run:" >&2
+    dpkg --verify coreutils bash apt >&2 || true
+    return 1
+  fi
+}
+links=""
+linker=""
+trap 'status=$?; [ -z "$links" ] || rm -rf "$links"; [ -z "$linker" ] || kill "$linker" 2>/dev/null || true
+verify_system || status=1; exit $status' EXIT
+
+echo "test-windows: the core's Windows unit tests (the bounded root), under $(wine --version)"
+# Release, as the addon above: the dependencies are built once for both.
+CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
+  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
+
+# The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
+# its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
+# as links (Node's rm under wine would follow them out), `swap DIR TARGET N` swaps DIR N times between a
+# directory and a link to TARGET. Only paths under the wine user's profile (where the suites' temporary
+# directories are) are removed or swapped.
+links=$(mktemp -d)
+# The suites (as the wine user) write their requests here.
+[ -n "${PI_NATIVE_OPS_WINE_AS:-}" ] && chown "$PI_NATIVE_OPS_WINE_AS" "$links"
+profile="$WINEPREFIX/drive_c/users/"
+# The helper runs as the wine user too: what it removes or swaps, it does with that user's rights.
+# shellcheck disable=SC2016
+"$wine_as" bash -c '
+links=$1
+profile=$2
+  # A command that fails here (an rm racing the suite'\''s own writes) must not end the helper.
+  set +e
+  while [ -d "$links" ]; do
+    for req in "$links"/*.req; do
+      [ -e "$req" ] || continue
+      mapfile -t line <"$req"
+      status=0
+      # No `..` in what is removed or swapped: it must stay under the profile.
+      [[ "${line[0]}" != link && "${line[1]:-}" == *..* ]] && line[0]=refused
+      case "${line[0]}:${line[1]:-}" in
+        link:*) ln -s -- "${line[1]}" "${line[2]}" 2>/dev/null || status=$? ;;
+        swap:"$profile"?*)
+          # A directory swapped with a link to elsewhere while the suite'\''s calls run (fs-windows.test.js).
+          for ((i = 0; i < ${line[3]:-0}; i++)); do
+            mkdir -- "${line[1]}" 2>/dev/null
+            rm -rf -- "${line[1]}" 2>/dev/null
+            ln -s -- "${line[2]}" "${line[1]}" 2>/dev/null
+            rm -rf -- "${line[1]}" 2>/dev/null
+          done ;;
+        rmtree:"$profile"?*) rm -rf -- "${line[1]}" || status=$? ;;
+        *) status=2 ;;
+      esac
+      echo "$status" >"${req%.req}.tmp-done"
+      mv "${req%.req}.tmp-done" "${req%.req}.done"
+      rm -f "$req"
+    done
+    sleep 0.01
+  done
+' wine-links "$links" "$profile" &
+linker=$!
+
+# The drop works: as root, a tree of root's that wine's Node is told to remove recursively stays.
+if [ -n "${PI_NATIVE_OPS_WINE_AS:-}" ]; then
+  canary=$(mktemp -d)
+  chmod 755 "$canary" && mkdir "$canary/dir" && echo keep >"$canary/dir/file"
+  bash scripts/wine-node.sh -e "try { require('fs').rmSync(process.argv[1], { recursive: true, force: true }) } catch (e) { console.log(e.code) }" \
+    "Z:${canary//\//\\}\\dir" >/dev/null || true
+  if [ ! -f "$canary/dir/file" ]; then
+    echo "test-windows: wine's Node removed a tree of root's: it does not run as $PI_NATIVE_OPS_WINE_AS" >&2
+    exit 1
+  fi
+  rm -rf "$canary"
+fi
+
+# The config is imported as is (`--configLoader native`): vite would bundle it to a file beside it first,
+# which the wine user may not write.
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows}.test.js)
+pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
+echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
+PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \
+  PI_NATIVE_OPS_PI="$pi" bash scripts/wine-node.sh node_modules/vitest/vitest.mjs run --configLoader native "${files[@]}"
+
