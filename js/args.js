@@ -1,9 +1,7 @@
 // Argument validation shared by every module: a wrong argument is the caller's bug, so it throws a
 // TypeError naming the argument, before anything touches the file system or spawns. This module
-// imports nothing of ours but policy-events.js (a leaf), so fs.js, find.js and grep.js all use it without
-// importing each other.
+// imports nothing of ours, so fs.js, find.js and grep.js all use it without importing each other.
 import path from "node:path";
-import { checkPolicy, emitRefusal } from "./policy-events.js";
 
 /** Validates a string argument without NUL bytes (which no system call can take). */
 export function checkString(value, what) {
@@ -94,35 +92,4 @@ export function checkIndexOption(value, what = "index") {
   if (maxWatches !== undefined) options.maxWatches = maxWatches;
   if (maxFileBytes !== undefined) options.maxFileBytes = maxFileBytes;
   return options;
-}
-
-/** Whether two `policy` options (as given, or absent) say the same. */
-export function samePolicy(a, b) {
-  const norm = (p) => {
-    const c = checkPolicy(p) ?? {};
-    return JSON.stringify([c.denyRead ?? [], c.denyWrite ?? [], c.protect ?? true]);
-  };
-  return norm(a) === norm(b);
-}
-
-/** Where each native root's refusals are reported (the `onPolicyEvent` of its createBoundFs). */
-const reporterOf = new WeakMap();
-
-/**
- * Builds the reporter of a native root: `report(tool, access, err, path)` calls `onPolicyEvent` with the event
- * of a policy refusal (an error with an own `rule`, set by src/error.rs) of `path` (as the tool gave it: runtime
- * form) and returns `err`. A callback that throws is ignored: reporting never changes what the tool does.
- */
-export function registerPolicyEvents(root, onPolicyEvent) {
-  const report = (tool, access, err, path) => {
-    emitRefusal(onPolicyEvent, tool, access, path, err);
-    return err;
-  };
-  reporterOf.set(root, report);
-  return report;
-}
-
-/** The reporter of a native root (a no-op for one made elsewhere, e.g. by `glob()`). */
-export function policyReporterOf(root) {
-  return (root && reporterOf.get(root)) ?? ((_tool, _access, err) => err);
 }

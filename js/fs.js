@@ -6,8 +6,7 @@
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
-import { registerPolicyEvents } from "./args.js";
-import { checkOnPolicyEvent, checkPolicy } from "./policy-events.js";
+import { checkOnPolicyEvent, checkPolicy, registerPolicyEvents } from "./policy-events.js";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";

@@ -5,7 +5,8 @@ import { homedir } from "node:os";
 import path from "node:path";
 import { assertBoundedFsSupported, native } from "./native.js";
 import { piOf } from "./pi.js";
-import { boundRootOf, checkNumber, checkObject, checkOptional, policyReporterOf } from "./args.js";
+import { boundRootOf, checkNumber, checkObject, checkOptional } from "./args.js";
+import { policyReporterOf } from "./policy-events.js";
 
 const MAX_BYTES = 50 * 1024;
 const MAX_LINE_CHARS = 500;

@@ -80,3 +80,34 @@ export function checkOnPolicyEvent(value, name = "onPolicyEvent") {
   if (value !== undefined && typeof value !== "function") throw new TypeError(`${name} must be a function`);
   return value;
 }
+
+/** Whether two `policy` options (as given, or absent) say the same. */
+export function samePolicy(a, b) {
+  const norm = (p) => {
+    const c = checkPolicy(p) ?? {};
+    return JSON.stringify([c.denyRead ?? [], c.denyWrite ?? [], c.protect ?? true]);
+  };
+  return norm(a) === norm(b);
+}
+
+/** Where each native root's refusals are reported (the `onPolicyEvent` of its createBoundFs). */
+const reporterOf = new WeakMap();
+
+/**
+ * Builds the reporter of a native root: `report(tool, access, err, path)` calls `onPolicyEvent` with the event
+ * of a policy refusal (an error with an own `rule`, set by src/error.rs) of `path` (as the tool gave it: runtime
+ * form) and returns `err`. A callback that throws is ignored: reporting never changes what the tool does.
+ */
+export function registerPolicyEvents(root, onPolicyEvent) {
+  const report = (tool, access, err, path) => {
+    emitRefusal(onPolicyEvent, tool, access, path, err);
+    return err;
+  };
+  reporterOf.set(root, report);
+  return report;
+}
+
+/** The reporter of a native root (a no-op for one made elsewhere, e.g. by `glob()`). */
+export function policyReporterOf(root) {
+  return (root && reporterOf.get(root)) ?? ((_tool, _access, err) => err);
+}

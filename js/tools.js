@@ -4,7 +4,8 @@ import path from "node:path";
 import { createBashOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
-import { checkObject, samePolicy } from "./args.js";
+import { checkObject } from "./args.js";
+import { samePolicy } from "./policy-events.js";
 import { piOf } from "./pi.js";
 
 /**

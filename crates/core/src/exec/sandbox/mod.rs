@@ -176,7 +176,7 @@ struct Shared {
     events: Option<crate::policy::EventSink>,
     /// The compiled policy (`None`: it restricts nothing), or why it cannot be.
     #[cfg(target_os = "linux")]
-    guard: Result<Option<std::sync::Arc<guard::Guard>>, crate::error::Error>,
+    guard: Result<Option<std::sync::Arc<notify::guard::Guard>>, crate::error::Error>,
     #[cfg(target_os = "linux")]
     paths: Result<paths::Resolved, crate::error::Error>,
     #[cfg(unix)]
@@ -217,7 +217,7 @@ impl Prepared {
                 return Ok(None);
             };
             let root = paths.root();
-            guard::Guard::new(
+            notify::guard::Guard::new(
                 std::sync::Arc::new(policy),
                 (&root.real, std::os::fd::AsFd::as_fd(&root.fd)),
                 &spec.runtime_root,
@@ -283,9 +283,12 @@ impl Prepared {
 
     /// The guard's side of one exec of `command` (`None`: the policy restricts nothing).
     #[cfg(target_os = "linux")]
-    pub(super) fn guard_session(&self, command: &str) -> Option<guard::Session> {
+    pub(super) fn guard_session(&self, command: &str) -> Option<notify::guard::Session> {
         match &self.0.guard {
-            Ok(Some(guard)) => Some(guard::Session::new(std::sync::Arc::clone(guard), command)),
+            Ok(Some(guard)) => Some(notify::guard::Session::new(
+                std::sync::Arc::clone(guard),
+                command,
+            )),
             _ => None,
         }
     }
@@ -491,7 +494,6 @@ impl Support {
 }
 
 #[cfg(target_os = "linux")]
-mod guard;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "linux")]

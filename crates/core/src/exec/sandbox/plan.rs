@@ -64,7 +64,7 @@ impl Plan {
     pub(in crate::exec) fn new(
         sandbox: &Sandbox,
         paths: &Resolved,
-        guard: Option<super::guard::Filter>,
+        guard: Option<super::notify::guard::Filter>,
     ) -> io::Result<Plan> {
         let root = paths.root().real.clone();
         let mode = match sandbox.mode {

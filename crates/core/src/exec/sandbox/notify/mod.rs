@@ -28,6 +28,8 @@
 //! The handler thread holds no capability (it empties its own sets with `capset`, which is
 //! per-thread on Linux), so a root caller's handler fails where its capability-less shell would.
 
+// The workspace policy's calls, served by this handler.
+pub(super) mod guard;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -151,7 +153,7 @@ impl Policy {
     pub(in crate::exec) fn landlock(
         areas: Vec<(PathBuf, OwnedFd)>,
         ruleset: BorrowedFd<'_>,
-        guard: Option<super::guard::Filter>,
+        guard: Option<guard::Filter>,
     ) -> io::Result<Policy> {
         let ruleset = ruleset.try_clone_to_owned()?;
         let held = areas
@@ -160,7 +162,7 @@ impl Policy {
             .collect();
         let mut program = program(true);
         if let Some(filter) = guard {
-            super::guard::splice(&mut program, filter);
+            guard::splice(&mut program, filter);
         }
         Ok(Policy {
             writable: Writable::Areas(held),
@@ -171,10 +173,10 @@ impl Policy {
 
     /// Namespaces mode: locks only (Landlock's metadata gap does not exist there: everything
     /// outside the writable areas is mounted read-only).
-    pub(in crate::exec) fn namespaces(guard: Option<super::guard::Filter>) -> Policy {
+    pub(in crate::exec) fn namespaces(guard: Option<guard::Filter>) -> Policy {
         let mut program = program(false);
         if let Some(filter) = guard {
-            super::guard::splice(&mut program, filter);
+            guard::splice(&mut program, filter);
         }
         Policy {
             writable: Writable::Mounts,
@@ -544,7 +546,7 @@ pub(in crate::exec) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 pub(in crate::exec) fn serve(
     plan: Arc<super::Plan>,
     channel: OwnedFd,
-    guard: Option<super::guard::Session>,
+    guard: Option<guard::Session>,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name("pi-sandbox-notify".into())
@@ -631,7 +633,7 @@ pub(super) enum Reply {
     Later,
 }
 
-fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::Session>) {
+fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<guard::Session>) {
     let mut watcher = None;
     let pidfds = Pidfds::default();
     // SAFETY: an ioctl on our listener with a valid flags value; older kernels refuse it harmlessly.
@@ -677,10 +679,7 @@ fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<super::guard::
             }
         }
         let nr = notif.data.nr as libc::c_long;
-        if let Some(session) = guard
-            .as_mut()
-            .filter(|_| super::guard::Session::handles(nr))
-        {
+        if let Some(session) = guard.as_mut().filter(|_| guard::Session::handles(nr)) {
             let target = Target::new(&listener, &pidfds, notif.pid as libc::pid_t, notif.id);
             let ruleset = policy.ruleset.as_ref().map(|r| r.as_fd());
             let reply = session.handle(&target, nr, notif.data.args, ruleset);

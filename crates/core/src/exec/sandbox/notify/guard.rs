@@ -37,7 +37,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::notify::{self, Reply, Target};
+use super::{self as notify, Reply, Target};
 use crate::policy::{Denial, EventSink, EventTarget, Policy, PolicyEvent};
 
 /// Symlinks followed in one path before `ELOOP` (the kernel's `MAXSYMLINKS`).
@@ -1646,7 +1646,7 @@ mod tests {
                 LD_W_ABS => {
                     acc = match ins.k {
                         NR_AT => nr,
-                        4 => super::super::seccomp::AUDIT_ARCH,
+                        4 => super::super::super::seccomp::AUDIT_ARCH,
                         k => args[((k - 16) / 8) as usize],
                     }
                 }
@@ -1661,7 +1661,7 @@ mod tests {
 
     #[test]
     fn the_filter_sends_writes_and_name_changes_and_reads_only_when_asked() {
-        let allow = super::super::seccomp::RET_ALLOW;
+        let allow = super::super::super::seccomp::RET_ALLOW;
         let openat = libc::SYS_openat as u32;
         let flags = |f: i32| [0, 0, f as u32, 0, 0, 0];
         for reads in [false, true] {
