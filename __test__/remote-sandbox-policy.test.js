@@ -6,10 +6,11 @@
 // enforces a policy in them. Every outcome is judged on the host side.
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
 import path from "node:path";
 import * as pno from "pi-native-ops";
 import { connect, connectWebSocket } from "pi-native-ops";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serverPath } from "./helpers/face.js";
 import { mkdirAs, nobody, tempDirFor, writeFileAs } from "./helpers/nobody.js";
 import { hasListen, startListening } from "./helpers/ws-server.js";
@@ -142,4 +143,65 @@ describe.skipIf(!bin).each(runs)("the remote shell over $transport as $user", (h
       expect((await connection.fs.read.readFile("/workspace/a.txt")).toString()).toBe("free\n");
     },
   );
+});
+
+const hasCurl = existsSync("/usr/bin/curl");
+
+describe.skipIf(!bin || !modes.includes("namespaces") || !hasCurl)("--sandbox-network on the server", () => {
+  let port;
+  let web;
+  const how = { transport: "stdio", user: "root" };
+  beforeAll(async () => {
+    web = http.createServer((req, res) => {
+      res.setHeader("Connection", "close");
+      res.end(`hello ${req.url}\n`);
+    });
+    await new Promise((resolve) => web.listen(0, "127.0.0.1", resolve));
+    port = web.address().port;
+  });
+  afterAll(() => web.close());
+
+  const connects = (events) =>
+    events.map(({ tool, access, host, port, rule, allowed }) => ({ tool, access, host, port, rule, allowed }));
+
+  it("an allow-list reaches listed names through the proxy, refuses the rest, and reports each connection", async () => {
+    const root = workspace(how.user);
+    const args = ["--sandbox", "namespaces", "--runtime-root", "/workspace", "--sandbox-network", '["localhost"]'];
+    const { connection, events } = await open(how, root, args);
+    const byName = `curl -sS http://localhost:${port}/a`;
+    expect(await run(connection, byName, "/workspace")).toEqual({ exitCode: 0, output: "hello /a\n" });
+    expect(connects(events)).toEqual([
+      { tool: "bash", access: "connect", host: "localhost", port, rule: "localhost", allowed: true },
+    ]);
+    expect(events[0].command).toBe(byName);
+    events.length = 0;
+    const byAddress = `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.1:${port}/b`;
+    expect(await run(connection, byAddress, "/workspace")).toEqual({ exitCode: 0, output: "403" });
+    expect(connects(events)).toEqual([
+      { tool: "bash", access: "connect", host: "127.0.0.1", port, rule: null, allowed: false },
+    ]);
+    // No route but through the proxy.
+    const direct = `(exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo reached || echo refused`;
+    expect(await run(connection, direct, "/workspace")).toEqual({ exitCode: 0, output: "refused\n" });
+  });
+
+  it("false (the default) leaves no way out; true is the host's network", async () => {
+    const direct = `(exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo reached || echo refused`;
+    for (const [net, expected] of [
+      [[], "refused\n"],
+      [["--sandbox-network", "false"], "refused\n"],
+      [["--sandbox-network", "true"], "reached\n"],
+    ]) {
+      const root = workspace(how.user);
+      const { connection, events } = await open(how, root, [
+        "--sandbox",
+        "namespaces",
+        "--runtime-root",
+        "/workspace",
+        ...net,
+      ]);
+      expect(await run(connection, direct, "/workspace"), net.join(" ")).toEqual({ exitCode: 0, output: expected });
+      expect(events).toEqual([]);
+    }
+  });
 });
