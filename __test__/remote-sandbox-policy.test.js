@@ -117,6 +117,14 @@ describe.skipIf(!bin).each(runs)("the remote shell over $transport as $user", (h
     expect(readFileSync(path.join(root, "b.txt"), "utf8")).toBe("made\n");
     // The file tools hold the same policy.
     await expect(connection.fs.read.readFile(path.join(cwd, ".env"))).rejects.toThrow("is protected by policy");
+    // An aborted sandboxed command is killed as an unsandboxed one, and the sandbox serves the next.
+    const controller = new AbortController();
+    const aborted = connection.bash.exec("echo started; sleep 100", cwd, {
+      onData: () => controller.abort(),
+      signal: controller.signal,
+    });
+    await expect(aborted).rejects.toThrow("aborted");
+    expect(await run(connection, "echo next", cwd)).toEqual({ exitCode: 0, output: "next\n" });
   });
 
   it("without --sandbox the shell is not confined by the policy (the file tools still are)", async () => {
