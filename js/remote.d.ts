@@ -35,7 +35,8 @@ export interface ConnectOptions {
    * The workspace policy the server enforces for every fs call, find and grep, sent before any call.
    * It is laid over the server's own `--policy` (if any), which it can only add to. Without it the
    * protected defaults apply. A rule the core refuses fails connect with the core's error. Commands
-   * (`exec`) run unsandboxed on the server and are not confined by it.
+   * (`exec`) are held to it only when the server runs with `--sandbox` (each refusal then an event
+   * with tool "bash"); without it they run unsandboxed on the server and are not confined by it.
    */
   policy?: Policy;
   /**

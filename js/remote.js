@@ -30,7 +30,9 @@ function checkForwardEnv(value) {
  * function `(env) => env | undefined` chooses what is sent.
  * Policy: `policy` is sent before any call and enforced by the server's core (over the server's own
  * `--policy`, which it can only add to); none given, the protected defaults apply. `onPolicyEvent` receives
- * each refusal of a file tool and the events the server reports.
+ * each refusal of a file tool and the events the server reports. The shell is held to the policy only
+ * when the server runs with `--sandbox` (its refusals then arrive as events with tool "bash"); without it,
+ * commands are not confined by the policy.
  */
 export async function connect(transport, options = {}) {
   checkObject(options);

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
 
-use pi_native_ops_core::policy::{Policy, PolicySpec};
+use pi_native_ops_core::exec::sandbox::{NetworkAllow, Prepared, Sandbox};
+use pi_native_ops_core::policy::{EventSink, Policy, PolicySpec};
 use pi_native_ops_core::root::Root;
 use pi_native_ops_core::{Cancel, Error as CoreError};
 
@@ -113,6 +114,8 @@ pub struct Site {
     pinned: Option<Arc<Policy>>,
     /// `--index`: every workspace starts the index (in the background).
     index: bool,
+    /// `--sandbox`: every command runs in the core's sandbox, held to its connection's policy.
+    shell: Option<crate::ShellSandbox>,
 }
 
 impl Site {
@@ -121,6 +124,7 @@ impl Site {
         host_root: PathBuf,
         pinned: Option<Policy>,
         index: bool,
+        shell: Option<crate::ShellSandbox>,
     ) -> Result<Arc<Site>, CoreError> {
         let site = Site {
             default: Mutex::new(None),
@@ -128,6 +132,7 @@ impl Site {
             host_root,
             pinned: pinned.map(Arc::new),
             index,
+            shell,
         };
         let policy = site.policy(&PolicySpec::from_raw(None, None, None))?;
         let workspace = site.build(root, policy);
@@ -155,12 +160,39 @@ impl Site {
             host_root: self.host_root.clone(),
             index: WarmIndex::default(),
             policy,
+            shell: None,
         };
         if self.index {
             // In the background: searches walk until it is ready.
             workspace.index.start(&workspace.root, None, None);
         }
         workspace
+    }
+
+    /// With `--sandbox`, the sandbox every command of `workspace` runs in: the workspace as its
+    /// root (at the runtime root, in namespaces mode), held to the workspace's policy, its
+    /// refusals and connections reported to `events`. Its error is every command's.
+    fn shell(
+        &self,
+        workspace: &Workspace,
+        events: EventSink,
+    ) -> Option<Result<Prepared, CoreError>> {
+        let shell = self.shell.as_ref()?;
+        let mut spec = Sandbox::new(&self.host_root);
+        spec.runtime_root = workspace.root.runtime().to_path_buf();
+        spec.mode = shell.mode;
+        spec.network = shell.network;
+        spec.network_allow = shell.allow.clone().map(|allow| NetworkAllow {
+            allow,
+            headers: Vec::new(),
+        });
+        // For the record only: the compiled policy (with its floor) is the one held.
+        spec.policy = workspace.policy.spec().clone();
+        let made = Prepared::open_with_policy(spec, Arc::clone(&workspace.policy), Some(events));
+        if let Err(e) = &made {
+            eprintln!("pi-native-ops-server: --sandbox: {e} (every command fails with it)");
+        }
+        Some(made)
     }
 
     /// The workspace under `spec`, a client's policy.
@@ -189,6 +221,8 @@ pub struct Workspace {
     pub index: WarmIndex,
     /// The policy the root enforces: the client's over `--policy`.
     pub policy: Arc<Policy>,
+    /// With `--sandbox`: the sandbox of every command, or why it cannot be made (`Site::shell`).
+    pub shell: Option<Result<Prepared, CoreError>>,
 }
 
 /// `{"denyRead":…,"denyWrite":…,"protect":…}`, as the client gives a policy.
@@ -414,13 +448,13 @@ impl Connection {
                 if events {
                     self.events.want();
                 }
+                let workspace = self.fix(workspace);
                 let pinned = workspace
                     .policy
                     .floor()
                     .map(|floor| spec_json(floor.spec()));
                 let mut answer = serde_json::Map::new();
                 answer.insert("pinned".into(), pinned.unwrap_or_default());
-                self.workspace = Some(Arc::new(workspace));
                 self.out.ok(id, answer, Vec::new(), None, false);
             }
             Err(e) => self.out.refuse(Some(id), &WireError::from(e)),
@@ -432,12 +466,18 @@ impl Connection {
         if let Some(workspace) = &self.workspace {
             return Ok(Arc::clone(workspace));
         }
-        let workspace = Arc::new(
-            self.site
-                .workspace(&PolicySpec::from_raw(None, None, None))?,
-        );
+        let workspace = self
+            .site
+            .workspace(&PolicySpec::from_raw(None, None, None))?;
+        Ok(self.fix(workspace))
+    }
+
+    /// Fixes the connection's workspace, with its sandbox (one per connection, made now).
+    fn fix(&mut self, mut workspace: Workspace) -> Arc<Workspace> {
+        workspace.shell = self.site.shell(&workspace, self.events.sink());
+        let workspace = Arc::new(workspace);
         self.workspace = Some(Arc::clone(&workspace));
-        Ok(workspace)
+        workspace
     }
 
     /// Registers a call; false (answered, and the call that owns the id untouched) when its id is
@@ -490,6 +530,7 @@ impl Connection {
                     let site = ExecSite {
                         host_root: &workspace.host_root,
                         runtime_root: workspace.root.runtime(),
+                        shell: workspace.shell.as_ref(),
                     };
                     answerer.send(ops::exec(&site, req, &out, id, &stream));
                 });
@@ -655,7 +696,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
         let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
-        let site = Site::new(root, dir.path().to_path_buf(), None, false).unwrap();
+        let site = Site::new(root, dir.path().to_path_buf(), None, false, None).unwrap();
         let (out, queue) = Outbox::new();
         let pools = Pools::new().unwrap();
         Fixture {
@@ -670,7 +711,7 @@ mod tests {
         let mut f = fixture();
         let root = Root::open(f._dir.path(), Some(Path::new("/workspace"))).unwrap();
         let pinned = Policy::new(&pinned).unwrap();
-        let site = Site::new(root, f._dir.path().to_path_buf(), Some(pinned), false).unwrap();
+        let site = Site::new(root, f._dir.path().to_path_buf(), Some(pinned), false, None).unwrap();
         let (out, queue) = Outbox::new();
         f.conn = Connection::new(site, out, f._pools.lanes());
         f.queue = queue;
@@ -843,7 +884,7 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
         let site = || {
             let root = Root::open(dir.path(), None).unwrap();
-            Site::new(root, dir.path().to_path_buf(), None, true).unwrap()
+            Site::new(root, dir.path().to_path_buf(), None, true, None).unwrap()
         };
         let prestarted = |site: &Site| {
             let default = site.lock_default();
@@ -1144,6 +1185,189 @@ mod tests {
             (Some(9), Some("Internal"))
         );
         assert!(ops::lock(&registry).is_empty());
+    }
+
+    /// A fixture whose commands run in `--sandbox`'s `mode`, with `.env` and `.git/hooks` in it.
+    fn fixture_sandboxed(mode: pi_native_ops_core::exec::sandbox::Mode) -> Fixture {
+        let mut f = fixture();
+        std::fs::write(f._dir.path().join(".env"), "KEY=secret\n").unwrap();
+        std::fs::create_dir_all(f._dir.path().join(".git/hooks")).unwrap();
+        let host = f._dir.path().to_path_buf();
+        // Landlock mode sees the host's paths: its runtime root is the root itself.
+        let runtime = match mode {
+            pi_native_ops_core::exec::sandbox::Mode::Landlock => host.clone(),
+            _ => PathBuf::from("/workspace"),
+        };
+        let root = Root::open(&host, Some(&runtime)).unwrap();
+        let shell = crate::ShellSandbox {
+            mode,
+            network: false,
+            allow: None,
+        };
+        let site = Site::new(root, host, None, false, Some(shell)).unwrap();
+        let (out, queue) = Outbox::new();
+        f.conn = Connection::new(site, out, f._pools.lanes());
+        f.queue = queue;
+        f
+    }
+
+    /// Runs `command` as call `id` in `cwd`: its output, its answer, and the event frames sent
+    /// meanwhile.
+    fn exec_collect(
+        f: &mut Fixture,
+        id: u64,
+        command: &str,
+        cwd: &str,
+    ) -> (Vec<u8>, Value, Vec<Value>) {
+        f.conn.handle(frame(
+            json!({"t":"call","id":id,"op":"exec","command":command,"cwd":cwd}),
+            b"",
+        ));
+        let (mut output, mut events) = (Vec::new(), Vec::new());
+        loop {
+            let out = f.queue.recv().expect("a frame");
+            let Some((header, payload)) = move_piped(out, &mut output) else {
+                continue;
+            };
+            match header["t"].as_str() {
+                Some("event") => events.push(header),
+                Some("data") => {
+                    output.extend_from_slice(&payload);
+                    let credit = json!({"t":"credit","id":id,"bytes":payload.len()});
+                    f.conn.handle(frame(credit, b""));
+                }
+                _ if header["id"] == json!(id) => return (output, header, events),
+                _ => {}
+            }
+        }
+    }
+
+    fn sandbox_holds_the_connections_policy(mode: pi_native_ops_core::exec::sandbox::Mode) {
+        let mut f = fixture_sandboxed(mode);
+        let cwd = f.conn.site.runtime_root.display().to_string();
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":[".env"],"events":true}),
+            b"",
+        );
+        assert_eq!(ok["t"], "ok", "{ok}");
+        let command = "cat .env; echo x > .git/hooks/pre-commit; echo done";
+        let (output, answer, events) = exec_collect(&mut f, 2, command, &cwd);
+        let output = String::from_utf8_lossy(&output);
+        assert_eq!(answer["t"], "ok", "{answer}");
+        assert!(!output.contains("secret"), "{output}");
+        assert!(output.ends_with("done\n"), "{output}");
+        assert!(!f._dir.path().join(".git/hooks/pre-commit").exists());
+        let seen: Vec<_> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["tool"].clone(),
+                    e["access"].clone(),
+                    e["path"].clone(),
+                    e["command"].clone(),
+                )
+            })
+            .collect();
+        let at = |rel: &str| json!(format!("{cwd}/{rel}"));
+        assert_eq!(
+            seen,
+            [
+                (json!("bash"), json!("read"), at(".env"), json!(command)),
+                (
+                    json!("bash"),
+                    json!("write"),
+                    at(".git/hooks/pre-commit"),
+                    json!(command)
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn with_sandbox_namespaces_the_shell_holds_the_connections_policy_and_reports_it() {
+        sandbox_holds_the_connections_policy(pi_native_ops_core::exec::sandbox::Mode::Namespaces);
+    }
+
+    #[test]
+    fn with_sandbox_landlock_the_shell_holds_the_connections_policy_and_reports_it() {
+        sandbox_holds_the_connections_policy(pi_native_ops_core::exec::sandbox::Mode::Landlock);
+    }
+
+    #[test]
+    fn the_sandbox_holds_the_operators_floor_beneath_the_clients_policy() {
+        use pi_native_ops_core::exec::sandbox::Mode;
+        let mut f = fixture_sandboxed(Mode::Namespaces);
+        let root = Root::open(f._dir.path(), Some(Path::new("/workspace"))).unwrap();
+        let floor = Policy::new(&PolicySpec::from_raw(Some(vec![".env".into()]), None, None));
+        let shell = crate::ShellSandbox {
+            mode: Mode::Namespaces,
+            network: false,
+            allow: None,
+        };
+        let host = f._dir.path().to_path_buf();
+        let site = Site::new(root, host, Some(floor.unwrap()), false, Some(shell)).unwrap();
+        let (out, queue) = Outbox::new();
+        f.conn = Connection::new(site, out, f._pools.lanes());
+        f.queue = queue;
+        call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":["!.env"],"protect":false,"events":true}),
+            b"",
+        );
+        let (output, answer, events) = exec_collect(&mut f, 2, "cat .env", "/workspace");
+        assert_ne!(answer["exitCode"], 0, "{answer}");
+        assert!(!String::from_utf8_lossy(&output).contains("secret"));
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["rule"], ".env");
+    }
+
+    #[test]
+    fn without_sandbox_the_shell_is_not_held_to_the_policy() {
+        let mut f = fixture();
+        std::fs::write(f._dir.path().join(".env"), "KEY=secret\n").unwrap();
+        call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":[".env"],"events":true}),
+            b"",
+        );
+        let (output, answer, events) = exec_collect(&mut f, 2, "cat .env", "/workspace");
+        assert_eq!(answer["exitCode"], 0, "{answer}");
+        assert_eq!(output, b"KEY=secret\n");
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn a_sandbox_that_cannot_be_made_fails_every_command_which_never_runs() {
+        // Landlock mode cannot move the workspace to the runtime root /workspace.
+        let mut f = fixture_sandboxed(pi_native_ops_core::exec::sandbox::Mode::Landlock);
+        let root = Root::open(f._dir.path(), Some(Path::new("/workspace"))).unwrap();
+        let shell = crate::ShellSandbox {
+            mode: pi_native_ops_core::exec::sandbox::Mode::Landlock,
+            network: false,
+            allow: None,
+        };
+        let site = Site::new(root, f._dir.path().to_path_buf(), None, false, Some(shell)).unwrap();
+        let (out, queue) = Outbox::new();
+        f.conn = Connection::new(site, out, f._pools.lanes());
+        f.queue = queue;
+        for id in [1, 2] {
+            let (err, _) = call(
+                &mut f,
+                json!({"t":"call","id":id,"op":"exec","command":"touch ran","cwd":"/workspace"}),
+                b"",
+            );
+            assert_eq!(err["t"], "error", "{err}");
+            assert_eq!(err["error"]["code"], "ESANDBOX", "{err}");
+        }
+        assert!(!f._dir.path().join("ran").exists());
+        // The file tools go on.
+        let (ok, _) = call(
+            &mut f,
+            json!({"t":"call","id":3,"op":"exists","path":"/workspace/a.txt"}),
+            b"",
+        );
+        assert_eq!(ok["t"], "ok", "{ok}");
     }
 
     #[test]

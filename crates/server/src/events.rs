@@ -44,7 +44,6 @@ impl Events {
 
     /// The sink the core's event sources report to (the sandboxed shell's, the proxy's); sends
     /// nothing until the client asked for events.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn sink(self: &Arc<Events>) -> EventSink {
         let events = Arc::clone(self);
         Arc::new(move |event| events.send(event))

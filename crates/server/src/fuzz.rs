@@ -333,7 +333,7 @@ fn fixture() -> (tempfile::TempDir, Connection, Receiver<Out>, Pools) {
     std::fs::write(dir.path().join("sub/b.rs"), "fn main() {}\n").unwrap();
     std::os::unix::fs::symlink("/etc", dir.path().join("link")).unwrap();
     let root = Root::open(dir.path(), Some(std::path::Path::new("/workspace"))).unwrap();
-    let site = Site::new(root, dir.path().to_path_buf(), None, false).unwrap();
+    let site = Site::new(root, dir.path().to_path_buf(), None, false, None).unwrap();
     let (out, queue) = Outbox::new();
     let pools = Pools::new().unwrap();
     let conn = Connection::new(site, out, pools.lanes());

@@ -39,6 +39,7 @@ const NAME: &str = "pi-native-ops-server";
 const USAGE: &str = "\
 usage: pi-native-ops-server --root DIR [--runtime-root PATH] [--index]
                             [--policy FILE]
+                            [--sandbox [MODE] [--sandbox-network NET]]
                             [--listen HOST:PORT [--grace S] [--idle-timeout S]]
 
 Serves the workspace DIR to one pi-native-ops client over stdin and stdout
@@ -57,6 +58,21 @@ go to stderr.
                         (rules are gitignore lines relative to DIR); a
                         client's policy (connect's policy option) only adds
                         rules to it
+  --sandbox [MODE]      run every command (the bash tool) in the sandbox
+                        of this package (Linux), MODE auto (default),
+                        namespaces or landlock, with the workspace as its
+                        root, held to the connection's policy (refusals go
+                        to the client's onPolicyEvent). Without it,
+                        commands run unconfined: the policy holds for the
+                        file tools only. A sandbox this machine cannot
+                        make fails each command with ESANDBOX; no command
+                        ever runs unsandboxed
+  --sandbox-network NET the sandboxed commands' network: false (default:
+                        none but a private loopback), true (the host's),
+                        or a JSON array of hosts reachable through the
+                        package's proxy, such as
+                        '[\"registry.npmjs.org\",\"*.github.com\"]'
+                        (namespaces mode)
   --listen HOST:PORT    serve one client session over a WebSocket on this
                         address (port 0: any free port) instead of stdio;
                         prints `listening on HOST:PORT` to stdout once bound.
@@ -88,6 +104,31 @@ struct Listen {
     idle_timeout: Duration,
 }
 
+/// `--sandbox` and `--sandbox-network`: how every command of every connection is sandboxed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellSandbox {
+    pub mode: pi_native_ops_core::exec::sandbox::Mode,
+    /// The host's network (`--sandbox-network true`).
+    pub network: bool,
+    /// Hosts reachable through the proxy (`--sandbox-network '[...]'`).
+    pub allow: Option<Vec<String>>,
+}
+
+/// `--sandbox-network`'s value: `false`, `true` or a JSON array of host patterns.
+fn sandbox_network(value: &str) -> Result<(bool, Option<Vec<String>>), String> {
+    match value {
+        "false" => Ok((false, None)),
+        "true" => Ok((true, None)),
+        _ => serde_json::from_str::<Vec<String>>(value)
+            .map(|hosts| (false, Some(hosts)))
+            .map_err(|_| {
+                format!(
+                    "--sandbox-network takes false, true or a JSON array of hosts, got \"{value}\""
+                )
+            }),
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
     Serve {
@@ -96,6 +137,7 @@ enum Command {
         index: bool,
         policy: Option<PathBuf>,
         listen: Option<Listen>,
+        sandbox: Option<ShellSandbox>,
     },
     Version,
     Help,
@@ -118,7 +160,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     let mut address: Option<String> = None;
     let mut grace = None;
     let mut idle_timeout = None;
-    let mut args = args.into_iter();
+    let mut sandbox: Option<pi_native_ops_core::exec::sandbox::Mode> = None;
+    let mut network: Option<(bool, Option<Vec<String>>)> = None;
+    let mut args = args.into_iter().peekable();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((name, value)) if name.starts_with("--") => (name.to_string(), Some(value)),
@@ -132,6 +176,37 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 continue;
             }
             "--index" => return Err("--index takes no value".into()),
+            "--sandbox" => {
+                use pi_native_ops_core::exec::sandbox::Mode;
+                // The mode is optional: the next argument is taken only when it names one.
+                let named = |v: &str| Mode::from_name(v).ok();
+                let mode = match inline {
+                    Some(value) => named(value).ok_or_else(|| {
+                        format!("--sandbox takes auto, namespaces or landlock, got \"{value}\"")
+                    })?,
+                    None => match args.peek().and_then(|next| named(next)) {
+                        Some(mode) => {
+                            args.next();
+                            mode
+                        }
+                        None => Mode::Auto,
+                    },
+                };
+                if sandbox.replace(mode).is_some() {
+                    return Err("--sandbox is given twice".into());
+                }
+                continue;
+            }
+            "--sandbox-network" => {
+                let value = match inline {
+                    Some(value) => value.to_string(),
+                    None => args.next().ok_or("--sandbox-network needs a value")?,
+                };
+                if network.replace(sandbox_network(&value)?).is_some() {
+                    return Err("--sandbox-network is given twice".into());
+                }
+                continue;
+            }
             "--listen" | "--grace" | "--idle-timeout" => {
                 let value = match inline {
                     Some(value) => value.to_string(),
@@ -186,12 +261,25 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         }
         None => None,
     };
+    let sandbox = match (sandbox, network) {
+        (Some(mode), network) => {
+            let (network, allow) = network.unwrap_or((false, None));
+            Some(ShellSandbox {
+                mode,
+                network,
+                allow,
+            })
+        }
+        (None, Some(_)) => return Err("--sandbox-network goes with --sandbox".into()),
+        (None, None) => None,
+    };
     Ok(Command::Serve {
         root,
         runtime_root,
         index,
         policy,
         listen,
+        sandbox,
     })
 }
 
@@ -242,7 +330,7 @@ fn usage_error(message: &str) -> ! {
 
 fn main() {
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
-    let (root, runtime_root, index, policy, listen) = match command {
+    let (root, runtime_root, index, policy, listen, sandbox) = match command {
         Command::Help => {
             println!("{USAGE}");
             return;
@@ -257,9 +345,10 @@ fn main() {
             index,
             policy,
             listen,
-        } => (root, runtime_root, index, policy, listen),
+            sandbox,
+        } => (root, runtime_root, index, policy, listen, sandbox),
     };
-    std::process::exit(serve(root, runtime_root, index, policy, listen));
+    std::process::exit(serve(root, runtime_root, index, policy, listen, sandbox));
 }
 
 /// The token a `--listen` client must present, from the environment only (an argument would show
@@ -291,6 +380,7 @@ fn serve(
     index: bool,
     policy: Option<PathBuf>,
     listen: Option<Listen>,
+    sandbox: Option<ShellSandbox>,
 ) -> i32 {
     use std::os::fd::AsFd;
 
@@ -315,7 +405,7 @@ fn serve(
     };
     // With `--index`, the index starts at once under the default policy, and again under a
     // client's own policy if it sets one.
-    let site = conn::Site::new(root, host_root, pinned, index)
+    let site = conn::Site::new(root, host_root, pinned, index, sandbox)
         .unwrap_or_else(|e| usage_error(&e.to_string()));
     // The lanes every core call runs on; the reader (this thread) and the writer are plain
     // threads, so a call crosses only two hand-offs.
@@ -373,6 +463,7 @@ fn serve(
     _index: bool,
     _policy: Option<PathBuf>,
     _listen: Option<Listen>,
+    _sandbox: Option<ShellSandbox>,
 ) -> i32 {
     eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
     2
@@ -395,7 +486,8 @@ mod tests {
                 runtime_root: None,
                 index: false,
                 policy: None,
-                listen: None
+                listen: None,
+                sandbox: None,
             })
         );
         assert_eq!(
@@ -405,7 +497,8 @@ mod tests {
                 runtime_root: None,
                 index: true,
                 policy: None,
-                listen: None
+                listen: None,
+                sandbox: None,
             })
         );
         assert_eq!(
@@ -419,7 +512,8 @@ mod tests {
                 runtime_root: Some("/workspace".into()),
                 index: false,
                 policy: None,
-                listen: None
+                listen: None,
+                sandbox: None,
             })
         );
         assert_eq!(
@@ -429,7 +523,8 @@ mod tests {
                 runtime_root: None,
                 index: false,
                 policy: Some("p.json".into()),
-                listen: None
+                listen: None,
+                sandbox: None,
             })
         );
         assert_eq!(
@@ -437,6 +532,70 @@ mod tests {
             Err("--policy is given twice".into())
         );
         assert_eq!(parse(&["--version"]), Ok(Command::Version));
+        let sandbox = |args: &[&str]| match parse(args) {
+            Ok(Command::Serve { sandbox, .. }) => Ok(sandbox),
+            other => Err(format!("{other:?}")),
+        };
+        use pi_native_ops_core::exec::sandbox::Mode;
+        let plain = |mode| ShellSandbox {
+            mode,
+            network: false,
+            allow: None,
+        };
+        assert_eq!(sandbox(&["--root", "/w"]), Ok(None));
+        assert_eq!(
+            sandbox(&["--root", "/w", "--sandbox"]),
+            Ok(Some(plain(Mode::Auto)))
+        );
+        // The mode is optional: what follows is an argument of its own unless it names one.
+        assert_eq!(
+            sandbox(&["--sandbox", "--root", "/w"]),
+            Ok(Some(plain(Mode::Auto)))
+        );
+        assert_eq!(
+            sandbox(&["--sandbox", "landlock", "--root", "/w"]),
+            Ok(Some(plain(Mode::Landlock)))
+        );
+        assert_eq!(
+            sandbox(&["--root", "/w", "--sandbox=namespaces"]),
+            Ok(Some(plain(Mode::Namespaces)))
+        );
+        assert_eq!(
+            sandbox(&["--root", "/w", "--sandbox", "--sandbox-network", "true"]),
+            Ok(Some(ShellSandbox {
+                network: true,
+                ..plain(Mode::Auto)
+            }))
+        );
+        assert_eq!(
+            sandbox(&[
+                "--root",
+                "/w",
+                "--sandbox",
+                "--sandbox-network=[\"localhost\",\"*.github.com\"]"
+            ]),
+            Ok(Some(ShellSandbox {
+                allow: Some(vec!["localhost".into(), "*.github.com".into()]),
+                ..plain(Mode::Auto)
+            }))
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--sandbox=chroot"]),
+            Err("--sandbox takes auto, namespaces or landlock, got \"chroot\"".into())
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--sandbox", "--sandbox"]),
+            Err("--sandbox is given twice".into())
+        );
+        assert_eq!(
+            parse(&["--root", "/w", "--sandbox-network", "false"]),
+            Err("--sandbox-network goes with --sandbox".into())
+        );
+        assert!(
+            parse(&["--root", "/w", "--sandbox", "--sandbox-network", "yes"])
+                .unwrap_err()
+                .contains("JSON array of hosts")
+        );
         assert_eq!(parse(&["--root", "/w", "--help"]), Ok(Command::Help));
         assert_eq!(parse(&[]), Err("--root DIR is required".into()));
         assert_eq!(parse(&["--root"]), Err("--root needs a value".into()));
@@ -463,7 +622,8 @@ mod tests {
                     address: "127.0.0.1:0".into(),
                     grace: Duration::from_millis(500),
                     idle_timeout: DEFAULT_IDLE_TIMEOUT,
-                })
+                }),
+                sandbox: None,
             })
         );
         assert_eq!(

@@ -331,6 +331,8 @@ pub struct ExecSite<'a> {
     pub host_root: &'a Path,
     /// The root the agent sees.
     pub runtime_root: &'a Path,
+    /// With `--sandbox`: the connection's sandbox, or why it cannot be made.
+    pub shell: Option<&'a Result<exec::sandbox::Prepared, pi_native_ops_core::Error>>,
 }
 
 impl ExecSite<'_> {
@@ -359,15 +361,22 @@ pub fn exec(
             Vec::new(),
         ));
     }
-    // The core's preflight (shell, cwd on the host) and start: its errors as they are.
+    // With `--sandbox`, never unsandboxed: a sandbox that cannot be made fails the command.
+    let sandbox = site
+        .shell
+        .map(Result::as_ref)
+        .transpose()
+        .map_err(Clone::clone)?;
+    // The core's preflight (shell, cwd on the host or in the sandbox) and start: its errors as
+    // they are.
     let mut execution = exec::spawn(&exec::ExecRequest {
         shell: req.shell,
         command: req.command,
         cwd: req.cwd,
         env: req.env,
         cwd_map: Some(site.cwd_map()),
-        sandbox: None,
-        events: None,
+        events: sandbox.and_then(|s| s.events().cloned()),
+        sandbox: sandbox.cloned(),
     })?;
     stream.attach(execution.control());
     #[cfg(target_os = "linux")]

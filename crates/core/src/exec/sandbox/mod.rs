@@ -201,6 +201,33 @@ impl Prepared {
     /// sandbox's handler thread (the sink must not block). What else a sandbox reports (the
     /// network proxy's `Connect` events) goes to the same sink: `Prepared::events`.
     pub fn with_events(spec: Sandbox, events: Option<crate::policy::EventSink>) -> Prepared {
+        let policy = crate::policy::Policy::new(&spec.policy).map(std::sync::Arc::new);
+        Prepared::build(spec, policy, events)
+    }
+
+    /// `open_with_events`, holding the shell to `policy`, already compiled, instead of compiling
+    /// `spec.policy` (which is then ignored): the remote server's policy, a client's over the
+    /// operator's `--policy` floor, which no spec expresses.
+    pub fn open_with_policy(
+        spec: Sandbox,
+        policy: std::sync::Arc<crate::policy::Policy>,
+        events: Option<crate::policy::EventSink>,
+    ) -> Result<Prepared, crate::error::Error> {
+        let prepared = Prepared::build(spec, Ok(policy), events);
+        #[cfg(target_os = "linux")]
+        if let Err(e) = prepared.0.paths.as_ref().and(prepared.0.guard.as_ref()) {
+            return Err(e.clone());
+        }
+        Ok(prepared)
+    }
+
+    fn build(
+        spec: Sandbox,
+        policy: Result<std::sync::Arc<crate::policy::Policy>, crate::error::Error>,
+        events: Option<crate::policy::EventSink>,
+    ) -> Prepared {
+        #[cfg(not(target_os = "linux"))]
+        let _ = policy;
         #[cfg(target_os = "linux")]
         let paths = {
             // Which nestings can be enforced depends on the mode; only readOnly paths have any.
@@ -212,13 +239,13 @@ impl Prepared {
             check_network(&spec).and_then(|()| paths::Resolved::open(&spec, mode))
         };
         #[cfg(target_os = "linux")]
-        let guard = crate::policy::Policy::new(&spec.policy).and_then(|policy| {
+        let guard = policy.and_then(|policy| {
             let Ok(paths) = &paths else {
                 return Ok(None);
             };
             let root = paths.root();
             notify::guard::Guard::new(
-                std::sync::Arc::new(policy),
+                policy,
                 (&root.real, std::os::fd::AsFd::as_fd(&root.fd)),
                 &spec.runtime_root,
                 events.clone(),

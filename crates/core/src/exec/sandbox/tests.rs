@@ -1327,3 +1327,39 @@ fn namespaces_network_allow_reports_a_connection_as_its_own_commands() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].command.as_deref(), Some(first.as_str()));
 }
+
+#[test]
+fn open_with_policy_holds_the_compiled_policy_floor_included_not_the_specs() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    use crate::policy::{Policy, PolicySpec};
+    let dir = workspace();
+    std::fs::write(dir.path().join(".env"), "KEY=secret\n").unwrap();
+    std::fs::write(dir.path().join("open.txt"), "open\n").unwrap();
+    let floor = Policy::new(&PolicySpec::from_raw(Some(vec![".env".into()]), None, None));
+    // A `!` line above the floor takes nothing back; the spec's own policy (denying open.txt) is
+    // not the one held.
+    let policy = Policy::new(&PolicySpec::from_raw(
+        Some(vec!["!.env".into()]),
+        None,
+        None,
+    ))
+    .unwrap()
+    .over(std::sync::Arc::new(floor.unwrap()));
+    let spec = Sandbox {
+        policy: PolicySpec::from_raw(Some(vec!["open.txt".into()]), None, None),
+        ..ns_sandbox(dir.path())
+    };
+    let prepared = Prepared::open_with_policy(spec, std::sync::Arc::new(policy), None).unwrap();
+    let (out, code) = run_in(&prepared, "/workspace", "cat open.txt; cat .env").unwrap();
+    assert_eq!(out.lines().next(), Some("open"), "{out}");
+    assert!(!out.contains("secret") && code != Some(0), "{out} {code:?}");
+    // A path the sandbox cannot hold is refused when it is made, as `open_with_events` does.
+    let missing = Sandbox {
+        read_only: vec![dir.path().join("missing")],
+        ..ns_sandbox(dir.path())
+    };
+    let policy = std::sync::Arc::new(Policy::new(&PolicySpec::from_raw(None, None, None)).unwrap());
+    assert!(Prepared::open_with_policy(missing, policy, None).is_err());
+}
