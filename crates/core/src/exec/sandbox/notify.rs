@@ -2093,7 +2093,12 @@ pub(super) mod tests {
             .as_ref()
             .map(|(p, fd)| (*p, fd.as_raw_fd()));
         assert_eq!(kept.map(|(p, _)| p), Some(pid));
-        assert_eq!(open(c"root"), id(Path::new("/")));
+        let target = Target::new(&listener, &pidfds, pid, 0);
+        assert_eq!(
+            target.proc_open(c"root").map(|fd| identity(fd.as_fd())),
+            id(Path::new("/"))
+        );
+        assert!(target.cwd_proven(), "opened through the kept directory");
         use std::io::Write;
         shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
         wait_until("the shell is in b", || open(c"cwd") == id(&b));
