@@ -174,6 +174,8 @@ pub(in crate::exec) struct Guard {
     policy: Arc<Policy>,
     /// The workspace on the host (`O_PATH`), held since the sandbox was prepared.
     root: OwnedFd,
+    /// Its identity (device, inode): a held descriptor's object does not change.
+    root_id: (u64, u64),
     /// Its real path on the host.
     host: Vec<u8>,
     /// Where the shell sees it (`runtime_root`; the host path in Landlock mode).
@@ -203,8 +205,10 @@ impl Guard {
         if policy.reads_unrestricted() && policy.writes_unrestricted() {
             return Ok(None);
         }
+        let root_id = notify::identity(root.1).ok_or_else(io::Error::last_os_error)?;
         Ok(Some(Guard {
             policy,
+            root_id,
             root: root.1.try_clone_to_owned()?,
             host: root.0.as_os_str().as_bytes().to_vec(),
             runtime: runtime.as_os_str().as_bytes().to_vec(),
@@ -232,11 +236,16 @@ impl Guard {
     /// Where `fd`'s object lies: `rel` beneath the workspace, outside it, or somewhere that
     /// names the workspace but is not what the workspace holds there (refused).
     fn place(&self, fd: BorrowedFd<'_>) -> Place {
-        let Some(at) = notify::fd_path(fd) else {
-            return Place::Outside;
-        };
         let Some(object) = notify::identity(fd) else {
             return Place::Unknown;
+        };
+        // The workspace's own directory, wherever it shows (a command's usual cwd): its path
+        // needs no reading.
+        if object == self.root_id {
+            return Place::Inside(PathBuf::new());
+        }
+        let Some(at) = notify::fd_path(fd) else {
+            return Place::Outside;
         };
         let mut named = false;
         for prefix in [&self.runtime, &self.host] {
@@ -245,7 +254,7 @@ impl Guard {
             };
             named = true;
             let same = if rel.is_empty() {
-                notify::identity(self.root.as_fd()) == Some(object)
+                self.root_id == object
             } else {
                 notify::reopen_beneath(self.root.as_fd(), rel)
                     .and_then(|again| notify::identity(again.as_fd()))
@@ -273,8 +282,43 @@ enum Place {
 /// What a path names once resolved: a name in a directory, or (`.`, `..`, a `/proc` magic link)
 /// the object itself.
 enum Resolved {
-    Entry { dir: OwnedFd, name: Vec<u8> },
+    Entry {
+        dir: OwnedFd,
+        name: Vec<u8>,
+        /// What the name is, looked at once per call (by the walk, else on first ask): every
+        /// check of one call sees the same answer, and four `fstatat`s of the name become one.
+        seen: std::cell::OnceCell<Option<Stat>>,
+    },
     Object(OwnedFd),
+}
+
+/// What `fstatat` said of a name: the parts the checks use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    mode: u32,
+    rdev: u64,
+}
+
+impl Resolved {
+    fn entry(dir: OwnedFd, name: Vec<u8>, seen: Option<Stat>) -> Resolved {
+        Resolved::Entry {
+            dir,
+            name,
+            seen: std::cell::OnceCell::from(seen),
+        }
+    }
+
+    /// What the entry's name is (`None`: nothing there); an object's own stat.
+    fn stat(&self) -> Option<Stat> {
+        match self {
+            Resolved::Entry { dir, name, seen } => *seen.get_or_init(|| stat_at(dir.as_fd(), name)),
+            Resolved::Object(fd) => stat_of(fd.as_fd()),
+        }
+    }
+
+    fn kind(&self) -> Option<Kind> {
+        self.stat().map(|st| Kind::of(st.mode))
+    }
 }
 
 /// One exec's side of the guard: the command its events name, and the performer thread.
@@ -418,8 +462,8 @@ impl Session {
                 // The mode counts only for a file the open makes (`touch` of an existing one
                 // needs no umask).
                 let makes = match &resolved {
-                    Resolved::Entry { dir, name } => {
-                        flags & libc::O_CREAT != 0 && kind_at(dir.as_fd(), name).is_none()
+                    Resolved::Entry { .. } => {
+                        flags & libc::O_CREAT != 0 && resolved.stat().is_none()
                     }
                     Resolved::Object(_) => false,
                 };
@@ -508,7 +552,7 @@ impl Session {
                 self.waived(guard.check_name(&at, Some(kind), false))?;
                 let mode = mode & !umask;
                 let repository = match (&at, dev) {
-                    (Resolved::Entry { dir, name }, None) if name == b".git" => {
+                    (Resolved::Entry { dir, name, .. }, None) if name == b".git" => {
                         Some(dup(dir.as_fd())?)
                     }
                     _ => None,
@@ -630,8 +674,8 @@ enum Access {
     Name { kind: Kind, moves: bool },
 }
 
-/// The kind of what `name` in `dir` is now, `None` when nothing is there.
-fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
+/// What `name` in `dir` is now (not following it), `None` when nothing is there.
+fn stat_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Stat> {
     let mut c = name.to_vec();
     c.push(0);
     // SAFETY: a zeroed stat is a valid buffer.
@@ -645,27 +689,30 @@ fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
             libc::AT_SYMLINK_NOFOLLOW,
         )
     };
-    (r == 0).then(|| Kind::of(st.st_mode))
+    (r == 0).then_some(Stat {
+        mode: st.st_mode,
+        rdev: st.st_rdev,
+    })
 }
 
-fn kind_of(fd: BorrowedFd<'_>) -> Option<Kind> {
+fn stat_of(fd: BorrowedFd<'_>) -> Option<Stat> {
     // SAFETY: a zeroed stat is a valid buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on our descriptor into our buffer.
-    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then(|| Kind::of(st.st_mode))
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some(Stat {
+        mode: st.st_mode,
+        rdev: st.st_rdev,
+    })
 }
 
 impl Guard {
     /// Where `resolved` is and what it is: `None` outside the workspace.
     fn locate(&self, resolved: &Resolved) -> Result<Option<(PathBuf, Option<Kind>)>, Refusal> {
-        let (place, name, kind) = match resolved {
-            Resolved::Entry { dir, name } => (
-                self.place(dir.as_fd()),
-                Some(name),
-                kind_at(dir.as_fd(), name),
-            ),
-            Resolved::Object(fd) => (self.place(fd.as_fd()), None, kind_of(fd.as_fd())),
+        let (place, name) = match resolved {
+            Resolved::Entry { dir, name, .. } => (self.place(dir.as_fd()), Some(name)),
+            Resolved::Object(fd) => (self.place(fd.as_fd()), None),
         };
+        let kind = resolved.kind();
         match place {
             Place::Outside => Ok(None),
             Place::Unknown => Err(Refusal::Errno(REFUSED)),
@@ -703,12 +750,9 @@ impl Guard {
         moves: bool,
     ) -> Result<Kind, Refusal> {
         let located = self.locate(resolved)?;
-        let now = match (&located, resolved) {
-            (Some((_, kind)), _) => kind.unwrap_or(Kind::File),
-            (None, Resolved::Entry { dir, name }) => {
-                kind_at(dir.as_fd(), name).unwrap_or(Kind::File)
-            }
-            (None, Resolved::Object(fd)) => kind_of(fd.as_fd()).unwrap_or(Kind::File),
+        let now = match &located {
+            Some((_, kind)) => kind.unwrap_or(Kind::File),
+            None => resolved.kind().unwrap_or(Kind::File),
         };
         let Some((rel, _)) = located else {
             return Ok(now);
@@ -727,28 +771,10 @@ const TTY_DEVICE: (u32, u32) = (5, 0);
 
 /// Whether `resolved` is `/dev/tty` (any node of its number).
 fn is_controlling_tty(resolved: &Resolved) -> bool {
-    // SAFETY: a zeroed stat is a valid buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let known = match resolved {
-        Resolved::Entry { dir, name } => {
-            let mut c = name.clone();
-            c.push(0);
-            // SAFETY: fstatat on our descriptor, a NUL-terminated name, our buffer.
-            unsafe {
-                libc::fstatat(
-                    dir.as_raw_fd(),
-                    c.as_ptr().cast(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                ) == 0
-            }
-        }
-        // SAFETY: fstat on our descriptor into our buffer.
-        Resolved::Object(fd) => unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 },
-    };
-    known
-        && st.st_mode & libc::S_IFMT == libc::S_IFCHR
-        && (libc::major(st.st_rdev), libc::minor(st.st_rdev)) == TTY_DEVICE
+    resolved.stat().is_some_and(|st| {
+        st.mode & libc::S_IFMT == libc::S_IFCHR
+            && (libc::major(st.rdev), libc::minor(st.rdev)) == TTY_DEVICE
+    })
 }
 
 fn is_tmpfile(flags: i32) -> bool {
@@ -964,13 +990,7 @@ impl<'a, 'b> Caller<'a, 'b> {
     /// The caller's root directory (`/proc/<pid>/root`).
     fn root(&self) -> Result<BorrowedFd<'_>, i32> {
         self.root
-            .get_or_init(|| {
-                notify::open_path(
-                    None,
-                    format!("/proc/{}/root", self.target.pid).as_bytes(),
-                    true,
-                )
-            })
+            .get_or_init(|| self.target.proc_open(c"root"))
             .as_ref()
             .map(|fd| fd.as_fd())
             .map_err(|e| *e)
@@ -1015,11 +1035,7 @@ impl<'a, 'b> Caller<'a, 'b> {
         };
         let start = || -> Result<OwnedFd, i32> {
             if at.dirfd == libc::AT_FDCWD {
-                notify::open_path(
-                    None,
-                    format!("/proc/{}/cwd", self.target.pid).as_bytes(),
-                    true,
-                )
+                self.target.proc_open(c"cwd")
             } else {
                 self.target.fd(at.dirfd)
             }
@@ -1131,12 +1147,13 @@ fn walk(
                 }
             }
             _ => {
-                let kind = kind_at(cur.as_fd(), &name);
+                let seen = stat_at(cur.as_fd(), &name);
+                let kind = seen.map(|st| Kind::of(st.mode));
                 if last && !(follow || trailing) {
-                    return Ok(Resolved::Entry { dir: cur, name });
+                    return Ok(Resolved::entry(cur, name, seen));
                 }
                 match kind {
-                    None if last => return Ok(Resolved::Entry { dir: cur, name }),
+                    None if last => return Ok(Resolved::entry(cur, name, seen)),
                     None => return Err(libc::ENOENT),
                     Some(Kind::Symlink) => {
                         links += 1;
@@ -1178,7 +1195,7 @@ fn walk(
                             rest.push_front(part);
                         }
                     }
-                    Some(_) if last => return Ok(Resolved::Entry { dir: cur, name }),
+                    Some(_) if last => return Ok(Resolved::entry(cur, name, seen)),
                     Some(_) => cur = openat(cur.as_fd(), &name, dir_flags | libc::O_NOFOLLOW)?,
                 }
             }
@@ -1225,7 +1242,7 @@ enum Job {
 /// The name part of a resolved path, or the errno of naming `.`/`..` where a name is needed.
 fn entry(resolved: &Resolved, errno: i32) -> Result<(BorrowedFd<'_>, Vec<u8>), i32> {
     match resolved {
-        Resolved::Entry { dir, name } => {
+        Resolved::Entry { dir, name, .. } => {
             let mut c = name.clone();
             c.push(0);
             Ok((dir.as_fd(), c))
@@ -1254,7 +1271,7 @@ impl Job {
             } => {
                 let flags = flags & !libc::O_CLOEXEC;
                 let fd = match &resolved {
-                    Resolved::Entry { dir, name } => {
+                    Resolved::Entry { dir, name, .. } => {
                         openat_mode(dir.as_fd(), name, flags | libc::O_NOFOLLOW, mode)?
                     }
                     Resolved::Object(object) => {
@@ -1291,7 +1308,7 @@ impl Job {
             Job::Link { from, to } => {
                 let (tdir, tname) = entry(&to, libc::EEXIST)?;
                 let r = match &from {
-                    Resolved::Entry { dir, name } => {
+                    Resolved::Entry { dir, name, .. } => {
                         let mut c = name.clone();
                         c.push(0);
                         // SAFETY: see above.
@@ -1357,7 +1374,7 @@ impl Job {
             Job::Truncate { resolved, length } => {
                 let object = match resolved {
                     Resolved::Object(object) => object,
-                    Resolved::Entry { dir, name } => {
+                    Resolved::Entry { dir, name, .. } => {
                         openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)?
                     }
                 };
@@ -1397,7 +1414,13 @@ fn blocking_fifo(resolved: &Resolved, flags: i32) -> Option<OwnedFd> {
         return None;
     }
     let object = match resolved {
-        Resolved::Entry { dir, name } => {
+        Resolved::Entry { dir, name, seen } => {
+            // What the checks saw there: no FIFO (or nothing), no open to wait on.
+            if let Some(seen) = seen.get() {
+                if seen.is_none_or(|st| st.mode & libc::S_IFMT != libc::S_IFIFO) {
+                    return None;
+                }
+            }
             openat(dir.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW).ok()?
         }
         Resolved::Object(object) => dup(object.as_fd()).ok()?,
@@ -1816,6 +1839,72 @@ mod tests {
                 .is_none()
         );
         assert_eq!(guard.runtime_path(Path::new("x/.env")), "/workspace/x/.env");
+        // The workspace's own directory by identity, whatever path reached it: a bind mount
+        // elsewhere (namespaces mode shows it at the runtime root too) is still the workspace.
+        let alias = tempfile::tempdir().unwrap();
+        let mounted = {
+            let (src, dst) = (cstr(&root), cstr(alias.path()));
+            // SAFETY: a bind mount of our own temp directory onto another (the tests run as root).
+            unsafe {
+                libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) == 0
+            }
+        };
+        if mounted {
+            let through = fd(alias.path());
+            assert_eq!(guard.place(through.as_fd()), Place::Inside("".into()));
+            // Beneath it, a path that is not the workspace's: not placed inside by name.
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            let sub = fd(&alias.path().join("sub"));
+            assert_eq!(guard.place(sub.as_fd()), Place::Outside);
+            drop((through, sub));
+            // SAFETY: unmounting what we mounted above.
+            unsafe { libc::umount2(cstr(alias.path()).as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+
+    fn cstr(p: &Path) -> std::ffi::CString {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_entry_is_looked_at_once_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = notify::open_path(None, dir.path().as_os_str().as_bytes(), true).unwrap();
+        // What the walk saw is what every check of the call sees, even after the name changed.
+        let resolved = Resolved::entry(dup(at.as_fd()).unwrap(), b"f".to_vec(), None);
+        std::fs::write(dir.path().join("f"), "").unwrap();
+        assert_eq!(resolved.stat(), None, "the walk saw nothing there");
+        assert!(blocking_fifo(&resolved, libc::O_WRONLY).is_none());
+        // Looked at on first ask when the walk did not, then kept.
+        let unseen = |name: &[u8]| Resolved::Entry {
+            dir: dup(at.as_fd()).unwrap(),
+            name: name.to_vec(),
+            seen: std::cell::OnceCell::new(),
+        };
+        let fresh = unseen(b"f");
+        assert_eq!(fresh.kind(), Some(Kind::File));
+        std::fs::remove_file(dir.path().join("f")).unwrap();
+        std::fs::create_dir(dir.path().join("f")).unwrap();
+        assert_eq!(fresh.kind(), Some(Kind::File), "one answer per call");
+        // The next call (a new resolution) sees the change.
+        let next = unseen(b"f");
+        assert_eq!(next.kind(), Some(Kind::Dir));
+        // A FIFO the look saw is still opened to check (its open would wait).
+        let fifo = dir.path().join("p");
+        let c = cstr(&fifo);
+        // SAFETY: mkfifo of a NUL-terminated path in our temp directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let seen = stat_at(at.as_fd(), b"p");
+        assert!(seen.is_some());
+        let resolved = Resolved::entry(dup(at.as_fd()).unwrap(), b"p".to_vec(), seen);
+        assert!(blocking_fifo(&resolved, libc::O_WRONLY).is_some());
+        assert!(blocking_fifo(&resolved, libc::O_WRONLY | libc::O_NONBLOCK).is_none());
     }
 
     #[test]

@@ -1206,7 +1206,7 @@ impl<'a> Target<'a> {
     /// process that has gone. What it read is the caller's only once `valid` (or `cwd_proven`)
     /// says so.
     fn cwd_into(&self, out: &mut Vec<u8>) -> Option<()> {
-        let read = |dir: BorrowedFd<'_>, out: &mut Vec<u8>| -> Result<(), i32> {
+        self.through_proc_dir(|dir| {
             let start = out.len();
             out.resize(start + PATH_MAX + 1, 0);
             // SAFETY: readlinkat into our buffer's tail of the length given.
@@ -1228,19 +1228,49 @@ impl<'a> Target<'a> {
             }
             out.truncate(start + n as usize);
             Ok(())
-        };
+        })
+        .ok()
+    }
+
+    /// The caller's `/proc/<pid>/<name>` (`cwd`, `root`: the magic link followed), opened `O_PATH`
+    /// through the kept `/proc/<pid>` directory as `cwd_into` reads. What it opened is the caller's
+    /// only once `valid` (or `cwd_proven`) says so.
+    pub(super) fn proc_open(&self, name: &std::ffi::CStr) -> Result<OwnedFd, i32> {
+        self.through_proc_dir(|dir| {
+            // SAFETY: openat on our descriptor with a NUL-terminated name.
+            let fd = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(errno_now());
+            }
+            // SAFETY: just opened, ours.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })
+    }
+
+    /// `read` on the last caller's kept `/proc/<pid>` directory, opened anew (and kept) for
+    /// another caller or when the kept one names a process that has gone.
+    fn through_proc_dir<T>(
+        &self,
+        mut read: impl FnMut(BorrowedFd<'_>) -> Result<T, i32>,
+    ) -> Result<T, i32> {
         self.cwd_by_kept_dir.set(false);
         let mut kept = self.pidfds.proc_dir.borrow_mut();
         if let Some((pid, dir)) = &*kept {
             if *pid == self.pid {
-                match read(dir.as_fd(), out) {
-                    Ok(()) => {
+                match read(dir.as_fd()) {
+                    Ok(value) => {
                         self.cwd_by_kept_dir.set(true);
-                        return Some(());
+                        return Ok(value);
                     }
                     // The kept directory's process has gone: this caller only shares its pid.
                     Err(libc::ENOENT | libc::ESRCH) => {}
-                    Err(_) => return None,
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -1254,13 +1284,13 @@ impl<'a> Target<'a> {
             )
         };
         if fd < 0 {
-            return None;
+            return Err(libc::ESRCH);
         }
         // SAFETY: just opened, ours.
         let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-        read(dir.as_fd(), out).ok()?;
+        let value = read(dir.as_fd())?;
         *kept = Some((self.pid, dir));
-        Some(())
+        Ok(value)
     }
 
     /// The object a path-based call names, opened `O_PATH` (`O_NOFOLLOW` unless it follows).
@@ -2030,6 +2060,75 @@ pub(super) mod tests {
         shell.wait().unwrap();
         assert_eq!(cwd(), None);
         assert!(!proven.get());
+    }
+
+    #[test]
+    fn the_root_and_cwd_open_through_the_kept_proc_dir() {
+        let base = Dir::new("proc-open");
+        let (a, b) = (base.0.join("a"), base.0.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "cd \"$1\" && read x && cd \"$2\" && read y", "sh"])
+            .arg(&a)
+            .arg(&b)
+            .current_dir(&base.0)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = shell.id() as libc::pid_t;
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let pidfds = Pidfds::default();
+        let open = |name: &std::ffi::CStr| {
+            Target::new(&listener, &pidfds, pid, 0)
+                .proc_open(name)
+                .map(|fd| identity(fd.as_fd()))
+        };
+        let id = |p: &Path| Ok(identity(o_path(p, true).as_fd()));
+        wait_until("the shell is in a", || open(c"cwd") == id(&a));
+        let kept = pidfds
+            .proc_dir
+            .borrow()
+            .as_ref()
+            .map(|(p, fd)| (*p, fd.as_raw_fd()));
+        assert_eq!(kept.map(|(p, _)| p), Some(pid));
+        let target = Target::new(&listener, &pidfds, pid, 0);
+        assert_eq!(
+            target.proc_open(c"root").map(|fd| identity(fd.as_fd())),
+            id(Path::new("/"))
+        );
+        assert!(target.cwd_proven(), "opened through the kept directory");
+        use std::io::Write;
+        shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        wait_until("the shell is in b", || open(c"cwd") == id(&b));
+        let still = pidfds
+            .proc_dir
+            .borrow()
+            .as_ref()
+            .map(|(p, fd)| (*p, fd.as_raw_fd()));
+        assert_eq!(still, kept, "the kept directory served every call");
+        // Another caller gets its own, and the kept one is replaced by its.
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let ours = Target::new(&listener, &pidfds, me, 0)
+            .proc_open(c"cwd")
+            .map(|fd| identity(fd.as_fd()));
+        assert_eq!(ours, id(&std::env::current_dir().unwrap()));
+        assert_eq!(pidfds.proc_dir.borrow().as_ref().map(|(p, _)| *p), Some(me));
+        // Gone: nothing opens (no other process has its pid yet).
+        shell.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        shell.wait().unwrap();
+        assert!(open(c"cwd").is_err());
+        // A kept directory of a process gone, under our pid: ours is opened anew.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let gone = o_path(Path::new(&format!("/proc/{}", child.id())), true);
+        let mut child = child;
+        child.wait().unwrap();
+        *pidfds.proc_dir.borrow_mut() = Some((me, gone));
+        let target = Target::new(&listener, &pidfds, me, 0);
+        let again = target.proc_open(c"cwd").map(|fd| identity(fd.as_fd()));
+        assert_eq!(again, id(&std::env::current_dir().unwrap()));
+        assert!(!target.cwd_proven(), "the kept directory did not answer");
     }
 
     #[test]
