@@ -137,6 +137,13 @@ describe.skipIf(!(support?.landlockAbi > 0) || !x86)("Landlock mode: metadata ou
           expect({ file, mode: st.mode & 0o7777, mtime: st.mtimeMs }).toEqual({ file, mode: 0o600, mtime: 1e12 });
         }
         expect(hostXattr(path.join(root, "inside"))).toBe("v");
+        // tar sets each directory's mode after its contents, through glibc's fchmodat(AT_SYMLINK_NOFOLLOW),
+        // which without fchmodat2 changes `/proc/self/fd/N`: the caller's descriptor, not the handler's.
+        const tar = await run(
+          "mkdir -p t/d && chmod 751 t t/d && tar cf t.tar t && rm -r t && tar xf t.tar && echo OK",
+        );
+        expect(tar).toEqual({ output: "OK\n", exitCode: 0 });
+        expect(statSync(path.join(root, "t", "d")).mode & 0o7777).toBe(0o751);
         // touch -h changed the link itself, not the host file it points to.
         expect(statSync(path.join(other, "victim")).mtimeMs).not.toBe(1e12);
       });

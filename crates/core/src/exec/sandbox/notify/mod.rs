@@ -1313,7 +1313,7 @@ impl<'a> Target<'a> {
             return Err(libc::ENOENT);
         }
         if path.first() == Some(&b'/') {
-            return open_path(None, &path, follow);
+            return open_path(None, &callers_proc(&path, self.pid), follow);
         }
         let base = if dirfd == libc::AT_FDCWD {
             let mut at = format!("/proc/{}/cwd", self.pid).into_bytes();
@@ -1332,6 +1332,25 @@ impl<'a> Target<'a> {
         }
         open_path(Some(base.as_fd()), &path, follow)
     }
+}
+
+/// `path` with a leading `/proc/self/` or `/proc/thread-self/` naming the caller `pid` instead of
+/// the handler (glibc's `fchmodat(…, AT_SYMLINK_NOFOLLOW)` without `fchmodat2` changes the mode of
+/// `/proc/self/fd/N`, its own `O_PATH` descriptor). Anything else is left as given: what it reaches
+/// is checked against the writable areas all the same.
+fn callers_proc(path: &[u8], pid: libc::pid_t) -> std::borrow::Cow<'_, [u8]> {
+    for (prefix, with) in [
+        (&b"/proc/self/"[..], format!("/proc/{pid}/")),
+        (
+            &b"/proc/thread-self/"[..],
+            format!("/proc/{pid}/task/{pid}/"),
+        ),
+    ] {
+        if let Some(rest) = path.strip_prefix(prefix) {
+            return std::borrow::Cow::Owned([with.as_bytes(), rest].concat());
+        }
+    }
+    std::borrow::Cow::Borrowed(path)
 }
 
 /// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
@@ -1917,6 +1936,17 @@ fn watch(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    #[test]
+    fn proc_self_names_the_caller() {
+        assert_eq!(&*callers_proc(b"/proc/self/fd/3", 42), b"/proc/42/fd/3");
+        assert_eq!(
+            &*callers_proc(b"/proc/thread-self/fd/3", 42),
+            b"/proc/42/task/42/fd/3"
+        );
+        assert_eq!(&*callers_proc(b"/proc/selfish/x", 42), b"/proc/selfish/x");
+        assert_eq!(&*callers_proc(b"/w/proc/self/x", 42), b"/w/proc/self/x");
+    }
 
     #[test]
     fn beneath_matches_whole_components() {
