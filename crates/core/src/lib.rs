@@ -43,6 +43,9 @@ pub mod index {
 }
 #[cfg(unix)]
 pub mod root;
+// Node's whole-file read of an opened file, for the root of every target.
+#[cfg(any(unix, windows))]
+mod whole_read;
 // The same API on Windows, on handles (NtCreateFile relative to a directory).
 #[cfg(windows)]
 #[path = "root_windows.rs"]

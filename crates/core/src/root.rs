@@ -26,7 +26,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -39,7 +39,7 @@ use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
 
 pub use crate::error::Result;
-use crate::error::{errno_of, Error, ErrorKind, MAX_READ_BYTES};
+use crate::error::{errno_of, Error, ErrorKind};
 use crate::policy::Policy;
 
 /// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
@@ -495,9 +495,9 @@ impl Root {
     }
 
     /// Reads a whole file as Node's `fs.readFile` does: a regular file up to
-    /// its size at open time (refused past [`MAX_READ_BYTES`] with Node's
+    /// its size at open time (refused past [`MAX_READ_BYTES`](crate::error::MAX_READ_BYTES) with Node's
     /// `ERR_FS_FILE_TOO_LARGE`), anything else to its end (refused once more
-    /// than that has arrived). Memory is reserved only up to `READ_RESERVE`
+    /// than that has arrived). Memory is reserved only up to the read's reserve (`whole_read`)
     /// from the size the file claims; past it the buffer grows as bytes
     /// arrive, so a sparse file of a terabyte costs nothing before it is
     /// refused.
@@ -507,27 +507,12 @@ impl Root {
             .metadata()
             .map_err(|e| Error::from(e).at("open", path))?;
         let claimed = if meta.is_file() { meta.len() } else { 0 };
-        if claimed > MAX_READ_BYTES {
-            return Err(Error::file_too_large(claimed));
-        }
-        // Node reads a regular file up to its size, and a file claiming none
-        // (a FIFO, a /proc file) to its end: one byte past the bound tells.
-        let limit = if claimed > 0 {
-            claimed
-        } else {
-            MAX_READ_BYTES + 1
-        };
-        let buf = read_bounded(&file, limit, claimed)?;
-        if buf.len() as u64 > MAX_READ_BYTES {
-            return Err(Error::file_too_large(buf.len() as u64));
-        }
-        Ok(buf)
+        crate::whole_read::whole(&file, claimed)
     }
 
     /// Reads at most `len` bytes from the start of a file.
     pub fn read_head(&self, path: &Path, len: usize) -> Result<Vec<u8>> {
-        let file = self.open_read(path)?;
-        read_bounded(&file, len as u64, len as u64)
+        crate::whole_read::head(&self.open_read(path)?, len)
     }
 
     /// Checks that the file exists and grants `access` to the caller.
@@ -896,24 +881,6 @@ impl Root {
     }
 }
 
-/// Bytes a read reserves up front from the size a file claims (or a caller
-/// asks for): a source file is read in one go, while a file claiming more
-/// (a sparse one claims what it likes) grows its buffer only as bytes
-/// actually arrive. 8 MiB: beyond the source files pi reads.
-const READ_RESERVE: u64 = 8 << 20;
-
-/// Reads `file` to its end or to `limit` bytes, reserving at most
-/// `READ_RESERVE` of the `hint` up front.
-fn read_bounded(file: &File, limit: u64, hint: u64) -> Result<Vec<u8>> {
-    // One byte past the hint: a read that ends there needs no second look.
-    let reserve = hint.saturating_add(1).min(limit).min(READ_RESERVE);
-    let mut buf = Vec::with_capacity(reserve as usize);
-    file.take(limit)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::read(errno_of(&e)))?;
-    Ok(buf)
-}
-
 /// Runs `op`, naming the system call (as Node names it) and the path as given
 /// in its error, so messages read like Node's (`ENOENT: …, open '<path>'`).
 fn named<T>(syscall: &'static str, path: &Path, op: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -964,6 +931,7 @@ fn temp_name() -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::MAX_READ_BYTES;
     use std::fs;
     use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 

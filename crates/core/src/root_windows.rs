@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::windows::ffi::OsStringExt;
 use std::os::windows::fs::OpenOptionsExt;
 use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle};
@@ -69,7 +69,7 @@ use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
 pub use crate::error::Result;
-use crate::error::{Error, ErrorKind, MAX_READ_BYTES};
+use crate::error::{Error, ErrorKind};
 use crate::policy::Policy;
 
 /// Symlinks and junctions expanded in one resolution before giving up, as
@@ -547,31 +547,18 @@ impl Root {
     }
 
     /// Reads a whole file as Node's `fs.readFile` does: up to its size at
-    /// open time, refused past [`MAX_READ_BYTES`] with Node's
-    /// `ERR_FS_FILE_TOO_LARGE`. Memory is reserved only up to `READ_RESERVE`.
+    /// open time, refused past [`MAX_READ_BYTES`](crate::error::MAX_READ_BYTES) with Node's
+    /// `ERR_FS_FILE_TOO_LARGE`. Memory is reserved only up to the read's reserve (`whole_read`).
     pub fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
         let file = self.open_read(path)?;
         let meta = file.metadata().map_err(|e| io_error(e).at("open", path))?;
         let claimed = if meta.is_file() { meta.len() } else { 0 };
-        if claimed > MAX_READ_BYTES {
-            return Err(Error::file_too_large(claimed));
-        }
-        let limit = if claimed > 0 {
-            claimed
-        } else {
-            MAX_READ_BYTES + 1
-        };
-        let buf = read_bounded(&file, limit, claimed)?;
-        if buf.len() as u64 > MAX_READ_BYTES {
-            return Err(Error::file_too_large(buf.len() as u64));
-        }
-        Ok(buf)
+        crate::whole_read::whole(&file, claimed)
     }
 
     /// Reads at most `len` bytes from the start of a file.
     pub fn read_head(&self, path: &Path, len: usize) -> Result<Vec<u8>> {
-        let file = self.open_read(path)?;
-        read_bounded(&file, len as u64, len as u64)
+        crate::whole_read::head(&self.open_read(path)?, len)
     }
 
     /// Checks that the file exists and grants `access`: as libuv on Windows,
@@ -853,19 +840,6 @@ const PROBE_ACCESS: u32 = FILE_READ_ATTRIBUTES | SYNCHRONIZE;
 const DIR_ACCESS: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE;
 const DIR_OPTIONS: u32 = FILE_DIRECTORY_FILE;
 const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
-
-/// Bytes a read reserves up front from the size a file claims: 8 MiB, beyond
-/// the source files pi reads.
-const READ_RESERVE: u64 = 8 << 20;
-
-fn read_bounded(file: &File, limit: u64, hint: u64) -> Result<Vec<u8>> {
-    let reserve = hint.saturating_add(1).min(limit).min(READ_RESERVE);
-    let mut buf = Vec::with_capacity(reserve as usize);
-    file.take(limit)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::read(io_errno(&e)))?;
-    Ok(buf)
-}
 
 /// Runs `op`, naming the system call and the path in its error as Node on
 /// Windows does: a system error's path with `\` separators, a refusal's as given.
