@@ -262,6 +262,30 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(declared(remote.requests)).toEqual(declared(stock.requests));
   });
 
+  it.runIf(sandbox)(
+    "--native-remote with --native-sandbox: bash runs in the server's --sandbox; a server without one is refused",
+    async () => {
+      const server = serverBinaryPath();
+      const [confined, unconfined] = await Promise.all([
+        run(["--native-remote", `exec '${server}' --root . --sandbox`, "--native-sandbox"]),
+        run(["--native-remote", `exec '${server}' --root .`, "--native-sandbox"]),
+      ]);
+      expect(confined.stderr).toBe("");
+      // The server's sandbox shows the workspace alone, as the local one does.
+      expect(confined.results[STEP.bash]).toEqual({
+        tool: "bash",
+        isError: true,
+        text: "goodbye world\ncat: ../outside.txt: No such file or directory\n\n\nCommand exited with code 1",
+      });
+      const others = (results) => results.filter((_, i) => i !== STEP.bash);
+      expect(others(confined.results)).toEqual(others(native.results));
+      expect(unconfined.stderr).toContain(
+        "remote server runs commands unsandboxed, and connect was given requireSandbox",
+      );
+      expect(unconfined.results.every((r) => r.isError)).toBe(true);
+    },
+  );
+
   it("--native-remote: the model is told the server's working directory", async () => {
     const server = serverBinaryPath();
     const remote = await withScript([{ tool: "read", args: { path: "ws/a.txt" } }], () =>
@@ -283,7 +307,10 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
         'sandbox.mode must be one of "auto", "namespaces", "landlock", got "bogus"',
       ],
       [["--native-remote", "echo no server here >&2; exit 3"], "no server here"],
-      [["--native-remote", "exec true", "--native-sandbox"], "--native-sandbox does not apply to --native-remote"],
+      [
+        ["--native-remote", "exec true", "--native-sandbox", "--native-sandbox-mode", "landlock"],
+        "--native-sandbox-mode does not apply to --native-remote: give the server's pi-native-ops-server --sandbox",
+      ],
       [{ sandbox: "yes" }, 'settings "pi-native-ops".sandbox must be a boolean'],
       [{ sandbx: true }, 'settings "pi-native-ops": unknown key "sandbx"'],
       [{ sandboxNetwork: true }, "--native-sandbox-network needs --native-sandbox"],

@@ -48,9 +48,9 @@ function workspace(user) {
  * A connection to a new server on `root` (as `user`, over `transport`) with `args`, collecting events:
  * `{ connection, events }`.
  */
-async function open({ transport, user }, root, args) {
+async function open({ transport, user }, root, args, extra = {}) {
   const events = [];
-  const options = { policy: { denyRead: [".env"] }, onPolicyEvent: (e) => events.push(e) };
+  const options = { policy: { denyRead: [".env"] }, onPolicyEvent: (e) => events.push(e), ...extra };
   if (transport === "websocket") {
     const listening = await startListening(bin, { root, args });
     cleanup.push(() => listening.close());
@@ -90,7 +90,9 @@ describe.skipIf(!bin).each(runs)("the remote shell over $transport as $user", (h
     // Namespaces mode shows the workspace at the runtime root; Landlock mode sees the host's paths.
     const cwd = mode === "namespaces" ? "/workspace" : root;
     const args = ["--sandbox", mode, ...(mode === "namespaces" ? ["--runtime-root", cwd] : [])];
-    const { connection, events } = await open(how, root, args);
+    const { connection, events } = await open(how, root, args, { requireSandbox: true });
+    // The hello says how commands run, so a client can require it.
+    expect(connection.server.sandbox).toEqual({ mode, network: false });
     const read = await run(connection, READ, cwd);
     expect(read.exitCode).not.toBe(0);
     expect(read.output).not.toContain(SECRET);
@@ -130,6 +132,7 @@ describe.skipIf(!bin).each(runs)("the remote shell over $transport as $user", (h
   it("without --sandbox the shell is not confined by the policy (the file tools still are)", async () => {
     const root = workspace(how.user);
     const { connection, events } = await open(how, root, []);
+    expect(connection.server.sandbox).toBe(null);
     expect(await run(connection, READ, root)).toEqual({ exitCode: 0, output: `${SECRET}\n` });
     expect(await run(connection, HOOK, root)).toEqual({ exitCode: 0, output: "" });
     expect(existsSync(path.join(root, ".git/hooks/pre-commit"))).toBe(true);
@@ -137,12 +140,28 @@ describe.skipIf(!bin).each(runs)("the remote shell over $transport as $user", (h
     await expect(connection.fs.read.readFile(path.join(root, ".env"))).rejects.toThrow("is protected by policy");
   });
 
+  it("requireSandbox refuses a server without --sandbox before any call", async () => {
+    const root = workspace(how.user);
+    const refused = open(how, root, [], { requireSandbox: true });
+    await expect(refused).rejects.toMatchObject({
+      code: "ERR_PI_NATIVE_OPS_UNSANDBOXED",
+      message: expect.stringContaining("remote server runs commands unsandboxed"),
+    });
+    await expect(open(how, root, [], { requireSandbox: "yes" })).rejects.toThrow(
+      "options.requireSandbox must be a boolean",
+    );
+  });
+
   it.runIf(modes.includes("landlock"))(
     "a sandbox the server cannot make fails each command with ESANDBOX, and none runs unsandboxed",
     async () => {
       const root = workspace(how.user);
       // Landlock mode cannot show the workspace elsewhere than where it is.
-      const { connection } = await open(how, root, ["--sandbox", "landlock", "--runtime-root", "/workspace"]);
+      const { connection } = await open(how, root, ["--sandbox", "landlock", "--runtime-root", "/workspace"], {
+        requireSandbox: true,
+      });
+      // Never unconfined, so it passes requireSandbox.
+      expect(connection.server.sandbox).toEqual({ mode: "landlock", network: false });
       for (let i = 0; i < 2; i++) {
         const result = await run(connection, "echo ran > ran.txt", "/workspace");
         expect(result).toEqual({ error: expect.stringContaining("Landlock"), code: "ESANDBOX" });
@@ -176,6 +195,7 @@ describe.skipIf(!bin || !modes.includes("namespaces") || !hasCurl)("--sandbox-ne
     const root = workspace(how.user);
     const args = ["--sandbox", "namespaces", "--runtime-root", "/workspace", "--sandbox-network", '["localhost"]'];
     const { connection, events } = await open(how, root, args);
+    expect(connection.server.sandbox).toEqual({ mode: "namespaces", network: ["localhost"] });
     const byName = `curl -sS http://localhost:${port}/a`;
     expect(await run(connection, byName, "/workspace")).toEqual({ exitCode: 0, output: "hello /a\n" });
     expect(connects(events)).toEqual([

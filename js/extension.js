@@ -17,7 +17,11 @@ const STATUS = "pi-native-ops";
 const STDERR_KEPT_BYTES = 4096;
 
 const FLAGS = {
-  "native-sandbox": { type: "boolean", default: false, description: "pi-native-ops: run bash in a sandbox" },
+  "native-sandbox": {
+    type: "boolean",
+    default: false,
+    description: "pi-native-ops: run bash in a sandbox (with --native-remote: require the server's --sandbox)",
+  },
   "native-sandbox-mode": {
     type: "string",
     description: "pi-native-ops: sandbox mode: auto (default), namespaces or landlock",
@@ -236,10 +240,15 @@ function readOptions(api) {
   if (options.remote !== undefined && options.remote.trim() === "") {
     throw new Error("--native-remote needs the command that starts pi-native-ops-server");
   }
-  if (options.remote !== undefined && options.sandbox) {
-    throw new Error(
-      "--native-sandbox does not apply to --native-remote: run pi-native-ops-server itself in the sandbox (a container)",
-    );
+  if (options.remote !== undefined) {
+    // The server sandboxes its commands (`--sandbox`); here --native-sandbox only requires that it does.
+    for (const [name, given] of sandboxOnly) {
+      if (given) {
+        throw new Error(
+          `--${name} does not apply to --native-remote: give the server's pi-native-ops-server --sandbox [MODE] --sandbox-network NET`,
+        );
+      }
+    }
   }
   return options;
 }
@@ -277,8 +286,14 @@ function sandboxUnavailable(mode = "auto") {
   return error === null ? null : `${mode} mode: ${error}`;
 }
 
+/** The status line's word on a remote server's sandbox (its hello's): none when it has none. */
+function sandboxStatus(sandbox) {
+  if (sandbox === null) return "";
+  return ` · sandbox ${sandbox.mode ?? "unavailable"}`;
+}
+
 /** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
-async function connectRemote(command, { index, signal, policy, onPolicyEvent }) {
+async function connectRemote(command, { index, signal, requireSandbox, policy, onPolicyEvent }) {
   const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => {
@@ -286,7 +301,13 @@ async function connectRemote(command, { index, signal, policy, onPolicyEvent }) 
   });
   const spawned = new Promise((_, reject) => child.once("error", reject));
   try {
-    const options = { index, signal, ...(policy && { policy }), ...(onPolicyEvent && { onPolicyEvent }) };
+    const options = {
+      index,
+      signal,
+      requireSandbox,
+      ...(policy && { policy }),
+      ...(onPolicyEvent && { onPolicyEvent }),
+    };
     const connection = await Promise.race([connect(child, options), spawned]);
     return { connection, child };
   } catch (err) {
@@ -312,6 +333,7 @@ async function start(pi, flags, cwd, signal) {
     const { connection, child } = await connectRemote(flags.remote, {
       index: flags.index || undefined,
       signal,
+      requireSandbox: flags.sandbox,
       ...policed,
     });
     const root = connection.server.root;
@@ -342,7 +364,7 @@ async function start(pi, flags, cwd, signal) {
       tools,
       userBash,
       close,
-      status: `remote ${root}${flags.index ? " · index" : ""}${policy ? " · policy" : ""}`,
+      status: `remote ${root}${sandboxStatus(connection.server.sandbox)}${flags.index ? " · index" : ""}${policy ? " · policy" : ""}`,
       remote: { localCwd: cwd, root },
       context,
     };

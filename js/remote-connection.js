@@ -112,6 +112,21 @@ function streamsOf(transport) {
 }
 
 /** One connection: framing, calls in flight by id, flow-control credits, lifecycle. */
+
+/**
+ * hello's `sandbox` (`--sandbox`): `{ mode, network }`, or null when the server runs commands unconfined
+ * (a server older than the field says nothing: null too); undefined when malformed.
+ */
+function sandboxOf(value) {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "object" || Array.isArray(value)) return undefined;
+  const { mode, network } = value;
+  if (mode !== null && typeof mode !== "string") return undefined;
+  const hosts = Array.isArray(network) && network.every((host) => typeof host === "string");
+  if (typeof network !== "boolean" && !hosts) return undefined;
+  return { mode, network: hosts ? [...network] : network };
+}
+
 export class Connection {
   constructor(transport) {
     const { input, output, child } = streamsOf(transport);
@@ -447,11 +462,14 @@ export class Connection {
     if (typeof hello.root !== "string" || !path.isAbsolute(hello.root)) {
       return this.fail("protocol violation: hello without an absolute root");
     }
+    const sandbox = sandboxOf(hello.sandbox);
+    if (sandbox === undefined) return this.fail("protocol violation: hello with a malformed sandbox");
     this.server = {
       protocol: hello.protocol,
       version: String(hello.server),
       root: hello.root,
       platform: String(hello.platform),
+      sandbox,
     };
     this.handshake?.resolve();
   }

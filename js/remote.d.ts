@@ -45,6 +45,11 @@ export interface ConnectOptions {
    * enough. A callback that throws (or rejects) is ignored.
    */
   onPolicyEvent?: (event: PolicyEvent | PolicyEventsDropped) => void;
+  /**
+   * Refuse a server that runs commands unsandboxed (started without `--sandbox`): connect rejects with
+   * code `ERR_PI_NATIVE_OPS_UNSANDBOXED` and the connection is closed before any call. Default `false`.
+   */
+  requireSandbox?: boolean;
 }
 
 /** What the server said in its hello. */
@@ -57,6 +62,13 @@ export interface RemoteServerInfo {
   root: string;
   /** The server's `platform-arch`, e.g. `linux-x64`. */
   platform: string;
+  /**
+   * How the server confines commands (`pi-native-ops-server --sandbox`), or null when it runs them
+   * unsandboxed. `mode`: the sandbox commands run in, null when the server's machine can make none (then
+   * every command fails with `ESANDBOX`: none runs unconfined). `network`: `false` (none), `true` (the
+   * host's) or the hosts its proxy allows.
+   */
+  sandbox: { mode: "namespaces" | "landlock" | null; network: boolean | string[] } | null;
 }
 
 /** A connection made by {@link connect}. */

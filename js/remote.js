@@ -32,7 +32,8 @@ function checkForwardEnv(value) {
  * `--policy`, which it can only add to); none given, the protected defaults apply. `onPolicyEvent` receives
  * each refusal of a file tool and the events the server reports. The shell is held to the policy only
  * when the server runs with `--sandbox` (its refusals then arrive as events with tool "bash"); without it,
- * commands are not confined by the policy.
+ * commands are not confined by the policy. `server.sandbox` says which (null: unconfined), and
+ * `requireSandbox: true` fails connect (code `ERR_PI_NATIVE_OPS_UNSANDBOXED`) with a server without it.
  */
 export async function connect(transport, options = {}) {
   checkObject(options);
@@ -40,7 +41,8 @@ export async function connect(transport, options = {}) {
   const index = checkIndexOption(options.index, "options.index");
   const policy = checkPolicy(options.policy, "options.policy");
   const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent, "options.onPolicyEvent");
-  const { signal } = options;
+  const { signal, requireSandbox = false } = options;
+  if (typeof requireSandbox !== "boolean") throw new TypeError("options.requireSandbox must be a boolean");
   if (signal !== undefined && (signal === null || typeof signal.aborted !== "boolean")) {
     throw new TypeError("options.signal must be an AbortSignal");
   }
@@ -61,6 +63,10 @@ export async function connect(transport, options = {}) {
       if (signal?.aborted) onAbort();
       signal?.addEventListener("abort", onAbort, { once: true });
     });
+    if (requireSandbox && conn.server.sandbox === null) {
+      conn.fail("the server does not sandbox its commands");
+      throw Object.assign(new Error(UNSANDBOXED), { code: "ERR_PI_NATIVE_OPS_UNSANDBOXED" });
+    }
     if (policyCall !== null) {
       try {
         await policyCall;
@@ -103,7 +109,12 @@ export async function connect(transport, options = {}) {
 }
 
 const REMOTE_SANDBOX =
-  "sandbox is not supported over a remote connection: run pi-native-ops-server itself in the sandbox (a container)";
+  "sandbox is the server's option over a remote connection: start pi-native-ops-server with --sandbox " +
+  "(connect's requireSandbox refuses a server without it), or run the server itself in a sandbox (a container)";
+
+const UNSANDBOXED =
+  "remote server runs commands unsandboxed, and connect was given requireSandbox: " +
+  "start pi-native-ops-server with --sandbox";
 
 function wireRemote(cwd, options, kind) {
   if (typeof cwd !== "string" || cwd.length === 0) throw new TypeError("cwd must be a non-empty string");

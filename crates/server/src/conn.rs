@@ -195,6 +195,28 @@ impl Site {
         Some(made)
     }
 
+    /// `hello`'s `sandbox`, so a client can require one: null without `--sandbox`, else the mode
+    /// commands run in (`auto` resolved; null when this machine can make neither, and then every
+    /// command fails with ESANDBOX: none ever runs unconfined) and their network (`false`,
+    /// `true`, or the proxy's allow-list).
+    pub fn hello_sandbox(&self) -> Option<serde_json::Value> {
+        use pi_native_ops_core::exec::sandbox::{support, Mode};
+        let shell = self.shell.as_ref()?;
+        let support = support();
+        let mode = match shell.mode {
+            Mode::Auto => support.auto(),
+            mode => support.guarantees(mode).map(|_| mode),
+        };
+        let network = match &shell.allow {
+            Some(allow) => serde_json::json!(allow),
+            None => serde_json::json!(shell.network),
+        };
+        Some(serde_json::json!({
+            "mode": mode.map(Mode::name),
+            "network": network,
+        }))
+    }
+
     /// The workspace under `spec`, a client's policy.
     fn workspace(&self, spec: &PolicySpec) -> Result<Workspace, CoreError> {
         if *spec == PolicySpec::from_raw(None, None, None) {
@@ -609,7 +631,11 @@ where
     W: Output + Send + 'static,
 {
     let (out, queue) = Outbox::new();
-    out.hello(&site.runtime_root.to_string_lossy(), &wire::platform());
+    out.hello(
+        &site.runtime_root.to_string_lossy(),
+        &wire::platform(),
+        site.hello_sandbox(),
+    );
     let mut conn = Connection::new(site, out.clone(), lanes);
     let stopper = conn.stopper.clone();
     let writer = std::thread::Builder::new()

@@ -260,12 +260,13 @@ impl Outbox {
         self.send_as(message, Vec::new(), Some(permit), false, false);
     }
 
-    pub fn hello(&self, root: &str, platform: &str) {
+    pub fn hello(&self, root: &str, platform: &str, sandbox: Option<Value>) {
         let hello = Outgoing::Hello {
             protocol: crate::wire::PROTOCOL,
             server: crate::wire::SERVER_VERSION,
             root,
             platform,
+            sandbox,
         };
         self.send(&hello, Vec::new(), None);
     }

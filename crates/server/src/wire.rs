@@ -221,6 +221,8 @@ pub enum Outgoing<'a> {
         server: &'static str,
         root: &'a str,
         platform: &'a str,
+        /// `--sandbox`: how every command is confined (`Site::hello_sandbox`); null without it.
+        sandbox: Option<Value>,
     },
     Ok {
         id: u64,

@@ -31,6 +31,8 @@ struct Server {
     child: Arc<Mutex<Child>>,
     stdin: Option<File>,
     stdout: File,
+    /// The server's `hello`.
+    hello: Value,
 }
 
 impl Server {
@@ -98,8 +100,10 @@ impl Server {
             child,
             stdin,
             stdout,
+            hello: Value::Null,
         };
         let (hello, _) = server.recv();
+        server.hello = hello.clone();
         assert_eq!(hello["t"], "hello");
         assert_eq!(hello["protocol"], 1);
         assert_eq!(hello["server"], env!("CARGO_PKG_VERSION"));
@@ -398,6 +402,44 @@ fn a_socket_stdout_gets_a_send_buffer_of_the_whole_window() {
         .parse()
         .unwrap();
     assert_eq!(size, 2 * max.min(4 << 20));
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
+fn hello_says_how_commands_are_sandboxed() {
+    use pi_native_ops_core::exec::sandbox::support;
+    let dir = workspace();
+    let server = Server::start(dir.path(), None);
+    assert_eq!(server.hello["sandbox"], Value::Null, "{}", server.hello);
+    assert_eq!(server.close(), Some(0));
+
+    let os = std::ffi::OsStr::new;
+    let args = [
+        os("--sandbox"),
+        os("namespaces"),
+        os("--sandbox-network"),
+        os(r#"["localhost","*.example.org"]"#),
+    ];
+    let server = Server::start_args(dir.path(), &args);
+    let available = support().namespaces.is_ok();
+    let mode = if available {
+        json!("namespaces")
+    } else {
+        Value::Null
+    };
+    assert_eq!(
+        server.hello["sandbox"],
+        json!({"mode": mode, "network": ["localhost", "*.example.org"]}),
+    );
+    assert_eq!(server.close(), Some(0));
+
+    let args = [os("--sandbox"), os("--sandbox-network"), os("true")];
+    let server = Server::start_args(dir.path(), &args);
+    let auto = support().auto().map(|m| m.name());
+    assert_eq!(
+        server.hello["sandbox"],
+        json!({"mode": auto, "network": true})
+    );
     assert_eq!(server.close(), Some(0));
 }
 
