@@ -193,8 +193,20 @@ impl Error {
     /// A file of `size` bytes (as its `fstat` claims, or as many as were read
     /// before the read passed [`MAX_READ_BYTES`]) is too large to read whole.
     pub fn file_too_large(size: u64) -> Error {
+        // Node's words (`ERR_FS_FILE_TOO_LARGE` in lib/internal/errors.js).
         Error {
-            text: Some(size.to_string()),
+            text: Some(format!("File size ({size}) is greater than 2 GiB")),
+            ..Error::new(ErrorKind::FileTooLarge)
+        }
+    }
+
+    /// A whole-file read of `size` bytes past `max`, the most a face carries in one answer (the
+    /// remote protocol's frame), below Node's own bound: the same kind and code as Node's refusal.
+    pub fn file_too_large_to_carry(size: u64, max: u64) -> Error {
+        Error {
+            text: Some(format!(
+                "File size ({size}) is greater than {max} bytes, the most one answer carries"
+            )),
             ..Error::new(ErrorKind::FileTooLarge)
         }
     }
@@ -393,8 +405,7 @@ impl fmt::Display for Error {
             }
             ErrorKind::Aborted => f.write_str("Operation aborted"),
             ErrorKind::SandboxUnavailable => write!(f, "sandbox unavailable: {text}"),
-            // Node's words (`ERR_FS_FILE_TOO_LARGE` in lib/internal/errors.js).
-            ErrorKind::FileTooLarge => write!(f, "File size ({text}) is greater than 2 GiB"),
+            ErrorKind::FileTooLarge => f.write_str(text),
             // pi's words (createLocalBashOperations).
             ErrorKind::ShellNotFound => write!(f, "Custom shell path not found: {text}"),
             ErrorKind::WorkingDirectory => write!(

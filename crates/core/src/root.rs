@@ -502,12 +502,19 @@ impl Root {
     /// arrive, so a sparse file of a terabyte costs nothing before it is
     /// refused.
     pub fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
+        self.read_file_within(path, crate::error::MAX_READ_BYTES)
+    }
+
+    /// [`Root::read_file`] for a face that carries at most `max` bytes in one answer (the remote
+    /// protocol's frame): a larger file is refused before any of it is read, with the same
+    /// kind and code as Node's refusal.
+    pub fn read_file_within(&self, path: &Path, max: u64) -> Result<Vec<u8>> {
         let file = self.open_read(path)?;
         let meta = file
             .metadata()
             .map_err(|e| Error::from(e).at("open", path))?;
         let claimed = if meta.is_file() { meta.len() } else { 0 };
-        crate::whole_read::whole(&file, claimed)
+        crate::whole_read::whole(&file, claimed, max)
     }
 
     /// Reads at most `len` bytes from the start of a file.
@@ -990,6 +997,30 @@ mod tests {
         assert_eq!(
             failure(r.read_file(&f.root.join("missing"))),
             os(Errno::ENOENT)
+        );
+    }
+
+    #[test]
+    fn read_file_within_refuses_past_its_bound_before_reading() {
+        let f = fixture();
+        let r = open(&f);
+        let file = f.root.join("ten");
+        std::fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(r.read_file_within(&file, 10).unwrap(), b"0123456789");
+        let e = r.read_file_within(&file, 9).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::FileTooLarge);
+        assert_eq!(e.code().as_deref(), Some("ERR_FS_FILE_TOO_LARGE"));
+        assert_eq!(
+            e.to_string(),
+            "File size (10) is greater than 9 bytes, the most one answer carries"
+        );
+        // A bound past Node's is Node's.
+        let sparse = f.root.join("sparse");
+        File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
+        let e = r.read_file_within(&sparse, u64::MAX).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("File size ({}) is greater than 2 GiB", 1u64 << 40)
         );
     }
 

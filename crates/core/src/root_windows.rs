@@ -550,10 +550,17 @@ impl Root {
     /// open time, refused past [`MAX_READ_BYTES`](crate::error::MAX_READ_BYTES) with Node's
     /// `ERR_FS_FILE_TOO_LARGE`. Memory is reserved only up to the read's reserve (`whole_read`).
     pub fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
+        self.read_file_within(path, crate::error::MAX_READ_BYTES)
+    }
+
+    /// [`Root::read_file`] for a face that carries at most `max` bytes in one answer (the remote
+    /// protocol's frame): a larger file is refused before any of it is read, with the same
+    /// kind and code as Node's refusal.
+    pub fn read_file_within(&self, path: &Path, max: u64) -> Result<Vec<u8>> {
         let file = self.open_read(path)?;
         let meta = file.metadata().map_err(|e| io_error(e).at("open", path))?;
         let claimed = if meta.is_file() { meta.len() } else { 0 };
-        crate::whole_read::whole(&file, claimed)
+        crate::whole_read::whole(&file, claimed, max)
     }
 
     /// Reads at most `len` bytes from the start of a file.

@@ -14,23 +14,28 @@ use crate::Result;
 const READ_RESERVE: u64 = 8 << 20;
 
 /// The whole of `file`: a regular file up to its size at open time (refused
-/// past [`MAX_READ_BYTES`] with Node's `ERR_FS_FILE_TOO_LARGE`), anything else
-/// to its end (refused once more than that has arrived). `claimed` is the
-/// size the file's metadata gives a regular file, else 0.
-pub(crate) fn whole(file: &File, claimed: u64) -> Result<Vec<u8>> {
-    if claimed > MAX_READ_BYTES {
-        return Err(Error::file_too_large(claimed));
+/// past `max` bytes, at most [`MAX_READ_BYTES`], before any is read: Node's
+/// `ERR_FS_FILE_TOO_LARGE`), anything else to its end (refused once more than
+/// `max` has arrived). `claimed` is the size the file's metadata gives a
+/// regular file, else 0.
+pub(crate) fn whole(file: &File, claimed: u64, max: u64) -> Result<Vec<u8>> {
+    let max = max.min(MAX_READ_BYTES);
+    let refuse = |size: u64| {
+        Err(if max == MAX_READ_BYTES {
+            Error::file_too_large(size)
+        } else {
+            Error::file_too_large_to_carry(size, max)
+        })
+    };
+    if claimed > max {
+        return refuse(claimed);
     }
     // Node reads a regular file up to its size, and a file claiming none
     // (a FIFO, a /proc file) to its end: one byte past the bound tells.
-    let limit = if claimed > 0 {
-        claimed
-    } else {
-        MAX_READ_BYTES + 1
-    };
+    let limit = if claimed > 0 { claimed } else { max + 1 };
     let buf = bounded(file, limit, claimed)?;
-    if buf.len() as u64 > MAX_READ_BYTES {
-        return Err(Error::file_too_large(buf.len() as u64));
+    if buf.len() as u64 > max {
+        return refuse(buf.len() as u64);
     }
     Ok(buf)
 }

@@ -406,6 +406,40 @@ fn a_socket_stdout_gets_a_send_buffer_of_the_whole_window() {
 }
 
 #[test]
+fn a_read_file_no_answer_can_carry_is_refused_before_it_is_read() {
+    let dir = workspace();
+    // Sparse: a gibibyte and a byte that costs no disk, but would cost memory if read.
+    let big = std::fs::File::create(dir.path().join("big.bin")).unwrap();
+    let size = (1u64 << 30) + 1;
+    big.set_len(size).unwrap();
+    let mut server = Server::start(dir.path(), Some("/workspace"));
+    server.send(
+        json!({"t":"call","id":1,"op":"readFile","path":"/workspace/big.bin"}),
+        b"",
+    );
+    let (err, _) = server.answer(1);
+    assert_eq!(err["t"], "error", "{err}");
+    assert_eq!(err["error"]["kind"], "FileTooLarge", "{err}");
+    assert_eq!(err["error"]["code"], "ERR_FS_FILE_TOO_LARGE", "{err}");
+    assert_eq!(
+        err["error"]["message"],
+        format!("File size ({size}) is greater than 1073741824 bytes, the most one answer carries")
+    );
+    let peak = status_field(server.pid(), "VmHWM:");
+    assert!(peak < MEMORY_BOUND_KIB, "the server's peak was {peak} KiB");
+    // A file within the bound reads as before.
+    std::fs::write(dir.path().join("small.txt"), "small\n").unwrap();
+    server.send(
+        json!({"t":"call","id":2,"op":"readFile","path":"/workspace/small.txt"}),
+        b"",
+    );
+    let (ok, bytes) = server.answer(2);
+    assert_eq!(ok["t"], "ok", "{ok}");
+    assert_eq!(bytes, b"small\n");
+    assert_eq!(server.close(), Some(0));
+}
+
+#[test]
 fn hello_says_how_commands_are_sandboxed() {
     use pi_native_ops_core::exec::sandbox::support;
     let dir = workspace();
