@@ -41,6 +41,12 @@ echo "test-windows: the core's Windows unit tests (the bounded root), under $(wi
 CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
   LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
   cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
+# The exec's Windows unit tests (exec::windows) and the cross-platform ones (quoting, preflight), with
+# brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
+export PI_NATIVE_OPS_WIN_BASH="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\brush\\bin\\brush.exe"
+CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
+  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib exec::
 
 # The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
 # its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
@@ -102,7 +108,11 @@ fi
 
 # The config is imported as is (`--configLoader native`): vite would bundle it to a file beside it first,
 # which the wine user may not write.
-files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows}.test.js)
+# exec-windows: the exec on Windows, with brush-shell as the bash (PI_NATIVE_OPS_WIN_BASH). The unix exec
+# suites (bash, bash-tool, bash-flood, sandbox-*) do not run here: their commands are written for a unix
+# (sleep, seq, head, setsid, kill -9 $$, /proc, /dev/zero), which neither brush on Windows nor wine has;
+# exec-windows covers the same contract with Windows processes, and pi's bash tool parity with brush.
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,exec-windows}.test.js)
 pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
 echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
 PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \

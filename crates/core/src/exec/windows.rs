@@ -795,6 +795,130 @@ impl Drop for Execution {
 mod tests {
     use super::*;
 
+    /// The bash the tests run: `PI_NATIVE_OPS_WIN_BASH` (scripts/test-windows.sh: brush-shell under
+    /// wine), else none, and the test says so and passes (a Windows machine without it has no bash).
+    fn bash() -> Option<String> {
+        let shell = std::env::var("PI_NATIVE_OPS_WIN_BASH")
+            .ok()
+            .filter(|s| !s.is_empty());
+        if shell.is_none() {
+            eprintln!("PI_NATIVE_OPS_WIN_BASH is not set: no bash to run");
+        }
+        shell
+    }
+
+    fn request(shell: &str, command: &str) -> ExecRequest {
+        ExecRequest {
+            shell: Some(shell.into()),
+            command: command.into(),
+            cwd: std::env::temp_dir().to_string_lossy().into_owned(),
+            cwd_map: None,
+            env: None,
+            sandbox: None,
+            events: None,
+        }
+    }
+
+    #[test]
+    fn output_is_one_ordered_stream_and_the_exit_code_comes_back() {
+        let Some(shell) = bash() else { return };
+        let mut execution = spawn(&request(
+            &shell,
+            "echo out; echo err >&2; echo again; exit 3",
+        ))
+        .unwrap();
+        let mut output = Vec::new();
+        let outcome = execution.pump(&mut |chunk| {
+            output.extend(chunk);
+            true
+        });
+        assert_eq!(output, b"out\nerr\nagain\n");
+        assert_eq!(
+            outcome,
+            Outcome {
+                exit_code: Some(3),
+                killed: false
+            }
+        );
+    }
+
+    #[test]
+    fn the_environment_is_exactly_the_given_one() {
+        let Some(shell) = bash() else { return };
+        // PI_NATIVE_OPS_WIN_BASH is in this process's environment, not in the given one. (Not PATH:
+        // wine fills in the system's variables a block lacks.)
+        let mut req = request(&shell, "echo \"[$FOO][${PI_NATIVE_OPS_WIN_BASH-unset}]\"");
+        req.env = Some(vec!["FOO=bar baz".into()]);
+        let mut execution = spawn(&req).unwrap();
+        let mut output = Vec::new();
+        execution.pump(&mut |chunk| {
+            output.extend(chunk);
+            true
+        });
+        assert_eq!(String::from_utf8_lossy(&output), "[bar baz][unset]\n");
+    }
+
+    #[test]
+    fn kill_ends_a_running_tree_and_the_pump_returns() {
+        let Some(shell) = bash() else { return };
+        let command = "echo started; cmd /c \"ping -n 1000 127.0.0.1 >NUL\"; echo not reached";
+        let mut execution = spawn(&request(&shell, command)).unwrap();
+        let control = execution.control();
+        let mut output = Vec::new();
+        let outcome = execution.pump(&mut |chunk| {
+            output.extend(chunk);
+            if output.starts_with(b"started") {
+                control.kill();
+            }
+            true
+        });
+        assert!(outcome.killed);
+        assert_eq!(outcome.exit_code, Some(KILLED_EXIT_CODE as i32));
+        assert_eq!(output, b"started\n");
+    }
+
+    #[test]
+    fn a_consumer_that_gives_up_kills_the_tree() {
+        let Some(shell) = bash() else { return };
+        let command = "echo first; cmd /c \"ping -n 1000 127.0.0.1 >NUL\"";
+        let mut execution = spawn(&request(&shell, command)).unwrap();
+        let outcome = execution.pump(&mut |_| false);
+        assert!(outcome.killed);
+    }
+
+    #[test]
+    fn a_missing_shell_and_cwd_are_pis_refusals() {
+        let err = spawn(&request(r"C:\no\such\bash.exe", "echo"))
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            r"Custom shell path not found: C:\no\such\bash.exe"
+        );
+        let Some(shell) = bash() else { return };
+        let mut req = request(&shell, "echo");
+        req.cwd = r"C:\no\such\dir".into();
+        let err = spawn(&req).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "Working directory does not exist: C:\\no\\such\\dir\nCannot execute bash commands."
+        );
+    }
+
+    #[test]
+    fn wsl_legacy_bash_is_recognised_as_pi_recognises_it() {
+        let root = std::env::var("SystemRoot").unwrap_or_else(|_| r"C:\windows".into());
+        assert!(preflight::is_legacy_wsl_bash(&format!(
+            r"{root}\System32\bash.exe"
+        )));
+        assert!(preflight::is_legacy_wsl_bash(&format!(
+            r"{root}/sysnative/BASH.EXE"
+        )));
+        assert!(!preflight::is_legacy_wsl_bash(
+            r"C:\Program Files\Git\bin\bash.exe"
+        ));
+    }
+
     #[test]
     fn the_environment_block_is_sorted_and_double_terminated() {
         let block = environment_block(&["b=2".into(), "A=1".into(), "=C:=C:\\x".into()]).unwrap();
