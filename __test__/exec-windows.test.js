@@ -17,7 +17,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createBashOperations, createNativeTools, createPowerShellOperations } from "pi-native-ops";
 import { collect, waitFor } from "./bash-helpers.js";
 import { isPi1, pi, runTool } from "./helpers/pi.js";
-import { windows } from "./helpers/windows.js";
+import { underWine, windows } from "./helpers/windows.js";
 
 const describeWindows = windows ? describe : describe.skip;
 const shellPath = process.env.PI_NATIVE_OPS_WIN_BASH || undefined;
@@ -330,6 +330,56 @@ describeWindows("createPowerShellOperations", () => {
       process.env.SystemRoot = saved.root;
     }
   });
+
+  // A stand-in that prints the arguments it was given (helpers/argv-echo.c; wine has no PowerShell), as
+  // pwsh.exe and as powershell.exe: what our operations start is exactly what pi's own start.
+  const argvEcho = process.env.PI_NATIVE_OPS_WIN_ARGV || undefined;
+  it.runIf(isPi1 && argvEcho)(
+    "starts PowerShell as pi does: pi's lookup and arguments, the UTF-8 prefix, Windows PowerShell's exit suffix",
+    async () => {
+      const saved = { path: process.env.PATH, pf: process.env.ProgramFiles };
+      const commands = ['Write-Output "a \\"b\\"" \'c:\\dir\\\' héllo ✓\nGet-Date', "dir `"];
+      try {
+        process.env.ProgramFiles = path.join(dir, "pf-none");
+        for (const name of ["pwsh.exe", "powershell.exe"]) {
+          const bin = path.join(dir, `bin-${name}`);
+          mkdirSync(bin, { recursive: true });
+          copyFileSync(argvEcho, path.join(bin, name));
+          // System32 too: pi's lookup runs where.exe from there.
+          process.env.PATH = `${bin};${path.join(process.env.SystemRoot, "System32")}`;
+          for (const command of commands) {
+            const ours = collect();
+            const theirs = collect();
+            expect(await createPowerShellOperations().exec(command, dir, ours)).toEqual({ exitCode: 0 });
+            if (!underWine) await pi.createLocalPowerShellOperations().exec(command, dir, theirs);
+            const argv = ours.text().split("\x1e").slice(0, -1);
+            expect(argv[0]).toBe(path.join(bin, name));
+            expect(argv.slice(1, 6)).toEqual([
+              "-NoProfile",
+              "-NonInteractive",
+              "-ExecutionPolicy",
+              "Bypass",
+              "-Command",
+            ]);
+            const prefix = "try { [Console]::OutputEncoding=[System.Text.Encoding]::UTF8 } catch {}\n";
+            expect(argv[6].slice(0, prefix.length + command.length)).toBe(`${prefix}${command}`);
+            expect(argv[6].endsWith("\nexit 1")).toBe(name === "powershell.exe" && !command.endsWith("`"));
+            // Under wine, pi's own lookup cannot find a PowerShell on PATH: it asks where.exe, a stub there
+            // that finds nothing (and pi falls back to wine's stub powershell.exe under SystemRoot).
+            if (!underWine) expect(ours.text()).toBe(theirs.text());
+          }
+        }
+        // A missing cwd: pi's refusal names PowerShell.
+        const gone = path.join(dir, "gone");
+        await expect(createPowerShellOperations().exec("Get-Date", gone, { onData() {} })).rejects.toThrow(
+          `Working directory does not exist: ${gone}\nCannot execute PowerShell commands.`,
+        );
+      } finally {
+        process.env.PATH = saved.path;
+        process.env.ProgramFiles = saved.pf;
+      }
+    },
+  );
 
   it("rejects unknown options", () => {
     expect(() => createPowerShellOperations({ shellPath: "x" })).toThrow(/unknown option "shellPath"/);

@@ -14,6 +14,9 @@
 #                  Bash exists here, and the exec suites need a real shell that speaks `-c` (the wine leg's
 #                  shellPath). Pinned; built once under a lock (flock), so two checkouts sharing this
 #                  directory neither build it twice nor see half of it.
+#   argv/argv-echo.exe
+#                  __test__/helpers/argv-echo.c: prints its arguments as the C runtime split them; the exec
+#                  suite's stand-in for pwsh.exe and powershell.exe (wine has no PowerShell)
 #   dlls/bcryptprimitives.dll
 #                  a stub of the one export wine 8 lacks: Rust's std imports ProcessPrng from
 #                  bcryptprimitives.dll; ours calls BCryptGenRandom. Loaded with
@@ -85,6 +88,13 @@ __declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
 }
 EOF
   x86_64-w64-mingw32-gcc -shared -O2 -o "$dlls/bcryptprimitives.dll" "$dlls/prng.c" -lbcrypt
+fi
+
+argv_echo="$tools/argv/argv-echo.exe"
+if [ ! -f "$argv_echo" ] || [ __test__/helpers/argv-echo.c -nt "$argv_echo" ]; then
+  mkdir -p "$tools/argv"
+  x86_64-w64-mingw32-gcc -municode -O2 -o "$argv_echo.$$" __test__/helpers/argv-echo.c
+  mv "$argv_echo.$$" "$argv_echo"
 fi
 
 # brush-shell for the exec suites (see above): installed into brush.tmp, then renamed into place.

@@ -44,6 +44,8 @@ CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X8
 # The exec's Windows unit tests (exec::windows) and the cross-platform ones (quoting, preflight), with
 # brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
 export PI_NATIVE_OPS_WIN_BASH="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\brush\\bin\\brush.exe"
+# The stand-in for pwsh.exe and powershell.exe (build-windows.sh): prints the arguments it was given.
+export PI_NATIVE_OPS_WIN_ARGV="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\argv\\argv-echo.exe"
 CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
   LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
   cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib exec::
