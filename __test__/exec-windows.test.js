@@ -34,6 +34,8 @@ function script(name, source) {
 }
 
 const node = windows ? `'${process.execPath}'` : "";
+// cmd.exe's switches untouched: Git Bash (MSYS2) would turn an argument `/c` into the path `C:/`.
+const cmd = "MSYS_NO_PATHCONV=1 cmd";
 // Prints PID=<pid>, then lives until killed; with "spawn", first starts a detached copy of itself (a
 // grandchild in a new process group, outside the shell's console) and prints its PID too; with a file
 // name, writes its pid there once it runs.
@@ -79,7 +81,7 @@ describeWindows("createBashOperations on Windows", () => {
 
   it("returns the shell's exit code, and a child's through it", async () => {
     expect(await ops.exec("exit 7", dir, { onData() {} })).toEqual({ exitCode: 7 });
-    expect(await ops.exec("cmd /c exit 5", dir, { onData() {} })).toEqual({ exitCode: 5 });
+    expect(await ops.exec(`${cmd} /c exit 5`, dir, { onData() {} })).toEqual({ exitCode: 5 });
     expect(await ops.exec(`${node} -e "process.exit(42)"`, dir, { onData() {} })).toEqual({ exitCode: 42 });
   });
 
@@ -136,7 +138,7 @@ describeWindows("createBashOperations on Windows", () => {
   it("a grandchild started with cmd's start /b dies with the tree", async () => {
     const out = collect();
     const controller = new AbortController();
-    const run = ops.exec(`cmd /c start /b ${sleeper()}; ${sleeper()}`, dir, {
+    const run = ops.exec(`${cmd} /c start /b ${sleeper()}; ${sleeper()}`, dir, {
       onData: (chunk) => {
         out.onData(chunk);
         if (pidsIn(out.text()).length === 2) controller.abort();

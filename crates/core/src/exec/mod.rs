@@ -23,6 +23,9 @@
 //! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
 //! supervisor's children to kill).
 //!
+//! On Windows, `windows` gives the same API on a Job object (the shell created suspended, assigned,
+//! resumed; kill-on-close) and one overlapped named pipe; `cmdline` quotes its command line.
+//!
 //! ```
 //! use pi_native_ops_core::exec::{self, ExecRequest};
 //!
