@@ -23,7 +23,8 @@ const describeWindows = windows ? describe : describe.skip;
 const shellPath = process.env.PI_NATIVE_OPS_WIN_BASH || undefined;
 const dir = windows ? mkdtempSync(path.join(tmpdir(), "pno-exec-")) : "";
 afterAll(() => {
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  // Retried: a process of the last test may still be letting go of the directory (EBUSY).
+  if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 20 });
 });
 
 /** A fixture script in `dir`; returns the command that runs it with this Node (bash single-quoted). */
