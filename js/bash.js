@@ -1,8 +1,9 @@
-// BashOperations backed by the native exec (src/exec.rs): one pipe for stdout+stderr, output
-// delivered with backpressure, the whole process tree killed on abort/timeout, and nothing left
-// running if Node dies. Validation and the timeout/abort strings follow pi 1.6.0's
-// createLocalBashOperations; shell resolution, the working directory check and their errors are
-// the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
+// BashOperations (and pi 1.6's PowerShellOperations) backed by the native exec (src/exec.rs): one pipe
+// for stdout+stderr, output delivered with backpressure, the whole process tree killed on abort/timeout
+// (a Job object on Windows), and nothing left running if Node dies. Validation and the timeout/abort
+// strings follow pi 1.6.0's createLocalBashOperations; shell resolution (unix, Windows, PowerShell), the
+// working directory check and their errors are the core's (crates/core/src/exec/preflight.rs), reached
+// through the native spawn.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
 import { checkObject, checkPath, checkString } from "./args.js";
