@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Windows leg, here under wine: the addon built for x86_64-pc-windows-gnu (scripts/build-windows.sh,
 # which installs what it lacks) and tested in npm's Windows Node 22: the core's Windows unit tests (the
-# bounded root on handles), then the vitest suites of the bounded fs with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI
-# picks another). The MSVC build and the whole suite run on a real Windows runner
+# bounded root on handles, the exec on a Job object), then the vitest suites of the bounded fs and of the
+# exec (brush-shell as the bash) with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI picks another). The MSVC build and the whole suite run on a real Windows runner
 # (.github/workflows/ci.yml, job windows).
 #
 # What wine cannot show, and where it runs instead (docs/windows.md, "Tests"): wine 8 makes no symlink or
