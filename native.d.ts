@@ -148,6 +148,11 @@ export interface BashSpawnRequest {
   env?: Array<string>
   /** Run the shell sandboxed (then `env` is ignored and `cwd` is in runtime form). */
   sandbox?: BashSandbox
+  /**
+   * Which of pi's shell tools: `"bash"` (default) or `"powershell"` (pi 1.6's, Windows only;
+   * `shell` is ignored, the core finds PowerShell as pi does).
+   */
+  kind?: 'bash' | 'powershell'
 }
 
 /** Whether `path` exists; rejects for a path outside the workspace. */

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, 
 import path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBoundFs, createNativeTools } from "pi-native-ops";
-import { runTool } from "./helpers/pi.js";
+import { isPi1, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, snapshot, tempDir, wineSwapStart } from "./helpers/tree.js";
 import { underWine, windows } from "./helpers/windows.js";
 
@@ -306,9 +306,10 @@ describeWindows("the bounded fs on Windows", () => {
   });
 
   describe("createNativeTools", () => {
-    it("read, write, edit and ls run on the bounded fs; bash, grep and find are pi's own", async () => {
+    it("read, write, edit and ls run on the bounded fs; bash (and pi 1.6's powershell) on the native exec; grep and find are pi's own", async () => {
       const tools = createNativeTools(root);
-      expect(Object.keys(tools).sort()).toEqual(["bash", "edit", "find", "grep", "ls", "read", "write"]);
+      const names = ["bash", "edit", "find", "grep", "ls", "read", "write", ...(isPi1 ? ["powershell"] : [])];
+      expect(Object.keys(tools).sort()).toEqual(names.sort());
       expect((await runTool(tools.read, { path: "a.txt" })).text).toContain("A");
       expect((await runTool(tools.write, { path: "tools\\made.txt", content: "one\n" })).error).toBeUndefined();
       expect(

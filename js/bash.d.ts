@@ -165,7 +165,19 @@ export interface NativeBashOperations {
 
 /**
  * BashOperations implemented natively: streamed output with backpressure, whole-tree kill on
- * abort/timeout (on Linux including descendants that called setsid), and no command outliving Node.
- * Not supported on Windows (exec rejects).
+ * abort/timeout (on Linux including descendants that called setsid; on Windows every process of the
+ * command's Job object), and no command outliving Node. On Windows the shell is found as pi finds it
+ * (`shellPath`, then Git Bash under `%ProgramFiles%` and `%ProgramFiles(x86)%`, then `bash.exe` on
+ * `PATH`); the sandbox is Linux-only (a sandboxed exec rejects with `ESANDBOX` elsewhere).
  */
 export declare function createBashOperations(options?: NativeBashOptions): NativeBashOperations;
+
+/**
+ * pi 1.6's `PowerShellOperations` implemented natively, for `createPowerShellTool(cwd, { operations })`:
+ * PowerShell found as pi's `getPowerShellConfig` finds it (`pwsh.exe` on `PATH`, PowerShell 7 under
+ * `%ProgramFiles%`, `powershell.exe` on `PATH`, Windows PowerShell under `%SystemRoot%`), the command
+ * wrapped as pi wraps it (UTF-8 output; Windows PowerShell's exit-code suffix), with the same streaming
+ * and whole-tree kill as {@link createBashOperations}. Windows only: elsewhere exec rejects with pi's
+ * "The powershell tool is only available on Windows.".
+ */
+export declare function createPowerShellOperations(options?: Record<string, never>): NativeBashOperations;

@@ -1,8 +1,9 @@
-// BashOperations backed by the native exec (src/exec.rs): one pipe for stdout+stderr, output
-// delivered with backpressure, the whole process tree killed on abort/timeout, and nothing left
-// running if Node dies. Validation and the timeout/abort strings follow pi 1.6.0's
-// createLocalBashOperations; shell resolution, the working directory check and their errors are
-// the core's (crates/core/src/exec/preflight.rs), reached through the native spawn.
+// BashOperations (and pi 1.6's PowerShellOperations) backed by the native exec (src/exec.rs): one pipe
+// for stdout+stderr, output delivered with backpressure, the whole process tree killed on abort/timeout
+// (a Job object on Windows), and nothing left running if Node dies. Validation and the timeout/abort
+// strings follow pi 1.6.0's createLocalBashOperations; shell resolution (unix, Windows, PowerShell), the
+// working directory check and their errors are the core's (crates/core/src/exec/preflight.rs), reached
+// through the native spawn.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
 import { checkObject, checkPath, checkString } from "./args.js";
@@ -200,6 +201,69 @@ export function sandboxSupport() {
 }
 
 /**
+ * The exec of one shell tool over the native spawn: `kind` "bash" or "powershell" (which shell runs, with
+ * which arguments, and pi's refusals are the core's: crates/core/src/exec/preflight.rs).
+ */
+function nativeExec({ kind, shellPath, sandbox, sandboxHandle, onPolicy }) {
+  return async (command, cwd, execOptions) => {
+    const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
+    if (signal?.aborted) throw new Error("aborted");
+    // An addon built before the sandbox would ignore request.sandbox and run the command unconfined.
+    if (sandbox && typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
+    // Sandboxed, the caller's env (pi passes the agent's whole environment, API keys included) never
+    // reaches the shell: it gets the sandbox's clean environment plus sandbox.env.
+    const request = sandbox
+      ? { kind, shell: shellPath, command, cwd, sandbox }
+      : { kind, shell: shellPath, command, cwd, env: env === undefined ? undefined : envEntries(env) };
+
+    return new Promise((resolve, reject) => {
+      let execution;
+      let timedOut = false;
+      let consumerError;
+      let timer;
+      const onAbort = () => execution?.kill();
+      const onEvent = (chunk, exitCode) => {
+        if (chunk) {
+          if (consumerError !== undefined) return;
+          try {
+            onData(chunk);
+          } catch (err) {
+            consumerError = err;
+            execution?.kill();
+          }
+          return;
+        }
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        if (consumerError !== undefined) reject(consumerError);
+        else if (signal?.aborted) reject(new Error("aborted"));
+        else if (timedOut) reject(new Error(`timeout:${timeout}`));
+        else resolve({ exitCode: exitCode ?? null });
+      };
+      try {
+        // pi's missing-shell and missing-cwd errors and Node's `spawn <shell> <CODE>`: the core's.
+        if (sandboxHandle) {
+          execution = sandboxHandle.spawn(request, onEvent, onPolicy);
+        } else {
+          execution = native.bashSpawn(request, onEvent, onPolicy);
+        }
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          timedOut = true;
+          execution.kill();
+        }, timeoutMs);
+        timer.unref?.();
+      }
+    });
+  };
+}
+
+/**
  * Native BashOperations for pi's `createBashTool(cwd, { operations })`.
  * @param {{ shellPath?: string, sandbox?: object }} [options]
  */
@@ -216,72 +280,22 @@ export function createBashOperations(options = {}) {
   // Made now: the configured paths are resolved here, once, so that nothing a command plants later
   // redirects them (an unusable one throws ESANDBOX). What every command shares (namespaces mode:
   // the template namespaces with the root built) is made by the first exec and kept by this handle
-  // until these operations are collected.
+  // until these operations are collected. On Windows there is none: the core refuses a sandboxed exec.
   const sandboxHandle =
     sandbox && process.platform !== "win32" && typeof native.BashSandboxHandle === "function"
       ? new native.BashSandboxHandle(sandbox, onPolicy)
       : undefined;
-  return {
-    exec: async (command, cwd, execOptions) => {
-      if (process.platform === "win32") {
-        throw new Error(
-          "pi-native-ops: createBashOperations is not supported on Windows; use pi's createLocalBashOperations()",
-        );
-      }
-      const { onData, signal, timeout, env, timeoutMs } = checkExecArguments(command, cwd, execOptions);
-      if (signal?.aborted) throw new Error("aborted");
-      // An addon built before the sandbox would ignore request.sandbox and run the command unconfined.
-      if (sandbox && typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
-      // Sandboxed, the caller's env (pi passes the agent's whole environment, API keys included) never
-      // reaches the shell: it gets the sandbox's clean environment plus sandbox.env.
-      const request = sandbox
-        ? { shell: shellPath, command, cwd, sandbox }
-        : { shell: shellPath, command, cwd, env: env === undefined ? undefined : envEntries(env) };
+  return { exec: nativeExec({ kind: "bash", shellPath, sandbox, sandboxHandle, onPolicy }) };
+}
 
-      return new Promise((resolve, reject) => {
-        let execution;
-        let timedOut = false;
-        let consumerError;
-        let timer;
-        const onAbort = () => execution?.kill();
-        const onEvent = (chunk, exitCode) => {
-          if (chunk) {
-            if (consumerError !== undefined) return;
-            try {
-              onData(chunk);
-            } catch (err) {
-              consumerError = err;
-              execution?.kill();
-            }
-            return;
-          }
-          if (timer) clearTimeout(timer);
-          signal?.removeEventListener("abort", onAbort);
-          if (consumerError !== undefined) reject(consumerError);
-          else if (signal?.aborted) reject(new Error("aborted"));
-          else if (timedOut) reject(new Error(`timeout:${timeout}`));
-          else resolve({ exitCode: exitCode ?? null });
-        };
-        try {
-          // pi's missing-shell and missing-cwd errors and Node's `spawn <shell> <CODE>`: the core's.
-          if (sandboxHandle) {
-            execution = sandboxHandle.spawn(request, onEvent, onPolicy);
-          } else {
-            execution = native.bashSpawn(request, onEvent, onPolicy);
-          }
-        } catch (err) {
-          reject(err);
-          return;
-        }
-        signal?.addEventListener("abort", onAbort, { once: true });
-        if (timeoutMs !== undefined) {
-          timer = setTimeout(() => {
-            timedOut = true;
-            execution.kill();
-          }, timeoutMs);
-          timer.unref?.();
-        }
-      });
-    },
-  };
+/**
+ * Native PowerShellOperations (pi 1.6's `PowerShellOperations`, the shape of BashOperations) for pi's
+ * `createPowerShellTool(cwd, { operations })`: PowerShell found, started and its command wrapped as
+ * pi's `createLocalPowerShellOperations` does (Windows only; elsewhere exec rejects in pi's words).
+ */
+export function createPowerShellOperations(options = {}) {
+  checkObject(options, "createPowerShellOperations: options");
+  const [unknown] = Object.keys(options);
+  if (unknown !== undefined) throw new TypeError(`createPowerShellOperations: unknown option "${unknown}"`);
+  return { exec: nativeExec({ kind: "powershell" }) };
 }

@@ -44,6 +44,8 @@ export interface NativeTools {
   grep: ReturnType<Pi["createGrepTool"]>;
   find: ReturnType<Pi["createFindTool"]>;
   ls: ReturnType<Pi["createLsTool"]>;
+  /** On Windows with a pi that has it (1.6): pi's powershell tool on the native exec; absent elsewhere. */
+  powershell?: Pi extends { createPowerShellTool: (...args: never[]) => infer T } ? T : never;
   /** With the `index` option: the index (not enumerable, so `Object.values(tools)` is the seven tools). */
   readonly index?: BoundIndex;
 }
@@ -57,6 +59,8 @@ export interface NativeToolDefinitions {
   grep: ReturnType<Pi["createGrepToolDefinition"]>;
   find: ReturnType<Pi["createFindToolDefinition"]>;
   ls: ReturnType<Pi["createLsToolDefinition"]>;
+  /** On Windows with a pi that has it (1.6): pi's powershell tool on the native exec; absent elsewhere. */
+  powershell?: Pi extends { createPowerShellToolDefinition: (...args: never[]) => infer T } ? T : never;
   /** With the `index` option: the index (not enumerable). */
   readonly index?: BoundIndex;
 }

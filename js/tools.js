@@ -1,7 +1,7 @@
 // One-call wiring: all seven of pi's tools, each built by the installed pi's own factory with this
 // package's operations (and our grep tool, since pi's grep cannot be redirected).
 import path from "node:path";
-import { createBashOperations } from "./bash.js";
+import { createBashOperations, createPowerShellOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
 import { checkObject } from "./args.js";
@@ -91,7 +91,7 @@ function wire(cwd, options, kind) {
     ...(shellPath === undefined ? {} : { shellPath }),
     ...(sandbox === undefined ? {} : { sandbox }),
   });
-  if (process.platform === "win32") return windowsTools(cwd, kind, fs, bashToolOptions, pi);
+  if (process.platform === "win32") return windowsTools(cwd, kind, { fs, operations, bashToolOptions, pi });
   const tools = assembleTools(cwd, kind, {
     fs,
     operations,
@@ -123,20 +123,26 @@ export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep
 }
 
 /**
- * Windows: read, write, edit and ls on the bounded fs; bash, grep and find are pi's own there for now
- * (exec and the ordered walk of find and grep are unix-only; README's platform table).
+ * Windows: read, write, edit and ls on the bounded fs, bash on the native exec; grep and find are pi's own
+ * there for now (the ordered walk of find and grep is unix-only; README's platform table). With a pi that
+ * has the powershell tool (1.6), `powershell` too, on the native exec: pi's tool set has it, and on Windows
+ * only can it run (elsewhere pi's own refuses every command, so it is not offered there).
  */
-function windowsTools(cwd, kind, fs, bashToolOptions, pi) {
+function windowsTools(cwd, kind, { fs, operations, bashToolOptions, pi }) {
   const make = (name) => pi[`create${name}${kind}`];
-  return {
+  const tools = {
     read: make("Read")(cwd, { operations: fs.read }),
-    bash: make("Bash")(cwd, bashToolOptions),
+    bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
     grep: make("Grep")(cwd),
     find: make("Find")(cwd),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };
+  if (typeof make("PowerShell") === "function") {
+    tools.powershell = make("PowerShell")(cwd, { operations: createPowerShellOperations() });
+  }
+  return tools;
 }
 
 /** Like pi's `createAllTools(cwd)`: `{ read, bash, edit, write, grep, find, ls }` on native operations. */

@@ -9,6 +9,14 @@
 #   libnode/       what napi-build wants for a gnu Windows target (LIBNODE_PATH): an import library of
 #                  node.exe's exports (gendef + dlltool, named libnode.dll.a so the linker takes it first)
 #                  beside a placeholder libnode.dll (napi-build only checks that it exists)
+#   brush/bin/brush.exe
+#                  brush-shell (crates.io), a bash-compatible shell in Rust, cross-built for Windows: no Git
+#                  Bash exists here, and the exec suites need a real shell that speaks `-c` (the wine leg's
+#                  shellPath). Pinned; built once under a lock (flock), so two checkouts sharing this
+#                  directory neither build it twice nor see half of it.
+#   argv/argv-echo.exe
+#                  __test__/helpers/argv-echo.c: prints its arguments as the C runtime split them; the exec
+#                  suite's stand-in for pwsh.exe and powershell.exe (wine has no PowerShell)
 #   dlls/bcryptprimitives.dll
 #                  a stub of the one export wine 8 lacks: Rust's std imports ProcessPrng from
 #                  bcryptprimitives.dll; ours calls BCryptGenRandom. Loaded with
@@ -80,6 +88,30 @@ __declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
 }
 EOF
   x86_64-w64-mingw32-gcc -shared -O2 -o "$dlls/bcryptprimitives.dll" "$dlls/prng.c" -lbcrypt
+fi
+
+argv_echo="$tools/argv/argv-echo.exe"
+if [ ! -f "$argv_echo" ] || [ __test__/helpers/argv-echo.c -nt "$argv_echo" ]; then
+  mkdir -p "$tools/argv"
+  x86_64-w64-mingw32-gcc -municode -O2 -o "$argv_echo.$$" __test__/helpers/argv-echo.c
+  mv "$argv_echo.$$" "$argv_echo"
+fi
+
+# brush-shell for the exec suites (see above): installed into brush.tmp, then renamed into place.
+brush_version=0.4.0
+brush="$tools/brush"
+if [ "$(cat "$brush/version" 2>/dev/null)" != "$brush_version" ]; then
+  (
+    flock 9
+    if [ "$(cat "$brush/version" 2>/dev/null)" != "$brush_version" ]; then
+      rm -rf "$brush.tmp"
+      CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_DIR="$tools/brush-target" \
+        cargo install --quiet --locked --target "$target" --root "$brush.tmp" "brush-shell@$brush_version" >&2
+      echo "$brush_version" >"$brush.tmp/version"
+      rm -rf "$brush" && mv "$brush.tmp" "$brush"
+      rm -rf "$tools/brush-target"
+    fi
+  ) 9>"$tools/brush.lock"
 fi
 
 [ "${1:-}" = --setup-only ] && exit 0

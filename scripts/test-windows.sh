@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Windows leg, here under wine: the addon built for x86_64-pc-windows-gnu (scripts/build-windows.sh,
 # which installs what it lacks) and tested in npm's Windows Node 22: the core's Windows unit tests (the
-# bounded root on handles), then the vitest suites of the bounded fs with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI
-# picks another). The MSVC build and the whole suite run on a real Windows runner
+# bounded root on handles, the exec on a Job object), then the vitest suites of the bounded fs and of the
+# exec (brush-shell as the bash) with pi 1.6.0 (PI_NATIVE_OPS_WIN_PI picks another). The MSVC build and the whole suite run on a real Windows runner
 # (.github/workflows/ci.yml, job windows).
 #
 # What wine cannot show, and where it runs instead (docs/windows.md, "Tests"): wine 8 makes no symlink or
@@ -41,6 +41,14 @@ echo "test-windows: the core's Windows unit tests (the bounded root), under $(wi
 CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
   LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
   cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
+# The exec's Windows unit tests (exec::windows) and the cross-platform ones (quoting, preflight), with
+# brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
+export PI_NATIVE_OPS_WIN_BASH="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\brush\\bin\\brush.exe"
+# The stand-in for pwsh.exe and powershell.exe (build-windows.sh): prints the arguments it was given.
+export PI_NATIVE_OPS_WIN_ARGV="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\argv\\argv-echo.exe"
+CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
+  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib exec::
 
 # The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
 # its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
@@ -102,7 +110,11 @@ fi
 
 # The config is imported as is (`--configLoader native`): vite would bundle it to a file beside it first,
 # which the wine user may not write.
-files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows}.test.js)
+# exec-windows: the exec on Windows, with brush-shell as the bash (PI_NATIVE_OPS_WIN_BASH). The unix exec
+# suites (bash, bash-tool, bash-flood, sandbox-*) do not run here: their commands are written for a unix
+# (sleep, seq, head, setsid, kill -9 $$, /proc, /dev/zero), which neither brush on Windows nor wine has;
+# exec-windows covers the same contract with Windows processes, and pi's bash tool parity with brush.
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,exec-windows}.test.js)
 pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
 echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
 PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \

@@ -34,6 +34,22 @@ pub struct BashSpawnRequest {
     pub env: Option<Vec<String>>,
     /// Run the shell sandboxed (then `env` is ignored and `cwd` is in runtime form).
     pub sandbox: Option<BashSandbox>,
+    /// Which of pi's shell tools: `"bash"` (default) or `"powershell"` (pi 1.6's, Windows only;
+    /// `shell` is ignored, the core finds PowerShell as pi does).
+    #[napi(ts_type = "'bash' | 'powershell'")]
+    pub kind: Option<String>,
+}
+
+/// The core's shell kind of a request's `kind`.
+fn shell_kind(kind: Option<&str>) -> Result<exec::ShellKind> {
+    match kind {
+        None | Some("bash") => Ok(exec::ShellKind::Bash),
+        Some("powershell") => Ok(exec::ShellKind::PowerShell),
+        Some(other) => Err(Error::new(
+            Status::InvalidArg,
+            format!("kind must be \"bash\" or \"powershell\", got {other:?}"),
+        )),
+    }
 }
 
 /// The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`).
@@ -289,8 +305,10 @@ pub fn bash_spawn(
         Some(js) => Some(core_sandbox(js).map_err(|e| to_js(env, &e))?.into()),
         None => None,
     };
+    let kind = shell_kind(request.kind.as_deref())?;
     spawn(
         env,
+        kind,
         request.shell,
         request.command,
         request.cwd,
@@ -350,8 +368,10 @@ impl BashSandboxHandle {
         on_policy_event: Option<Function<'_, PolicyEventObject, UnknownReturnValue>>,
     ) -> Result<BashExecution> {
         let sandbox = Some(self.sandbox.clone());
+        let kind = shell_kind(request.kind.as_deref())?;
         spawn(
             env,
+            kind,
             request.shell,
             request.command,
             request.cwd,
@@ -366,6 +386,7 @@ impl BashSandboxHandle {
 #[allow(clippy::too_many_arguments)]
 fn spawn(
     env: &Env,
+    kind: exec::ShellKind,
     shell: Option<String>,
     command: String,
     cwd: String,
@@ -383,15 +404,18 @@ fn spawn(
                 ExecEvent::Done(outcome) => (None, outcome.exit_code, outcome.killed).into(),
             })
         })?;
-    let mut execution = exec::spawn(&exec::ExecRequest {
-        shell,
-        command,
-        cwd,
-        env: exec_env,
-        cwd_map: None,
-        sandbox,
-        events: policy_events,
-    })
+    let mut execution = exec::spawn_shell(
+        &exec::ExecRequest {
+            shell,
+            command,
+            cwd,
+            env: exec_env,
+            cwd_map: None,
+            sandbox,
+            events: policy_events,
+        },
+        kind,
+    )
     .map_err(|e| to_js(env, &e))?;
     // Node's `spawn <shell> <CODE>` error, for a failure to follow the command.
     let shell = execution.shell().to_string();

@@ -2,7 +2,7 @@
 // versions, and both versions' tool factories take them (checked by `tsc --noEmit`, never run).
 import type * as legacy from "@mariozechner/pi-coding-agent";
 import type * as current from "@earendil-works/pi-coding-agent";
-import { createBashOperations, createBoundFs } from "pi-native-ops";
+import { createBashOperations, createBoundFs, createPowerShellOperations } from "pi-native-ops";
 
 const fs = createBoundFs("/tmp/workspace", { runtimeRoot: "/workspace" });
 const bash = createBashOperations({ shellPath: "/bin/bash" });
@@ -17,6 +17,11 @@ type Ops<P extends typeof legacy | typeof current> = [
 ];
 export const legacyOps: Ops<typeof legacy> = [fs.read, fs.write, fs.edit, fs.ls, fs.find, bash];
 export const currentOps: Ops<typeof current> = [fs.read, fs.write, fs.edit, fs.ls, fs.find, bash];
+// pi 1.6's PowerShellOperations, for its powershell tool.
+export const powershell: current.PowerShellOperations = createPowerShellOperations();
+export const powershellToolOps: NonNullable<
+  Parameters<typeof current.createPowerShellToolDefinition>[1]
+>["operations"] = createPowerShellOperations();
 export const legacyGrep: legacy.GrepOperations = fs.grep;
 export const currentGrep: current.GrepOperations = fs.grep;
 export const legacyNamed: [legacy.ReadOperations, legacy.WriteOperations, legacy.EditOperations, legacy.LsOperations] =

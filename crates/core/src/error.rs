@@ -44,8 +44,12 @@ pub enum ErrorKind {
     FileTooLarge,
     /// exec's custom shell does not exist (pi's bash wording, no code).
     ShellNotFound,
-    /// exec's working directory does not exist (pi's bash wording, no code).
+    /// exec's working directory does not exist (pi's wording, naming the
+    /// shell: `bash` or `PowerShell`; no code).
     WorkingDirectory,
+    /// No shell to run was found (pi's Windows wording: where it looked and
+    /// what to do); the text is the whole message, no code.
+    NoShell,
     /// The workspace policy refuses the access (`crate::policy`): a refusal
     /// like [`ErrorKind::Outside`], no errno and no code (pi's edit tool shows
     /// the model an error's code instead of its message when it has one);
@@ -79,6 +83,8 @@ pub struct Error {
     /// The whole message of a pattern error, worded as the emulated tool
     /// words it (fd's glob text for find, ripgrep's `rg: …` for grep).
     text: Option<String>,
+    /// The shell a working-directory refusal names, as pi names it.
+    shell_name: Option<&'static str>,
 }
 
 /// The core's result: every fallible call fails with an `Error`.
@@ -92,6 +98,7 @@ impl Error {
             syscall: None,
             path: None,
             text: None,
+            shell_name: None,
         }
     }
 
@@ -222,9 +229,24 @@ impl Error {
     /// pi's refusal of an exec whose working directory `cwd` (as the caller
     /// gave it) does not exist.
     pub fn working_directory(cwd: &str) -> Error {
+        Error::working_directory_of(cwd, "bash")
+    }
+
+    /// pi's refusal of an exec whose working directory `cwd` does not exist,
+    /// for the shell pi names `shell_name` (`bash`, `PowerShell`).
+    pub fn working_directory_of(cwd: &str, shell_name: &'static str) -> Error {
         Error {
             text: Some(cwd.to_string()),
+            shell_name: Some(shell_name),
             ..Error::new(ErrorKind::WorkingDirectory)
+        }
+    }
+
+    /// No shell was found; `text` is pi's whole message.
+    pub fn no_shell(text: impl Into<String>) -> Error {
+        Error {
+            text: Some(text.into()),
+            ..Error::new(ErrorKind::NoShell)
         }
     }
 
@@ -410,8 +432,10 @@ impl fmt::Display for Error {
             ErrorKind::ShellNotFound => write!(f, "Custom shell path not found: {text}"),
             ErrorKind::WorkingDirectory => write!(
                 f,
-                "Working directory does not exist: {text}\nCannot execute bash commands."
+                "Working directory does not exist: {text}\nCannot execute {} commands.",
+                self.shell_name.unwrap_or("bash")
             ),
+            ErrorKind::NoShell => f.write_str(text),
         }
     }
 }
@@ -678,6 +702,7 @@ mod tests {
             ErrorKind::FileTooLarge,
             ErrorKind::ShellNotFound,
             ErrorKind::WorkingDirectory,
+            ErrorKind::NoShell,
             ErrorKind::Protected,
         ];
         for kind in kinds {

@@ -23,6 +23,9 @@
 //! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
 //! supervisor's children to kill).
 //!
+//! On Windows, `windows` gives the same API on a Job object (the shell created suspended, assigned,
+//! resumed; kill-on-close) and one overlapped named pipe; `cmdline` quotes its command line.
+//!
 //! ```
 //! use pi_native_ops_core::exec::{self, ExecRequest};
 //!
@@ -47,6 +50,7 @@
 
 use std::time::Duration;
 
+pub mod cmdline;
 pub mod preflight;
 #[cfg(target_os = "linux")]
 mod procfs;
@@ -55,6 +59,10 @@ pub mod sandbox;
 mod spawn;
 #[cfg(unix)]
 mod supervisor;
+#[cfg(windows)]
+mod windows;
+
+pub use preflight::ShellKind;
 
 /// After the shell has exited, output that keeps arriving re-arms this grace; silence ends the exec.
 pub const OUTPUT_IDLE_GRACE: Duration = Duration::from_millis(100);
@@ -167,10 +175,25 @@ pub fn find_on_path(name: &str, search_path: &str) -> Option<String> {
 #[cfg(unix)]
 pub use spawn::{spawn, Control, Execution};
 
-#[cfg(not(unix))]
-pub use unsupported::{spawn, Control, Execution};
+/// As `spawn`, for pi's shell tool `kind`: PowerShell exists on Windows only, and is refused
+/// here as pi refuses it (after nothing else is checked, as pi's `getPowerShellConfig` comes first).
+#[cfg(unix)]
+pub fn spawn_shell(request: &ExecRequest, kind: ShellKind) -> crate::Result<Execution> {
+    match kind {
+        ShellKind::Bash => spawn(request),
+        ShellKind::PowerShell => Err(crate::Error::no_shell(
+            preflight::POWERSHELL_ONLY_ON_WINDOWS,
+        )),
+    }
+}
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+pub use windows::{spawn, spawn_shell, Control, Execution};
+
+#[cfg(not(any(unix, windows)))]
+pub use unsupported::{spawn, spawn_shell, Control, Execution};
+
+#[cfg(not(any(unix, windows)))]
 mod unsupported {
     use super::*;
 
@@ -181,7 +204,12 @@ mod unsupported {
 
     /// Fails with `ENOTSUP` (as Node names a call it cannot make here) after the preflight.
     pub fn spawn(request: &ExecRequest) -> crate::Result<Execution> {
-        let ready = super::preflight::check(request)?;
+        spawn_shell(request, ShellKind::Bash)
+    }
+
+    /// As `spawn`, for pi's shell tool `kind`.
+    pub fn spawn_shell(request: &ExecRequest, kind: ShellKind) -> crate::Result<Execution> {
+        let ready = super::preflight::check_kind(request, kind)?;
         Err(crate::Error::spawn(&ready.shell, libc::ENOTSUP))
     }
 
