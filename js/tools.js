@@ -123,18 +123,19 @@ export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep
 }
 
 /**
- * Windows: read, write, edit and ls on the bounded fs; bash, grep and find are pi's own there for now
- * (exec and the ordered walk of find and grep are unix-only; README's platform table).
+ * Windows: read, write, edit, ls, grep and find on the bounded fs; bash is pi's own there for now
+ * (exec is unix-only; README's platform table).
  */
 function windowsTools(cwd, kind, fs, bashToolOptions, pi) {
   const make = (name) => pi[`create${name}${kind}`];
+  const grep = createGrepToolDefinition(cwd, { fs, pi });
   return {
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, bashToolOptions),
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
-    grep: make("Grep")(cwd),
-    find: make("Find")(cwd),
+    grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
+    find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };
 }

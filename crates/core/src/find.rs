@@ -12,6 +12,7 @@
 //! ordering, kept while walking on all cores (see `walk`).
 
 use std::ffi::{OsStr, OsString};
+#[cfg(target_os = "linux")]
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -204,7 +205,7 @@ impl Pattern {
 
     fn is_match(&self, rel: &Path) -> bool {
         if let Some(tail) = &self.tail {
-            if !tail.ends(rel.as_os_str().as_bytes()) {
+            if !tail.ends(rel.as_os_str().as_encoded_bytes()) {
                 return false;
             }
         }
@@ -212,7 +213,7 @@ impl Pattern {
             Target::All => true,
             Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
             Target::RelativePath(m) => {
-                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_bytes()))
+                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_encoded_bytes()))
             }
             Target::AbsolutePath(m) => m.is_match(self.base.join(rel)),
         }
@@ -335,8 +336,8 @@ pub fn glob(
     if !from_index(index, &dir, &visitor, &mut found, search.limit) {
         found.clear();
         let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
-        let from_root = dir.strip_prefix(root.host()).unwrap_or(Path::new(""));
-        let rules = Rules::new(&dir, None).with_policy(root.policy(), from_root);
+        let from_root = walk::start_in_root(root.host(), &dir, &start);
+        let rules = Rules::new(&dir, None).with_policy(root.policy(), &from_root);
         walk::walk(start, &rules, &visitor, &Cancel::new(), |m| {
             found.push(m);
             found.len() < search.limit
@@ -345,7 +346,7 @@ pub fn glob(
     Ok(found
         .into_iter()
         .map(|(rel, is_dir)| {
-            let mut p = base.join(rel).into_os_string();
+            let mut p = base.join(native_separators(rel)).into_os_string();
             if is_dir {
                 p.push("/");
             }
@@ -371,7 +372,7 @@ impl Visitor for Matches<'_> {
             || (entry.kind == Kind::Dir
                 && self
                     .pattern
-                    .rules_out_dir(entry.rel().as_os_str().as_bytes()))
+                    .rules_out_dir(entry.rel().as_os_str().as_encoded_bytes()))
     }
 
     fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<Found> {
@@ -467,9 +468,25 @@ fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
     }
 }
 
+/// A walk path (`/`-separated) with the target's own separators: on Windows
+/// the results are Windows paths, as fd gives them there.
+fn native_separators(rel: PathBuf) -> PathBuf {
+    #[cfg(windows)]
+    {
+        let bytes: Vec<u8> = (rel.as_os_str().as_encoded_bytes().iter())
+            .map(|&b| if b == b'/' { b'\\' } else { b })
+            .collect();
+        PathBuf::from(walk::os_str(&bytes))
+    }
+    #[cfg(not(windows))]
+    {
+        rel
+    }
+}
+
 /// The last component of a relative walk path, as bytes.
 fn file_name(rel: &Path) -> &[u8] {
-    let bytes = rel.as_os_str().as_bytes();
+    let bytes = rel.as_os_str().as_encoded_bytes();
     bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
 }
 
