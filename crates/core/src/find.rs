@@ -149,6 +149,10 @@ impl Prefix {
 
 impl Pattern {
     fn new(pattern: &str, base: PathBuf) -> Result<Pattern> {
+        // On Windows `\` is a separator, so pi 1.6 reads `src\**\*.ts` as
+        // `src/**/*.ts`; elsewhere it stays a glob escape.
+        #[cfg(windows)]
+        let pattern = &pattern.replace('\\', "/");
         let effective = strip_dot_slash(pattern);
         if effective.is_empty() {
             return Ok(Pattern {
@@ -348,7 +352,7 @@ pub fn glob(
         .map(|(rel, is_dir)| {
             let mut p = base.join(native_separators(rel)).into_os_string();
             if is_dir {
-                p.push("/");
+                p.push(DIR_SUFFIX);
             }
             p
         })
@@ -467,6 +471,10 @@ fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
         root.to_runtime(real_dir)
     }
 }
+
+/// What ends a directory's result: the target's separator, as fd prints it
+/// (pi's find tool takes either on Windows).
+const DIR_SUFFIX: &str = if cfg!(windows) { "\\" } else { "/" };
 
 /// A walk path (`/`-separated) with the target's own separators: on Windows
 /// the results are Windows paths, as fd gives them there.
