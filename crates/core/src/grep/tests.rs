@@ -367,6 +367,11 @@ fn a_policy_leaves_denied_files_unsearched_with_or_without_the_index() {
         "src/deep/c.rs:1: needle c",
         "vault.txt:1: needle v",
     ];
+    // On Windows `.ENV` is `.env` (one file, names compare case-insensitively), denied.
+    let expect: Vec<&str> = expect
+        .into_iter()
+        .filter(|l| !(cfg!(windows) && l.starts_with("src/.ENV")))
+        .collect();
     let all = |glob: Option<&str>, index: Option<&crate::index::Index>| {
         let target = target(Some(&root), p, String::new()).unwrap();
         let mut q = query("needle");
