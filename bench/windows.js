@@ -7,6 +7,7 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 export async function bench(ctx) {
   const { repo, log } = ctx;
@@ -66,7 +67,19 @@ function wineNode(repo, args, env) {
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.on("exit", (code) =>
-      code === 0 ? resolve(out) : reject(new Error(`bench windows: wine-node exited ${code}`)),
+      code === 0
+        ? resolve(out)
+        : reject(new Error(`bench windows: wine-node exited ${code}: ${out.trim().split("\n").slice(-3).join(" / ")}`)),
     );
   });
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const { requirePi } = await import("../js/pi.js");
+  const { name: piName } = requirePi();
+  const repo = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+  const skipped = [];
+  const rows = await bench({ repo, piName, log: console.log, skip: (why) => skipped.push(why) });
+  console.table(rows.map((r) => ({ operation: r.operation, ratio: r.ratio?.toFixed(2) ?? "n/a", note: r.note })));
+  for (const s of skipped) console.log(`skipped: ${s}`);
 }
