@@ -42,7 +42,10 @@ export function createFindOperations(bound, _fs) {
   return {
     exists: (p) => {
       try {
-        return native.findExists(bound, checkAbsolute(p, "path"));
+        // As given when absolute, as every other operation takes it: a refusal names the path the caller
+        // gave (on Windows, path.resolve would turn `/etc/passwd` into `Z:\etc\passwd`).
+        const given = checkPath(p, "path");
+        return native.findExists(bound, path.isAbsolute(given) ? given : path.resolve(given));
       } catch (err) {
         return Promise.reject(err);
       }
