@@ -204,3 +204,64 @@ fn nt_io_error(status: i32) -> io::Error {
     let code = unsafe { windows_sys::Win32::Foundation::RtlNtStatusToDosError(status) };
     io::Error::from_raw_os_error(code as i32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::root::Root;
+
+    fn held(dir: &std::path::Path) -> DirHandle {
+        Root::open(dir, None).unwrap().open_dir(dir).unwrap()
+    }
+
+    /// What keeps the walk in: an entry opened where its directory is not
+    /// (as after a swap, or through wine's unix symlinks) is refused.
+    #[test]
+    fn an_entry_is_opened_only_where_it_was_listed() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("sub")).unwrap();
+        std::fs::write(t.path().join("sub").join("f.txt"), "x").unwrap();
+        let dir = held(t.path());
+        let sub = open_dir_at(&dir, b"sub").unwrap();
+        assert!(open_file_at(&sub, b"f.txt").is_ok());
+        assert!(
+            open_dir_at(&dir, b"f.txt").is_err(),
+            "a file is no directory"
+        );
+        assert!(
+            open_file_at(&dir, b"sub").is_err(),
+            "a directory is no file"
+        );
+        // The same handles, believed elsewhere: their entries' final paths do not match.
+        let forged = |d: &DirHandle| DirHandle {
+            handle: d.handle.try_clone().unwrap(),
+            path: format!("{}\\elsewhere", d.path),
+        };
+        assert!(open_dir_at(&forged(&dir), b"sub").is_err());
+        assert!(open_file_at(&forged(&sub), b"f.txt").is_err());
+        assert!(kind_at(&forged(&sub), b"f.txt").is_none());
+        // Names compare as the filesystem compares them.
+        assert!(open_file_at(&sub, b"F.TXT").is_ok());
+    }
+
+    /// Long names only, in their stored case; kinds from the listing.
+    #[test]
+    fn a_listing_gives_stored_names_and_kinds() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("Sub Dir")).unwrap();
+        std::fs::write(t.path().join("A Long File Name.txt"), "x").unwrap();
+        let mut seen = Vec::new();
+        read_entries(&held(t.path()), |name, kind| {
+            seen.push((String::from_utf8(name.to_vec()).unwrap(), kind))
+        })
+        .unwrap();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            seen,
+            [
+                ("A Long File Name.txt".to_string(), Some(Kind::File)),
+                ("Sub Dir".to_string(), Some(Kind::Dir)),
+            ]
+        );
+    }
+}
