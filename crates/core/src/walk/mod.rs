@@ -121,7 +121,8 @@ pub(crate) fn os_str(bytes: &[u8]) -> &OsStr {
 pub(crate) fn os_str(bytes: &[u8]) -> &OsStr {
     // SAFETY: every walk path and name is built from `as_encoded_bytes` of
     // `OsStr`s (names listed, paths given) and of `str`s (patterns, rules),
-    // split and joined only at ASCII `/`, which the encoding allows.
+    // split and joined only at ASCII `/`, which the encoding allows. Bytes
+    // read from files never come here (`rules::text_path` checks them).
     unsafe { OsStr::from_encoded_bytes_unchecked(bytes) }
 }
 

@@ -367,7 +367,16 @@ fn git_common_dir(dir: &Path, dot_git_is_file: bool) -> Option<PathBuf> {
 fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
     let line = text.split(|&b| b == b'\n').next()?;
     let path = line.strip_prefix(b"gitdir: ")?;
-    Some(PathBuf::from(os_str(path)))
+    Some(PathBuf::from(text_path(path)?))
+}
+
+/// A path written in a file (git's): bytes as they are on unix; UTF-8 on
+/// Windows (git writes it so), anything else no path.
+fn text_path(bytes: &[u8]) -> Option<&std::ffi::OsStr> {
+    #[cfg(unix)]
+    return Some(os_str(bytes));
+    #[cfg(windows)]
+    return std::str::from_utf8(bytes).ok().map(std::ffi::OsStr::new);
 }
 
 /// A worktree's git directory holds a `commondir` file; a submodule's does
@@ -375,7 +384,7 @@ fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
 fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
     let text = std::fs::read(gitdir.join("commondir")).ok()?;
     let line = text.split(|&b| b == b'\n').next()?;
-    let common = Path::new(os_str(line));
+    let common = Path::new(text_path(line)?);
     Some(if line.starts_with(b".") {
         gitdir.join(common)
     } else {
