@@ -8,8 +8,9 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs, glob } from "pi-native-ops";
 import { makeFs } from "./helpers/face.js";
 import { pi, isPi1, runTool } from "./helpers/pi.js";
-import { buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
+import { absentOnWindows, buildFixture, caseFile, caseName, cases, prunedByPi, splitOutput } from "./find/fixtures.js";
 import { makeTree, tempDir } from "./helpers/tree.js";
+import { windows } from "./helpers/windows.js";
 
 // The find tool must never reach for fd with fs.find; if it did, it must not download it.
 process.env.PI_OFFLINE = "1";
@@ -45,19 +46,21 @@ async function nativeFind(root, pattern, opts = {}, runtimeRoot) {
 describe("find against pi's stock find tool (fd goldens)", () => {
   for (const c of cases) {
     const [name, pattern, opts = {}] = c;
-    it(caseName(c), async () => {
+    // On Windows `\` is a path separator in a pattern, as pi 1.6 reads it there (#9262): no glob escapes.
+    const escapes = pattern.includes("\\");
+    it.skipIf(windows && escapes)(caseName(c), async () => {
       const golden = JSON.parse(fs.readFileSync(path.join(goldenDir, caseFile(c)), "utf8"));
       const stock = splitOutput(golden.text);
       const got = await nativeFind(fixture(name).root, pattern, opts);
       expect([...got.lines].sort(pathOrder)).toEqual(got.lines);
       if (opts.limit) {
         // fd keeps whichever `limit` entries its threads found first; ours are the first in path order.
-        const all = golden.all.filter((l) => !prunedByPi(l)).sort(pathOrder);
+        const all = golden.all.filter((l) => !prunedByPi(l) && !absentOnWindows(l)).sort(pathOrder);
         expect(got.lines).toEqual(all.slice(0, opts.limit));
         expect(got.lines.length).toBe(stock.lines.length);
         expect(got.notice !== null).toBe(stock.notice !== null);
       } else {
-        expect(got.lines).toEqual(stock.lines.filter((l) => !prunedByPi(l)).sort(pathOrder));
+        expect(got.lines).toEqual(stock.lines.filter((l) => !prunedByPi(l) && !absentOnWindows(l)).sort(pathOrder));
         expect(got.notice).toBe(null);
       }
     });
@@ -88,7 +91,8 @@ describe("fs.find", () => {
       const bfs = await makeFs(base);
       const all = await bfs.find.glob("*.hit", base, { ignore: [], limit: 100000 });
       expect(all.length).toBe(150);
-      expect([...all].sort((a, b) => pathOrder(path.relative(base, a), path.relative(base, b)))).toEqual(all);
+      const rel = (p) => path.relative(base, p).split(path.sep).join("/");
+      expect([...all].sort((a, b) => pathOrder(rel(a), rel(b)))).toEqual(all);
       expect(await bfs.find.glob("*.hit", base, { ignore: [], limit: 10 })).toEqual(all.slice(0, 10));
     } finally {
       fs.rmSync(base, { recursive: true, force: true });
@@ -97,17 +101,21 @@ describe("fs.find", () => {
 
   it("maps runtimeRoot: cwd in runtime form, absolute runtime results, no host path in errors", async () => {
     const { root } = fixture("plain");
-    const bfs = await makeFs(root, { runtimeRoot: "/workspace" });
-    expect(await bfs.find.glob("src/*.ts", "/workspace", { ignore: [], limit: 10 })).toEqual(["/workspace/src/a.ts"]);
+    // On Windows a runtime root is a Windows path too (pi resolves `/workspace` to `\workspace` there).
+    const rt = windows ? "C:\\workspace" : "/workspace";
+    const at = (rel) => path.join(rt, rel);
+    const bfs = await makeFs(root, { runtimeRoot: rt });
+    expect(await bfs.find.glob("src/*.ts", rt, { ignore: [], limit: 10 })).toEqual([at("src/a.ts")]);
     // Smart case: an all-lowercase pattern also finds e.TS.
-    expect(await bfs.find.glob("*.ts", "/workspace/pkg", { ignore: [], limit: 10 })).toEqual([
-      "/workspace/pkg/e.TS",
-      "/workspace/pkg/src/d.ts",
+    expect(await bfs.find.glob("*.ts", at("pkg"), { ignore: [], limit: 10 })).toEqual([
+      at("pkg/e.TS"),
+      at("pkg/src/d.ts"),
     ]);
     // A host-form cwd still answers in runtime form.
-    expect(await bfs.find.glob("src/*.ts", root, { ignore: [], limit: 10 })).toEqual(["/workspace/src/a.ts"]);
-    const got = await nativeFind(root, "*.ts", { path: "src" }, "/workspace");
+    expect(await bfs.find.glob("src/*.ts", root, { ignore: [], limit: 10 })).toEqual([at("src/a.ts")]);
+    const got = await nativeFind(root, "*.ts", { path: "src" }, rt);
     expect(got.lines).toEqual(["a.ts", "util/c.ts"]);
+    if (windows) return; // The fixture has no links on Windows.
     const err = await bfs.find.glob("*", "/workspace/link-out", { ignore: [], limit: 10 }).catch((e) => e);
     expect(err.message).toBe('path "/workspace/link-out" is outside workspace');
     expect(err.message).not.toContain(root);
@@ -119,6 +127,7 @@ describe("fs.find", () => {
     expect(await bfs.find.exists(path.join(root, "src"))).toBe(true);
     expect(await bfs.find.exists(path.join(root, "nope"))).toBe(false);
     await expect(bfs.find.exists(outside)).rejects.toThrow(`path "${outside}" is outside workspace`);
+    if (windows) return; // The fixture has no links on Windows: search-windows.test.js has them.
     await expect(bfs.find.exists(path.join(root, "link-out"))).rejects.toThrow(/is outside workspace/);
     const all = await bfs.find.glob("*", root, { ignore: [], limit: 1000 });
     expect(all).toContain(path.join(root, "link-out"));
@@ -137,7 +146,7 @@ describe("fs.find", () => {
       const bfs = await makeFs(base);
       const rel = async (ignore) =>
         (await bfs.find.glob("*", base, { ignore, limit: 100 })).map(
-          (p) => path.relative(base, p) + (p.endsWith("/") ? "/" : ""),
+          (p) => path.relative(base, p).split(path.sep).join("/") + (p.endsWith(path.sep) ? "/" : ""),
         );
       expect(await rel(["**/node_modules/**", "**/.git/**"])).toEqual([
         "gen/",
@@ -172,19 +181,25 @@ describe("fs.find", () => {
     }
   });
 
-  it("returns non-UTF-8 names (lossily, as pi shows fd's output) instead of dropping them", async () => {
-    const { root } = fixture("plain");
-    const bfs = await makeFs(root);
-    expect(await bfs.find.glob("*.bin", root, { ignore: [], limit: 10 })).toEqual([path.join(root, "f\uFFFD.bin")]);
-  });
+  // Windows names are UTF-16: no such name exists there.
+  it.skipIf(windows)(
+    "returns non-UTF-8 names (lossily, as pi shows fd's output) instead of dropping them",
+    async () => {
+      const { root } = fixture("plain");
+      const bfs = await makeFs(root);
+      expect(await bfs.find.glob("*.bin", root, { ignore: [], limit: 10 })).toEqual([path.join(root, "f\uFFFD.bin")]);
+    },
+  );
 
   it("returns names holding newlines and separators whole, and no entry for no match", async () => {
     const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-names-"));
     try {
-      for (const name of ["a\nb.txt", "c d.txt", "e,f.txt"]) fs.writeFileSync(path.join(base, name), "");
+      // Windows refuses control characters in names.
+      const names = windows ? ["c d.txt", "e,f.txt"] : ["a\nb.txt", "c d.txt", "e,f.txt"];
+      for (const name of names) fs.writeFileSync(path.join(base, name), "");
       const bfs = await makeFs(base);
       const found = await bfs.find.glob("*.txt", base, { ignore: [], limit: 10 });
-      expect([...found].sort()).toEqual(["a\nb.txt", "c d.txt", "e,f.txt"].map((n) => path.join(base, n)));
+      expect([...found].sort()).toEqual(names.map((n) => path.join(base, n)));
       expect(await bfs.find.glob("*.none", base, { ignore: [], limit: 10 })).toEqual([]);
       expect(await bfs.find.glob("*.txt", base, { ignore: [], limit: 1 })).toHaveLength(1);
     } finally {
@@ -192,7 +207,8 @@ describe("fs.find", () => {
     }
   });
 
-  it("survives symlink loops and skips unreadable directories", async () => {
+  // Unix links and permission bits (Windows: search-windows.test.js has its links; it has no mode bits).
+  it.skipIf(windows)("survives symlink loops and skips unreadable directories", async () => {
     const base = fs.mkdtempSync(path.join(os.tmpdir(), "pi-native-find-perm-"));
     try {
       fs.mkdirSync(path.join(base, "open"));
@@ -248,6 +264,7 @@ describe("glob (plain function)", () => {
     const { root } = fixture("plain");
     expect(await glob("**/src/*.ts", root)).toEqual([path.join(root, "pkg/src/d.ts"), path.join(root, "src/a.ts")]);
     expect(await glob("*.ts", path.join(root, "src"), { limit: 1 })).toEqual([path.join(root, "src/a.ts")]);
+    if (windows) return; // The fixture has no links on Windows.
     expect(await glob("*", path.join(root, "link-dir"))).toEqual([
       path.join(root, "link-dir/a.ts"),
       path.join(root, "link-dir/b.js"),

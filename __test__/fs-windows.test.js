@@ -306,7 +306,7 @@ describeWindows("the bounded fs on Windows", () => {
   });
 
   describe("createNativeTools", () => {
-    it("read, write, edit and ls run on the bounded fs; bash (and pi 1.6's powershell) on the native exec; grep and find are pi's own", async () => {
+    it("read, write, edit, ls, grep and find run on the bounded fs; bash (and pi 1.6's powershell) on the native exec", async () => {
       const tools = createNativeTools(root);
       const names = ["bash", "edit", "find", "grep", "ls", "read", "write", ...(isPi1 ? ["powershell"] : [])];
       expect(Object.keys(tools).sort()).toEqual(names.sort());
@@ -317,6 +317,12 @@ describeWindows("the bounded fs on Windows", () => {
       ).toBeUndefined();
       expect(readFileSync(path.join(root, "tools", "made.txt"), "utf8")).toBe("two\n");
       expect((await runTool(tools.ls, { path: "tools" })).text).toContain("made.txt");
+      expect((await runTool(tools.find, { pattern: "*.txt", path: "tools" })).text).toBe("made.txt");
+      expect((await runTool(tools.grep, { pattern: "two", path: "tools" })).text).toBe("made.txt:1: two");
+      // No fd or rg was reached for (pi would download them): the search is ours, bounded.
+      expect((await runTool(tools.grep, { pattern: "x", path: "link-dir-out" })).error).toContain(
+        "is outside workspace",
+      );
       // The refusals reach the model as on Linux.
       for (const p of ["link-abs-out", "..\\outside\\secret.txt", "a.txt:secret"]) {
         const r = await runTool(tools.read, { path: p });

@@ -31,9 +31,20 @@ if (!corpora.kernel) skipped.push(corpora.kernelWhy);
 // pi's stock find/grep locate fd/rg on PATH; make sure they see the ones we found, never a download.
 preferOnPath(rg, fd);
 
-const ctx = { pi, piName, corpora, rg, fd, native, log, repo };
+const ctx = { pi, piName, corpora, rg, fd, native, log, repo, skip: (why) => skipped.push(why) };
 const rows = [];
-for (const capability of ["fs", "bash", "find", "grep", "policy", "remote", "websocket", "index", "pi-extension"]) {
+for (const capability of [
+  "fs",
+  "bash",
+  "find",
+  "grep",
+  "policy",
+  "remote",
+  "websocket",
+  "index",
+  "pi-extension",
+  "windows",
+]) {
   if (only.length && !only.includes(capability)) continue;
   const file = path.join(here, `${capability}.js`);
   if (!existsSync(file)) {

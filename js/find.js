@@ -1,7 +1,7 @@
 // find: pi's FindOperations (`exists`, `glob`) answered in-process by the native walker (crates/core/src/find.rs),
 // with fd 10.5 semantics as pi 1.6.0 drives fd, so pi's find tool never spawns or downloads fd.
 import path from "node:path";
-import { assertBoundedFsSupported, native } from "./native.js";
+import { native } from "./native.js";
 import { checkPath, checkString } from "./args.js";
 
 /** An absolute path argument, normalized. */
@@ -42,7 +42,10 @@ export function createFindOperations(bound, _fs) {
   return {
     exists: (p) => {
       try {
-        return native.findExists(bound, checkAbsolute(p, "path"));
+        // As given when absolute, as every other operation takes it: a refusal names the path the caller
+        // gave (on Windows, path.resolve would turn `/etc/passwd` into `Z:\etc\passwd`).
+        const given = checkPath(p, "path");
+        return native.findExists(bound, path.isAbsolute(given) ? given : path.resolve(given));
       } catch (err) {
         return Promise.reject(err);
       }
@@ -58,7 +61,6 @@ export function createFindOperations(bound, _fs) {
 export function glob(pattern, cwd, options) {
   let bound;
   try {
-    assertBoundedFsSupported("glob");
     const dir = checkAbsolute(cwd, "cwd");
     bound = new native.BoundRoot(dir, dir);
   } catch (err) {

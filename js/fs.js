@@ -7,7 +7,7 @@ import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
 import { checkOnPolicyEvent, checkPolicy, registerPolicyEvents } from "./policy-events.js";
-import { assertBoundedFsSupported, native } from "./native.js";
+import { native } from "./native.js";
 import { createFindOperations } from "./find.js";
 import { createGrepOperations } from "./grep.js";
 import { createIndexFace, emptyIndexStats } from "./search-index.js";
@@ -53,14 +53,6 @@ async function* readerChunks(reader) {
   } finally {
     reader.close();
   }
-}
-
-/** Windows: find's exists works (the bounded root answers it); glob says it is not supported yet. */
-function unsupportedFind(handle) {
-  return {
-    exists: async (p) => native.rootExists(handle, checkPath(p)),
-    glob: async () => assertBoundedFsSupported("find"),
-  };
 }
 
 // native.rootStat writes [mode, size, mtimeMs] here; one array serves every call, as the call is
@@ -201,8 +193,7 @@ export function createBoundFs(root, options = {}) {
     },
   };
   registerBoundFs(fs, bound);
-  // find walks with the unix walker; on Windows its glob says so when called.
-  const find = WINDOWS ? unsupportedFind(handle) : createFindOperations(bound, fs);
+  const find = createFindOperations(bound, fs);
   fs.find = { exists: reported("find", "read", find.exists), glob: reported("find", "read", find.glob, 1) };
   const grep = createGrepOperations(bound, { ls: { stat }, read: { readFile } });
   fs.grep = {

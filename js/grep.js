@@ -3,7 +3,7 @@
 // grep tool (see docs/contracts.md, "grep"); the search and all byte accounting are native (crates/core/src/grep/).
 import { homedir } from "node:os";
 import path from "node:path";
-import { assertBoundedFsSupported, native } from "./native.js";
+import { native } from "./native.js";
 import { piOf } from "./pi.js";
 import { boundRootOf, checkNumber, checkObject, checkOptional } from "./args.js";
 import { policyReporterOf } from "./policy-events.js";
@@ -90,7 +90,6 @@ function request(params, searchPath, storeCap) {
  * Returns every output line up to the limit (matches and context) in stable order.
  */
 export async function grep(options) {
-  assertBoundedFsSupported("grep");
   checkObject(options);
   const bound = options.fs ? boundRootOf(options.fs) : null;
   const search = (req, signal) => runSearch(bound, req, signal);
@@ -117,7 +116,6 @@ export async function grepWith(search, options, defaultCwd) {
 
 /** pi's grep ToolDefinition (metadata and renderers from the installed pi) with a native `execute`. */
 export function createGrepToolDefinition(cwd, options = {}) {
-  assertBoundedFsSupported("createGrepToolDefinition");
   if (typeof cwd !== "string") throw new TypeError("cwd must be a string");
   const pi = piOf(options?.pi);
   const bound = options?.fs ? boundRootOf(options.fs) : null;

@@ -66,13 +66,3 @@ function loadNative() {
 }
 
 export const native = loadNative();
-
-/** find and grep walk with the unix walker: on Windows say so plainly instead of misbehaving. */
-export function assertBoundedFsSupported(what) {
-  if (process.platform === "win32") {
-    throw new Error(
-      `pi-native-ops: ${what} is not supported on Windows yet (the ordered walk of find and grep is unix-only); ` +
-        "use pi's default find and grep there",
-    );
-  }
-}

@@ -123,20 +123,20 @@ export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep
 }
 
 /**
- * Windows: read, write, edit and ls on the bounded fs, bash on the native exec; grep and find are pi's own
- * there for now (the ordered walk of find and grep is unix-only; README's platform table). With a pi that
+ * Windows: read, write, edit, ls, grep and find on the bounded fs, bash on the native exec. With a pi that
  * has the powershell tool (1.6), `powershell` too, on the native exec: pi's tool set has it, and on Windows
  * only can it run (elsewhere pi's own refuses every command, so it is not offered there).
  */
 function windowsTools(cwd, kind, { fs, operations, bashToolOptions, pi }) {
   const make = (name) => pi[`create${name}${kind}`];
+  const grep = createGrepToolDefinition(cwd, { fs, pi });
   const tools = {
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
     write: make("Write")(cwd, { operations: fs.write }),
-    grep: make("Grep")(cwd),
-    find: make("Find")(cwd),
+    grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
+    find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
   };
   if (typeof make("PowerShell") === "function") {

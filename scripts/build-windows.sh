@@ -27,6 +27,9 @@
 #
 #   PI_NATIVE_OPS_WIN_QUICK=1  no LTO, 16 codegen units: the same code in less time, for a test run
 #   --setup-only               only install and prepare, do not build
+#   --bench-tools              only build fd.exe and rg.exe (fd-find 10.5.0, ripgrep 15.2.0 from crates.io, for
+#                              the windows-gnu target) into $PI_NATIVE_OPS_WIN_TOOLS/bin: the stock side of the
+#                              Windows bench's find and grep rows (bench/windows.js)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -115,6 +118,12 @@ if [ "$(cat "$brush/version" 2>/dev/null)" != "$brush_version" ]; then
 fi
 
 [ "${1:-}" = --setup-only ] && exit 0
+if [ "${1:-}" = --bench-tools ]; then
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_DIR="$tools/bench-tools-target" \
+    cargo install --locked --target "$target" --root "$tools" ripgrep@15.2.0 fd-find@10.5.0 >&2
+  ls "$tools/bin/rg.exe" "$tools/bin/fd.exe"
+  exit 0
+fi
 
 if [ "${PI_NATIVE_OPS_WIN_QUICK:-}" = 1 ]; then
   export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16

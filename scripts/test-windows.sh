@@ -18,7 +18,11 @@ export PI_NATIVE_OPS_WIN_QUICK=${PI_NATIVE_OPS_WIN_QUICK:-1}
 if [ "$PI_NATIVE_OPS_WIN_QUICK" = 1 ]; then
   export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 fi
-bash scripts/build-windows.sh >/dev/null
+# An addon already built (NAPI_RS_NATIVE_LIBRARY_PATH, read by wine-env.sh) is tested as is: a worktree's
+# own build, say, rather than the shared copy in .tools/windows.
+if [ -z "${NAPI_RS_NATIVE_LIBRARY_PATH:-}" ]; then
+  bash scripts/build-windows.sh >/dev/null
+fi
 # shellcheck source=scripts/wine-env.sh
 source scripts/wine-env.sh
 
@@ -36,19 +40,19 @@ linker=""
 trap 'status=$?; [ -z "$links" ] || rm -rf "$links"; [ -z "$linker" ] || kill "$linker" 2>/dev/null || true
 verify_system || status=1; exit $status' EXIT
 
-echo "test-windows: the core's Windows unit tests (the bounded root), under $(wine --version)"
-# Release, as the addon above: the dependencies are built once for both.
-CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
-  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
-  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib root::
-# The exec's Windows unit tests (exec::windows) and the cross-platform ones (quoting, preflight), with
-# brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
+# The exec's tests run with brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
 export PI_NATIVE_OPS_WIN_BASH="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\brush\\bin\\brush.exe"
 # The stand-in for pwsh.exe and powershell.exe (build-windows.sh): prints the arguments it was given.
 export PI_NATIVE_OPS_WIN_ARGV="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\argv\\argv-echo.exe"
-CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
-  LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
-  cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib exec::
+# PI_NATIVE_OPS_WIN_UNIT=0 skips them (a run of chosen suites, PI_NATIVE_OPS_WIN_SUITES).
+if [ "${PI_NATIVE_OPS_WIN_UNIT:-1}" = 1 ]; then
+  echo "test-windows: the core's Windows unit tests (the bounded root, the walk, find, grep, exec), under $(wine --version)"
+  # Release, as the addon above: the dependencies are built once for both. One binary, one wine start: the
+  # filters (libtest runs a test matching any of them).
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
+    LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+    cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib -- root:: walk:: find:: grep:: exec::
+fi
 
 # The Linux side of the suites' symlinks (__test__/helpers/tree.js): each request file holds an operation and
 # its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
@@ -114,7 +118,11 @@ fi
 # suites (bash, bash-tool, bash-flood, sandbox-*) do not run here: their commands are written for a unix
 # (sleep, seq, head, setsid, kill -9 $$, /proc, /dev/zero), which neither brush on Windows nor wine has;
 # exec-windows covers the same contract with Windows processes, and pi's bash tool parity with brush.
-files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,exec-windows}.test.js)
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,find,grep,search-windows,exec-windows}.test.js)
+# PI_NATIVE_OPS_WIN_SUITES: a space-separated list of test files to run instead.
+if [ -n "${PI_NATIVE_OPS_WIN_SUITES:-}" ]; then
+  read -r -a files <<<"$PI_NATIVE_OPS_WIN_SUITES"
+fi
 pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
 echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
 PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \

@@ -11,11 +11,11 @@
 
 mod error;
 mod exec;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 mod find;
 #[cfg(any(unix, windows))]
 mod fs;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 mod grep;
 #[cfg(any(unix, windows))]
 mod index;

@@ -12,6 +12,7 @@
 //! ordering, kept while walking on all cores (see `walk`).
 
 use std::ffi::{OsStr, OsString};
+#[cfg(target_os = "linux")]
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -148,6 +149,10 @@ impl Prefix {
 
 impl Pattern {
     fn new(pattern: &str, base: PathBuf) -> Result<Pattern> {
+        // On Windows `\` is a separator, so pi 1.6 reads `src\**\*.ts` as
+        // `src/**/*.ts`; elsewhere it stays a glob escape.
+        #[cfg(windows)]
+        let pattern = &pattern.replace('\\', "/");
         let effective = strip_dot_slash(pattern);
         if effective.is_empty() {
             return Ok(Pattern {
@@ -167,7 +172,9 @@ impl Pattern {
             .compile_matcher();
         let target = if !effective.contains('/') {
             Target::FileName(matcher)
-        } else if Path::new(effective).is_absolute() {
+        } else if Path::new(effective).has_root() {
+            // Rooted, as Node's `path.isAbsolute` (pi's test) reads it: on Windows `/ws/x`
+            // and `C:/ws/x` (not `C:x`).
             Target::AbsolutePath(matcher)
         } else {
             Target::RelativePath(matcher)
@@ -204,7 +211,7 @@ impl Pattern {
 
     fn is_match(&self, rel: &Path) -> bool {
         if let Some(tail) = &self.tail {
-            if !tail.ends(rel.as_os_str().as_bytes()) {
+            if !tail.ends(rel.as_os_str().as_encoded_bytes()) {
                 return false;
             }
         }
@@ -212,9 +219,15 @@ impl Pattern {
             Target::All => true,
             Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
             Target::RelativePath(m) => {
-                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_bytes()))
+                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_encoded_bytes()))
             }
-            Target::AbsolutePath(m) => m.is_match(self.base.join(rel)),
+            Target::AbsolutePath(m) => {
+                let full = self.base.join(rel);
+                // The pattern's separators are `/` (see `new`): so are the path's.
+                #[cfg(windows)]
+                let full = PathBuf::from(full.to_string_lossy().replace('\\', "/"));
+                m.is_match(full)
+            }
         }
     }
 }
@@ -335,8 +348,8 @@ pub fn glob(
     if !from_index(index, &dir, &visitor, &mut found, search.limit) {
         found.clear();
         let start = root.open_dir(&dir).map_err(|e| e.with_path(cwd))?;
-        let from_root = dir.strip_prefix(root.host()).unwrap_or(Path::new(""));
-        let rules = Rules::new(&dir, None).with_policy(root.policy(), from_root);
+        let from_root = walk::start_in_root(root.host(), &dir, &start);
+        let rules = Rules::new(&dir, None).with_policy(root.policy(), &from_root);
         walk::walk(start, &rules, &visitor, &Cancel::new(), |m| {
             found.push(m);
             found.len() < search.limit
@@ -345,9 +358,9 @@ pub fn glob(
     Ok(found
         .into_iter()
         .map(|(rel, is_dir)| {
-            let mut p = base.join(rel).into_os_string();
+            let mut p = base.join(native_separators(rel)).into_os_string();
             if is_dir {
-                p.push("/");
+                p.push(DIR_SUFFIX);
             }
             p
         })
@@ -371,7 +384,7 @@ impl Visitor for Matches<'_> {
             || (entry.kind == Kind::Dir
                 && self
                     .pattern
-                    .rules_out_dir(entry.rel().as_os_str().as_bytes()))
+                    .rules_out_dir(entry.rel().as_os_str().as_encoded_bytes()))
     }
 
     fn visit(&self, _: &mut (), entry: &Entry<'_>) -> Option<Found> {
@@ -467,9 +480,29 @@ fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
     }
 }
 
+/// What ends a directory's result: the target's separator, as fd prints it
+/// (pi's find tool takes either on Windows).
+const DIR_SUFFIX: &str = if cfg!(windows) { "\\" } else { "/" };
+
+/// A walk path (`/`-separated) with the target's own separators: on Windows
+/// the results are Windows paths, as fd gives them there.
+fn native_separators(rel: PathBuf) -> PathBuf {
+    #[cfg(windows)]
+    {
+        let bytes: Vec<u8> = (rel.as_os_str().as_encoded_bytes().iter())
+            .map(|&b| if b == b'/' { b'\\' } else { b })
+            .collect();
+        PathBuf::from(walk::os_str(&bytes))
+    }
+    #[cfg(not(windows))]
+    {
+        rel
+    }
+}
+
 /// The last component of a relative walk path, as bytes.
 fn file_name(rel: &Path) -> &[u8] {
-    let bytes = rel.as_os_str().as_bytes();
+    let bytes = rel.as_os_str().as_encoded_bytes();
     bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
 }
 
@@ -493,6 +526,16 @@ mod tests {
         t
     }
 
+    /// A result as the tests spell it: `/`-separated (Windows gives `\`).
+    fn shown(p: OsString) -> String {
+        let p = p.into_string().unwrap();
+        if cfg!(windows) {
+            p.replace('\\', "/")
+        } else {
+            p
+        }
+    }
+
     fn run(t: &tempfile::TempDir, pattern: &str, ignore: &[&str], limit: usize) -> Vec<String> {
         let root = Root::open(t.path(), Some(Path::new("/ws"))).unwrap();
         let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
@@ -504,7 +547,7 @@ mod tests {
         let found: Vec<String> = glob(&root, Path::new("/ws"), &search, None)
             .unwrap()
             .into_iter()
-            .map(|p| p.into_string().unwrap())
+            .map(shown)
             .collect();
         // The same search answered from an index: the same answer.
         #[cfg(target_os = "linux")]
@@ -516,7 +559,7 @@ mod tests {
             let indexed: Vec<String> = glob(&root, Path::new("/ws"), &search, Some(&index))
                 .unwrap()
                 .into_iter()
-                .map(|p| p.into_string().unwrap())
+                .map(shown)
                 .collect();
             assert_eq!(indexed, found, "indexed find of {pattern:?}");
         }
@@ -554,12 +597,8 @@ mod tests {
         let root = std::sync::Arc::new(root);
         let find = |pattern: &str, cwd: &str, index: Option<&Index>| {
             let search = Search::new(pattern, &[], Some(100.0));
-            glob(&root, Path::new(cwd), &search, index).map(|found| {
-                found
-                    .into_iter()
-                    .map(|p| p.into_string().unwrap())
-                    .collect::<Vec<_>>()
-            })
+            glob(&root, Path::new(cwd), &search, index)
+                .map(|found| found.into_iter().map(shown).collect::<Vec<_>>())
         };
         let all = [
             "/ws/.ENV",
@@ -569,6 +608,8 @@ mod tests {
             "/ws/src/",
             "/ws/src/b.rs",
         ];
+        // On Windows `.ENV` is `.env` (one file, names compare case-insensitively), denied.
+        let all = if cfg!(windows) { &all[1..] } else { &all[..] };
         assert_eq!(find("*", "/ws", None).unwrap(), all);
         assert_eq!(find("**/*.rs", "/ws/src", None).unwrap(), ["/ws/src/b.rs"]);
         let refused = find("*", "/ws/secrets", None).unwrap_err();
@@ -608,6 +649,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        windows,
+        ignore = "names compare case-insensitively: é.c and É.C are one file"
+    )]
     fn literal_tails_answer_as_the_glob_does() {
         let t = tree(&[
             "foo", "a/foo", "a/b/xfoo", "FOO.C", "x.c", "é.c", "É.C", "src/k.Rs",
@@ -703,6 +748,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        windows,
+        ignore = "names compare case-insensitively: Drivers/ and drivers/ are one directory"
+    )]
     fn literal_leading_directories_bound_the_walk() {
         let t = tree(&[
             "drivers/Kconfig",

@@ -14,17 +14,18 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
-// The cancel handle of the searches below (unix only, as they are).
-#[cfg(unix)]
+// The cancel handle of the searches below.
+#[cfg(any(unix, windows))]
 pub mod cancel;
 pub mod error;
 pub mod exec;
 // The bounded root and the walk are built on unix descriptors (openat2,
-// O_NOFOLLOW opens relative to a directory); find and grep depend on them.
-// On other targets the faces say these are unsupported.
-#[cfg(unix)]
+// O_NOFOLLOW opens relative to a directory) or Windows handles (NtCreateFile
+// relative to a directory); find and grep depend on them. On other targets
+// the faces say these are unsupported.
+#[cfg(any(unix, windows))]
 pub mod find;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod grep;
 pub mod image;
 // Deny-read, deny-write and protected paths: one definition for every face.
@@ -54,9 +55,9 @@ pub mod root;
 // forked child).
 #[cfg(unix)]
 mod sys;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod walk;
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub use cancel::Cancel;
 pub use error::{Error, ErrorKind, NodeClass, NodeFields, Result};

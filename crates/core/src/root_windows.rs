@@ -665,6 +665,23 @@ impl Root {
         ))
     }
 
+    /// Opens a directory for listing (symlinks followed within the root): the
+    /// start of a walk for find and grep. Refused as `read_dir` would be.
+    pub fn open_dir(&self, path: &Path) -> Result<crate::walk::DirHandle> {
+        named("scandir", path, || {
+            self.check_read_given(path)?;
+            let e = self.resolve(path, false)?;
+            let dir = self
+                .open_entry(&e, DIR_ACCESS, DIR_OPTIONS)
+                .map_err(|err| match err.errno() {
+                    Some(libc::EISDIR) => Error::os(libc::ENOTDIR),
+                    _ => err,
+                })?;
+            self.check_read(path, dir.as_handle_ref())?;
+            crate::walk::DirHandle::new(dir).map_err(io_error)
+        })
+    }
+
     /// Names in a directory, in the order the system lists them.
     pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
         Ok(self.read_dir_upto(path, usize::MAX)?.unwrap_or_default())
@@ -842,11 +859,12 @@ const KEPT_ATTRIBUTES: u32 = FILE_ATTRIBUTE_HIDDEN
 
 /// What a probe of a name opens it with: enough to read its attributes and
 /// reparse data, nothing that conflicts with another process's open.
-const PROBE_ACCESS: u32 = FILE_READ_ATTRIBUTES | SYNCHRONIZE;
+pub(crate) const PROBE_ACCESS: u32 = FILE_READ_ATTRIBUTES | SYNCHRONIZE;
 /// A directory walked through or listed.
-const DIR_ACCESS: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE;
-const DIR_OPTIONS: u32 = FILE_DIRECTORY_FILE;
-const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
+pub(crate) const DIR_ACCESS: u32 =
+    FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE;
+pub(crate) const DIR_OPTIONS: u32 = FILE_DIRECTORY_FILE;
+pub(crate) const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
 
 /// Runs `op`, naming the system call and the path in its error as Node on
 /// Windows does: a system error's path with `\` separators, a refusal's as given.
@@ -867,7 +885,7 @@ fn temp_name() -> String {
     format!(".pi-native-ops-{}-{n}.tmp", std::process::id())
 }
 
-fn wide(s: &str) -> Vec<u16> {
+pub(crate) fn wide(s: &str) -> Vec<u16> {
     s.encode_utf16().collect()
 }
 
@@ -875,7 +893,7 @@ fn wide(s: &str) -> Vec<u16> {
 /// (`\\?\UNC\s\x` as `\\s\x`), the drive letter upper-case, no trailing `\`
 /// past a drive's root. `None` unless absolute: `X:\…` or `\\server\share…`
 /// (a device path `\\.\…` or `\\?\GLOBALROOT…` is not a place in a workspace).
-fn normalize(path: &OsStr) -> Option<String> {
+pub(crate) fn normalize(path: &OsStr) -> Option<String> {
     let mut s = path.to_str()?.replace('/', "\\");
     for verbatim in ["\\\\?\\", "\\??\\"] {
         if let Some(rest) = s.strip_prefix(verbatim) {
@@ -918,7 +936,7 @@ fn normalize(path: &OsStr) -> Option<String> {
 /// The rest of `path` after `prefix` (both normalized), compared as the
 /// filesystem compares names (case-insensitively); `None` unless the prefix
 /// ends at a separator.
-fn strip_prefix_ci<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn strip_prefix_ci<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     let mut chars = path.char_indices();
     for p in prefix.chars() {
         let (_, c) = chars.next()?;
@@ -939,7 +957,7 @@ fn strip_prefix_ci<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
 }
 
 /// Whether two names are the same to the filesystem (case-insensitively).
-fn eq_ci(a: &str, b: &str) -> bool {
+pub(crate) fn eq_ci(a: &str, b: &str) -> bool {
     strip_prefix_ci(a, b) == Some("")
 }
 
@@ -998,7 +1016,7 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn is_link(attrs: u32, tag: u32) -> bool {
+pub(crate) fn is_link(attrs: u32, tag: u32) -> bool {
     attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 && (tag == TAG_SYMLINK || tag == TAG_MOUNT_POINT)
 }
 
@@ -1008,7 +1026,7 @@ fn is_not_found(status: i32) -> bool {
 
 /// Opens `name` relative to the directory `dir` (an empty name: `dir`
 /// itself), never following a reparse point, for synchronous I/O.
-fn nt_open(
+pub(crate) fn nt_open(
     dir: BorrowedHandle<'_>,
     name: &[u16],
     access: u32,
@@ -1084,7 +1102,7 @@ fn create_dir(dir: BorrowedHandle<'_>, name: &[u16]) -> Result<()> {
 }
 
 /// The attributes and reparse tag of an open handle.
-fn tag_info(h: BorrowedHandle<'_>) -> Result<(u32, u32)> {
+pub(crate) fn tag_info(h: BorrowedHandle<'_>) -> Result<(u32, u32)> {
     let info: FILE_ATTRIBUTE_TAG_INFO = file_info(h, FileAttributeTagInfo)?;
     Ok((info.FileAttributes, info.ReparseTag))
 }
@@ -1111,7 +1129,7 @@ fn file_info<T: Copy>(h: BorrowedHandle<'_>, class: i32) -> Result<T> {
 }
 
 /// The handle's final path (`\\?\C:\…`), as the filesystem resolved it.
-fn final_path(h: BorrowedHandle<'_>) -> Result<OsString> {
+pub(crate) fn final_path(h: BorrowedHandle<'_>) -> Result<OsString> {
     // Room for the longest path Windows has (32767 units) on the second try.
     let mut buf = vec![0u16; 512];
     loop {
@@ -1206,9 +1224,33 @@ fn list(
     max: usize,
     mut keep: impl FnMut(&OsStr, u32) -> bool,
 ) -> Result<Option<Vec<OsString>>> {
+    let mut names = Vec::new();
+    let mut over = false;
+    for_each_entry(dir, |units, attrs, _| {
+        let name = OsString::from_wide(units);
+        if keep(&name, attrs) {
+            if names.len() == max {
+                over = true;
+                return false;
+            }
+            names.push(name);
+        }
+        true
+    })?;
+    Ok((!over).then_some(names))
+}
+
+/// Calls `each` with every entry of `dir` (but `.` and `..`): its name, its
+/// attributes and its reparse tag (0 when it is no reparse point), until
+/// `each` returns `false`. `FileFullDirectoryInfo` through the handle, so no
+/// path is looked up again.
+pub(crate) fn for_each_entry(
+    dir: BorrowedHandle<'_>,
+    mut each: impl FnMut(&[u16], u32, u32) -> bool,
+) -> Result<()> {
     // u64s: the records are 8-byte aligned within the buffer.
     let mut buf = vec![0u64; LIST_BUFFER_BYTES / 8];
-    let mut names = Vec::new();
+    let mut units: Vec<u16> = Vec::new();
     let mut class = FileFullDirectoryRestartInfo;
     loop {
         // SAFETY: `buf` is writable for LIST_BUFFER_BYTES, the length passed.
@@ -1223,7 +1265,7 @@ fn list(
         if ok == 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(ERROR_NO_MORE_FILES) {
-                return Ok(Some(names));
+                return Ok(());
             }
             return Err(io_error(e));
         }
@@ -1234,29 +1276,34 @@ fn list(
         let mut at = 0usize;
         loop {
             // FILE_FULL_DIR_INFO: NextEntryOffset at 0, FileAttributes at 56,
-            // FileNameLength at 60, FileName at 68.
+            // FileNameLength at 60, EaSize at 64 (a reparse point's tag),
+            // FileName at 68.
             let field = |i: usize| -> Option<u32> {
                 Some(u32::from_le_bytes(
                     bytes.get(at + i..at + i + 4)?.try_into().ok()?,
                 ))
             };
-            let (Some(next), Some(attrs), Some(len)) = (field(0), field(56), field(60)) else {
+            let (Some(next), Some(attrs), Some(len), Some(ea)) =
+                (field(0), field(56), field(60), field(64))
+            else {
                 return Err(Error::os(libc::EIO));
             };
             let Some(raw) = bytes.get(at + 68..at + 68 + len as usize) else {
                 return Err(Error::os(libc::EIO));
             };
-            let units: Vec<u16> = raw
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect();
+            units.clear();
+            units.extend(
+                raw.chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]])),
+            );
             if units != [b'.' as u16] && units != [b'.' as u16, b'.' as u16] {
-                let name = OsString::from_wide(&units);
-                if keep(&name, attrs) {
-                    if names.len() == max {
-                        return Ok(None);
-                    }
-                    names.push(name);
+                let tag = if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+                    ea
+                } else {
+                    0
+                };
+                if !each(&units, attrs, tag) {
+                    return Ok(());
                 }
             }
             if next == 0 {
@@ -1329,7 +1376,7 @@ fn set_information(
 }
 
 /// An NTSTATUS as an error with the errno Node would report.
-fn nt_error(status: i32) -> Error {
+pub(crate) fn nt_error(status: i32) -> Error {
     use crate::error::win_errno;
     // STATUS_FILE_IS_A_DIRECTORY would read as an access denial.
     const STATUS_FILE_IS_A_DIRECTORY: i32 = 0xC000_00BA_u32 as i32;

@@ -13,7 +13,6 @@ mod search;
 mod text;
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::index::Index;
 use crate::policy::Policy;
 use crate::root::Root;
-use crate::walk::{self, Entry, Kind, Rules, Visitor};
+use crate::walk::{self, DirHandle, Entry, Kind, Rules, Visitor};
 
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
@@ -158,7 +157,7 @@ pub enum Target {
 /// files are opened relative to their directory by the walk itself.
 pub trait Opener: Sync {
     /// The directory to walk.
-    fn open_dir(&self, path: &Path) -> Result<OwnedFd>;
+    fn open_dir(&self, path: &Path) -> Result<DirHandle>;
     /// The file named as the search target.
     fn open_named(&self, path: &Path) -> Result<File>;
     /// The workspace policy and the root's host path, for a bounded opener.
@@ -170,8 +169,9 @@ pub trait Opener: Sync {
 /// The host filesystem, unbounded.
 pub struct PlainFs;
 
+#[cfg(unix)]
 impl Opener for PlainFs {
-    fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
+    fn open_dir(&self, path: &Path) -> Result<DirHandle> {
         use nix::fcntl::{open, OFlag};
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         Ok(open(path, flags, nix::sys::stat::Mode::empty())?)
@@ -186,8 +186,21 @@ impl Opener for PlainFs {
     }
 }
 
+/// On Windows the directory is opened as a root of its own: the walk's
+/// handles need one, and the walk never leaves it anyway.
+#[cfg(windows)]
+impl Opener for PlainFs {
+    fn open_dir(&self, path: &Path) -> Result<DirHandle> {
+        Root::open(path, None)?.open_dir(path)
+    }
+    /// Windows has no FIFO to wait on: a plain open.
+    fn open_named(&self, path: &Path) -> Result<File> {
+        Ok(File::open(path)?)
+    }
+}
+
 impl Opener for Root {
-    fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
+    fn open_dir(&self, path: &Path) -> Result<DirHandle> {
         Root::open_dir(self, path)
     }
     fn policy(&self) -> Option<(&Arc<Policy>, &Path)> {
@@ -298,8 +311,8 @@ pub fn run(
                 // A directory that cannot be opened has nothing to search, as with rg.
                 let rules = match opener.policy() {
                     Some((policy, host)) => {
-                        let start = dir.strip_prefix(host).unwrap_or(Path::new(""));
-                        Rules::new(dir, overrides).with_policy(Some(policy), start)
+                        let from_root = walk::start_in_root(host, dir, &start);
+                        Rules::new(dir, overrides).with_policy(Some(policy), &from_root)
                     }
                     None => Rules::new(dir, overrides),
                 };

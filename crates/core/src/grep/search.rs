@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::fd::AsFd;
 use std::sync::OnceLock;
 
 use grep_matcher::{LineTerminator, Matcher};
@@ -16,7 +15,6 @@ use super::long_lines::{self, StreamMatcher};
 pub(crate) use super::text::Hit;
 use super::text::{show_line, Limiter};
 use crate::error::{Error, Result};
-use crate::sys::read_full;
 
 /// Largest line the searcher buffers. A longer line (or a context window that
 /// does not fit) makes the searcher fail, and the file is searched again by
@@ -178,7 +176,7 @@ impl Engine {
             buf,
             matcher,
         } = worker;
-        let Ok(filled) = read_full(file.as_fd(), buf) else {
+        let Ok(filled) = read_full(file, buf) else {
             return Vec::new();
         };
         let whole = filled < buf.len();
@@ -282,17 +280,52 @@ impl<R: Read> Read for Halting<'_, R> {
 /// How long a read of a file opened without blocking (a FIFO named as the
 /// target) waits for data between two looks at `halted`: a cancelled search
 /// of an idle FIFO ends within this.
+#[cfg(unix)]
 const WAIT_STEP_MS: i32 = 100;
 
 /// A file opened `O_NONBLOCK` read as if blocking: a read that would block
 /// waits for data (or the writers' end) in steps of `WAIT_STEP_MS`, and
 /// reports end of file once the search is halted. A regular file never
 /// would block, so this costs it nothing.
+/// Reads `file` until `buf` is full or the file ends; the bytes read.
+#[cfg(unix)]
+fn read_full(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsFd;
+    crate::sys::read_full(file.as_fd(), buf)
+}
+
+/// Reads `file` until `buf` is full or the file ends; the bytes read.
+#[cfg(not(unix))]
+fn read_full(mut file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
 struct Waiting<'a> {
     file: &'a File,
     halted: &'a dyn Fn() -> bool,
 }
 
+/// Windows has no FIFO in a walk or as a file opened by name (a named pipe
+/// is no directory entry, and `open_named` never opens one without waiting
+/// semantics of its own): a read never would block, so it is a plain read.
+#[cfg(not(unix))]
+impl Read for Waiting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let _ = self.halted;
+        (&mut &*self.file).read(buf)
+    }
+}
+
+#[cfg(unix)]
 impl Read for Waiting<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         use std::os::fd::AsRawFd;

@@ -1,17 +1,69 @@
 //! Reading one directory through its descriptor: its entries sorted by
-//! name, with their kinds, and which ignore files it holds.
+//! name, with their kinds, and which ignore files it holds; and the opens
+//! relative to a walked directory. The listing itself is shared; what is
+//! per target (the unix descriptors here, the Windows handles in
+//! `listing_windows.rs`) is the directory handle, `read_entries`, `kind_at`
+//! and the opens.
 
+#[cfg(unix)]
+use std::fs::File;
+#[cfg(unix)]
 use std::io;
-use std::os::fd::BorrowedFd;
+#[cfg(unix)]
+use std::os::fd::{BorrowedFd, OwnedFd};
 
-use nix::fcntl::AtFlags;
-use nix::sys::stat::{fstatat, SFlag};
+#[cfg(unix)]
+use nix::fcntl::{openat, AtFlags, OFlag};
+#[cfg(unix)]
+use nix::sys::stat::{fstatat, Mode, SFlag};
 
 use super::Kind;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 use crate::sys::{getdents, DirentBuf};
+#[cfg(windows)]
+#[path = "listing_windows.rs"]
+mod target;
+#[cfg(windows)]
+pub use target::DirHandle;
+#[cfg(windows)]
+pub(crate) use target::{kind_at, open_dir_at, open_file_at, read_entries, DirRef};
+
+/// A directory the walk holds open: its descriptor.
+#[cfg(unix)]
+pub type DirHandle = OwnedFd;
+/// A directory the walk holds open, borrowed.
+#[cfg(unix)]
+pub(crate) type DirRef<'a> = BorrowedFd<'a>;
+
+/// Borrows a held directory.
+#[cfg(unix)]
+pub(crate) fn borrow(dir: &DirHandle) -> DirRef<'_> {
+    use std::os::fd::AsFd;
+    dir.as_fd()
+}
+#[cfg(windows)]
+pub(crate) fn borrow(dir: &DirHandle) -> DirRef<'_> {
+    dir
+}
+
+/// Opens the subdirectory `name` of `dir` without following a symlink (one
+/// swapped in since the listing fails).
+#[cfg(unix)]
+pub(crate) fn open_dir_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<DirHandle> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(openat(dir, name, flags, Mode::empty())?)
+}
+
+/// Opens the entry `name` of `dir` for reading, without following a symlink
+/// and without waiting (a FIFO swapped in is not waited on).
+#[cfg(unix)]
+pub(crate) fn open_file_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<File> {
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    Ok(openat(dir, name, flags, Mode::empty())?.into())
+}
 
 /// What `name` in `dir` is, without following a symlink.
+#[cfg(unix)]
 pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Kind> {
     let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
     Some(
@@ -66,7 +118,7 @@ pub(crate) struct Listed {
 impl Listing {
     /// The entries of the directory open at `fd`, sorted, each with its kind.
     /// A directory that fails midway is used as far as it was read.
-    pub(crate) fn of(fd: BorrowedFd<'_>) -> Listing {
+    pub(crate) fn of(fd: DirRef<'_>) -> Listing {
         let mut listing = Listing::with_room();
         let _ = read_entries(fd, |name, kind| listing.push(name, kind));
         for listed in &mut listing.entries {
@@ -148,8 +200,8 @@ fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -
     Ok(())
 }
 
-/// Elsewhere, `readdir` on a duplicate of the descriptor.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+/// Elsewhere on unix, `readdir` on a duplicate of the descriptor.
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 fn read_entries(fd: BorrowedFd<'_>, mut each: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
     let mut dir = nix::dir::Dir::from_fd(fd.try_clone_to_owned()?)?;
     for entry in dir.iter() {

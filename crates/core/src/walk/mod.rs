@@ -37,14 +37,12 @@ mod tests;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
+use listing::DirRef;
 
+pub use listing::DirHandle;
 pub use rules::Rules;
 // The index's candidate search runs on as many threads as a walk.
 #[cfg(target_os = "linux")]
@@ -66,7 +64,7 @@ pub enum Kind {
 
 /// An entry the walk found, as a visitor sees it.
 pub struct Entry<'a> {
-    dir: BorrowedFd<'a>,
+    dir: DirRef<'a>,
     name: &'a [u8],
     rel: &'a [u8],
     /// What the entry is.
@@ -90,12 +88,12 @@ impl Halt<'_> {
 impl Entry<'_> {
     /// The entry's name.
     pub fn name(&self) -> &OsStr {
-        OsStr::from_bytes(self.name)
+        os_str(self.name)
     }
 
     /// The path relative to the start directory.
     pub fn rel(&self) -> &Path {
-        Path::new(OsStr::from_bytes(self.rel))
+        Path::new(os_str(self.rel))
     }
 
     /// Whether the walk is ending, so a long visit can give up.
@@ -106,9 +104,48 @@ impl Entry<'_> {
     /// Opens the entry for reading, relative to its directory and without
     /// following a symlink (a file swapped for one since the listing fails).
     pub fn open(&self) -> io::Result<File> {
-        // Non-blocking, so a FIFO swapped in is not waited on.
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        Ok(openat(self.dir, self.name, flags, Mode::empty())?.into())
+        listing::open_file_at(self.dir, self.name)
+    }
+}
+
+/// A walk path or name as an `OsStr`: unix bytes as they are.
+#[cfg(unix)]
+pub(crate) fn os_str(bytes: &[u8]) -> &OsStr {
+    use std::os::unix::ffi::OsStrExt;
+    OsStr::from_bytes(bytes)
+}
+
+/// A walk path or name as an `OsStr`: on Windows the bytes are WTF-8, as
+/// `OsStr::as_encoded_bytes` gives them.
+#[cfg(windows)]
+pub(crate) fn os_str(bytes: &[u8]) -> &OsStr {
+    // SAFETY: every walk path and name is built from `as_encoded_bytes` of
+    // `OsStr`s (names listed, paths given) and of `str`s (patterns, rules),
+    // split and joined only at ASCII `/`, which the encoding allows. Bytes
+    // read from files never come here (`rules::text_path` checks them).
+    unsafe { OsStr::from_encoded_bytes_unchecked(bytes) }
+}
+
+/// Where the walk starts, from the workspace root, `/`-separated: the start
+/// directory's real path (`dir`, the host path the root resolved) less the
+/// root's `host` path; on Windows from the start's final path, so the
+/// names are the filesystem's own (long names, stored case).
+pub(crate) fn start_in_root(host: &Path, dir: &Path, start: &DirHandle) -> std::path::PathBuf {
+    #[cfg(windows)]
+    {
+        let _ = dir;
+        let host = crate::root::normalize(host.as_os_str()).unwrap_or_default();
+        if let Some(rel) = crate::root::strip_prefix_ci(start.path(), &host) {
+            return std::path::PathBuf::from(rel.replace('\\', "/"));
+        }
+        std::path::PathBuf::new()
+    }
+    #[cfg(unix)]
+    {
+        let _ = start;
+        dir.strip_prefix(host)
+            .unwrap_or(Path::new(""))
+            .to_path_buf()
     }
 }
 

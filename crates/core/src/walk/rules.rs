@@ -4,23 +4,16 @@
 //! `ignore` crate keeps them in `dir.rs`, apart from its walker).
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::listing::{borrow, kind_at, open_dir_at, open_file_at, DirHandle, DirRef, Markers};
+use super::{os_str, Kind};
+use crate::policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::overrides::Override;
 use ignore::Match;
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
-
-use super::listing::{kind_at, Markers};
-use super::Kind;
-use crate::policy::Policy;
 
 /// The rules of one walk: the ignore files above the start directory and how
 /// they combine.
@@ -88,7 +81,7 @@ impl Rules {
     /// asked, each on its own: a denied directory is never entered).
     pub fn with_policy(mut self, policy: Option<&Arc<Policy>>, start: &Path) -> Rules {
         self.denied = policy.filter(|p| !p.reads_unrestricted()).map(|p| {
-            let mut prefix = start.as_os_str().as_bytes().to_vec();
+            let mut prefix = start.as_os_str().as_encoded_bytes().to_vec();
             if !prefix.is_empty() {
                 prefix.push(b'/');
             }
@@ -120,7 +113,7 @@ impl Rules {
             scratch
         };
         (denied.policy)
-            .read_denial_entry(Path::new(OsStr::from_bytes(full)), is_dir)
+            .read_denial_entry(Path::new(os_str(full)), is_dir)
             .is_some()
     }
 
@@ -136,7 +129,7 @@ impl Rules {
         if self.is_denied(rel, is_dir, scratch) {
             return true;
         }
-        let rel_path = Path::new(OsStr::from_bytes(rel));
+        let rel_path = Path::new(os_str(rel));
         if let Some(overrides) = &self.overrides {
             match overrides.matched(rel_path, is_dir) {
                 Match::Ignore(_) => return true,
@@ -152,7 +145,7 @@ impl Rules {
             match &l.place {
                 Place::Inside { strip } => {
                     let candidate = rel.get(*strip..).unwrap_or(rel);
-                    found.check(l, Path::new(OsStr::from_bytes(candidate)), is_dir, any_git);
+                    found.check(l, Path::new(os_str(candidate)), is_dir, any_git);
                 }
                 Place::Above { .. } if !l.rules_in_chain => break,
                 Place::Above { start } if l.has_rules => {
@@ -160,7 +153,7 @@ impl Rules {
                     scratch.extend_from_slice(start);
                     scratch.push(b'/');
                     scratch.extend_from_slice(rel);
-                    found.check(l, Path::new(OsStr::from_bytes(scratch)), is_dir, any_git);
+                    found.check(l, Path::new(os_str(scratch)), is_dir, any_git);
                 }
                 Place::Above { .. } => found.saw_git |= l.has_git,
             }
@@ -302,7 +295,7 @@ impl Level {
                     .strip_prefix(dir)
                     .unwrap_or(start)
                     .as_os_str()
-                    .as_bytes()
+                    .as_encoded_bytes()
                     .to_vec(),
             },
             parent,
@@ -313,7 +306,7 @@ impl Level {
     /// own when its listing holds an ignore file or a repository marker, else
     /// its parent's (most directories hold neither).
     pub(crate) fn for_listing(
-        dir: BorrowedFd<'_>,
+        dir: DirRef<'_>,
         rel: &[u8],
         markers: &Markers,
         rules: &Rules,
@@ -329,7 +322,7 @@ impl Level {
     /// A directory inside the walk, read through its descriptor; `rel` is its
     /// path relative to the start directory.
     pub(crate) fn of_dir(
-        dir: BorrowedFd<'_>,
+        dir: DirRef<'_>,
         rel: &[u8],
         markers: &Markers,
         rules: &Rules,
@@ -374,7 +367,16 @@ fn git_common_dir(dir: &Path, dot_git_is_file: bool) -> Option<PathBuf> {
 fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
     let line = text.split(|&b| b == b'\n').next()?;
     let path = line.strip_prefix(b"gitdir: ")?;
-    Some(PathBuf::from(OsStr::from_bytes(path)))
+    Some(PathBuf::from(text_path(path)?))
+}
+
+/// A path written in a file (git's): bytes as they are on unix; UTF-8 on
+/// Windows (git writes it so), anything else no path.
+fn text_path(bytes: &[u8]) -> Option<&std::ffi::OsStr> {
+    #[cfg(unix)]
+    return Some(os_str(bytes));
+    #[cfg(windows)]
+    return std::str::from_utf8(bytes).ok().map(std::ffi::OsStr::new);
 }
 
 /// A worktree's git directory holds a `commondir` file; a submodule's does
@@ -382,7 +384,7 @@ fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
 fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
     let text = std::fs::read(gitdir.join("commondir")).ok()?;
     let line = text.split(|&b| b == b'\n').next()?;
-    let common = Path::new(OsStr::from_bytes(line));
+    let common = Path::new(text_path(line)?);
     Some(if line.starts_with(b".") {
         gitdir.join(common)
     } else {
@@ -445,29 +447,21 @@ fn compile(text: &[u8]) -> Gitignore {
 }
 
 /// Reads a (small) file below `dir` without following symlinks.
-fn read_at(dir: BorrowedFd<'_>, rel: &str) -> Option<Vec<u8>> {
-    let mut top: Option<OwnedFd> = None;
+fn read_at(dir: DirRef<'_>, rel: &str) -> Option<Vec<u8>> {
+    let mut top: Option<DirHandle> = None;
     let mut parts = rel.split('/').peekable();
+    let mut file = None;
     while let Some(part) = parts.next() {
-        let at = top.as_ref().map_or(dir, |fd| fd.as_fd());
-        let flags = if parts.peek().is_some() {
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY
+        let at = top.as_ref().map_or(dir, borrow);
+        if parts.peek().is_some() {
+            top = Some(open_dir_at(at, part.as_bytes()).ok()?);
         } else {
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK
-        };
-        top = Some(
-            openat(
-                at,
-                part,
-                flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .ok()?,
-        );
+            file = Some(open_file_at(at, part.as_bytes()).ok()?);
+        }
     }
     // Not `File::read_to_end`, which reserves the size the file claims.
     let mut text = Vec::new();
-    File::from(top?)
+    file?
         .take(MAX_RULE_FILE_BYTES)
         .read_to_end(&mut text)
         .ok()?;

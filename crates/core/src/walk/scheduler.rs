@@ -4,21 +4,17 @@
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, HashMap};
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
-
-use super::listing::Listing;
+use super::listing::{borrow, open_dir_at, DirHandle, Listing};
 use super::rules::{Level, Rules};
 use super::{Entry, Halt, Kind, Visitor};
 use crate::cancel::Cancel;
 
 /// A directory being walked: its descriptor, path, rules and entries.
 pub(super) struct Dir {
-    pub(super) fd: OwnedFd,
+    pub(super) fd: DirHandle,
     pub(super) rel: Vec<u8>,
     pub(super) level: Arc<Level>,
     pub(super) key: Vec<u32>,
@@ -37,7 +33,7 @@ impl Dir {
         let name = self.listing.name(listed);
         join(path, &self.rel, name);
         Entry {
-            dir: self.fd.as_fd(),
+            dir: borrow(&self.fd),
             name,
             rel: path,
             kind: listed.kind.unwrap_or(Kind::Other),
@@ -76,7 +72,7 @@ fn join(path: &mut Vec<u8>, dir: &[u8], name: &[u8]) {
 
 enum Work {
     /// List the start directory.
-    Start(OwnedFd, Arc<Level>),
+    Start(DirHandle, Arc<Level>),
     /// List entry `index` of a listed directory.
     List(Arc<Dir>, usize),
     /// Visit a run of files of a listed directory (searching visitors).
@@ -168,7 +164,10 @@ const FILES_PER_TASK: usize = 8;
 /// std::fs::write(dir.path().join("b/c.txt"), "")?;
 /// std::fs::write(dir.path().join("a.txt"), "")?;
 /// std::fs::write(dir.path().join(".ignore"), "a.txt\n")?;
+/// # #[cfg(unix)]
 /// let start = std::fs::File::open(dir.path())?.into();
+/// # #[cfg(windows)]
+/// # let start = pi_native_ops_core::root::Root::open(dir.path(), None)?.open_dir(dir.path())?;
 /// let mut seen = Vec::new();
 /// let rules = Rules::new(dir.path(), None);
 /// walk::walk(start, &rules, &Paths, &Cancel::new(), |path| {
@@ -179,7 +178,7 @@ const FILES_PER_TASK: usize = 8;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn walk<V: Visitor>(
-    start: OwnedFd,
+    start: DirHandle,
     rules: &Rules,
     visitor: &V,
     cancel: &Cancel,
@@ -341,10 +340,8 @@ impl<V: Visitor> Shared<'_, V> {
                     self.list(fd, Vec::new(), above, task.key, &mut new_tasks, local)
                 }
                 Work::List(parent, index) => {
-                    let flags =
-                        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
                     let name = parent.listing.name(&parent.listing.entries[index]);
-                    match openat(parent.fd.as_fd(), name, flags, Mode::empty()) {
+                    match open_dir_at(borrow(&parent.fd), name) {
                         Ok(fd) => {
                             let rel = parent.child_path(index);
                             let level = parent.level.clone();
@@ -394,15 +391,15 @@ impl<V: Visitor> Shared<'_, V> {
     /// (and runs of files, for searching visitors) become tasks.
     fn list(
         &self,
-        fd: OwnedFd,
+        fd: DirHandle,
         rel: Vec<u8>,
         above: Arc<Level>,
         key: Vec<u32>,
         new_tasks: &mut Vec<Task>,
         local: &mut V::Local,
     ) -> Vec<Part<V::Out>> {
-        let listing = Listing::of(fd.as_fd());
-        let level = Level::for_listing(fd.as_fd(), &rel, &listing.markers, self.rules, above);
+        let listing = Listing::of(borrow(&fd));
+        let level = Level::for_listing(borrow(&fd), &rel, &listing.markers, self.rules, above);
         let dir = Arc::new(Dir {
             fd,
             rel,

@@ -39,8 +39,7 @@ fn walk_rules<V: Visitor<Out = String>>(
     cancel: &Cancel,
     limit: usize,
 ) -> Vec<String> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
-    let fd = nix::fcntl::open(dir, flags, Mode::empty()).unwrap();
+    let fd = open_start(dir);
     let rules = Rules::new(&fs::canonicalize(dir).unwrap(), overrides);
     let mut out = Vec::new();
     walk(fd, &rules, &v, cancel, |p| {
@@ -48,6 +47,21 @@ fn walk_rules<V: Visitor<Out = String>>(
         out.len() < limit
     });
     out
+}
+
+/// The start directory, as find and grep open it.
+#[cfg(unix)]
+fn open_start(dir: &Path) -> DirHandle {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()).unwrap()
+}
+#[cfg(windows)]
+fn open_start(dir: &Path) -> DirHandle {
+    crate::root::Root::open(dir, None)
+        .unwrap()
+        .open_dir(dir)
+        .unwrap()
 }
 
 fn tree(files: &[&str]) -> tempfile::TempDir {
@@ -156,6 +170,7 @@ fn git_exclude_and_ancestors_rules() {
     assert_eq!(walk_all(&t.path().join("w"), usize::MAX), ["z"]);
 }
 
+#[cfg(unix)]
 #[test]
 fn symlinks_are_entries_never_followed() {
     let t = tree(&["d/f", "outside/secret"]);
@@ -260,14 +275,14 @@ fn stopped_and_cancelled_walks_always_end() {
     });
 }
 
+#[cfg(unix)]
 #[test]
 fn ancestors_are_those_of_the_real_directory() {
     let t = tree(&["a/sub/x.tmp", "a/sub/y", "b/"]);
     fs::write(t.path().join("a/.gitignore"), "*.tmp\n").unwrap();
     let link = t.path().join("b/link");
     std::os::unix::fs::symlink(t.path().join("a/sub"), &link).unwrap();
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
-    let fd = nix::fcntl::open(&link, flags, Mode::empty()).unwrap();
+    let fd = open_start(&link);
     let rules = Rules::new(&link, None);
     let mut out = Vec::new();
     walk(fd, &rules, &Paths::<false>, &Cancel::new(), |p| {
