@@ -52,7 +52,17 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_CONNECTIONS: usize = 256;
 /// Bytes moved per splice (and the size asked for each direction's pipe) while relaying: large
 /// enough that a loopback download costs few system calls, small enough for `MAX_CONNECTIONS`.
+/// Also the buffer of a direction that cannot splice (heap, two per connection).
 const RELAY_BUFFER_BYTES: usize = 256 << 10;
+/// A direction that has moved this much is a bulk transfer: its pipe grows to `BULK_SPLICE_BYTES`.
+/// Pipe sizes count against the user's pipe quota (`fs.pipe-user-pages-soft`, 64 MiB by default),
+/// past which every new pipe of that user gets a minimal buffer, so only bulk directions take more.
+const BULK_AFTER_BYTES: u64 = 4 << 20;
+/// The splice and pipe size of a bulk direction: 1 MiB, the default `fs.pipe-max-size` (the most
+/// an unprivileged process may ask). Against 256 KiB, the relay thread's CPU per 100 MB on
+/// loopback fell from about 30 ms to about 20 ms (fewer wake-ups and calls; `measure_relay`,
+/// bench/NOTES.md 2026-12-05 03:30).
+const BULK_SPLICE_BYTES: usize = 1 << 20;
 /// Stack of each connection thread: the relay's buffer is on the heap; `getaddrinfo` needs a few
 /// pages.
 const THREAD_STACK_BYTES: usize = 256 << 10;
@@ -1085,6 +1095,10 @@ fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
 struct Mover {
     pipe: Option<(OwnedFd, OwnedFd)>,
     buf: Vec<u8>,
+    /// Bytes moved so far, until the pipe was offered `BULK_SPLICE_BYTES` (then `None`).
+    moved: Option<u64>,
+    /// Bytes asked of each splice: the pipe's size.
+    splice_bytes: usize,
 }
 
 impl Mover {
@@ -1109,14 +1123,43 @@ impl Mover {
         Mover {
             pipe,
             buf: Vec::new(),
+            moved: Some(0),
+            splice_bytes: RELAY_BUFFER_BYTES,
+        }
+    }
+
+    /// Counts `n` bytes moved; past `BULK_AFTER_BYTES`, asks once for the bulk pipe size (the
+    /// pipe is empty between moves, so the kernel can resize it).
+    fn count(&mut self, n: usize) {
+        let Some(moved) = self.moved.as_mut() else {
+            return;
+        };
+        *moved += n as u64;
+        if *moved < BULK_AFTER_BYTES {
+            return;
+        }
+        self.moved = None;
+        if let Some((_, write)) = &self.pipe {
+            // SAFETY: plain fcntl on our own pipe.
+            let size = unsafe {
+                libc::fcntl(
+                    write.as_raw_fd(),
+                    libc::F_SETPIPE_SZ,
+                    BULK_SPLICE_BYTES as libc::c_int,
+                )
+            };
+            // Refused (the quota), the pipe keeps its size.
+            if size >= BULK_SPLICE_BYTES as libc::c_int {
+                self.splice_bytes = BULK_SPLICE_BYTES;
+            }
         }
     }
 
     /// Moves what `src` has, at most `max` bytes, all of it to `dst`: the count, 0 at
     /// end-of-file.
     fn move_once(&mut self, src: &TcpStream, dst: &TcpStream, max: usize) -> io::Result<usize> {
-        let max = max.min(RELAY_BUFFER_BYTES);
         if let Some((read, write)) = &self.pipe {
+            let max = max.min(self.splice_bytes);
             // SAFETY: descriptors we hold; null offsets (sockets and pipes have none).
             let n = unsafe {
                 libc::splice(
@@ -1155,6 +1198,7 @@ impl Mover {
                     }
                     left -= m as usize;
                 }
+                self.count(n);
                 return Ok(n);
             }
             let e = io::Error::last_os_error();
@@ -1168,7 +1212,7 @@ impl Mover {
             self.buf = vec![0u8; RELAY_BUFFER_BYTES];
         }
         let mut reader = src;
-        let n = reader.read(&mut self.buf[..max])?;
+        let n = reader.read(&mut self.buf[..max.min(RELAY_BUFFER_BYTES)])?;
         let mut writer = dst;
         writer.write_all(&self.buf[..n])?;
         Ok(n)
@@ -1412,7 +1456,8 @@ mod tests {
     /// `sockmap` (both directions linked with `redirect`: egress redirect, the kernel's psock
     /// worker sends) and `sockmap-ingress` (the upstream's segments queued straight onto the
     /// reader's own socket, which a real proxy could only do by taking the sandboxed process's
-    /// socket). `PNO_ROUNDS` rounds (default 5); the sockmap paths need CAP_BPF + CAP_NET_ADMIN:
+    /// socket). `PNO_ROUNDS` rounds (default 5), `PNO_PATHS=direct,splice` for some paths only;
+    /// the sockmap paths need CAP_BPF + CAP_NET_ADMIN:
     /// `cargo test --release -p pi-native-ops-core measure_relay -- --ignored --nocapture`.
     /// CPU: the server, relay and reader threads' own (`RUSAGE_THREAD`); the psock worker's runs
     /// in a kworker and shows only in the machine's busy time (`/proc/stat`, everyone's).
@@ -1545,7 +1590,14 @@ mod tests {
             .unwrap_or(5);
         let expected: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
         for round in 0..rounds {
+            let only = std::env::var("PNO_PATHS").ok();
             for (name, port, relay_cpu, readers) in &paths {
+                if only
+                    .as_ref()
+                    .is_some_and(|o| !o.split(',').any(|p| p == *name))
+                {
+                    continue;
+                }
                 let busy = machine_busy_ms();
                 let t = Instant::now();
                 let reader_cpu = thread_cpu_ms();
