@@ -61,7 +61,7 @@ const BULK_AFTER_BYTES: u64 = 4 << 20;
 /// The splice and pipe size of a bulk direction: 1 MiB, the default `fs.pipe-max-size` (the most
 /// an unprivileged process may ask). Against 256 KiB, the relay thread's CPU per 100 MB on
 /// loopback fell from about 30 ms to about 20 ms (fewer wake-ups and calls; `measure_relay`,
-/// bench/NOTES.md 2026-12-05 03:30).
+/// bench/NOTES.md 2026-12-05 03:50).
 const BULK_SPLICE_BYTES: usize = 1 << 20;
 /// Stack of each connection thread: the relay's buffer is on the heap; `getaddrinfo` needs a few
 /// pages.
@@ -1501,8 +1501,7 @@ mod tests {
                 let _ = server_cpu.send(thread_cpu_ms() - t);
             }
         });
-        /// The reader's own socket, where to say it is linked (before the reader reads: a read
-        /// already waiting on the plain receive queue does not see the redirected bytes), and
+        /// The reader's own socket, where to say it is linked (the reader reads only then), and
         /// where the reader says it has all (the relay's end-of-file, on the plain queue, would
         /// overtake redirected bytes still queued).
         type Reader = (TcpStream, Sender<()>, Receiver<()>);

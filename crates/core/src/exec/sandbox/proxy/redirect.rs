@@ -1,6 +1,6 @@
 //! A kernel-side relay, measured against the proxy's splice relay (`measure_relay`) and not
 //! used by it: on this kernel it moved a loopback download at a third to two thirds of splice's
-//! rate (bench/NOTES.md, 2026-12-05 03:30).
+//! rate (bench/NOTES.md, 2026-12-05 03:50).
 //!
 //! A BPF sockmap (`BPF_MAP_TYPE_SOCKHASH`) and an `SK_SKB` verdict program
 //! (`BPF_SK_SKB_VERDICT`) hand each segment arriving on a linked source socket to its target
