@@ -1422,6 +1422,131 @@ mod tests {
         drop(proxy);
     }
 
+    /// `len` bytes that differ by `seed` and by position (so a lost, repeated or reordered
+    /// chunk shows).
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i % 251) as u8 ^ seed.wrapping_mul(37))
+            .collect()
+    }
+
+    /// Opens a tunnel through the proxy on `port` to `localhost:target`.
+    fn open_tunnel(port: u16, target: u16) -> TcpStream {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        client
+            .write_all(format!("CONNECT localhost:{target} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let answer = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+        let mut got = vec![0u8; answer.len()];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(got, answer);
+        client
+    }
+
+    /// Past `BULK_AFTER_BYTES` each way (the pipes grow mid-transfer): every byte arrives, and
+    /// each side's end-of-file reaches the other; the client sends only after the server's
+    /// end-of-file arrived, so the tunnel must keep that direction open past it.
+    #[test]
+    fn a_tunnel_carries_bulk_both_ways_and_each_half_close() {
+        const DOWN: usize = 3 * BULK_AFTER_BYTES as usize;
+        const UP: usize = 2 * BULK_AFTER_BYTES as usize;
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream_port = upstream.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().unwrap();
+            conn.write_all(&pattern(1, DOWN)).unwrap();
+            conn.shutdown(Shutdown::Write).unwrap();
+            let mut got = Vec::new();
+            conn.read_to_end(&mut got).unwrap();
+            got
+        });
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let mut client = open_tunnel(port, upstream_port);
+        let mut down = Vec::new();
+        client.read_to_end(&mut down).unwrap();
+        assert!(down == pattern(1, DOWN), "{} bytes down", down.len());
+        client.write_all(&pattern(2, UP)).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let up = server.join().unwrap();
+        assert!(up == pattern(2, UP), "{} bytes up", up.len());
+        drop(proxy);
+    }
+
+    #[test]
+    fn many_tunnels_at_once_each_get_their_own_bytes() {
+        const TUNNELS: u8 = 24;
+        const BYTES: usize = 1 << 20;
+        let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let echo_port = echo.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in echo.incoming().take(TUNNELS as usize).flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = conn.try_clone().unwrap();
+                    let _ = std::io::copy(&mut reader, &mut &conn);
+                    let _ = conn.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let tunnels: Vec<_> = (0..TUNNELS)
+            .map(|seed| {
+                std::thread::spawn(move || {
+                    let client = open_tunnel(port, echo_port);
+                    let mut writer = client.try_clone().unwrap();
+                    let sending = std::thread::spawn(move || {
+                        writer.write_all(&pattern(seed, BYTES)).unwrap();
+                        writer.shutdown(Shutdown::Write).unwrap();
+                    });
+                    let mut back = Vec::new();
+                    (&client).read_to_end(&mut back).unwrap();
+                    sending.join().unwrap();
+                    back == pattern(seed, BYTES)
+                })
+            })
+            .collect();
+        for (seed, tunnel) in tunnels.into_iter().enumerate() {
+            assert!(tunnel.join().unwrap(), "tunnel {seed} got other bytes");
+        }
+        drop(proxy);
+    }
+
+    /// A proxy dropped in the middle of a bulk download closes both sides and every thread
+    /// ends (with it, each socket and pipe it held).
+    #[test]
+    fn a_proxy_dropped_mid_transfer_closes_both_sides() {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream_port = upstream.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().unwrap();
+            let chunk = pattern(3, 64 << 10);
+            // Sends until the proxy's end of the connection is gone.
+            while conn.write_all(&chunk).is_ok() {}
+        });
+        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let held = proxy.threads_hold();
+        let mut client = open_tunnel(port, upstream_port);
+        let mut buf = vec![0u8; 64 << 10];
+        let mut got = 0;
+        while got < 2 * BULK_AFTER_BYTES as usize {
+            let n = client.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+        drop(proxy);
+        // The client reads on until the proxy closed its end (end-of-file or a reset): what was
+        // in flight, far less than a relay that kept going would deliver.
+        let mut after = 0;
+        while let Ok(n @ 1..) = client.read(&mut buf) {
+            after += n;
+            assert!(
+                after < 256 << 20,
+                "the relay went on after the proxy was dropped"
+            );
+        }
+        server.join().unwrap();
+        until("every proxy thread ended", || held.upgrade().is_none());
+    }
+
     #[test]
     fn a_silent_client_and_an_idle_tunnel_are_closed() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
