@@ -2,6 +2,7 @@
 // only way out is the proxy on Node's side. As root (in this process) and as nobody (a child Node): a name
 // allowed, the same server refused by its address, a CONNECT tunnel, a client that ignores the proxy (no
 // route), IPv6, DNS attempts, and the event of each connection. Every server is on this machine's loopback.
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
@@ -21,6 +22,13 @@ async function listenOn(server, host) {
   });
 }
 
+/** The bulk transfers: past the relay's bulk threshold (4 MiB), so its pipes grow mid-transfer. */
+const BULK_BYTES = 24e6;
+const bulk = randomBytes(BULK_BYTES);
+const sha256 = (data) => createHash("sha256").update(data).digest("hex");
+/** What `seq 1 3000000` prints (20.9 MB), uploaded from the sandbox. */
+const upload = Buffer.from(`${Array.from({ length: 3e6 }, (_, i) => i + 1).join("\n")}\n`);
+
 let web;
 let web6;
 let echo;
@@ -28,8 +36,20 @@ let ports;
 const servers = [];
 beforeAll(async () => {
   // Answers with the path and the X-Token header it received.
+  // `/bulk` sends `bulk`; `/sum` answers the request body's hash and length.
   const handler = (req, res) => {
     res.setHeader("Connection", "close");
+    if (req.url === "/bulk") return res.end(bulk);
+    if (req.url === "/sum") {
+      const hash = createHash("sha256");
+      let bytes = 0;
+      req.on("data", (chunk) => {
+        hash.update(chunk);
+        bytes += chunk.length;
+      });
+      req.on("end", () => res.end(`sum=${hash.digest("hex")} bytes=${bytes}\n`));
+      return;
+    }
     res.end(`hello ${req.url} token=${req.headers["x-token"] ?? "none"}\n`);
   };
   web = http.createServer(handler);
@@ -91,6 +111,11 @@ maybe.each(users)("network allow-list as %s", (user) => {
       malformed: rawHead("GET http://localhost:1/ HTTP/9\\r\\n\\r\\n"),
       oversized: rawHead(`GET http://localhost:${p}/ HTTP/1.1\\r\\nX: %040000d\\r\\n\\r\\n`),
       v6Target: p6 ? `curl -sS -g http://[::1]:${p6}/v6` : "echo no-ipv6",
+      // Forwarded, then through a CONNECT tunnel (curl -p), each way.
+      bulkForward: `curl -sS http://localhost:${p}/bulk | sha256sum`,
+      bulkTunnel: `curl -sS -p http://localhost:${p}/bulk | sha256sum`,
+      uploadForward: `seq 1 3000000 > up1 && curl -sS --data-binary @up1 http://localhost:${p}/sum`,
+      uploadTunnel: `seq 1 3000000 > up2 && curl -sS -p --data-binary @up2 http://localhost:${p}/sum`,
     };
     const sandbox = {
       root,
@@ -150,6 +175,18 @@ maybe.each(users)("network allow-list as %s", (user) => {
     expect(results.concurrent.events.map((e) => [e.host, e.allowed, e.command])).toEqual([
       ["localhost", true, concurrent[0]],
     ]);
+  });
+
+  it.skipIf(!hasCurl)("relays 20+ MB each way byte for byte, forwarded and tunnelled", () => {
+    for (const key of ["bulkForward", "bulkTunnel"]) {
+      expect(results[key], key).toMatchObject({ output: `${sha256(bulk)}  -\n`, exitCode: 0 });
+    }
+    for (const key of ["uploadForward", "uploadTunnel"]) {
+      expect(results[key], key).toMatchObject({
+        output: `sum=${sha256(upload)} bytes=${upload.length}\n`,
+        exitCode: 0,
+      });
+    }
   });
 
   it("answers what is not a proxy request, is malformed or too large without connecting anywhere", () => {

@@ -206,6 +206,15 @@ export async function sandboxRows(ctx) {
   }
 }
 
+/**
+ * How the proxy relays (the core decides: splice through a pipe per direction, 1 MiB once a direction
+ * moved 4 MiB; with `PNO_NO_SPLICE` set, read and write through a buffer). A BPF sockmap redirect was
+ * measured and is not used (bench/NOTES.md, 2026-12-05).
+ */
+function relayPath() {
+  return process.env.PNO_NO_SPLICE ? "read/write (PNO_NO_SPLICE)" : "splice";
+}
+
 /** Bytes of the proxy's download row: 100 MB, the issue's figure. */
 const PROXY_DOWNLOAD_BYTES = 100e6;
 
@@ -259,7 +268,7 @@ async function proxyRows(ctx, root, sandboxed) {
       runs: 10,
       warmup: 2,
       target: "≤ 1.25× (≥ 0.8× throughput)",
-      note: "curl in a sandbox through the proxy vs curl in a sandbox with network: true, same loopback HTTP server",
+      note: `curl in a sandbox through the proxy vs curl in a sandbox with network: true, same loopback HTTP server; relay: ${relayPath()}`,
     });
     row.note += `; ${(PROXY_DOWNLOAD_BYTES / 1e6 / (row.nativeMs / 1000)).toFixed(0)} vs ${(PROXY_DOWNLOAD_BYTES / 1e6 / (row.stockMs / 1000)).toFixed(0)} MB/s, throughput ${(row.stockMs / row.nativeMs).toFixed(2)}×`;
     rows.push(row);
