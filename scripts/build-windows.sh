@@ -100,19 +100,30 @@ if [ ! -f "$argv_echo" ] || [ __test__/helpers/argv-echo.c -nt "$argv_echo" ]; t
   mv "$argv_echo.$$" "$argv_echo"
 fi
 
-# brush-shell for the exec suites (see above): installed into brush.tmp, then renamed into place.
+# brush-shell for the exec suites (see above): installed into brush.tmp, then renamed into place. The build
+# (~5 min on 2 cores) is kept in the user's cache, keyed by version and target, as cargo keeps the crates it
+# downloads: a fresh checkout on the same machine copies it (PI_NATIVE_OPS_CACHE moves the cache).
 brush_version=0.4.0
 brush="$tools/brush"
+brush_cache="${PI_NATIVE_OPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pi-native-ops}/brush-shell-$brush_version-$target"
 if [ "$(cat "$brush/version" 2>/dev/null)" != "$brush_version" ]; then
   (
     flock 9
     if [ "$(cat "$brush/version" 2>/dev/null)" != "$brush_version" ]; then
       rm -rf "$brush.tmp"
-      CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_DIR="$tools/brush-target" \
-        cargo install --quiet --locked --target "$target" --root "$brush.tmp" "brush-shell@$brush_version" >&2
-      echo "$brush_version" >"$brush.tmp/version"
+      if [ "$(cat "$brush_cache/version" 2>/dev/null)" = "$brush_version" ]; then
+        cp -r "$brush_cache" "$brush.tmp"
+      else
+        CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_DIR="$tools/brush-target" \
+          cargo install --quiet --locked --target "$target" --root "$brush.tmp" "brush-shell@$brush_version" >&2
+        echo "$brush_version" >"$brush.tmp/version"
+        rm -rf "$tools/brush-target"
+        # Into the cache whole or not at all (a copy, then a rename); a cache that cannot be written is no error.
+        if mkdir -p "$(dirname "$brush_cache")" 2>/dev/null && cp -r "$brush.tmp" "$brush_cache.$$" 2>/dev/null; then
+          rm -rf "$brush_cache" && mv "$brush_cache.$$" "$brush_cache" || rm -rf "$brush_cache.$$"
+        fi
+      fi
       rm -rf "$brush" && mv "$brush.tmp" "$brush"
-      rm -rf "$tools/brush-target"
     fi
   ) 9>"$tools/brush.lock"
 fi
