@@ -75,10 +75,31 @@ describe("handshake", () => {
     expect(server.frames[0]).toEqual({ t: "hello", protocol: 1, client: version });
     server.send({ t: "hello", protocol: 1, server: "9.9.9", root: "/workspace", platform: "linux-arm64" });
     const conn = await pending;
-    expect(conn.server).toEqual({ protocol: 1, version: "9.9.9", root: "/workspace", platform: "linux-arm64" });
+    // A server older than hello's sandbox says nothing: unconfined, as far as the client can tell.
+    expect(conn.server).toEqual({
+      protocol: 1,
+      version: "9.9.9",
+      root: "/workspace",
+      platform: "linux-arm64",
+      sandbox: null,
+    });
     expect(conn.fs.root).toBe("/workspace");
     expect(conn.fs.runtimeRoot).toBe("/workspace");
     await conn.close();
+  });
+
+  it("reads hello's sandbox, and fails on a malformed one", async () => {
+    const sandboxed = fakeServer(dir, { hello: { sandbox: { mode: "landlock", network: ["a.example"] } } });
+    const conn = await connect(sandboxed.transport, { requireSandbox: true });
+    expect(conn.server.sandbox).toEqual({ mode: "landlock", network: ["a.example"] });
+    await conn.close();
+    for (const sandbox of [{ mode: 3, network: false }, { mode: null, network: [1] }, { mode: null }, "namespaces"]) {
+      const server = fakeServer(dir, { hello: { sandbox } });
+      const err = await rejection(connect(server.transport));
+      expect(err.message, JSON.stringify(sandbox)).toBe(
+        "remote connection closed: protocol violation: hello with a malformed sandbox",
+      );
+    }
   });
 
   it("rejects a server of another protocol, naming both versions, and closes the stream", async () => {
@@ -674,7 +695,13 @@ async function realServer(root, options) {
 describe.skipIf(!serverPath())("against the real server", () => {
   it("handshakes over a child process and answers many concurrent calls in one write", async () => {
     const { conn, exited, writes } = await realServer(dir);
-    expect(conn.server).toEqual({ protocol: 1, version, root: dir, platform: `${process.platform}-${process.arch}` });
+    expect(conn.server).toEqual({
+      protocol: 1,
+      version,
+      root: dir,
+      platform: `${process.platform}-${process.arch}`,
+      sandbox: null,
+    });
     const before = writes.length;
     const calls = [];
     for (let i = 0; i < 50; i++) {

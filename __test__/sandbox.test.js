@@ -104,10 +104,14 @@ describe("createBashOperations({ sandbox }) validation", () => {
   }
 
   it("a remote connection refuses a sandbox instead of ignoring it", async () => {
-    expect(() => pno.createRemoteTools("/", { sandbox: true })).toThrow(/not supported over a remote connection/);
+    expect(() => pno.createRemoteTools("/", { sandbox: true })).toThrow(
+      /sandbox is the server's option over a remote connection: start pi-native-ops-server with --sandbox/,
+    );
     const conn = await pno.connect(fakeServer(root).transport);
     try {
-      expect(() => conn.createBashOperations({ sandbox: { root } })).toThrow(/not supported over a remote connection/);
+      expect(() => conn.createBashOperations({ sandbox: { root } })).toThrow(
+        /sandbox is the server's option over a remote connection: start pi-native-ops-server with --sandbox/,
+      );
       expect(() => pno.createRemoteTools("/", { connection: conn, bash: { sandbox: { root } } })).toThrow(TypeError);
     } finally {
       await conn.close();

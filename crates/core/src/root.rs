@@ -1014,10 +1014,15 @@ mod tests {
             e.to_string(),
             "File size (10) is greater than 9 bytes, the most one answer carries"
         );
-        // A bound past Node's is Node's.
+        // Past Node's bound, Node's refusal, whatever the bound given (as the local face says it).
         let sparse = f.root.join("sparse");
         File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
         let e = r.read_file_within(&sparse, u64::MAX).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("File size ({}) is greater than 2 GiB", 1u64 << 40)
+        );
+        let e = r.read_file_within(&sparse, 9).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!("File size ({}) is greater than 2 GiB", 1u64 << 40)

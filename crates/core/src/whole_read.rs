@@ -15,13 +15,14 @@ const READ_RESERVE: u64 = 8 << 20;
 
 /// The whole of `file`: a regular file up to its size at open time (refused
 /// past `max` bytes, at most [`MAX_READ_BYTES`], before any is read: Node's
-/// `ERR_FS_FILE_TOO_LARGE`), anything else to its end (refused once more than
+/// `ERR_FS_FILE_TOO_LARGE`, in Node's words past Node's bound), anything else to its end (refused once more than
 /// `max` has arrived). `claimed` is the size the file's metadata gives a
 /// regular file, else 0.
 pub(crate) fn whole(file: &File, claimed: u64, max: u64) -> Result<Vec<u8>> {
     let max = max.min(MAX_READ_BYTES);
+    // Past Node's own bound, Node's refusal, whatever the caller carries.
     let refuse = |size: u64| {
-        Err(if max == MAX_READ_BYTES {
+        Err(if size > MAX_READ_BYTES {
             Error::file_too_large(size)
         } else {
             Error::file_too_large_to_carry(size, max)
