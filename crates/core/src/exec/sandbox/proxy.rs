@@ -10,13 +10,15 @@
 //!
 //! What it speaks: HTTP/1.1 forward proxying (an absolute `http://` URI, one request per
 //! connection, `Connection: close` upstream) and `CONNECT host:port` tunnels (HTTPS, git, any
-//! TCP). Names are resolved here, on the host; the sandbox has no DNS. A host is allowed by an
-//! entry naming it exactly, by `*.example.com` (its subdomains, not `example.com` itself), or, for
-//! an address literal, only by an entry that is that address. Configured headers are added to
-//! plain `http://` requests to matching hosts; a tunnel's bytes (TLS) are never touched.
+//! TCP). Heads are tokenized by `httparse` and checked in `head.rs`; what a request may name and
+//! reach is `rules.rs`. Names are resolved here, on the host (the sandbox has no DNS), and the
+//! connection goes only to an address the rules let it reach, the one that was checked.
+//! Configured headers are added to plain `http://` requests to the host and port their entry
+//! names; a tunnel's bytes (TLS) are never touched.
 //!
 //! Each allowed and each refused connection is one `PolicyEvent` (`Connect { host, port }`), sent
-//! to the sink of the command that is running (see `Shared::owner`).
+//! to the sink of the command that is running (see `Shared::owner`), at most
+//! `MAX_EVENTS_PER_COMMAND` per command.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
@@ -31,15 +33,17 @@ use std::time::{Duration, Instant};
 #[cfg(test)]
 mod redirect;
 
-use super::NetworkAllow;
-use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
+#[cfg(test)]
+mod fuzz;
+mod head;
+mod rules;
 
-/// The most bytes of a request head (request line and headers) the proxy reads: far above what
-/// package managers and git send (a few hundred bytes), far below what costs memory per
-/// connection. A longer head is answered `431`.
-pub const MAX_HEAD_BYTES: usize = 32 << 10;
-/// The most header lines a request head may have (`431` beyond): as many as common servers take.
-pub const MAX_HEADERS: usize = 100;
+pub(crate) use rules::Rules;
+
+use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
+use head::{parse_head, upstream_head, HeadError, Parsed, Target};
+use rules::Host;
+
 /// How long a client has to send its whole request head after connecting.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long resolving and connecting to an allowed host may take, all addresses together.
@@ -70,429 +74,12 @@ const THREAD_STACK_BYTES: usize = 256 << 10;
 /// dropped before closing (see `reply_and_linger`): a refused upload's rest, briefly.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
-/// Entries of `allow` and of `headers`: an allow-list, not a block list of the internet.
-pub const MAX_ENTRIES: usize = 1024;
-/// The longest host name DNS allows (RFC 1035, without the trailing dot).
-const MAX_NAME_BYTES: usize = 253;
+/// Connection events one command may report, as many as the guard reports refusals: a command
+/// that connects in a loop must not fill the agent's queue (each event is a JS object).
+/// Connections past this are still decided, unreported.
+pub const MAX_EVENTS_PER_COMMAND: usize = 1000;
 /// The backlog of the listening sockets inside the sandbox.
 pub(super) const LISTEN_BACKLOG: i32 = 128;
-
-/// A host as a request names it: a name (lowercase, no trailing dot) or an address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Host {
-    Name(String),
-    Address(IpAddr),
-}
-
-impl Host {
-    /// `host` as given in a URI or an allow entry (`[::1]` or `::1` for IPv6); `None` when it is
-    /// neither a valid name nor an address. A name whose last label is numeric (`127.1`,
-    /// `0x7f.1`, `2130706433`) is refused: the resolver reads those as addresses, which would let
-    /// a name reach an address no entry lists.
-    pub(crate) fn parse(host: &str) -> Option<Host> {
-        let bare = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        if let Ok(ip) = bare.parse::<IpAddr>() {
-            return Some(Host::Address(ip.to_canonical()));
-        }
-        if bare.len() != host.len() {
-            return None; // brackets around a name
-        }
-        let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        let last = name.rsplit('.').next().unwrap_or("");
-        let numeric = last.bytes().all(|b| b.is_ascii_digit())
-            || (last.starts_with("0x") && last[2..].bytes().all(|b| b.is_ascii_hexdigit()));
-        (!name.is_empty()
-            && name.len() <= MAX_NAME_BYTES
-            && name.split('.').all(label_ok)
-            && !numeric)
-            .then_some(Host::Name(name))
-    }
-}
-
-/// One allow entry, compiled.
-#[derive(Debug, Clone)]
-enum Pattern {
-    /// Exactly this name.
-    Name(String),
-    /// Any name ending in this suffix (`.example.com`), with at least one label before it.
-    Subdomains(String),
-    /// Exactly this address.
-    Address(IpAddr),
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    given: String,
-    pattern: Pattern,
-}
-
-impl Entry {
-    fn new(given: &str, what: &str) -> Result<Entry, String> {
-        let bad = || {
-            format!(
-                "{what} entry {given:?} is not a host name, a \"*.\" subdomain pattern or an IP \
-                 address"
-            )
-        };
-        let pattern = match given.strip_prefix("*.") {
-            Some(rest) => match Host::parse(rest) {
-                Some(Host::Name(name)) => Pattern::Subdomains(format!(".{name}")),
-                _ => return Err(bad()),
-            },
-            None => match Host::parse(given).ok_or_else(bad)? {
-                Host::Name(name) => Pattern::Name(name),
-                Host::Address(ip) => Pattern::Address(ip),
-            },
-        };
-        Ok(Entry {
-            given: given.to_string(),
-            pattern,
-        })
-    }
-
-    fn matches(&self, host: &Host) -> bool {
-        match (&self.pattern, host) {
-            (Pattern::Name(n), Host::Name(h)) => n == h,
-            (Pattern::Subdomains(suffix), Host::Name(h)) => {
-                h.len() > suffix.len() && h.ends_with(suffix.as_str())
-            }
-            (Pattern::Address(a), Host::Address(h)) => a == h,
-            _ => false,
-        }
-    }
-}
-
-/// The allow-list and the headers to add, compiled from `NetworkAllow`.
-#[derive(Debug, Clone)]
-pub(crate) struct Rules {
-    allow: Vec<Entry>,
-    headers: Vec<(Entry, String, String)>,
-}
-
-impl Rules {
-    /// Checks every entry; the error names the first bad one (for `SandboxUnavailable`).
-    pub(crate) fn new(spec: &NetworkAllow) -> Result<Rules, String> {
-        if spec.allow.len() > MAX_ENTRIES || spec.headers.len() > MAX_ENTRIES {
-            return Err(format!(
-                "network.allow and network.headers take at most {MAX_ENTRIES} entries each"
-            ));
-        }
-        let allow = spec
-            .allow
-            .iter()
-            .map(|given| Entry::new(given, "network.allow"))
-            .collect::<Result<_, _>>()?;
-        let mut headers = Vec::new();
-        for (host, name, value) in &spec.headers {
-            let entry = Entry::new(host, "network.headers")?;
-            if name.is_empty() || !name.bytes().all(is_token) {
-                return Err(format!(
-                    "network.headers[{host:?}]: {name:?} is not a header name"
-                ));
-            }
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(format!(
-                    "network.headers[{host:?}][{name:?}] must not contain CR, LF or NUL"
-                ));
-            }
-            headers.push((entry, name.clone(), value.clone()));
-        }
-        Ok(Rules { allow, headers })
-    }
-
-    /// The allow entry (as given) that lets `host` through, if one does.
-    pub(crate) fn decide(&self, host: &str) -> Option<&str> {
-        let host = Host::parse(host)?;
-        self.allow
-            .iter()
-            .find(|e| e.matches(&host))
-            .map(|e| e.given.as_str())
-    }
-
-    /// The configured headers for `host`, in their order.
-    fn headers_for<'a>(&'a self, host: &str) -> Vec<(&'a str, &'a str)> {
-        let Some(host) = Host::parse(host) else {
-            return Vec::new();
-        };
-        self.headers
-            .iter()
-            .filter(|(entry, _, _)| entry.matches(&host))
-            .map(|(_, name, value)| (name.as_str(), value.as_str()))
-            .collect()
-    }
-
-    /// Whether the allow-list names this loopback host (then it goes through the proxy to the
-    /// host's loopback; else `NO_PROXY` keeps it on the sandbox's own).
-    pub(crate) fn names(&self, host: &str) -> bool {
-        self.decide(host).is_some()
-    }
-}
-
-/// RFC 9110's `tchar`.
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Where a request goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// `CONNECT host:port`: a tunnel.
-    Tunnel { host: String, port: u16 },
-    /// `GET http://authority/path`: one forwarded request.
-    Http {
-        host: String,
-        port: u16,
-        /// `host[:port]` as the URI gave it: the `Host` header sent upstream.
-        authority: String,
-        /// The origin-form target (`/path?query`).
-        path: String,
-    },
-}
-
-impl Target {
-    fn host_port(&self) -> (&str, u16) {
-        match self {
-            Target::Tunnel { host, port } | Target::Http { host, port, .. } => (host, *port),
-        }
-    }
-}
-
-/// A parsed request head.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Head {
-    pub(crate) method: String,
-    pub(crate) target: Target,
-    pub(crate) headers: Vec<(String, String)>,
-    /// The request body's length (`Content-Length`; 0 without one).
-    pub(crate) body: u64,
-}
-
-/// Why a request head is refused, and the status it is answered with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeadError {
-    /// `400`: not HTTP/1.x, or a line the proxy cannot read.
-    Malformed(&'static str),
-    /// `431`: more than `MAX_HEAD_BYTES` or `MAX_HEADERS`.
-    TooLarge,
-    /// `411`: a chunked request body (only `Content-Length` bodies are forwarded).
-    LengthRequired,
-    /// `501`: an `https://` URI without `CONNECT`, another scheme, or an origin-form target.
-    Unsupported(&'static str),
-}
-
-impl HeadError {
-    fn status(self) -> (u16, &'static str, &'static str) {
-        match self {
-            HeadError::Malformed(why) => (400, "Bad Request", why),
-            HeadError::TooLarge => (
-                431,
-                "Request Header Fields Too Large",
-                "request head too large",
-            ),
-            HeadError::LengthRequired => (
-                411,
-                "Length Required",
-                "chunked request bodies are not forwarded; send Content-Length",
-            ),
-            HeadError::Unsupported(why) => (501, "Not Implemented", why),
-        }
-    }
-}
-
-/// The end of the head in `buf` (just past the blank line), if it has arrived.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4)
-}
-
-/// `host[:port]` (`[v6]:port` for IPv6); the port is required unless `default` is given.
-fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (v6, after) = rest.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?),
-        };
-        (format!("[{v6}]"), port)
-    } else {
-        match authority.split_once(':') {
-            Some((host, port)) => (host.to_string(), Some(port)),
-            None => (authority.to_string(), None),
-        }
-    };
-    let port = match port {
-        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
-        Some(_) => return None,
-        None => default?,
-    };
-    (port != 0 && Host::parse(&host).is_some()).then_some((host, port))
-}
-
-/// Parses a request head (the bytes up to and including the blank line).
-pub(crate) fn parse_head(head: &[u8]) -> Result<Head, HeadError> {
-    if head.len() > MAX_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
-    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not UTF-8"))?;
-    let text = text
-        .strip_suffix("\r\n\r\n")
-        .ok_or(HeadError::Malformed("head does not end with a blank line"))?;
-    let mut lines = text.split("\r\n");
-    let line = lines.next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(HeadError::Malformed(
-            "request line is not METHOD TARGET VERSION",
-        ));
-    };
-    if method.is_empty() || !method.bytes().all(is_token) {
-        return Err(HeadError::Malformed("bad method"));
-    }
-    if version != "HTTP/1.1" && version != "HTTP/1.0" {
-        return Err(HeadError::Malformed("not HTTP/1.x"));
-    }
-    let mut headers = Vec::new();
-    for line in lines {
-        if headers.len() == MAX_HEADERS {
-            return Err(HeadError::TooLarge);
-        }
-        let (name, value) = line
-            .split_once(':')
-            .ok_or(HeadError::Malformed("header line without a colon"))?;
-        if name.is_empty() || !name.bytes().all(is_token) {
-            return Err(HeadError::Malformed("bad header name"));
-        }
-        let value = value.trim_matches([' ', '\t']);
-        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-            return Err(HeadError::Malformed("bad header value"));
-        }
-        headers.push((name.to_string(), value.to_string()));
-    }
-    fn header<'a>(
-        headers: &'a [(String, String)],
-        wanted: &'static str,
-    ) -> impl Iterator<Item = &'a str> {
-        headers
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(wanted))
-            .map(|(_, v)| v.as_str())
-    }
-    let target = if method == "CONNECT" {
-        let (host, port) =
-            split_authority(target, None).ok_or(HeadError::Malformed("bad CONNECT authority"))?;
-        Target::Tunnel { host, port }
-    } else {
-        let scheme_end = target.find("://");
-        let rest = match scheme_end.map(|i| (&target[..i], &target[i + 3..])) {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
-            Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
-                return Err(HeadError::Unsupported(
-                    "https:// goes through CONNECT (set HTTPS_PROXY)",
-                ))
-            }
-            Some(_) => return Err(HeadError::Unsupported("only http:// is proxied")),
-            None => {
-                return Err(HeadError::Unsupported(
-                    "this is a proxy: ask for an absolute http:// URI or CONNECT",
-                ))
-            }
-        };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, path) = rest.split_at(end);
-        if authority.contains('@') {
-            return Err(HeadError::Malformed("user info in the URI"));
-        }
-        let (host, port) =
-            split_authority(authority, Some(80)).ok_or(HeadError::Malformed("bad URI host"))?;
-        let path = path.split('#').next().unwrap_or("");
-        let path = match path.chars().next() {
-            None => "/".to_string(),
-            Some('?') => format!("/{path}"),
-            _ => path.to_string(),
-        };
-        Target::Http {
-            host,
-            port,
-            authority: authority.to_string(),
-            path,
-        }
-    };
-    let mut body = 0;
-    if matches!(target, Target::Http { .. }) {
-        if header(&headers, "transfer-encoding").next().is_some() {
-            return Err(HeadError::LengthRequired);
-        }
-        let mut lengths = header(&headers, "content-length");
-        if let Some(first) = lengths.next() {
-            if !first.bytes().all(|b| b.is_ascii_digit()) || lengths.any(|l| l != first) {
-                return Err(HeadError::Malformed("bad Content-Length"));
-            }
-            body = first
-                .parse()
-                .map_err(|_| HeadError::Malformed("bad Content-Length"))?;
-        }
-    }
-    Ok(Head {
-        method: method.to_string(),
-        target,
-        headers,
-        body,
-    })
-}
-
-/// Headers a proxy consumes or sets itself rather than forwarding (hop-by-hop, RFC 9110 7.6.1,
-/// and `Host`, which is set from the URI so a request cannot name another site than the one
-/// allowed).
-const NOT_FORWARDED: &[&str] = &[
-    "host",
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
-/// The head sent upstream for a plain HTTP request: origin-form, `Host` from the URI, the
-/// configured headers in place of any the client sent of the same name, `Connection: close`.
-pub(crate) fn upstream_head(head: &Head, added: &[(&str, &str)]) -> Vec<u8> {
-    let Target::Http {
-        authority, path, ..
-    } = &head.target
-    else {
-        return Vec::new();
-    };
-    let mut out = format!(
-        "{} {} HTTP/1.1\r\nHost: {}\r\n",
-        head.method, path, authority
-    );
-    for (name, value) in &head.headers {
-        let lower = name.to_ascii_lowercase();
-        if NOT_FORWARDED.contains(&lower.as_str())
-            || added.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
-        {
-            continue;
-        }
-        out.push_str(&format!("{name}: {value}\r\n"));
-    }
-    for (name, value) in added {
-        out.push_str(&format!("{name}: {value}\r\n"));
-    }
-    out.push_str("Connection: close\r\n\r\n");
-    out.into_bytes()
-}
 
 /// A running command whose connections this proxy reports.
 struct Active {
@@ -501,6 +88,8 @@ struct Active {
     sink: Option<EventSink>,
     /// Its supervisor's pid (0 until forked): the root of its process tree.
     supervisor: libc::pid_t,
+    /// Events reported so far (at most `MAX_EVENTS_PER_COMMAND`).
+    events: usize,
 }
 
 /// The most processes one search for a connection's owner looks at: bounds what a connection
@@ -584,10 +173,18 @@ impl Timeouts {
     };
 }
 
+/// Resolves a name at a port (the host's resolver; tests give names other addresses).
+type Resolver = fn(&str, u16) -> io::Result<Vec<SocketAddr>>;
+
+fn system_resolver(name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    Ok((name, port).to_socket_addrs()?.collect())
+}
+
 /// What the accept thread and the connection threads share (each holds it while it runs).
 pub(crate) struct Shared {
     rules: Rules,
     timeouts: Timeouts,
+    resolve: Resolver,
     active: Mutex<Vec<Active>>,
     next_id: AtomicU64,
     connections: AtomicUsize,
@@ -600,30 +197,45 @@ impl Shared {
     /// sandbox's commands share one network namespace: with one running, it is that one; with
     /// several, the one whose process tree holds the connection's other end (found in `/proc`),
     /// else the latest started.
+    /// Past `MAX_EVENTS_PER_COMMAND` events of that command, nothing is sent.
     fn report(&self, client: &TcpStream, host: &str, port: u16, rule: Option<&str>) {
-        let running: Vec<(String, Option<EventSink>, libc::pid_t)> = self
-            .active
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|a| (a.command.clone(), a.sink.clone(), a.supervisor))
-            .collect();
+        let (running, reporting): (Vec<(u64, libc::pid_t)>, bool) = {
+            let active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+            let reporting = active
+                .iter()
+                .any(|a| a.sink.is_some() && a.events < MAX_EVENTS_PER_COMMAND);
+            (active.iter().map(|a| (a.id, a.supervisor)).collect(), reporting)
+        };
+        // No command would take the event: no owner to look for.
+        if !reporting {
+            return;
+        }
         let owner = if running.len() > 1 {
             running
                 .iter()
-                .find_map(|(_, _, pid)| (*pid > 0).then(|| peer_inode(client, *pid)).flatten())
+                .find_map(|(_, pid)| (*pid > 0).then(|| peer_inode(client, *pid)).flatten())
                 .and_then(|inode| {
                     let link = format!("socket:[{inode}]");
                     running
                         .iter()
-                        .position(|(_, _, pid)| *pid > 0 && tree_holds(*pid, &link))
+                        .find(|(_, pid)| *pid > 0 && tree_holds(*pid, &link))
+                        .map(|(id, _)| *id)
                 })
         } else {
             None
         };
-        let (command, sink) = match owner.or(running.len().checked_sub(1)) {
-            Some(i) => (Some(running[i].0.clone()), running[i].1.clone()),
-            None => (None, None),
+        let Some(owner) = owner.or(running.last().map(|(id, _)| *id)) else {
+            return;
+        };
+        let (command, sink) = {
+            let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+            match active.iter_mut().find(|a| a.id == owner) {
+                Some(a) if a.events < MAX_EVENTS_PER_COMMAND => {
+                    a.events += 1;
+                    (Some(a.command.clone()), a.sink.clone())
+                }
+                _ => return,
+            }
         };
         if let Some(sink) = sink {
             sink(PolicyEvent {
@@ -690,10 +302,15 @@ impl Drop for Registration {
 impl Proxy {
     /// Starts the accept thread on `listeners` (the sandbox's listening sockets, all on one port).
     pub(crate) fn start(rules: Rules, listeners: Vec<OwnedFd>) -> io::Result<Proxy> {
-        Proxy::start_with(rules, listeners, Timeouts::DEFAULT)
+        Proxy::start_with(rules, listeners, Timeouts::DEFAULT, system_resolver)
     }
 
-    fn start_with(rules: Rules, listeners: Vec<OwnedFd>, timeouts: Timeouts) -> io::Result<Proxy> {
+    fn start_with(
+        rules: Rules,
+        listeners: Vec<OwnedFd>,
+        timeouts: Timeouts,
+        resolve: Resolver,
+    ) -> io::Result<Proxy> {
         let port = listeners
             .first()
             .map(|fd| local_port(fd.as_raw_fd()))
@@ -706,6 +323,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             rules,
             timeouts,
+            resolve,
             active: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
@@ -762,6 +380,7 @@ impl Proxy {
                 command: command.to_string(),
                 sink,
                 supervisor: 0,
+                events: 0,
             });
         Registration {
             shared: Arc::clone(&self.shared),
@@ -932,17 +551,18 @@ fn reply_and_linger(client: &TcpStream, status: u16, reason: &str, body: &str) {
 enum HeadRead {
     /// The client left, the proxy stopped, or the head did not come in `HEAD_TIMEOUT`.
     Gone,
-    TooLarge,
+    Refused(HeadError),
 }
 
-/// Reads until the end of the head: (the buffer, where the head ends in it).
+/// Reads until the end of the head: the buffer, the head, where it ends in the buffer. A head
+/// is refused as soon as its bytes so far are (`parse_head`), not only once it is complete.
 fn read_head(
     client: &TcpStream,
     stop: RawFd,
     timeout: Duration,
-) -> Result<(Vec<u8>, usize), HeadRead> {
+) -> Result<(Vec<u8>, head::Head, usize), HeadRead> {
     let deadline = Instant::now() + timeout;
-    let mut buf = vec![0u8; MAX_HEAD_BYTES];
+    let mut buf = vec![0u8; head::MAX_HEAD_BYTES];
     let mut len = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -954,15 +574,14 @@ fn read_head(
             Ok(0) | Err(_) => return Err(HeadRead::Gone),
             Ok(n) => n,
         };
-        // The blank line may straddle two reads.
-        let from = len.saturating_sub(3);
         len += n;
-        if let Some(end) = head_end(&buf[from..len]) {
-            buf.truncate(len);
-            return Ok((buf, from + end));
-        }
-        if len == buf.len() {
-            return Err(HeadRead::TooLarge);
+        match parse_head(&buf[..len]) {
+            Ok(Parsed::Partial) => {}
+            Ok(Parsed::Complete(head, end)) => {
+                buf.truncate(len);
+                return Ok((buf, head, end));
+            }
+            Err(e) => return Err(HeadRead::Refused(e)),
         }
     }
 }
@@ -992,36 +611,48 @@ fn wait_readable(fd: RawFd, stop: RawFd, timeout: Duration) -> bool {
     }
 }
 
-/// One connection from the sandbox: read the head, decide, connect, relay.
+/// One connection from the sandbox: read the head, decide, resolve, connect, relay.
 fn serve(shared: &Shared, client: TcpStream) {
     let stop = shared.stop.as_raw_fd();
-    let (buf, end) = match read_head(&client, stop, shared.timeouts.head) {
+    let (buf, head, end) = match read_head(&client, stop, shared.timeouts.head) {
         Ok(read) => read,
         Err(HeadRead::Gone) => return,
-        Err(HeadRead::TooLarge) => {
-            let (status, reason, why) = HeadError::TooLarge.status();
-            return reply_and_linger(&client, status, reason, why);
-        }
-    };
-    let head = match parse_head(&buf[..end]) {
-        Ok(head) => head,
-        Err(e) => {
+        Err(HeadRead::Refused(e)) => {
             let (status, reason, why) = e.status();
             return reply_and_linger(&client, status, reason, why);
         }
     };
     let (host, port) = head.target.host_port();
-    let rule = shared.rules.decide(host);
-    shared.report(&client, host, port, rule);
-    if rule.is_none() {
-        return reply_and_linger(
-            &client,
-            403,
-            "Forbidden",
-            &format!("{host} is not in the sandbox's network.allow"),
-        );
-    }
-    let upstream = match connect(host, port) {
+    let refuse = |why: &str| {
+        shared.report(&client, host, port, None);
+        reply_and_linger(&client, 403, "Forbidden", why);
+    };
+    let Some(rule) = shared.rules.decide(host, port) else {
+        return refuse(&format!(
+            "{host}:{port} is not in the sandbox's network.allow (an entry without a port \
+             allows ports 80 and 443)"
+        ));
+    };
+    let addresses = match addresses(shared, host, port) {
+        Ok(addresses) if addresses.is_empty() => {
+            return refuse(&format!(
+                "{host} resolves to no address the sandbox may reach (a loopback, private or \
+                 link-local address needs an entry that is the address)"
+            ))
+        }
+        Ok(addresses) => addresses,
+        Err(e) => {
+            shared.report(&client, host, port, Some(rule));
+            return reply_and_linger(
+                &client,
+                502,
+                "Bad Gateway",
+                &format!("cannot resolve {host}: {e}"),
+            );
+        }
+    };
+    shared.report(&client, host, port, Some(rule));
+    let upstream = match connect(&addresses) {
         Ok(upstream) => upstream,
         Err(e) => {
             return reply_and_linger(
@@ -1050,7 +681,7 @@ fn serve(shared: &Shared, client: TcpStream) {
             (rest.to_vec(), None)
         }
         Target::Http { .. } => {
-            let mut first = upstream_head(&head, &shared.rules.headers_for(host));
+            let mut first = upstream_head(&head, &shared.rules.headers_for(host, port));
             // The body's bytes that came with the head; anything past it (a pipelined second
             // request) is dropped: one request per connection.
             let take = rest
@@ -1067,22 +698,32 @@ fn serve(shared: &Shared, client: TcpStream) {
     relay(&client, &upstream, body_left, stop, shared.timeouts.idle);
 }
 
-/// Resolves `host` (here, on the host) and connects to the first address that answers, within
-/// `CONNECT_TIMEOUT` in all.
-fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
-    let addrs: Vec<SocketAddr> = match Host::parse(host) {
+/// The addresses a connection to `host:port` may go to, in the resolver's order: a name's
+/// (resolved here, on the host) or the address itself, less those the rules do not let it reach.
+/// Empty: none of them may be reached.
+fn addresses(shared: &Shared, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let all = match Host::parse(host) {
         Some(Host::Address(ip)) => vec![SocketAddr::new(ip, port)],
-        Some(Host::Name(name)) => (name.as_str(), port).to_socket_addrs()?.collect(),
+        Some(Host::Name(name)) => (shared.resolve)(&name, port)?,
         None => return Err(io::Error::other("not a host name")),
     };
+    Ok(all
+        .into_iter()
+        .filter(|addr| shared.rules.reaches(*addr))
+        .collect())
+}
+
+/// Connects to the first of `addresses` that answers, within `CONNECT_TIMEOUT` in all: to the
+/// very address that was checked (no second lookup a changed DNS answer could redirect).
+fn connect(addresses: &[SocketAddr]) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut last = io::Error::other("the name has no address");
-    for addr in addrs {
+    for addr in addresses {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::from(io::ErrorKind::TimedOut));
         }
-        match TcpStream::connect_timeout(&addr, left) {
+        match TcpStream::connect_timeout(addr, left) {
             Ok(stream) => return Ok(stream),
             Err(e) => last = e,
         }
@@ -1315,7 +956,21 @@ mod tests {
     use super::*;
 
     /// A proxy on a listener of the host's loopback (the sandbox's is the same kind of socket).
-    fn proxy_on_host(allow: &[&str]) -> (Proxy, u16) {
+    /// Allow entries for a test server on the host's loopback at `port`: its name and its
+    /// addresses (loopback is reached only when an entry is the address).
+    fn loopback(port: u16) -> Vec<String> {
+        ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .map(|host| format!("{host}:{port}"))
+            .collect()
+    }
+
+    /// Where a head ends in `buf` (tests: what an upstream server received).
+    fn head_end(buf: &[u8]) -> Option<usize> {
+        memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4)
+    }
+
+    fn proxy_on_host<S: AsRef<str>>(allow: &[S]) -> (Proxy, u16) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let proxy = Proxy::start(rules(allow), vec![OwnedFd::from(listener)]).unwrap();
@@ -1395,7 +1050,7 @@ mod tests {
             conn.read_to_end(&mut after).unwrap();
             (request, after)
         });
-        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let (proxy, port) = proxy_on_host(&loopback(upstream_port));
         let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let smuggled = "GET http://elsewhere.example/ HTTP/1.1\r\n\r\n";
         client
@@ -1460,7 +1115,7 @@ mod tests {
             conn.read_to_end(&mut got).unwrap();
             got
         });
-        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let (proxy, port) = proxy_on_host(&loopback(upstream_port));
         let mut client = open_tunnel(port, upstream_port);
         let mut down = Vec::new();
         client.read_to_end(&mut down).unwrap();
@@ -1487,7 +1142,7 @@ mod tests {
                 });
             }
         });
-        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let (proxy, port) = proxy_on_host(&loopback(echo_port));
         let tunnels: Vec<_> = (0..TUNNELS)
             .map(|seed| {
                 std::thread::spawn(move || {
@@ -1522,7 +1177,7 @@ mod tests {
             // Sends until the proxy's end of the connection is gone.
             while conn.write_all(&chunk).is_ok() {}
         });
-        let (proxy, port) = proxy_on_host(&["localhost"]);
+        let (proxy, port) = proxy_on_host(&loopback(upstream_port));
         let held = proxy.threads_hold();
         let mut client = open_tunnel(port, upstream_port);
         let mut buf = vec![0u8; 64 << 10];
@@ -1555,16 +1210,22 @@ mod tests {
             head: Duration::from_millis(50),
             idle: Duration::from_millis(50),
         };
-        let proxy =
-            Proxy::start_with(rules(&["localhost"]), vec![OwnedFd::from(listener)], short).unwrap();
+        // A server that never speaks.
+        let quiet = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let quiet_port = quiet.local_addr().unwrap().port();
+        let proxy = Proxy::start_with(
+            rules(&loopback(quiet_port)),
+            vec![OwnedFd::from(listener)],
+            short,
+            system_resolver,
+        )
+        .unwrap();
         // No head: closed without an answer.
         let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut got = Vec::new();
         silent.read_to_end(&mut got).unwrap();
         assert!(got.is_empty());
-        // A tunnel to a server that never speaks, and a client that says nothing more: closed.
-        let quiet = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let quiet_port = quiet.local_addr().unwrap().port();
+        // A tunnel to it, and a client that says nothing more: closed.
         let mut tunnel = TcpStream::connect(("127.0.0.1", port)).unwrap();
         tunnel
             .write_all(format!("CONNECT localhost:{quiet_port} HTTP/1.1\r\n\r\n").as_bytes())
@@ -1768,222 +1429,11 @@ mod tests {
         }
     }
 
-    fn rules(allow: &[&str]) -> Rules {
-        Rules::new(&NetworkAllow {
-            allow: allow.iter().map(|s| s.to_string()).collect(),
+    fn rules<S: AsRef<str>>(allow: &[S]) -> Rules {
+        Rules::new(&super::super::NetworkAllow {
+            allow: allow.iter().map(|s| s.as_ref().to_string()).collect(),
             headers: Vec::new(),
         })
         .unwrap()
-    }
-
-    #[test]
-    fn allow_list_matches_names_subdomains_and_literal_addresses_only() {
-        let r = rules(&[
-            "registry.npmjs.org",
-            "*.github.com",
-            "localhost",
-            "10.0.0.1",
-            "::1",
-        ]);
-        assert_eq!(r.decide("registry.npmjs.org"), Some("registry.npmjs.org"));
-        assert_eq!(r.decide("Registry.NPMJS.org."), Some("registry.npmjs.org"));
-        assert_eq!(r.decide("npmjs.org"), None);
-        assert_eq!(r.decide("evil-registry.npmjs.org"), None);
-        assert_eq!(r.decide("api.github.com"), Some("*.github.com"));
-        assert_eq!(r.decide("a.b.github.com"), Some("*.github.com"));
-        // `*.` is subdomains only; a suffix that is not a label boundary is not one.
-        assert_eq!(r.decide("github.com"), None);
-        assert_eq!(r.decide("evilgithub.com"), None);
-        assert_eq!(r.decide("localhost"), Some("localhost"));
-        // An address is allowed only by the literal entry, never by a name that resolves to it.
-        assert_eq!(r.decide("127.0.0.1"), None);
-        assert_eq!(r.decide("10.0.0.1"), Some("10.0.0.1"));
-        assert_eq!(r.decide("[::1]"), Some("::1"));
-        assert_eq!(r.decide("::ffff:10.0.0.1"), Some("10.0.0.1"));
-        // Numeric forms the resolver reads as addresses are not names.
-        for host in ["127.1", "2130706433", "0x7f.1", "10.0.1", "localhost.1"] {
-            assert_eq!(r.decide(host), None, "{host}");
-        }
-        assert_eq!(r.decide(""), None);
-        assert_eq!(r.decide("a..github.com"), None);
-        assert_eq!(r.decide("[localhost]"), None);
-    }
-
-    #[test]
-    fn bad_entries_are_refused_by_name() {
-        for bad in [
-            "",
-            "*",
-            "*.",
-            "a*.b",
-            "http://x.org",
-            "x.org/",
-            "x.org:443",
-            "[::1",
-            "1.2.3",
-        ] {
-            let e = Rules::new(&NetworkAllow {
-                allow: vec![bad.into()],
-                headers: vec![],
-            })
-            .unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
-        let header = |name: &str, value: &str| {
-            Rules::new(&NetworkAllow {
-                allow: vec![],
-                headers: vec![("x.org".into(), name.into(), value.into())],
-            })
-        };
-        assert!(header("Authorization", "Bearer t").is_ok());
-        assert!(header("Bad Name", "v").is_err());
-        assert!(header("X", "a\r\nInjected: 1").is_err());
-    }
-
-    #[test]
-    fn request_heads_parse_into_targets() {
-        let head =
-            parse_head(b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        assert_eq!(
-            head.target,
-            Target::Tunnel {
-                host: "registry.npmjs.org".into(),
-                port: 443
-            }
-        );
-        let head = parse_head(b"CONNECT [::1]:8080 HTTP/1.1\r\n\r\n").unwrap();
-        assert_eq!(head.target.host_port(), ("[::1]", 8080));
-        let head = parse_head(
-            b"POST http://Example.org:8080/a/b?c=d#frag HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!(
-            head.target,
-            Target::Http {
-                host: "Example.org".into(),
-                port: 8080,
-                authority: "Example.org:8080".into(),
-                path: "/a/b?c=d".into()
-            }
-        );
-        assert_eq!(head.body, 5);
-        let head = parse_head(b"GET http://x.org?q HTTP/1.0\r\n\r\n").unwrap();
-        assert_eq!(head.target.host_port(), ("x.org", 80));
-        assert!(matches!(head.target, Target::Http { ref path, .. } if path == "/?q"));
-    }
-
-    #[test]
-    fn malformed_and_oversized_heads_are_refused() {
-        let cases: &[(&[u8], HeadError)] = &[
-            (
-                b"GET / HTTP/1.1\r\n\r\n",
-                HeadError::Unsupported(
-                    "this is a proxy: ask for an absolute http:// URI or CONNECT",
-                ),
-            ),
-            (
-                b"GET https://x.org/ HTTP/1.1\r\n\r\n",
-                HeadError::Unsupported("https:// goes through CONNECT (set HTTPS_PROXY)"),
-            ),
-            (
-                b"GET ftp://x.org/ HTTP/1.1\r\n\r\n",
-                HeadError::Unsupported("only http:// is proxied"),
-            ),
-            (
-                b"GET http://u:p@x.org/ HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("user info in the URI"),
-            ),
-            (
-                b"GET http://x.org/ HTTP/2\r\n\r\n",
-                HeadError::Malformed("not HTTP/1.x"),
-            ),
-            (
-                b"GET  http://x.org/ HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("request line is not METHOD TARGET VERSION"),
-            ),
-            (
-                b"CONNECT x.org HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("bad CONNECT authority"),
-            ),
-            (
-                b"CONNECT x.org:0 HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("bad CONNECT authority"),
-            ),
-            (
-                b"CONNECT x.org:99999 HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("bad CONNECT authority"),
-            ),
-            (
-                b"GET http://x.org/ HTTP/1.1\r\nNo colon\r\n\r\n",
-                HeadError::Malformed("header line without a colon"),
-            ),
-            (
-                b"GET http://x.org/ HTTP/1.1\r\n folded: x\r\n\r\n",
-                HeadError::Malformed("bad header name"),
-            ),
-            (
-                b"GET http://x.org/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-                HeadError::Malformed("bad Content-Length"),
-            ),
-            (
-                b"GET http://x.org/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-                HeadError::Malformed("bad Content-Length"),
-            ),
-            (
-                b"POST http://x.org/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                HeadError::LengthRequired,
-            ),
-            (
-                b"GET http://x.org/ HTTP/1.1\r\n",
-                HeadError::Malformed("head does not end with a blank line"),
-            ),
-            (
-                b"GET http://\xff/ HTTP/1.1\r\n\r\n",
-                HeadError::Malformed("head is not UTF-8"),
-            ),
-        ];
-        for (head, want) in cases {
-            assert_eq!(
-                parse_head(head),
-                Err(*want),
-                "{}",
-                String::from_utf8_lossy(head)
-            );
-        }
-        let mut many = b"GET http://x.org/ HTTP/1.1\r\n".to_vec();
-        for i in 0..=MAX_HEADERS {
-            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
-        }
-        many.extend_from_slice(b"\r\n");
-        assert_eq!(parse_head(&many), Err(HeadError::TooLarge));
-        let mut long = b"GET http://x.org/ HTTP/1.1\r\nX: ".to_vec();
-        long.resize(MAX_HEAD_BYTES + 1, b'a');
-        long.extend_from_slice(b"\r\n\r\n");
-        assert_eq!(parse_head(&long), Err(HeadError::TooLarge));
-    }
-
-    #[test]
-    fn upstream_heads_carry_the_uri_host_and_the_configured_headers() {
-        let head = parse_head(
-            b"GET http://x.org:81/p HTTP/1.1\r\nHost: evil.example\r\nProxy-Connection: keep-alive\r\n\
-              authorization: from-shell\r\nAccept: */*\r\n\r\n",
-        )
-        .unwrap();
-        let out = upstream_head(&head, &[("Authorization", "Bearer t")]);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "GET /p HTTP/1.1\r\nHost: x.org:81\r\nAccept: */*\r\nAuthorization: Bearer t\r\n\
-             Connection: close\r\n\r\n"
-        );
-        let r = Rules::new(&NetworkAllow {
-            allow: vec!["x.org".into()],
-            headers: vec![
-                ("*.x.org".into(), "A".into(), "1".into()),
-                ("x.org".into(), "B".into(), "2".into()),
-            ],
-        })
-        .unwrap();
-        assert_eq!(r.headers_for("X.org"), vec![("B", "2")]);
-        assert_eq!(r.headers_for("a.x.org"), vec![("A", "1")]);
     }
 }

@@ -1135,9 +1135,14 @@ fn namespaces_network_allow_goes_through_the_proxy_only() {
     let dir = workspace();
     let (port, heads) = loopback_server();
     let spec = Sandbox {
+        // Loopback is reached only when an entry is the address, at that port.
         network_allow: Some(NetworkAllow {
-            allow: vec!["localhost".into()],
-            headers: vec![("localhost".into(), "X-Token".into(), "from-host".into())],
+            allow: vec![format!("localhost:{port}"), format!("127.0.0.1:{port}")],
+            headers: vec![(
+                format!("localhost:{port}"),
+                "X-Token".into(),
+                "from-host".into(),
+            )],
         }),
         ..ns_sandbox(dir.path())
     };
@@ -1178,9 +1183,9 @@ fn namespaces_network_allow_goes_through_the_proxy_only() {
         head.contains("X-Token: from-host\r\n") && !head.contains("from-shell"),
         "{head}"
     );
-    // The same server by its address: refused by the proxy.
+    // An address no entry is: refused by the proxy.
     let (out, code) = run_with_events(&format!(
-        "curl -sS -o /dev/null -w '%{{http_code}}' --noproxy '' http://127.0.0.1:{port}/"
+        "curl -sS -o /dev/null -w '%{{http_code}}' --noproxy '' http://127.0.0.2:{port}/"
     ));
     assert_eq!((out.as_str(), code), ("403", Some(0)));
     // A tunnel, and a client that ignores the proxy (no route out of the sandbox's loopback).
@@ -1203,21 +1208,21 @@ fn namespaces_network_allow_goes_through_the_proxy_only() {
     let localhost = (
         "localhost".to_string(),
         port,
-        Some("localhost".to_string()),
+        Some(format!("localhost:{port}")),
         true,
     );
     assert_eq!(
         got,
         vec![
             localhost.clone(),
-            ("127.0.0.1".to_string(), port, None, false),
+            ("127.0.0.2".to_string(), port, None, false),
             localhost
         ]
     );
     assert!(events.lock().unwrap()[1]
         .command
         .as_deref()
-        .is_some_and(|c| c.contains("127.0.0.1")));
+        .is_some_and(|c| c.contains("127.0.0.2")));
     // Dropping the sandbox stops the proxy: its threads end and its sockets close.
     let (listener, held) = {
         let plan = prepared.plan().unwrap().0;
@@ -1286,7 +1291,7 @@ fn namespaces_network_allow_reports_a_connection_as_its_own_commands() {
     let (port, _heads) = loopback_server();
     let prepared = Prepared::open(Sandbox {
         network_allow: Some(NetworkAllow {
-            allow: vec!["localhost".into()],
+            allow: vec![format!("localhost:{port}"), format!("127.0.0.1:{port}")],
             headers: vec![],
         }),
         ..ns_sandbox(dir.path())
