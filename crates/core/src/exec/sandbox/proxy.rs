@@ -204,7 +204,10 @@ impl Shared {
             let reporting = active
                 .iter()
                 .any(|a| a.sink.is_some() && a.events < MAX_EVENTS_PER_COMMAND);
-            (active.iter().map(|a| (a.id, a.supervisor)).collect(), reporting)
+            (
+                active.iter().map(|a| (a.id, a.supervisor)).collect(),
+                reporting,
+            )
         };
         // No command would take the event: no owner to look for.
         if !reporting {
@@ -1234,6 +1237,241 @@ mod tests {
         let mut answer = String::new();
         tunnel.read_to_string(&mut answer).unwrap();
         assert_eq!(answer, "HTTP/1.1 200 Connection Established\r\n\r\n");
+        drop(proxy);
+    }
+
+    /// A loopback server that records every connection's bytes (until the client's end or a
+    /// blank line) and answers each `200`; the record of each accepted connection.
+    fn recording_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while head_end(&got).is_none() {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                record.lock().unwrap().push(got);
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
+        });
+        (port, seen)
+    }
+
+    /// Sends `request` through the proxy on `port`; its whole answer.
+    fn ask(port: u16, request: &[u8]) -> String {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        client.write_all(request).unwrap();
+        let mut answer = String::new();
+        let _ = client.read_to_string(&mut answer);
+        answer
+    }
+
+    #[test]
+    fn a_bare_lf_cannot_put_a_host_before_the_proxys_nor_take_the_configured_header() {
+        let (up, seen) = recording_server();
+        let rules = Rules::new(&super::super::NetworkAllow {
+            allow: loopback(up),
+            headers: vec![(format!("localhost:{up}"), "X-Token".into(), "secret".into())],
+        })
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy::start(rules, vec![OwnedFd::from(listener)]).unwrap();
+        for smuggling in [
+            format!("GET http://localhost:{up}/a\nHost: other.example HTTP/1.1\r\n\r\n"),
+            format!("GET http://localhost:{up}/a HTTP/1.1\nHost: other.example\r\n\r\n"),
+            format!("GET http://localhost:{up}/a HTTP/1.1\r\nA: b\nHost: other.example\r\n\r\n"),
+        ] {
+            let answer = ask(port, smuggling.as_bytes());
+            assert!(
+                answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+                "{answer}"
+            );
+        }
+        // The server is reached by a well-formed request only: the proxy's Host first, then the
+        // header, which went nowhere else.
+        let answer = ask(
+            port,
+            format!("GET http://localhost:{up}/b HTTP/1.1\r\n\r\n").as_bytes(),
+        );
+        assert!(answer.ends_with("ok"), "{answer}");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].starts_with(
+                format!("GET /b HTTP/1.1\r\nHost: localhost:{up}\r\nX-Token: secret\r\n")
+                    .as_bytes()
+            ),
+            "{}",
+            String::from_utf8_lossy(&seen[0])
+        );
+        drop(proxy);
+    }
+
+    #[test]
+    fn headers_go_to_the_port_their_entry_names_and_not_another_port_of_the_name() {
+        let (a, seen_a) = recording_server();
+        let (b, seen_b) = recording_server();
+        let rules = Rules::new(&super::super::NetworkAllow {
+            allow: [loopback(a), loopback(b)].concat(),
+            headers: vec![
+                (format!("localhost:{a}"), "X-Token".into(), "secret".into()),
+                ("localhost".into(), "X-Default".into(), "80-and-443".into()),
+            ],
+        })
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy::start(rules, vec![OwnedFd::from(listener)]).unwrap();
+        for up in [a, b] {
+            let answer = ask(
+                port,
+                format!("GET http://localhost:{up}/ HTTP/1.1\r\n\r\n").as_bytes(),
+            );
+            assert!(answer.ends_with("ok"), "{answer}");
+        }
+        let to_a = String::from_utf8(seen_a.lock().unwrap().pop().unwrap()).unwrap();
+        let to_b = String::from_utf8(seen_b.lock().unwrap().pop().unwrap()).unwrap();
+        assert!(to_a.contains("X-Token: secret\r\n"), "{to_a}");
+        assert!(
+            !to_b.contains("secret") && !to_b.contains("X-Token"),
+            "{to_b}"
+        );
+        assert!(!to_a.contains("X-Default") && !to_b.contains("X-Default"));
+        drop(proxy);
+    }
+
+    /// A resolver that gives `*.test` names the addresses their first label spells (`private`:
+    /// 10.0.0.1, `metadata`: 169.254.169.254, `v6`: fd00::1, `mixed`: those and the loopback
+    /// server `up` names, `loop`: the loopback server), counting its calls.
+    static LOOKUPS: AtomicUsize = AtomicUsize::new(0);
+    fn test_resolver(name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        LOOKUPS.fetch_add(1, Ordering::SeqCst);
+        let at = |ip: &str| SocketAddr::new(ip.parse().unwrap(), port);
+        Ok(match name.split('.').next().unwrap() {
+            "private" => vec![at("10.0.0.1")],
+            "metadata" => vec![at("169.254.169.254")],
+            "v6" => vec![at("fd00::1"), at("fe80::1")],
+            "unspecified" => vec![at("0.0.0.0"), at("::")],
+            "mixed" => vec![at("10.0.0.1"), at("169.254.169.254"), at("127.0.0.1")],
+            "loop" => vec![at("127.0.0.1")],
+            _ => return Err(io::Error::other("no such name")),
+        })
+    }
+
+    #[test]
+    fn names_reach_non_public_addresses_only_where_an_entry_is_the_address() {
+        let (up, seen) = recording_server();
+        let mut allow: Vec<String> = ["private", "metadata", "v6", "unspecified", "mixed", "loop"]
+            .iter()
+            .map(|n| format!("{n}.test:{up}"))
+            .collect();
+        allow.push("metadata.test".into());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy::start_with(
+            rules(&allow),
+            vec![OwnedFd::from(listener)],
+            Timeouts::DEFAULT,
+            test_resolver,
+        )
+        .unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink_events = Arc::clone(&events);
+        let _registration = proxy.register(
+            "cmd",
+            Some(Arc::new(move |e: PolicyEvent| {
+                sink_events.lock().unwrap().push(e)
+            })),
+        );
+        // Refused after the lookup, before any connection (none of these addresses is dialed).
+        for host in ["private", "v6", "unspecified", "loop"] {
+            let answer = ask(
+                port,
+                format!("CONNECT {host}.test:{up} HTTP/1.1\r\n\r\n").as_bytes(),
+            );
+            assert!(
+                answer.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+                "{host}: {answer}"
+            );
+            assert!(
+                answer.contains("resolves to no address the sandbox may reach"),
+                "{answer}"
+            );
+        }
+        let answer = ask(
+            port,
+            b"GET http://metadata.test/latest/meta-data/ HTTP/1.1\r\n\r\n",
+        );
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
+        // The loopback address listed: the mixed name reaches it, and only it.
+        let rules_with = |extra: &str| {
+            let mut allow = allow.clone();
+            allow.push(extra.to_string());
+            rules(&allow)
+        };
+        drop(proxy);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy::start_with(
+            rules_with(&format!("127.0.0.1:{up}")),
+            vec![OwnedFd::from(listener)],
+            Timeouts::DEFAULT,
+            test_resolver,
+        )
+        .unwrap();
+        let before = LOOKUPS.load(Ordering::SeqCst);
+        for host in ["mixed", "loop"] {
+            let answer = ask(
+                port,
+                format!("GET http://{host}.test:{up}/ HTTP/1.1\r\n\r\n").as_bytes(),
+            );
+            assert!(answer.ends_with("ok"), "{host}: {answer}");
+        }
+        // One lookup per connection: the address checked is the address connected to.
+        assert_eq!(LOOKUPS.load(Ordering::SeqCst) - before, 2);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        let events = events.lock().unwrap();
+        let refused: Vec<_> = events.iter().map(|e| (e.allowed, e.rule.clone())).collect();
+        assert_eq!(refused, vec![(false, None); 5]);
+        drop(proxy);
+    }
+
+    #[test]
+    fn a_command_reports_at_most_max_events_connections() {
+        let (proxy, port) = proxy_on_host(&["x.org"]);
+        let count = Arc::new(AtomicUsize::new(0));
+        let counting = Arc::clone(&count);
+        let registration = proxy.register(
+            "loop",
+            Some(Arc::new(move |_: PolicyEvent| {
+                counting.fetch_add(1, Ordering::SeqCst);
+            })),
+        );
+        for _ in 0..MAX_EVENTS_PER_COMMAND + 20 {
+            let answer = ask(port, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n");
+            assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+        }
+        assert_eq!(count.load(Ordering::SeqCst), MAX_EVENTS_PER_COMMAND);
+        // Another command has its own count.
+        drop(registration);
+        let other = Arc::new(AtomicUsize::new(0));
+        let counting = Arc::clone(&other);
+        let _registration = proxy.register(
+            "next",
+            Some(Arc::new(move |_: PolicyEvent| {
+                counting.fetch_add(1, Ordering::SeqCst);
+            })),
+        );
+        ask(port, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n");
+        assert_eq!(other.load(Ordering::SeqCst), 1);
         drop(proxy);
     }
 

@@ -139,9 +139,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
         Err(httparse::Error::Version) => return Err(HeadError::Malformed("not HTTP/1.x")),
         Err(httparse::Error::HeaderName) => return Err(HeadError::Malformed("bad header name")),
-        Err(httparse::Error::HeaderValue) => {
-            return Err(HeadError::Malformed("bad header value"))
-        }
+        Err(httparse::Error::HeaderValue) => return Err(HeadError::Malformed("bad header value")),
         Err(_) => {
             return Err(HeadError::Malformed(
                 "request line is not METHOD TARGET VERSION",
@@ -161,7 +159,9 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         return Err(control);
     }
     let (Some(method), Some(target)) = (request.method, request.path) else {
-        return Err(HeadError::Malformed("request line is not METHOD TARGET VERSION"));
+        return Err(HeadError::Malformed(
+            "request line is not METHOD TARGET VERSION",
+        ));
     };
     let mut headers = Vec::with_capacity(request.headers.len());
     for header in request.headers.iter() {
@@ -365,7 +365,9 @@ mod tests {
 
     #[test]
     fn control_bytes_anywhere_in_the_head_are_refused_even_before_it_ends() {
-        let control = Err(HeadError::Malformed("control character in the request head"));
+        let control = Err(HeadError::Malformed(
+            "control character in the request head",
+        ));
         let heads: &[&[u8]] = &[
             // The smuggling the issue found: a bare LF in the target puts a Host line first.
             b"GET http://x.org/a\nHost: other.example HTTP/1.1\r\nX: y\r\n\r\n",

@@ -230,10 +230,7 @@ impl Rules {
                     "network.headers[{host:?}]: {name:?} is not a header name"
                 ));
             }
-            if value
-                .bytes()
-                .any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
-            {
+            if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
                 return Err(format!(
                     "network.headers[{host:?}][{name:?}] must not contain control characters \
                      (CR, LF, NUL...)"
@@ -412,7 +409,10 @@ mod tests {
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         let r = rules(&["x.org", "127.0.0.1:3000", "10.0.0.5", "[::1]:3000"]);
         assert!(r.reaches(addr("1.1.1.1:443")));
-        assert!(r.reaches(addr("1.1.1.1:22")), "ports are the request's business");
+        assert!(
+            r.reaches(addr("1.1.1.1:22")),
+            "ports are the request's business"
+        );
         assert!(r.reaches(addr("127.0.0.1:3000")));
         assert!(!r.reaches(addr("127.0.0.1:3001")));
         assert!(!r.reaches(addr("127.0.0.2:3000")));
@@ -465,7 +465,14 @@ mod tests {
         assert!(header("x.org", "Authorization", "Bearer t").is_ok());
         assert!(header("x.org:8080", "Authorization", "Bearer\tt").is_ok());
         assert!(header("x.org", "Bad Name", "v").is_err());
-        for value in ["a\r\nInjected: 1", "a\nb", "a\rb", "a\0b", "a\x7fb", "a\x0bb"] {
+        for value in [
+            "a\r\nInjected: 1",
+            "a\nb",
+            "a\rb",
+            "a\0b",
+            "a\x7fb",
+            "a\x0bb",
+        ] {
             assert!(header("x.org", "X", value).is_err(), "{value:?}");
         }
         assert!(header("x.org:0", "X", "v").is_err());
