@@ -193,20 +193,29 @@ describe.skipIf(!bin || !modes.includes("namespaces") || !hasCurl)("--sandbox-ne
 
   it("an allow-list reaches listed names through the proxy, refuses the rest, and reports each connection", async () => {
     const root = workspace(how.user);
-    const args = ["--sandbox", "namespaces", "--runtime-root", "/workspace", "--sandbox-network", '["localhost"]'];
+    // A loopback server: its port, and its address listed (loopback is reached only then).
+    const allow = [`localhost:${port}`, `127.0.0.1:${port}`];
+    const args = [
+      "--sandbox",
+      "namespaces",
+      "--runtime-root",
+      "/workspace",
+      "--sandbox-network",
+      JSON.stringify(allow),
+    ];
     const { connection, events } = await open(how, root, args);
-    expect(connection.server.sandbox).toEqual({ mode: "namespaces", network: ["localhost"] });
+    expect(connection.server.sandbox).toEqual({ mode: "namespaces", network: allow });
     const byName = `curl -sS http://localhost:${port}/a`;
     expect(await run(connection, byName, "/workspace")).toEqual({ exitCode: 0, output: "hello /a\n" });
     expect(connects(events)).toEqual([
-      { tool: "bash", access: "connect", host: "localhost", port, rule: "localhost", allowed: true },
+      { tool: "bash", access: "connect", host: "localhost", port, rule: `localhost:${port}`, allowed: true },
     ]);
     expect(events[0].command).toBe(byName);
     events.length = 0;
-    const byAddress = `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.1:${port}/b`;
+    const byAddress = `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.2:${port}/b`;
     expect(await run(connection, byAddress, "/workspace")).toEqual({ exitCode: 0, output: "403" });
     expect(connects(events)).toEqual([
-      { tool: "bash", access: "connect", host: "127.0.0.1", port, rule: null, allowed: false },
+      { tool: "bash", access: "connect", host: "127.0.0.2", port, rule: null, allowed: false },
     ]);
     // No route but through the proxy.
     const direct = `(exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo reached || echo refused`;

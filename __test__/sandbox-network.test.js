@@ -1,7 +1,9 @@
 // The sandbox's network allow-list (`sandbox.network: { allow, headers }`, namespaces mode): the shell's
 // only way out is the proxy on Node's side. As root (in this process) and as nobody (a child Node): a name
-// allowed, the same server refused by its address, a CONNECT tunnel, a client that ignores the proxy (no
-// route), IPv6, DNS attempts, and the event of each connection. Every server is on this machine's loopback.
+// allowed, an address not listed refused, a CONNECT tunnel, a client that ignores the proxy (no route), IPv6,
+// DNS attempts, the event of each connection (at most 1,000 a command), heads with bare LFs refused, ports
+// other than 80 and 443 and loopback addresses refused unless an entry names them, headers only to the port
+// their entry names. Every server is on this machine's loopback, allowed explicitly where a test reaches it.
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import http from "node:http";
@@ -30,10 +32,16 @@ const sha256 = (data) => createHash("sha256").update(data).digest("hex");
 const upload = Buffer.from(`${Array.from({ length: 3e6 }, (_, i) => i + 1).join("\n")}\n`);
 
 let web;
+let web2;
 let web6;
 let echo;
+let raw;
 let ports;
+/** What the raw server received, one string (latin1) per connection. */
+const rawSeen = [];
 const servers = [];
+/** Allow entries for a loopback server at `port`: its name and its addresses (loopback must be listed). */
+const loopback = (port) => [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`];
 beforeAll(async () => {
   // Answers with the path and the X-Token header it received.
   // `/bulk` sends `bulk`; `/sum` answers the request body's hash and length.
@@ -53,13 +61,25 @@ beforeAll(async () => {
     res.end(`hello ${req.url} token=${req.headers["x-token"] ?? "none"}\n`);
   };
   web = http.createServer(handler);
+  web2 = http.createServer(handler);
   web6 = http.createServer(handler);
   echo = net.createServer((socket) => socket.pipe(socket));
-  servers.push(web, web6, echo);
+  // Records the bytes of each connection (no HTTP parser in between) and answers 200.
+  raw = net.createServer((socket) => {
+    const i = rawSeen.push("") - 1;
+    socket.on("data", (d) => {
+      rawSeen[i] += d.toString("latin1");
+      if (rawSeen[i].includes("\r\n\r\n")) socket.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    socket.on("error", () => {});
+  });
+  servers.push(web, web2, web6, echo, raw);
   ports = {
     web: await listenOn(web, "127.0.0.1"),
+    web2: await listenOn(web2, "127.0.0.1"),
     web6: await listenOn(web6, "::1"),
     echo: await listenOn(echo, "127.0.0.1"),
+    raw: await listenOn(raw, "127.0.0.1"),
   };
 });
 afterAll(() => {
@@ -99,10 +119,10 @@ maybe.each(users)("network allow-list as %s", (user) => {
     const { web: p, web6: p6, echo: e } = ports;
     commands = {
       byName: `curl -sS -H 'X-Token: from-shell' http://localhost:${p}/a`,
-      byAddress: `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.1:${p}/b`,
+      byAddress: `curl -sS -o /dev/null -w '%{http_code}' --noproxy '' http://127.0.0.2:${p}/b`,
       notListed: `curl -sS -o /dev/null -w '%{http_code}' http://blocked.example/`,
       tunnel: tunnel(`localhost:${e}`),
-      tunnelByAddress: tunnel(`127.0.0.1:${e}`),
+      tunnelByAddress: tunnel(`127.0.0.2:${e}`),
       direct: `(exec 3<>/dev/tcp/127.0.0.1/${p}) 2>/dev/null && echo reached || echo refused`,
       udp: "(exec 3<>/dev/udp/8.8.8.8/53 && printf x >&3) 2>&1; echo exit=$?",
       dns: "getent hosts example.com; echo exit=$?",
@@ -116,14 +136,61 @@ maybe.each(users)("network allow-list as %s", (user) => {
       bulkTunnel: `curl -sS -p http://localhost:${p}/bulk | sha256sum`,
       uploadForward: `seq 1 3000000 > up1 && curl -sS --data-binary @up1 http://localhost:${p}/sum`,
       uploadTunnel: `seq 1 3000000 > up2 && curl -sS -p --data-binary @up2 http://localhost:${p}/sum`,
+      // 1,100 refused connections in one command: 1,000 events.
+      manyRefused: [
+        "port=${HTTP_PROXY##*:}; n=0",
+        "for i in $(seq 1100); do exec 3<>/dev/tcp/127.0.0.1/$port || break",
+        "  printf 'CONNECT 127.0.0.1:9 HTTP/1.1\\r\\n\\r\\n' >&3; IFS= read -r status <&3; exec 3<&-",
+        '  case "$status" in "HTTP/1.1 403 "*) n=$((n+1));; esac; done; echo "refused=$n"',
+      ].join("\n"),
+      // Entries the old grammar took too (any port of a name, headers for the name): a bare LF in the
+      // target or after the version is refused before any connection, so neither the smuggled Host nor
+      // the header configured for localhost reaches the server.
+      smuggleInTarget: {
+        command: rawHead(`GET http://localhost:${ports.raw}/a\\nHost:other.example HTTP/1.1\\r\\n\\r\\n`),
+        sandbox: { network: { allow: ["localhost", "127.0.0.1"], headers: { localhost: { "X-Token": "secret" } } } },
+      },
+      smuggleAfterVersion: {
+        command: rawHead(`GET http://localhost:${ports.raw}/a HTTP/1.1\\nHost: other.example\\r\\n\\r\\n`),
+        sandbox: { network: { allow: ["localhost", "127.0.0.1"], headers: { localhost: { "X-Token": "secret" } } } },
+      },
+      // An entry without a port: 80 and 443 only.
+      portNotListed: {
+        command: `curl -sS -o /dev/null -w '%{http_code}' http://localhost:${p}/port`,
+        sandbox: { network: { allow: ["localhost", "127.0.0.1"] } },
+      },
+      // A name that resolves to loopback, its address not listed: refused; listed: reached.
+      loopbackNotListed: {
+        command: `curl -sS -o /dev/null -w '%{http_code}' http://localhost:${p}/loop`,
+        sandbox: { network: { allow: [`localhost:${p}`] } },
+      },
+      loopbackListed: {
+        command: `curl -sS http://localhost:${p}/loop`,
+        sandbox: { network: { allow: [`localhost:${p}`, `127.0.0.1:${p}`] } },
+      },
+      // A header configured for one port of a name goes to that port only; one for the bare name to 80/443.
+      headerOtherPort: {
+        command: `curl -sS http://localhost:${ports.web2}/other; curl -sS http://localhost:${p}/own`,
+        sandbox: {
+          network: {
+            allow: [...loopback(p), ...loopback(ports.web2)],
+            headers: { [`localhost:${p}`]: { "X-Token": "for-its-port" }, localhost: { "X-Token": "for-80-443" } },
+          },
+        },
+      },
     };
     const sandbox = {
       root,
       mode: "namespaces",
-      network: { allow: ["localhost", "::1"], headers: { localhost: { "X-Token": "from-host" } } },
+      network: {
+        allow: [...loopback(p), ...loopback(e), ...(p6 ? [`[::1]:${p6}`] : [])],
+        headers: { [`localhost:${p}`]: { "X-Token": "from-host" } },
+      },
       onPolicyEvent: "collect",
     };
-    const list = Object.values(commands).map((command) => ({ command, cwd: "/workspace" }));
+    const list = Object.values(commands).map((c) =>
+      typeof c === "string" ? { command: c, cwd: "/workspace" } : { cwd: "/workspace", ...c },
+    );
     // Two at once: the first connects while the second, started later, runs.
     concurrent = [
       `until [ -e b-started ]; do sleep 0.01; done; curl -sS http://localhost:${p}/first; touch a-done`,
@@ -141,25 +208,29 @@ maybe.each(users)("network allow-list as %s", (user) => {
 
   it.skipIf(!hasCurl)("lets an allowed name through, with the configured header in place of the shell's", () => {
     expect(results.byName).toMatchObject({ output: `hello /a token=from-host\n`, exitCode: 0 });
-    expect(connects("byName")).toEqual([{ host: "localhost", port: ports.web, rule: "localhost", allowed: true }]);
+    expect(connects("byName")).toEqual([
+      { host: "localhost", port: ports.web, rule: `localhost:${ports.web}`, allowed: true },
+    ]);
     const [event] = results.byName.events;
     expect(Object.keys(event)).toEqual(["tool", "access", "host", "port", "rule", "allowed", "time", "command"]);
     expect(event).toMatchObject({ tool: "bash", access: "connect", command: commands.byName });
     expect(typeof event.time).toBe("number");
   });
 
-  it.skipIf(!hasCurl)("refuses the same server by its address, and a name not listed, with 403 and an event", () => {
+  it.skipIf(!hasCurl)("refuses an address no entry is, and a name not listed, with 403 and an event", () => {
     expect(results.byAddress).toMatchObject({ output: "403", exitCode: 0 });
-    expect(connects("byAddress")).toEqual([{ host: "127.0.0.1", port: ports.web, rule: null, allowed: false }]);
+    expect(connects("byAddress")).toEqual([{ host: "127.0.0.2", port: ports.web, rule: null, allowed: false }]);
     expect(results.notListed).toMatchObject({ output: "403", exitCode: 0 });
     expect(connects("notListed")).toEqual([{ host: "blocked.example", port: 80, rule: null, allowed: false }]);
   });
 
-  it("tunnels CONNECT to an allowed name, and refuses it to an address", () => {
+  it("tunnels CONNECT to an allowed name, and refuses it to an address not listed", () => {
     expect(results.tunnel.output).toBe("HTTP/1.1 200 Connection Established\nreply=ping\n");
-    expect(connects("tunnel")).toEqual([{ host: "localhost", port: ports.echo, rule: "localhost", allowed: true }]);
+    expect(connects("tunnel")).toEqual([
+      { host: "localhost", port: ports.echo, rule: `localhost:${ports.echo}`, allowed: true },
+    ]);
     expect(results.tunnelByAddress.output).toMatch(/^HTTP\/1\.1 403 Forbidden\n/);
-    expect(connects("tunnelByAddress")).toEqual([{ host: "127.0.0.1", port: ports.echo, rule: null, allowed: false }]);
+    expect(connects("tunnelByAddress")).toEqual([{ host: "127.0.0.2", port: ports.echo, rule: null, allowed: false }]);
   });
 
   it("gives a client that ignores the proxy no route, and no DNS", () => {
@@ -196,16 +267,62 @@ maybe.each(users)("network allow-list as %s", (user) => {
     for (const key of ["notProxyRequest", "malformed", "oversized"]) expect(results[key].events).toEqual([]);
   });
 
+  it("reports at most 1,000 connections of one command", () => {
+    expect(results.manyRefused).toMatchObject({ output: "refused=1100\n", exitCode: 0 });
+    expect(results.manyRefused.events.length).toBe(1000);
+    expect(results.manyRefused.events.every((e) => e.allowed === false && e.host === "127.0.0.1")).toBe(true);
+  });
+
+  it("refuses a head with a bare LF (400) before connecting: no smuggled Host, no configured header", () => {
+    for (const key of ["smuggleInTarget", "smuggleAfterVersion"]) {
+      expect(results[key], key).toMatchObject({ output: "HTTP/1.1 400 Bad Request\n", exitCode: 0 });
+      expect(results[key].events, key).toEqual([]);
+    }
+    expect(rawSeen).toEqual([]);
+  });
+
+  it.skipIf(!hasCurl)("allows ports 80 and 443 unless an entry names another", () => {
+    expect(results.portNotListed).toMatchObject({ output: "403", exitCode: 0 });
+    expect(connects("portNotListed")).toEqual([{ host: "localhost", port: ports.web, rule: null, allowed: false }]);
+  });
+
+  it.skipIf(!hasCurl)("reaches a loopback address only when an entry is the address", () => {
+    expect(results.loopbackNotListed).toMatchObject({ output: "403", exitCode: 0 });
+    expect(connects("loopbackNotListed")).toEqual([{ host: "localhost", port: ports.web, rule: null, allowed: false }]);
+    expect(results.loopbackListed).toMatchObject({ output: "hello /loop token=none\n", exitCode: 0 });
+    expect(connects("loopbackListed")).toEqual([
+      { host: "localhost", port: ports.web, rule: `localhost:${ports.web}`, allowed: true },
+    ]);
+  });
+
+  it.skipIf(!hasCurl)("sends a configured header only to the port its entry names", () => {
+    expect(results.headerOtherPort).toMatchObject({
+      output: "hello /other token=none\nhello /own token=for-its-port\n",
+      exitCode: 0,
+    });
+  });
+
   it.skipIf(!hasCurl)("listens on [::1] too, and allows an IPv6 literal listed literally", () => {
     expect(results.v6Listener).toMatchObject({ output: "hello /v6proxy token=from-host\n", exitCode: 0 });
     if (!ports.web6) return;
     expect(results.v6Target).toMatchObject({ output: "hello /v6 token=none\n", exitCode: 0 });
-    expect(connects("v6Target")).toEqual([{ host: "[::1]", port: ports.web6, rule: "::1", allowed: true }]);
+    expect(connects("v6Target")).toEqual([
+      { host: "[::1]", port: ports.web6, rule: `[::1]:${ports.web6}`, allowed: true },
+    ]);
   });
 });
 
 maybe("network allow-list options", () => {
   const root = tempDirFor("root", "pno-net-opts-");
+
+  it("takes host:port, [v6]:port and address entries", () => {
+    const allow = ["localhost:3000", "*.corp.example:8443", "10.0.0.1:8080", "[::1]:3000", "::1", "fd00::1"];
+    expect(() =>
+      pno.createBashOperations({
+        sandbox: { root, mode: "namespaces", network: { allow, headers: { "localhost:3000": { A: "1" } } } },
+      }),
+    ).not.toThrow();
+  });
 
   it("refuses Landlock mode, bad entries and bad shapes", () => {
     const make = (sandbox) => () => pno.createBashOperations({ sandbox: { root, ...sandbox } });
@@ -215,8 +332,16 @@ maybe("network allow-list options", () => {
         message: expect.stringContaining("network.allow needs namespaces mode"),
       }),
     );
-    expect(make({ mode: "namespaces", network: { allow: ["http://x.org"] } })).toThrow(
-      expect.objectContaining({ code: "ESANDBOX", message: expect.stringContaining('"http://x.org"') }),
+    for (const bad of ["http://x.org", "x.org:0", "x.org:65536", "::1:x", "[::1]8080"]) {
+      expect(make({ mode: "namespaces", network: { allow: [bad] } })).toThrow(
+        expect.objectContaining({ code: "ESANDBOX", message: expect.stringContaining(JSON.stringify(bad)) }),
+      );
+    }
+    expect(make({ mode: "namespaces", network: { allow: ["x.org"], headers: { "x.org:0": { A: "1" } } } })).toThrow(
+      expect.objectContaining({ code: "ESANDBOX", message: expect.stringContaining('"x.org:0"') }),
+    );
+    expect(make({ mode: "namespaces", network: { allow: ["x.org"], headers: { "x.org": { A: "a\nB: 1" } } } })).toThrow(
+      expect.objectContaining({ code: "ESANDBOX" }),
     );
     expect(make({ network: { allow: "x.org" } })).toThrow(TypeError);
     expect(make({ network: { allow: [], other: 1 } })).toThrow(/unknown option "other"/);
@@ -231,7 +356,7 @@ maybe("network allow-list options", () => {
       sandbox: {
         root,
         mode: "namespaces",
-        network: { allow: ["localhost"] },
+        network: { allow: loopback(ports.web) },
         onPolicyEvent: () => {
           calls++;
           throw new Error("the caller's bug");
