@@ -236,7 +236,9 @@ async function proxyRows(ctx, root, sandboxed) {
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address();
   try {
-    const allowed = ctx.native.createBashOperations({ sandbox: { root, network: { allow: ["localhost"] } } });
+    // The server on the host's loopback: its port named, and its address (loopback is reached only then).
+    const allow = [`localhost:${port}`, `127.0.0.1:${port}`];
+    const allowed = ctx.native.createBashOperations({ sandbox: { root, network: { allow } } });
     const run = (ops, command, cwd) => async () => {
       let out = "";
       await ops.exec(command, cwd, {
