@@ -42,7 +42,7 @@ const FLAGS = {
   "native-sandbox-allow": {
     type: "string",
     description:
-      'pi-native-ops: hosts sandboxed bash may reach through the allow-list proxy (","-separated: "registry.npmjs.org,*.github.com")',
+      'pi-native-ops: hosts sandboxed bash may reach through the allow-list proxy (","-separated: "registry.npmjs.org,*.github.com,localhost:3000,127.0.0.1:3000"; ports 80 and 443 unless one is named)',
   },
   "native-deny-read": {
     type: "string",
