@@ -84,11 +84,6 @@ impl HeadError {
     }
 }
 
-/// RFC 9110's `tchar`.
-pub(crate) fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// Whether `head` holds a control byte other than a tab, or a CR or LF that is not one CRLF:
 /// servers disagree on where a bare LF or CR ends a line, which is how one request is made to
 /// read as two. `more`: bytes may follow, so a CR at the very end may still get its LF.

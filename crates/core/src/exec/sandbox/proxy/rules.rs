@@ -107,6 +107,11 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     }
 }
 
+/// RFC 9110's `tchar`: what a configured header's name is made of.
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// What an entry's host part matches.
 #[derive(Debug, Clone)]
 enum Pattern {
@@ -225,7 +230,7 @@ impl Rules {
         let mut headers = Vec::new();
         for (host, name, value) in &spec.headers {
             let entry = Entry::new(host, "network.headers")?;
-            if name.is_empty() || !name.bytes().all(super::head::is_token) {
+            if name.is_empty() || !name.bytes().all(is_token) {
                 return Err(format!(
                     "network.headers[{host:?}]: {name:?} is not a header name"
                 ));
