@@ -130,6 +130,10 @@ maybe.each(users)("network allow-list as %s", (user) => {
       notProxyRequest: rawHead("GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"),
       malformed: rawHead("GET http://localhost:1/ HTTP/9\\r\\n\\r\\n"),
       oversized: rawHead(`GET http://localhost:${p}/ HTTP/1.1\\r\\nX: %040000d\\r\\n\\r\\n`),
+      twoHosts: rawHead(
+        `GET http://localhost:${p}/ HTTP/1.1\\r\\nHost: localhost\\r\\nHost: other.example\\r\\n\\r\\n`,
+      ),
+      controlInValue: rawHead(`GET http://localhost:${p}/ HTTP/1.1\\r\\nX: a\\001b\\r\\n\\r\\n`),
       v6Target: p6 ? `curl -sS -g http://[::1]:${p6}/v6` : "echo no-ipv6",
       // Forwarded, then through a CONNECT tunnel (curl -p), each way.
       bulkForward: `curl -sS http://localhost:${p}/bulk | sha256sum`,
@@ -264,7 +268,11 @@ maybe.each(users)("network allow-list as %s", (user) => {
     expect(results.notProxyRequest.output).toBe("HTTP/1.1 501 Not Implemented\n");
     expect(results.malformed.output).toBe("HTTP/1.1 400 Bad Request\n");
     expect(results.oversized.output).toBe("HTTP/1.1 431 Request Header Fields Too Large\n");
-    for (const key of ["notProxyRequest", "malformed", "oversized"]) expect(results[key].events).toEqual([]);
+    expect(results.twoHosts.output).toBe("HTTP/1.1 400 Bad Request\n");
+    expect(results.controlInValue.output).toBe("HTTP/1.1 400 Bad Request\n");
+    for (const key of ["notProxyRequest", "malformed", "oversized", "twoHosts", "controlInValue"]) {
+      expect(results[key].events, key).toEqual([]);
+    }
   });
 
   it("reports at most 1,000 connections of one command", () => {
