@@ -17,7 +17,7 @@
 //! names; a tunnel's bytes (TLS) are never touched.
 //!
 //! Each allowed and each refused connection is one `PolicyEvent` (`Connect { host, port }`), sent
-//! to the sink of the command that is running (see `Shared::owner`), at most
+//! to the sink of the command that is running (see `Shared::report`), at most
 //! `MAX_EVENTS_PER_COMMAND` per command.
 
 use std::io::{self, Read, Write};
@@ -41,7 +41,7 @@ mod rules;
 pub(crate) use rules::Rules;
 
 use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
-use head::{parse_head, upstream_head, HeadError, Parsed, Target};
+use head::{upstream_head, HeadError, Parsed, Target};
 use rules::Host;
 
 /// How long a client has to send its whole request head after connecting.
@@ -558,7 +558,7 @@ enum HeadRead {
 }
 
 /// Reads until the end of the head: the buffer, the head, where it ends in the buffer. A head
-/// is refused as soon as its bytes so far are (`parse_head`), not only once it is complete.
+/// is refused as soon as its bytes so far are (`head::scan`), not only once it is complete.
 fn read_head(
     client: &TcpStream,
     stop: RawFd,
@@ -578,7 +578,7 @@ fn read_head(
             Ok(n) => n,
         };
         len += n;
-        match parse_head(&buf[..len]) {
+        match head::scan(&buf[..len], len - n) {
             Ok(Parsed::Partial) => {}
             Ok(Parsed::Complete(head, end)) => {
                 buf.truncate(len);

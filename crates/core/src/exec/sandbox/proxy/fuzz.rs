@@ -9,7 +9,7 @@
 //! `PI_NATIVE_OPS_FUZZ_SEED` and `PI_NATIVE_OPS_FUZZ_CASES` run other cases.
 
 use super::head::{
-    parse_head, upstream_head, HeadError, Parsed, Target, MAX_HEADERS, NOT_FORWARDED,
+    parse_head, scan, upstream_head, HeadError, Parsed, Target, MAX_HEADERS, NOT_FORWARDED,
 };
 
 /// Cases per run: a second or two of a debug build.
@@ -280,6 +280,25 @@ fn head_parsing_agrees_with_httparse_and_forwards_only_what_it_accepted() {
         let buf = generate(&mut rng);
         let case = format!("{:?}", String::from_utf8_lossy(&buf));
         let ours = parse_head(&buf);
+        // Read in pieces as the proxy reads it: the same answer, where the whole head has one.
+        let mut from = 0;
+        let pieces = loop {
+            let to = (from + 1 + rng.below(12)).min(buf.len());
+            match scan(&buf[..to], from) {
+                Ok(Parsed::Partial) if to < buf.len() => from = to,
+                answer => break answer,
+            }
+        };
+        // Read in pieces, an error after the last line end waits for the next one.
+        let lines = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        match (&ours, &pieces) {
+            (Ok(_), _) => assert_eq!(pieces, ours, "{case}: in pieces"),
+            (Err(_), Err(_)) => {}
+            (Err(_), Ok(Parsed::Partial)) => {
+                assert_eq!(parse_head(&buf[..lines]), Ok(Parsed::Partial), "{case}")
+            }
+            (Err(_), Ok(_)) => panic!("{case}: in pieces {pieces:?}"),
+        }
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut theirs = httparse::Request::new(&mut slots);
         match (theirs.parse(&buf), &ours) {

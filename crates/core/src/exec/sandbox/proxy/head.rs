@@ -84,18 +84,22 @@ impl HeadError {
     }
 }
 
-/// Whether `head` holds a control byte other than a tab, or a CR or LF that is not one CRLF:
-/// servers disagree on where a bare LF or CR ends a line, which is how one request is made to
-/// read as two. `more`: bytes may follow, so a CR at the very end may still get its LF.
-fn has_bad_control(head: &[u8], more: bool) -> bool {
-    head.iter().enumerate().any(|(i, &b)| match b {
+/// How a head with a control byte is refused.
+const CONTROL: HeadError = HeadError::Malformed("control character in the request head");
+
+/// Whether `head`, from byte `from` on, holds a control byte other than a tab, or a CR or LF
+/// that is not one CRLF: servers disagree on where a bare LF or CR ends a line, which is how one
+/// request is made to read as two. `more`: bytes may follow, so a CR at the very end may still
+/// get its LF (the byte before `from` is looked at again for that).
+fn has_bad_control(head: &[u8], from: usize, more: bool) -> bool {
+    (from.saturating_sub(1)..head.len()).any(|i| match head[i] {
         b'\r' => match head.get(i + 1) {
             Some(next) => *next != b'\n',
             None => !more,
         },
         b'\n' => i == 0 || head[i - 1] != b'\r',
         b'\t' => false,
-        _ => b < 0x20 || b == 0x7f,
+        b => b < 0x20 || b == 0x7f,
     })
 }
 
@@ -128,9 +132,8 @@ fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16
 pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut slots);
-    let control = HeadError::Malformed("control character in the request head");
     let len = match request.parse(buf) {
-        Err(_) if has_bad_control(buf, true) => return Err(control),
+        Err(_) if has_bad_control(buf, 0, true) => return Err(CONTROL),
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
         Err(httparse::Error::Version) => return Err(HeadError::Malformed("not HTTP/1.x")),
         Err(httparse::Error::HeaderName) => return Err(HeadError::Malformed("bad header name")),
@@ -140,7 +143,7 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
                 "request line is not METHOD TARGET VERSION",
             ))
         }
-        Ok(httparse::Status::Partial) if has_bad_control(buf, true) => return Err(control),
+        Ok(httparse::Status::Partial) if has_bad_control(buf, 0, true) => return Err(CONTROL),
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
             return Err(HeadError::TooLarge)
         }
@@ -150,8 +153,8 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
     if len > MAX_HEAD_BYTES {
         return Err(HeadError::TooLarge);
     }
-    if has_bad_control(&buf[..len], false) {
-        return Err(control);
+    if has_bad_control(&buf[..len], 0, false) {
+        return Err(CONTROL);
     }
     let (Some(method), Some(target)) = (request.method, request.path) else {
         return Err(HeadError::Malformed(
@@ -169,6 +172,28 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
     }
     let head = semantics(method, target, headers)?;
     Ok(Parsed::Complete(head, len))
+}
+
+/// `parse_head` for a head arriving in reads, `buf` the bytes so far and `from` where the last
+/// read's began: each read costs what it brought. Its bytes are checked for control bytes up to
+/// the first blank line (past it, the body's bytes are the body's), and the head is parsed again
+/// only when a line ended (a head is complete only at a LF), so a client sending a byte at a time
+/// cannot make the proxy parse up to `MAX_HEAD_BYTES` for each.
+pub(crate) fn scan(buf: &[u8], from: usize) -> Result<Parsed, HeadError> {
+    let new = &buf[from..];
+    let back = from.saturating_sub(3);
+    let head_so_far =
+        memchr::memmem::find(&buf[back..], b"\r\n\r\n").map_or(buf.len(), |i| back + i + 4);
+    if from < head_so_far && has_bad_control(&buf[..head_so_far], from, true) {
+        return Err(CONTROL);
+    }
+    if !new.contains(&b'\n') {
+        return match buf.len() >= MAX_HEAD_BYTES {
+            true => Err(HeadError::TooLarge),
+            false => Ok(Parsed::Partial),
+        };
+    }
+    parse_head(buf)
 }
 
 /// The proxy's rules on a tokenized head: what it asks for and whether it can be forwarded.
@@ -360,9 +385,7 @@ mod tests {
 
     #[test]
     fn control_bytes_anywhere_in_the_head_are_refused_even_before_it_ends() {
-        let control = Err(HeadError::Malformed(
-            "control character in the request head",
-        ));
+        let control = Err(CONTROL);
         let heads: &[&[u8]] = &[
             // The smuggling the issue found: a bare LF in the target puts a Host line first.
             b"GET http://x.org/a\nHost: other.example HTTP/1.1\r\nX: y\r\n\r\n",
@@ -393,6 +416,41 @@ mod tests {
             parse_head(b"GET http://x.org/ HTTP/1.1\r"),
             Ok(Parsed::Partial)
         );
+    }
+
+    #[test]
+    fn a_head_read_in_pieces_is_checked_piece_by_piece_and_its_body_is_not() {
+        // `scan` over `buf` cut at `cuts`: the first answer that is not `Partial`.
+        let read = |buf: &[u8], cuts: &[usize]| {
+            let mut from = 0;
+            for &to in cuts.iter().chain([buf.len()].iter()) {
+                match scan(&buf[..to], from) {
+                    Ok(Parsed::Partial) => from = to,
+                    done => return done,
+                }
+            }
+            Ok(Parsed::Partial)
+        };
+        let post = b"POST http://x.org/ HTTP/1.1\r\nContent-Length: 4\r\n\r\n\n\0\r\x01";
+        let end = post.len() - 4;
+        for cuts in [&[][..], &[5], &[28], &[29], &[end - 1], &[end - 2, end - 1]] {
+            assert!(
+                matches!(read(post, cuts), Ok(Parsed::Complete(_, e)) if e == end),
+                "{cuts:?}"
+            );
+        }
+        let smuggled = b"GET http://x.org/a HTTP/1.1\r\nA: b\rHost: other\r\n\r\n";
+        for cut in 1..smuggled.len() {
+            assert_eq!(read(smuggled, &[cut]), Err(CONTROL), "{cut}");
+        }
+        // A CR that ends one read and the LF that begins the next are one line end.
+        assert_eq!(
+            read(b"GET http://x.org/ HTTP/1.1\r", &[]),
+            Ok(Parsed::Partial)
+        );
+        let mut long = b"GET http://x.org/ HTTP/1.1\r\nX: ".to_vec();
+        long.resize(MAX_HEAD_BYTES, b'a');
+        assert_eq!(read(&long, &[100, 200]), Err(HeadError::TooLarge));
     }
 
     #[test]
