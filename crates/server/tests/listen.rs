@@ -592,18 +592,22 @@ fn garbage_and_stalled_upgrades_are_refused_and_harm_nothing() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    // A plain GET without an upgrade gets a 400 too, and a request with a body is no upgrade.
-    let mut plain = TcpStream::connect(addr).unwrap();
-    plain
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = plain.read_to_end(&mut answer);
-    assert!(
-        answer.starts_with(b"HTTP/1.1 400"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
+    // A plain GET without an upgrade gets a 400 too, once it shows the token (the token is
+    // checked first: without it, 401).
+    for (auth, status) in [
+        (format!("Authorization: Bearer {TOKEN}\r\n"), "400"),
+        (String::new(), "401"),
+    ] {
+        let mut plain = TcpStream::connect(addr).unwrap();
+        write!(plain, "GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+        let mut answer = Vec::new();
+        let _ = plain.read_to_end(&mut answer);
+        assert!(
+            answer.starts_with(format!("HTTP/1.1 {status}").as_bytes()),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
     // Meanwhile a good client connects and is served.
     let mut client = Client::connect(addr, Auth::Subprotocol);
     client.call(
