@@ -106,9 +106,14 @@ fn presented<'a>(headers: &[httparse::Header<'a>]) -> Vec<&'a [u8]> {
 /// Reads what the connection has sent and judges the request once whole.
 fn read_request(waiting: &mut Waiting, token: &TokenDigest) -> Progress {
     let request = &mut waiting.request;
+    let mut ended = false;
     while request.len < MAX_REQUEST_BYTES {
         match waiting.tcp.read(&mut request.buf[request.len..]) {
-            Ok(0) => return Progress::Gone,
+            Ok(0) => {
+                // A whole request may end with the peer's half-close: it is still answered.
+                ended = true;
+                break;
+            }
             Ok(n) => request.len += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -118,6 +123,7 @@ fn read_request(waiting: &mut Waiting, token: &TokenDigest) -> Progress {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
     let places: Vec<std::ops::Range<usize>> = match parsed.parse(request.bytes()) {
+        Ok(httparse::Status::Partial) if ended => return Progress::Gone,
         Ok(httparse::Status::Partial) if request.len < MAX_REQUEST_BYTES => return Progress::More,
         Ok(httparse::Status::Partial) => return Progress::Refuse(TOO_LARGE),
         Err(_) => return Progress::Refuse(BAD_REQUEST),

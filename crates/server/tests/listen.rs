@@ -913,7 +913,7 @@ fn unauthenticated_connections_cannot_lock_out_the_client_or_its_resume() {
                         }
                     }
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(50));
             }
         })
     };
@@ -1041,4 +1041,46 @@ fn a_close_reason_cannot_forge_a_log_line() {
     eprintln!("{text}");
     assert!(!text.lines().any(|l| l == forged), "{text}");
     assert!(text.contains(r#"bye\n"#), "{text}");
+}
+
+#[test]
+fn a_non_dumpable_server_not_run_by_root_still_makes_its_namespaces_sandbox() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return eprintln!("not root: cannot start the server as another user");
+    }
+    if pi_native_ops_core::exec::sandbox::support()
+        .namespaces
+        .is_err()
+    {
+        return eprintln!("no namespaces sandbox on this machine");
+    }
+    let dir = workspace();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let server = Listening::start_with(dir.path(), &["--sandbox", "namespaces"], |cmd| {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(65534).gid(65534);
+    });
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"id -u; cat a.txt","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    let mut output = Vec::new();
+    let answer = loop {
+        let (header, payload) = client.next_frame();
+        if header["t"] != "data" {
+            break header;
+        }
+        client.call(json!({"t":"credit","id":1,"bytes":payload.len()}), b"");
+        output.extend_from_slice(&payload);
+    };
+    assert_eq!(answer["t"], "ok", "{answer}");
+    assert_eq!(String::from_utf8_lossy(&output), "65534\nalpha\n");
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
 }
