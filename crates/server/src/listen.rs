@@ -4,8 +4,8 @@
 //! connection gets a thread once its upgrade request shows the token (admission.rs): the thread
 //! completes the upgrade within a deadline, admits one session at a time (409 for a second), then
 //! drives the WebSocket for the session (session.rs) with poll(2) until the connection drops, a
-//! newer one of the same session replaces it, or the session ends. The protocol layer (`conn::serve`) runs on
-//! the main thread over the session's byte streams, unaware of any of this.
+//! newer one of the same session replaces it, or the session ends. The protocol layer
+//! (`conn::serve`) runs on the main thread over the session's byte streams, unaware of any of this.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -35,8 +35,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// holders of the token get here, and the one real client needs one.
 const MAX_HANDSHAKES: usize = 32;
 /// Bytes waiting to go out on a connection beyond which the driver stops reading it: one largest
-/// DATA message (the session sends the next only when the last has gone) and room for the small
-/// messages that answer reads (ACKs, pongs). A client that sends but never reads is then held back
+/// DATA message with its frame head (the session sends the next only when the last has gone) and
+/// room for the small messages that answer reads (ACKs, pongs). A client that sends but never reads is then held back
 /// by TCP instead of growing the server.
 const MAX_BACKLOG: usize = 1 + MAX_DATA + 10 + (64 << 10);
 /// A connection silent this long is taken as dropped (the client pings every 15 s).
