@@ -895,6 +895,12 @@ fn unauthenticated_connections_cannot_lock_out_the_client_or_its_resume() {
     const ATTACKERS: usize = 100;
     let dir = workspace();
     let server = Listening::start(dir.path(), &["--grace", "8"]);
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+            .unwrap()
+            .count()
+    };
+    let idle = descriptors();
     let stop = Arc::new(AtomicBool::new(false));
     let turned_away = Arc::new(AtomicU64::new(0));
     // Each connection the server closes is opened again at once, half-sent again.
@@ -921,6 +927,12 @@ fn unauthenticated_connections_cannot_lock_out_the_client_or_its_resume() {
     while turned_away.load(Ordering::Relaxed) == 0 {
         std::thread::sleep(Duration::from_millis(10));
     }
+    // They hold 64 connections at most (docs/protocol.md, "Admission").
+    let held = descriptors() - idle;
+    assert!(
+        held <= 64,
+        "{held} connections held for unauthenticated peers"
+    );
     let exists = |client: &mut Client, id: u64| {
         client.call(
             json!({"t":"call","id":id,"op":"exists","path":format!("{}/a.txt", dir.path().display())}),
