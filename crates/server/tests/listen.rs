@@ -934,6 +934,7 @@ fn unauthenticated_connections_cannot_lock_out_the_client_or_its_resume() {
         held <= 64,
         "{held} connections held for unauthenticated peers"
     );
+    eprintln!("{held} connections held for unauthenticated peers");
     let exists = |client: &mut Client, id: u64| {
         client.call(
             json!({"t":"call","id":id,"op":"exists","path":format!("{}/a.txt", dir.path().display())}),
