@@ -1053,7 +1053,7 @@ fn a_close_reason_cannot_forge_a_log_line() {
         std::thread::sleep(Duration::from_millis(20));
     };
     eprintln!("{text}");
-    assert!(!text.lines().any(|l| l == forged), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with(forged)), "{text}");
     assert!(text.contains(r#"bye\n"#), "{text}");
 }
 
