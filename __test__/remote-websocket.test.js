@@ -4,6 +4,7 @@
 // mid-grep, during a write. Every call's result must equal, byte for byte, that of an uncut connection.
 import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -190,6 +191,40 @@ describe(`connectWebSocket (${real ? "pi-native-ops-server --listen" : "the fake
     again.proxy.cut();
     await resumed.close();
     if (real) expect(await again.server.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it.runIf(real)("connects and resumes while unauthenticated connections hold every place they may", async () => {
+    const { server, proxy } = await serve({ args: ["--grace", "8"] });
+    const { port } = new URL(server.url);
+    // 100 connections that send half an upgrade and stop, each opened again when the server drops it.
+    let turnedAway = 0;
+    let stopped = false;
+    const open = new Set();
+    const attack = () => {
+      if (stopped) return;
+      const socket = net.connect(Number(port), "127.0.0.1", () => socket.write("GET / HTTP/1.1\r\nHost: x\r\nUpgr"));
+      open.add(socket);
+      socket.on("error", () => {});
+      socket.on("close", () => {
+        open.delete(socket);
+        turnedAway++;
+        setTimeout(attack, 50);
+      });
+    };
+    for (let i = 0; i < 100; i++) attack();
+    cleanups.push(() => {
+      stopped = true;
+      for (const socket of open) socket.destroy();
+    });
+    // Once some are turned away, every place the server keeps for them is taken.
+    while (turnedAway === 0) await new Promise((r) => setTimeout(r, 10));
+    const conn = await connectWebSocket(proxy.url, { token: server.token, graceMs: 4000 });
+    expect((await conn.fs.ls.stat(dir)).isDirectory()).toBe(true);
+    const before = proxy.connections;
+    proxy.cut();
+    expect((await conn.fs.ls.stat(dir)).isDirectory()).toBe(true);
+    expect(proxy.connections).toBeGreaterThan(before);
+    await conn.close();
   });
 
   it("checks its arguments", async () => {

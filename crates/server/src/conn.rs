@@ -418,7 +418,11 @@ impl Connection {
                 }
                 let message = format!(
                     "remote protocol mismatch: client pi-native-ops {} speaks protocol {}, server pi-native-ops-server {} speaks protocol {}",
-                    client.as_deref().unwrap_or("(unknown version)"),
+                    // Escaped: the peer's words never make a line of the log.
+                    client.map_or_else(
+                        || "(unknown version)".to_string(),
+                        |c| c.escape_debug().to_string()
+                    ),
                     protocol.map_or_else(|| "(none)".to_string(), |p| p.to_string()),
                     wire::SERVER_VERSION,
                     wire::PROTOCOL,

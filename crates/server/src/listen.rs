@@ -1,11 +1,11 @@
 //! `--listen HOST:PORT`: the protocol over a WebSocket (docs/protocol.md, "Over a WebSocket").
 //!
-//! Plain WebSocket over TCP: TLS is the job of the platform's proxy in front of the port. Each
-//! connection gets a thread: it reads the HTTP upgrade within a deadline, checks the token before
-//! answering it (401 otherwise), admits one session at a time (409 for a second), then drives the
-//! WebSocket for the session (session.rs) with poll(2) until the connection drops, a newer one of
-//! the same session replaces it, or the session ends. The protocol layer (`conn::serve`) runs on
-//! the main thread over the session's byte streams, unaware of any of this.
+//! Plain WebSocket over TCP: TLS is the job of the platform's proxy in front of the port. A
+//! connection gets a thread once its upgrade request shows the token (admission.rs): the thread
+//! completes the upgrade within a deadline, admits one session at a time (409 for a second), then
+//! drives the WebSocket for the session (session.rs) with poll(2) until the connection drops, a
+//! newer one of the same session replaces it, or the session ends. The protocol layer
+//! (`conn::serve`) runs on the main thread over the session's byte streams, unaware of any of this.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,20 +21,24 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tungstenite::{Error as WsError, HandshakeError, Message, WebSocket};
 
+use crate::admission::{self, UpgradeRequest};
 use crate::conn::{self, Lanes, Site};
+use crate::secret::TokenDigest;
 use crate::session::{self, End, Session, SessionId, Stop, MAX_DATA};
 
 const NAME: &str = "pi-native-ops-server";
 /// The subprotocol the server speaks (and selects when offered).
 pub const SUBPROTOCOL: &str = "pi-native-ops.v1";
-/// A `Sec-WebSocket-Protocol` entry carrying the token, for clients that cannot set headers.
-pub const TOKEN_PREFIX: &str = "pi-native-ops.token.";
-/// The whole HTTP upgrade must arrive within this: a client that never completes it holds only
-/// its own thread, and only this long.
+/// An admitted upgrade must be answered within this (its request is already read).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Upgrades in progress at once at most; more connections are closed at once (the one real client
-/// needs one).
+/// Admitted upgrades in progress at once at most (each a thread); more are closed at once. Only
+/// holders of the token get here, and the one real client needs one.
 const MAX_HANDSHAKES: usize = 32;
+/// Bytes waiting to go out on a connection beyond which the driver stops reading it: one largest
+/// DATA message with its frame head (the session sends the next only when the last has gone) and
+/// room for the small messages that answer reads (ACKs, pongs). A client that sends but never reads is then held back
+/// by TCP instead of growing the server.
+const MAX_BACKLOG: usize = 1 + MAX_DATA + 10 + (64 << 10);
 /// A connection silent this long is taken as dropped (the client pings every 15 s).
 const SILENCE: Duration = Duration::from_secs(45);
 /// How long a closing connection may take to send its last bytes and its close frame.
@@ -44,28 +48,7 @@ pub struct Options {
     pub address: String,
     pub grace: Duration,
     pub idle_timeout: Duration,
-    pub token: String,
-}
-
-/// Whether `token` can travel in both the Authorization header and a Sec-WebSocket-Protocol
-/// entry.
-pub fn token_is_valid(token: &str) -> bool {
-    !token.is_empty()
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b))
-}
-
-/// Compares without an early exit on the first differing byte (only the length shows).
-fn same_token(given: &[u8], token: &[u8]) -> bool {
-    if given.len() != token.len() {
-        return false;
-    }
-    let diff = given
-        .iter()
-        .zip(token)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    std::hint::black_box(diff) == 0
+    pub token: TokenDigest,
 }
 
 /// The entries of every `Sec-WebSocket-Protocol` header of the request.
@@ -77,24 +60,6 @@ fn offered_protocols(request: &Request) -> impl Iterator<Item = &str> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-}
-
-fn authorized(request: &Request, token: &str) -> bool {
-    let mut ok = false;
-    for value in request.headers().get_all(header::AUTHORIZATION) {
-        let Ok(value) = value.to_str() else { continue };
-        if let Some((scheme, given)) = value.trim().split_once(' ') {
-            if scheme.eq_ignore_ascii_case("bearer") {
-                ok |= same_token(given.trim().as_bytes(), token.as_bytes());
-            }
-        }
-    }
-    for entry in offered_protocols(request) {
-        if let Some(given) = entry.strip_prefix(TOKEN_PREFIX) {
-            ok |= same_token(given.as_bytes(), token.as_bytes());
-        }
-    }
-    ok
 }
 
 /// The `session` query parameter, if any.
@@ -130,7 +95,6 @@ struct Lobby {
 }
 
 struct Server {
-    token: String,
     lobby: Mutex<Lobby>,
     /// A session was created.
     started: Condvar,
@@ -143,9 +107,7 @@ impl Server {
         request: &Request,
         mut response: Response,
     ) -> Result<(Response, Claim), StatusCode> {
-        if !authorized(request, &self.token) {
-            return Err(StatusCode::UNAUTHORIZED);
-        }
+        // The token was checked before the connection got here (admission.rs).
         let mut lobby = self.lobby.lock().unwrap_or_else(PoisonError::into_inner);
         let claim = match session_param(request) {
             None if lobby.session.is_some() || lobby.pending => return Err(StatusCode::CONFLICT),
@@ -187,6 +149,8 @@ impl Server {
 /// partial write of a megabyte message). DATA messages are framed into it directly.
 struct Socket {
     tcp: TcpStream,
+    /// The upgrade request, already read (admission.rs): read before the socket.
+    request: Option<(UpgradeRequest, usize)>,
     deadline: Option<Instant>,
     /// Writes go through `out` (set once the upgrade is done).
     buffered: bool,
@@ -220,6 +184,11 @@ impl Socket {
             }
             other => other,
         }
+    }
+
+    /// Bytes waiting in `out`.
+    fn backlog(&self) -> usize {
+        self.out.len() - self.out_at
     }
 
     /// Writes what waits in `out` until the socket takes no more (WouldBlock) or all has gone.
@@ -279,6 +248,16 @@ impl Socket {
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some((request, at)) = &mut self.request {
+            let n = (&request.bytes()[*at..]).read(buf)?;
+            *at += n;
+            if *at == request.bytes().len() {
+                self.request = None;
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+        }
         self.timed(|tcp| tcp.read(buf), TcpStream::set_read_timeout)
     }
 }
@@ -353,15 +332,19 @@ pub fn serve(options: Options, site: Arc<Site>, lanes: Lanes) -> i32 {
         }
     }
     let server = Arc::new(Server {
-        token: options.token,
         lobby: Mutex::default(),
         started: Condvar::new(),
         handshakes: AtomicUsize::new(0),
     });
     let accepting = Arc::clone(&server);
+    let token = options.token;
     let spawned = std::thread::Builder::new()
         .name("pi-native-ops-server-accept".into())
-        .spawn(move || accept(listener, accepting));
+        .spawn(move || {
+            admission::run(listener, token, |tcp, request| {
+                start_connection(&accepting, tcp, request)
+            })
+        });
     if let Err(e) = spawned {
         eprintln!("{NAME}: cannot start the listener: {e}");
         return 1;
@@ -417,39 +400,33 @@ pub fn serve(options: Options, site: Arc<Site>, lanes: Lanes) -> i32 {
     code
 }
 
-fn accept(listener: TcpListener, server: Arc<Server>) {
-    for stream in listener.incoming() {
-        let tcp = match stream {
-            Ok(tcp) => tcp,
-            Err(e) => {
-                eprintln!("{NAME}: accept: {e}");
-                // Out of descriptors or the like: let some go before trying again.
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        if server.handshakes.fetch_add(1, Ordering::Relaxed) >= MAX_HANDSHAKES {
-            server.handshakes.fetch_sub(1, Ordering::Relaxed);
-            continue;
-        }
-        let server = Arc::clone(&server);
-        let spawned = std::thread::Builder::new()
-            .name("pi-native-ops-server-conn".into())
-            .spawn(move || connection(&server, tcp));
-        if let Err(e) = spawned {
-            eprintln!("{NAME}: cannot start a connection's thread: {e}");
-        }
+/// Gives an admitted connection its thread, within `MAX_HANDSHAKES`.
+fn start_connection(server: &Arc<Server>, tcp: TcpStream, request: UpgradeRequest) {
+    if server.handshakes.fetch_add(1, Ordering::Relaxed) >= MAX_HANDSHAKES {
+        server.handshakes.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let server = Arc::clone(server);
+    let spawned = std::thread::Builder::new()
+        .name("pi-native-ops-server-conn".into())
+        .spawn(move || connection(&server, tcp, request));
+    if let Err(e) = spawned {
+        eprintln!("{NAME}: cannot start a connection's thread: {e}");
     }
 }
 
 // The upgrade callback's error type is the WebSocket library's (an HTTP response).
 #[allow(clippy::result_large_err)]
-fn connection(server: &Server, tcp: TcpStream) {
+fn connection(server: &Server, tcp: TcpStream, request: UpgradeRequest) {
     let slot = HandshakeSlot(&server.handshakes);
     let _ = tcp.set_nodelay(true);
+    if tcp.set_nonblocking(false).is_err() {
+        return;
+    }
     let spare = tcp.try_clone().ok();
     let socket = Socket {
         tcp,
+        request: Some((request, 0)),
         deadline: Some(Instant::now() + HANDSHAKE_TIMEOUT),
         buffered: false,
         out: Vec::new(),
@@ -653,7 +630,10 @@ fn drive(
             Err(WsError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => flushed = false,
             Err(e) => return Some(e.to_string()),
         }
-        if work.want_read {
+        // Every message read may queue an answer (a pong, an ACK): none is read while too much
+        // waits to go out.
+        let want_read = work.want_read && ws.get_ref().backlog() <= MAX_BACKLOG;
+        if want_read {
             loop {
                 let message = match ws.read() {
                     Ok(message) => message,
@@ -683,7 +663,7 @@ fn drive(
                         return None;
                     }
                 }
-                if !session.wants_input() {
+                if !session.wants_input() || ws.get_ref().backlog() > MAX_BACKLOG {
                     break;
                 }
             }
@@ -697,7 +677,7 @@ fn drive(
         }
         let until = work.deadline.map_or(silent_until, |d| d.min(silent_until));
         let mut events = 0;
-        if work.want_read {
+        if want_read {
             events |= libc::POLLIN;
         }
         if !flushed {
@@ -736,9 +716,10 @@ fn heard(
         Message::Close(Some(frame)) if frame.code == CloseCode::Normal => return Heard::Closed,
         Message::Close(frame) => {
             return Heard::Dropped(match frame {
-                Some(frame) => format!("closed with {} {}", frame.code, frame.reason),
+                // Quoted and escaped: the peer's words never make a line of the log.
+                Some(frame) => format!("closed with {} {:?}", frame.code, frame.reason.as_str()),
                 None => "closed without a code".into(),
-            })
+            });
         }
         Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return Heard::Go,
     };

@@ -9,6 +9,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(unix)]
+mod admission;
+#[cfg(unix)]
 mod budget;
 #[cfg(unix)]
 mod conn;
@@ -26,6 +28,8 @@ mod listen;
 mod ops;
 #[cfg(unix)]
 mod outbox;
+#[cfg(unix)]
+mod secret;
 #[cfg(unix)]
 mod session;
 #[cfg(unix)]
@@ -329,6 +333,9 @@ fn usage_error(message: &str) -> ! {
 }
 
 fn main() {
+    // Before anything else: a command the server runs may be of its user ("Secrets").
+    #[cfg(unix)]
+    secret::forbid_dumps();
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
     let (root, runtime_root, index, policy, listen, sandbox) = match command {
         Command::Help => {
@@ -352,25 +359,20 @@ fn main() {
 }
 
 /// The token a `--listen` client must present, from the environment only (an argument would show
-/// in every process listing and in the sandbox SDKs' command logs). It leaves the environment, so
-/// the commands the client runs do not inherit it.
+/// in every process listing and in the sandbox SDKs' command logs); the server keeps its digest
+/// and nothing the commands it runs could read (secret.rs).
 #[cfg(unix)]
-fn take_token() -> String {
-    const VAR: &str = "PI_NATIVE_OPS_TOKEN";
-    let token = std::env::var(VAR).unwrap_or_default();
+fn take_token() -> secret::TokenDigest {
+    use secret::{TokenError, TOKEN_VAR};
     // Still one thread: nothing reads the environment meanwhile.
-    std::env::remove_var(VAR);
-    if token.is_empty() {
-        usage_error(&format!(
-            "--listen needs a token in the environment variable {VAR} (never an argument)"
-        ));
-    }
-    if !listen::token_is_valid(&token) {
-        usage_error(&format!(
-            "{VAR} may hold only letters, digits and . _ ~ - (it must fit a Sec-WebSocket-Protocol entry)"
-        ));
-    }
-    token
+    secret::take_token().unwrap_or_else(|e| match e {
+        TokenError::Missing => usage_error(&format!(
+            "--listen needs a token in the environment variable {TOKEN_VAR} (never an argument)"
+        )),
+        TokenError::Invalid => usage_error(&format!(
+            "{TOKEN_VAR} may hold only letters, digits and . _ ~ - (it must fit a Sec-WebSocket-Protocol entry)"
+        )),
+    })
 }
 
 #[cfg(unix)]

@@ -939,3 +939,28 @@ fn refusals_to_a_client_that_never_reads_stop_its_input_not_the_memory_bound() {
     server.child.lock().unwrap().kill().unwrap();
     writer.join().unwrap();
 }
+
+#[test]
+fn a_client_version_cannot_forge_a_log_line() {
+    let forged = "pi-native-ops-server: forged";
+    let dir = workspace();
+    let out = {
+        let mut child = Command::new(bin())
+            .arg("--root")
+            .arg(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // Another protocol: the server logs the mismatch, the client's version in it, and closes.
+        let hello = json!({"t":"hello","protocol":99,"client":format!("9.9\n{forged}")});
+        stdin.write_all(&frame(&hello, b"")).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("remote protocol mismatch"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with(forged)), "{log}");
+    assert!(log.contains(r"9.9\n"), "{log}");
+}

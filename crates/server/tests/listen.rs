@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,11 @@ struct Listening {
 
 impl Listening {
     fn start(root: &Path, args: &[&str]) -> Listening {
+        Self::start_with(root, args, |_| {})
+    }
+
+    /// `start`, with the command changed by `configure` first (its user, stderr...).
+    fn start_with(root: &Path, args: &[&str], configure: impl FnOnce(&mut Command)) -> Listening {
         let mut cmd = Command::new(bin());
         cmd.arg("--root")
             .arg(root)
@@ -47,6 +53,7 @@ impl Listening {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        configure(&mut cmd);
         let mut child = cmd.spawn().expect("the server starts");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -592,18 +599,22 @@ fn garbage_and_stalled_upgrades_are_refused_and_harm_nothing() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    // A plain GET without an upgrade gets a 400 too, and a request with a body is no upgrade.
-    let mut plain = TcpStream::connect(addr).unwrap();
-    plain
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = plain.read_to_end(&mut answer);
-    assert!(
-        answer.starts_with(b"HTTP/1.1 400"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
+    // A plain GET without an upgrade gets a 400 too, once it shows the token (the token is
+    // checked first: without it, 401).
+    for (auth, status) in [
+        (format!("Authorization: Bearer {TOKEN}\r\n"), "400"),
+        (String::new(), "401"),
+    ] {
+        let mut plain = TcpStream::connect(addr).unwrap();
+        write!(plain, "GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+        let mut answer = Vec::new();
+        let _ = plain.read_to_end(&mut answer);
+        assert!(
+            answer.starts_with(format!("HTTP/1.1 {status}").as_bytes()),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
     // Meanwhile a good client connects and is served.
     let mut client = Client::connect(addr, Auth::Subprotocol);
     client.call(
@@ -754,4 +765,336 @@ fn violations_of_the_session_layer_close_with_their_code_and_end_the_session() {
         // The session is over: the server exits, and a resume finds nothing.
         assert_eq!(server.exit_code(), Some(0), "{what}");
     }
+}
+
+/// An unsandboxed command's hunt for the token in the server and in its own supervisor (a fork of
+/// the server): their environment blocks, `ps e`, and all of their memory. Prints one line per
+/// place: `<place> token=<lines holding it> mark=<lines holding a marker>`, the marker showing the
+/// place could be read at all. The token travels as `printf` escapes, so the request holding this
+/// script does not hold it.
+fn hunt(server_pid: u32, marker: &str) -> String {
+    let escaped: String = TOKEN.bytes().map(|b| format!("\\x{b:02x}")).collect();
+    format!(
+        r#"tok=$(printf '{escaped}'); mark='{marker}'
+count() {{ grep -a -c -F -e "$1" || true; }}
+echo "supervisor $(cat /proc/$PPID/comm) server $(cat /proc/{server_pid}/comm)"
+for who in server:{server_pid} supervisor:$PPID; do
+  name=${{who%%:*}}; pid=${{who#*:}}
+  env=$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null)
+  echo "$name-environ token=$(printf '%s\n' "$env" | count "$tok") mark=$(printf '%s\n' "$env" | count PROBE_MARK=)"
+  ps=$(ps e -ww -p $pid 2>/dev/null)
+  echo "$name-ps token=$(printf '%s\n' "$ps" | count "$tok") mark=$(printf '%s\n' "$ps" | count PROBE_MARK=)"
+  mem=$(mktemp)
+  while read -r range perms rest; do
+    case $perms in r*) ;; *) continue ;; esac
+    case $rest in *'[vvar'*|*'[vsyscall]'*) continue ;; esac
+    start=$((16#${{range%-*}})); end=$((16#${{range#*-}}))
+    dd if=/proc/$pid/mem bs=4096 skip=$((start / 4096)) count=$(((end - start) / 4096)) status=none 2>/dev/null
+  done < /proc/$pid/maps > "$mem" 2>/dev/null
+  echo "$name-mem token=$(count "$tok" < "$mem") mark=$(count "$mark" < "$mem")"
+  rm -f "$mem"
+done"#
+    )
+}
+
+/// The counts `hunt` printed for `place`.
+fn found(report: &str, place: &str) -> (u64, u64) {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(&format!("{place} ")))
+        .unwrap_or_else(|| panic!("no {place} in {report}"));
+    let field = |name: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("token="), field("mark="))
+}
+
+#[test]
+fn no_command_finds_the_token_in_the_server_or_its_supervisor() {
+    const NOBODY: u32 = 65534;
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let mut users = vec![None];
+    if root {
+        users.insert(0, Some(NOBODY));
+    } else {
+        eprintln!("not root: the server runs as this user only");
+    }
+    for user in users {
+        let dir = workspace();
+        let marker = format!("marker-{}", std::process::id());
+        std::fs::create_dir(dir.path().join(&marker)).unwrap();
+        let cwd = dir.path().join(&marker).to_string_lossy().into_owned();
+        if user.is_some() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let server = Listening::start_with(dir.path(), &[], |cmd| {
+            cmd.env("PROBE_MARK", "1");
+            if let Some(uid) = user {
+                use std::os::unix::process::CommandExt;
+                cmd.uid(uid).gid(uid);
+            }
+        });
+        let mut client = Client::connect(&server.addr, Auth::Bearer);
+        client.call(
+            json!({"t":"call","id":1,"op":"exec","command":hunt(server.pid(), &marker),"cwd":cwd,"env":null,"shell":null}),
+            b"",
+        );
+        let mut report = Vec::new();
+        loop {
+            let (header, payload) = client.next_frame();
+            if header["t"] == "data" {
+                report.extend_from_slice(&payload);
+                client.call(json!({"t":"credit","id":1,"bytes":payload.len()}), b"");
+                continue;
+            }
+            assert_eq!(header["t"], "ok", "{header}");
+            break;
+        }
+        let report = String::from_utf8(report).unwrap();
+        eprintln!("as {user:?}:\n{report}");
+        // The command's parent is the supervisor, a fork of the server.
+        let names: Vec<&str> = report.lines().next().unwrap().split(' ').collect();
+        assert_eq!(names[1], names[3], "{report}");
+        for who in ["server", "supervisor"] {
+            for place in ["environ", "ps", "mem"] {
+                let place = format!("{who}-{place}");
+                let (token, mark) = found(&report, &place);
+                assert_eq!(token, 0, "the token in {place} (as {user:?}):\n{report}");
+                // Root reads everything: the hunt did look (the marker is there); another user
+                // reads nothing of it, though it is the server's own user (non-dumpable).
+                if user.is_none() && root {
+                    assert!(mark > 0, "{place} unread as root:\n{report}");
+                }
+                if user.is_some() {
+                    assert_eq!(mark, 0, "{place} readable as {user:?}:\n{report}");
+                }
+            }
+        }
+        client.close();
+        assert_eq!(server.exit_code(), Some(0));
+    }
+}
+
+/// A connection that sends half an upgrade request and stops.
+fn half_request(addr: &str) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgr").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    tcp
+}
+
+#[test]
+fn unauthenticated_connections_cannot_lock_out_the_client_or_its_resume() {
+    // Beyond every bound the server puts on upgrades under way.
+    const ATTACKERS: usize = 100;
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &["--grace", "8"]);
+    // Readable by root only: the server is non-dumpable.
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+            .map(|fds| fds.count())
+            .unwrap_or(0)
+    };
+    let idle = descriptors();
+    let stop = Arc::new(AtomicBool::new(false));
+    let turned_away = Arc::new(AtomicU64::new(0));
+    // Each connection the server closes is opened again at once, half-sent again.
+    let attacker = {
+        let (addr, stop, turned_away) = (server.addr.clone(), stop.clone(), turned_away.clone());
+        std::thread::spawn(move || {
+            let mut conns: Vec<TcpStream> = (0..ATTACKERS).map(|_| half_request(&addr)).collect();
+            while !stop.load(Ordering::Relaxed) {
+                for conn in &mut conns {
+                    let mut byte = [0u8; 1];
+                    match conn.read(&mut byte) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        _ => {
+                            turned_away.fetch_add(1, Ordering::Relaxed);
+                            *conn = half_request(&addr);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    // The server has turned some away: every place it keeps for them is taken.
+    while turned_away.load(Ordering::Relaxed) == 0 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // They hold 64 connections at most (docs/protocol.md, "Admission").
+    let held = descriptors().saturating_sub(idle);
+    assert!(
+        held <= 64,
+        "{held} connections held for unauthenticated peers"
+    );
+    eprintln!("{held} connections held for unauthenticated peers");
+    let exists = |client: &mut Client, id: u64| {
+        client.call(
+            json!({"t":"call","id":id,"op":"exists","path":format!("{}/a.txt", dir.path().display())}),
+            b"",
+        );
+        assert_eq!(client.next_frame().0["exists"], true);
+    };
+    // A new session comes in at its first try, and so does its resume after a cut.
+    let mut client = Client::connect(&server.addr, Auth::Subprotocol);
+    exists(&mut client, 1);
+    for _ in 0..3 {
+        client.cut_and_resume();
+        exists(&mut client, 2);
+    }
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    eprintln!(
+        "{} attacker connections turned away",
+        turned_away.load(Ordering::Relaxed)
+    );
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
+}
+
+/// A field of /proc/PID/status, in its unit (kB for memory).
+fn status_field(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_client_flooding_pings_that_never_reads_holds_the_server_to_its_bound() {
+    // Far more than the bound: a server that answered every ping would hold most of it.
+    const FLOOD: u64 = 512 << 20;
+    /// Growth allowed the server's peak resident memory: generous beside the 1 MiB and a bit it
+    /// keeps for a connection's output (docs/protocol.md, "Over a WebSocket").
+    const GROWTH_BOUND_KIB: u64 = 64 << 10;
+    let dir = workspace();
+    let server = Listening::start(dir.path(), &[]);
+    let pid = server.pid();
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exists","path":format!("{}/a.txt", dir.path().display())}),
+        b"",
+    );
+    assert_eq!(client.next_frame().0["exists"], true);
+    let before = status_field(pid, "VmHWM:");
+    // Masked pings of 125 bytes, the most a control frame carries, a megabyte of them at a time.
+    let ping: Vec<u8> = [&[0x89u8, 0x80 | 125, 0, 0, 0, 0][..], &[b'p'; 125]].concat();
+    let chunk: Vec<u8> = ping.repeat((1 << 20) / ping.len());
+    let mut tcp = client.ws().get_ref().try_clone().unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let flooder = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            while sent.load(Ordering::Relaxed) < FLOOD && tcp.write_all(&chunk).is_ok() {
+                sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
+        })
+    };
+    // Until the server stops taking the flood (the flooder's writes stop for a second), takes
+    // it all, or passes the bound.
+    let mut last = 0;
+    let mut still = 0;
+    while still < 20
+        && !flooder.is_finished()
+        && status_field(pid, "VmHWM:") < before + GROWTH_BOUND_KIB
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = sent.load(Ordering::Relaxed);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    let peak = status_field(pid, "VmHWM:");
+    eprintln!(
+        "ping flood: peak RSS {} -> {} MiB after {} MiB of pings",
+        before >> 10,
+        peak >> 10,
+        last >> 20
+    );
+    assert!(
+        peak < before + GROWTH_BOUND_KIB,
+        "peak RSS {before} -> {peak} KiB"
+    );
+    let _ = client.ws().get_ref().shutdown(std::net::Shutdown::Both);
+    flooder.join().unwrap();
+}
+
+#[test]
+fn a_close_reason_cannot_forge_a_log_line() {
+    let forged = "pi-native-ops-server: session ended: the client closed it";
+    let dir = workspace();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = Listening::start_with(dir.path(), &[], |cmd| {
+        cmd.stderr(log);
+    });
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client
+        .ws()
+        .close(Some(CloseFrame {
+            code: CloseCode::Away,
+            reason: format!("bye\n{forged}\r\n").into(),
+        }))
+        .unwrap();
+    while client.ws().read().is_ok() {}
+    let text = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        if text.contains("dropped") {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("{text}");
+    assert!(!text.lines().any(|l| l.starts_with(forged)), "{text}");
+    assert!(text.contains(r#"bye\n"#), "{text}");
+}
+
+#[test]
+fn a_non_dumpable_server_not_run_by_root_still_makes_its_namespaces_sandbox() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return eprintln!("not root: cannot start the server as another user");
+    }
+    if pi_native_ops_core::exec::sandbox::support()
+        .namespaces
+        .is_err()
+    {
+        return eprintln!("no namespaces sandbox on this machine");
+    }
+    let dir = workspace();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cwd = dir.path().to_string_lossy().into_owned();
+    let server = Listening::start_with(dir.path(), &["--sandbox", "namespaces"], |cmd| {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(65534).gid(65534);
+    });
+    let mut client = Client::connect(&server.addr, Auth::Bearer);
+    client.call(
+        json!({"t":"call","id":1,"op":"exec","command":"id -u; cat a.txt","cwd":cwd,"env":null,"shell":null}),
+        b"",
+    );
+    let mut output = Vec::new();
+    let answer = loop {
+        let (header, payload) = client.next_frame();
+        if header["t"] != "data" {
+            break header;
+        }
+        client.call(json!({"t":"credit","id":1,"bytes":payload.len()}), b"");
+        output.extend_from_slice(&payload);
+    };
+    assert_eq!(answer["t"], "ok", "{answer}");
+    assert_eq!(String::from_utf8_lossy(&output), "65534\nalpha\n");
+    client.close();
+    assert_eq!(server.exit_code(), Some(0));
 }

@@ -198,6 +198,12 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, prox
             libc::_exit(EXIT_SETUP_FAILED)
         }
     };
+    // A non-dumpable process's /proc files are root's: its own maps, which it writes next, and the
+    // namespaces its parent opens through /proc/PID/ns. The process that forked this one may be
+    // non-dumpable (the server is), so this copy of it is made dumpable, as any forked child of a
+    // dumpable parent is.
+    // SAFETY: plain integers.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     if script.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
         fail(Step::Setgroups);
     }
