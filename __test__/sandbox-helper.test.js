@@ -4,6 +4,7 @@
 // environment, in the nobody child Node's) before any sandbox exists; then, while a sandboxed command
 // waits, this process (root) reads the helper processes' /proc files and memory, and the command
 // tries the same from inside. Both modes, root and nobody.
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
   closeSync,
@@ -18,6 +19,7 @@ import {
 } from "node:fs";
 import path from "node:path";
 import * as pno from "pi-native-ops";
+import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { execAllAs, nobody, removeScripts, tempDirFor } from "./helpers/nobody.js";
 
@@ -152,65 +154,109 @@ describe.runIf(process.platform === "linux")("the sandbox holds nothing of Node"
     for (const user of users) {
       for (const protect of [true, false]) {
         const title = `${mode}, ${user}${protect ? " (every open through the guard)" : " (protect: false)"}`;
-        it.runIf(available)(title, async () => {
-          expect(heapSecrets[1]).toBe(SECRET); // the heap copy lives until now
-          const root = tempDirFor(user, "pno-helper-");
-          const token = `pno-token-${randomBytes(8).toString("hex")}`;
-          const done = ".pno-helper-done";
-          const sandbox = {
-            root,
-            ...(mode === "landlock" ? { runtimeRoot: root, mode } : { mode }),
-            // A denyRead rule sends every open to the guard (Node's side), the route issue 36 found.
-            policy: protect ? { denyRead: [".pno-nothing-here"] } : { protect: false },
-          };
-          const cwd = mode === "landlock" ? root : "/workspace";
-          const running = execAllAs(user, pno, sandbox, [
-            { command: insideCommand(token, path.join(cwd, done)), cwd, timeout: 120 },
-          ]);
-          let shell = null;
-          const deadline = Date.now() + 60_000;
-          while ((shell = shellWith(token)) === null && Date.now() < deadline) {
-            await new Promise((resolve) => setTimeout(resolve, 20));
-          }
-          expect(shell, "the sandboxed shell appears").not.toBeNull();
-          const parent = ppidOf(shell);
-          // Namespaces mode: shell <- init <- supervisor; Landlock mode: shell <- supervisor.
-          const helpers = mode === "namespaces" ? { init: parent, supervisor: ppidOf(parent) } : { supervisor: parent };
-          const seen = {};
-          try {
-            for (const [role, pid] of Object.entries(helpers)) seen[role] = inspect(pid);
-          } finally {
-            writeFileSync(path.join(root, done), "");
-          }
-          const [result] = await running;
-          const nodeExe = realpathSync(process.execPath);
-          for (const [role, s] of Object.entries(seen)) {
-            const what = `${role} (${mode}, ${user})`;
-            expect(path.basename(s.exe), `${what}: its image`).toMatch(/^pi-native-ops-server/);
-            expect(s.environ, `${what}: its environment`).toBe("");
-            expect(s.maps.includes(nodeExe) || /\.node$/m.test(s.maps), `${what}: Node or the addon mapped`).toBe(false);
-            expect(s.holdsSecret, `${what}: the secret in its memory`).toBe(false);
-            if (user === "nobody") {
-              // Non-dumpable: the kernel makes its /proc files root's though it runs as nobody.
-              expect([s.uid, s.environOwner], `${what}: non-dumpable`).toEqual([65534, 0]);
+        it.runIf(available)(
+          title,
+          async () => {
+            expect(heapSecrets[1]).toBe(SECRET); // the heap copy lives until now
+            const root = tempDirFor(user, "pno-helper-");
+            const token = `pno-token-${randomBytes(8).toString("hex")}`;
+            const done = ".pno-helper-done";
+            const sandbox = {
+              root,
+              ...(mode === "landlock" ? { runtimeRoot: root, mode } : { mode }),
+              // A denyRead rule sends every open to the guard (Node's side), the route issue 36 found.
+              policy: protect ? { denyRead: [".pno-nothing-here"] } : { protect: false },
+            };
+            const cwd = mode === "landlock" ? root : "/workspace";
+            const running = execAllAs(user, pno, sandbox, [
+              { command: insideCommand(token, path.join(cwd, done)), cwd, timeout: 120 },
+            ]);
+            let shell = null;
+            const deadline = Date.now() + 60_000;
+            while ((shell = shellWith(token)) === null && Date.now() < deadline) {
+              await new Promise((resolve) => setTimeout(resolve, 20));
             }
-          }
-          if (seen.init) {
-            // The init holds /dev/null as stdio and nothing else: no pipe of the supervisor's.
-            expect(seen.init.fds).toEqual({ 0: "/dev/null", 1: "/dev/null", 2: "/dev/null" });
-          }
-          expect(result.exitCode, JSON.stringify(result)).toBe(0);
-          const out = result.output;
-          expect(out).toContain("inside-done");
-          expect(out).not.toContain(SECRET);
-          expect(out).not.toContain("SECRET FOUND");
-          expect(out).toMatch(/environ: cat: \/proc\/\d+\/environ: Permission denied/);
-          // Landlock mode as root: the supervisor's pipes are the guard's to refuse (it opens /proc
-          // links with Node's rights); everywhere else nothing of the helper can be reopened.
-          if (mode === "namespaces" || user === "nobody" || !protect) expect(out).not.toContain("for writing");
-          if (!protect) expect(out).toMatch(/mem: refused/);
-        }, 180_000);
+            expect(shell, "the sandboxed shell appears").not.toBeNull();
+            const parent = ppidOf(shell);
+            // Namespaces mode: shell <- init <- supervisor; Landlock mode: shell <- supervisor.
+            const helpers =
+              mode === "namespaces" ? { init: parent, supervisor: ppidOf(parent) } : { supervisor: parent };
+            const seen = {};
+            try {
+              for (const [role, pid] of Object.entries(helpers)) seen[role] = inspect(pid);
+            } finally {
+              writeFileSync(path.join(root, done), "");
+            }
+            const [result] = await running;
+            const nodeExe = realpathSync(process.execPath);
+            for (const [role, s] of Object.entries(seen)) {
+              const what = `${role} (${mode}, ${user})`;
+              expect(path.basename(s.exe), `${what}: its image`).toMatch(/^pi-native-ops-server/);
+              expect(s.environ, `${what}: its environment`).toBe("");
+              expect(s.maps.includes(nodeExe) || /\.node$/m.test(s.maps), `${what}: Node or the addon mapped`).toBe(
+                false,
+              );
+              expect(s.holdsSecret, `${what}: the secret in its memory`).toBe(false);
+              if (user === "nobody") {
+                // Non-dumpable: the kernel makes its /proc files root's though it runs as nobody.
+                expect([s.uid, s.environOwner], `${what}: non-dumpable`).toEqual([65534, 0]);
+              }
+            }
+            if (seen.init) {
+              // The init holds /dev/null as stdio and nothing else: no pipe of the supervisor's.
+              expect(seen.init.fds).toEqual({ 0: "/dev/null", 1: "/dev/null", 2: "/dev/null" });
+            }
+            expect(result.exitCode, JSON.stringify(result)).toBe(0);
+            const out = result.output;
+            expect(out).toContain("inside-done");
+            expect(out).not.toContain(SECRET);
+            expect(out).not.toContain("SECRET FOUND");
+            expect(out).toMatch(/environ: cat: \/proc\/\d+\/environ: Permission denied/);
+            // Landlock mode as root: the supervisor's pipes are the guard's to refuse (it opens /proc
+            // links with Node's rights); everywhere else nothing of the helper can be reopened.
+            if (mode === "namespaces" || user === "nobody" || !protect) expect(out).not.toContain("for writing");
+            if (!protect) expect(out).toMatch(/mem: refused/);
+          },
+          180_000,
+        );
       }
     }
   }
+});
+
+// Where the helper is not, no sandbox: refused when it is made (ESANDBOX, saying why), never run
+// unconfined. A child Node gives the addon each bad helper, then makes a sandbox.
+describe.runIf(process.platform === "linux")("a missing or unusable helper", () => {
+  const nativeJs = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "js", "native.js");
+  const attempt = (helper) => {
+    const script = `
+      const { native } = await import(${JSON.stringify(nativeJs)});
+      native.sandboxHelper(${JSON.stringify(helper)} ?? undefined);
+      const out = {};
+      try { new native.BashSandboxHandle({ root: "/tmp" }); out.made = true; }
+      catch (e) { out.code = e.code; out.message = e.message; }
+      process.stdout.write(JSON.stringify(out));`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+    expect(child.status, child.stderr).toBe(0);
+    return JSON.parse(child.stdout);
+  };
+  it("none found", () => {
+    expect(attempt(null)).toEqual({
+      code: "ESANDBOX",
+      message: expect.stringMatching(/^sandbox unavailable: no sandbox helper: .*pi-native-ops-server/),
+    });
+  });
+  it("a path that does not exist", () => {
+    expect(attempt("/nonexistent/pi-native-ops-server")).toEqual({
+      code: "ESANDBOX",
+      message: expect.stringContaining("the sandbox helper /nonexistent/pi-native-ops-server cannot be used"),
+    });
+  });
+  it("a file that is not executable", () => {
+    const file = fileURLToPath(import.meta.url);
+    expect(attempt(file)).toEqual({
+      code: "ESANDBOX",
+      message: `sandbox unavailable: the sandbox helper ${file} cannot be used: not executable`,
+    });
+  });
 });

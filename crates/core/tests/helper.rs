@@ -33,6 +33,12 @@ fn refuses_what_it_does_not_know() {
     // An unknown role.
     assert_eq!(run("pi-sandbox-helper", "shell", b""), Some(2));
     // A plan of another build, or cut short.
-    assert_eq!(run("pi-sandbox-helper", "supervisor", b"not a plan"), Some(2));
-    assert_eq!(run("pi-sandbox-helper", "template", b"pi-plan1\x01"), Some(2));
+    assert_eq!(
+        run("pi-sandbox-helper", "supervisor", b"not a plan"),
+        Some(2)
+    );
+    assert_eq!(
+        run("pi-sandbox-helper", "template", b"pi-plan1\x01"),
+        Some(2)
+    );
 }

@@ -32,7 +32,10 @@ pub fn set_path(path: Option<&Path>) -> Result<(), Error> {
             )
         }),
     };
-    let result = image.as_ref().map(drop).map_err(|why| Error::sandbox_unavailable(why.clone()));
+    let result = image
+        .as_ref()
+        .map(drop)
+        .map_err(|why| Error::sandbox_unavailable(why.clone()));
     *IMAGE.write().unwrap_or_else(PoisonError::into_inner) = Some(image);
     result
 }
@@ -61,7 +64,10 @@ pub(in crate::exec) fn image() -> Result<Arc<OwnedFd>, Error> {
 #[cfg(test)]
 fn test_image() -> Result<Arc<OwnedFd>, Error> {
     let exe = std::env::current_exe().map_err(|e| Error::sandbox_unavailable(e.to_string()))?;
-    let dir = exe.parent().and_then(Path::parent).unwrap_or(Path::new("."));
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
     let path = dir.join("pi-sandbox-helper");
     let fd = open(&path).map_err(|why| {
         Error::sandbox_unavailable(format!("no test helper at {}: {why}", path.display()))

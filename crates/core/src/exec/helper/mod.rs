@@ -25,8 +25,8 @@ use std::ffi::CStr;
 use std::io::Read;
 use std::os::fd::{FromRawFd, RawFd};
 
-pub use image::{set_path, use_current_exe};
 pub(in crate::exec) use image::image;
+pub use image::{set_path, use_current_exe};
 pub(in crate::exec) use launch::{launch, wait};
 pub(in crate::exec) use plan::{decode_template, encode_template, ChildPlan, ChildSandbox};
 
@@ -85,9 +85,9 @@ pub fn main_if_helper() {
         return;
     }
     let role = args.next();
-    let role = [Role::Supervisor, Role::Template]
-        .into_iter()
-        .find(|r| role.as_deref() == Some(std::ffi::OsStr::new(r.arg().to_str().unwrap_or_default())));
+    let role = [Role::Supervisor, Role::Template].into_iter().find(|r| {
+        role.as_deref() == Some(std::ffi::OsStr::new(r.arg().to_str().unwrap_or_default()))
+    });
     std::process::exit(run(role));
 }
 
@@ -116,7 +116,8 @@ fn run(role: Option<Role>) -> i32 {
                 None => {
                     let mut message = [0u8; MESSAGE_BYTES];
                     message[0] = MSG_SPAWN_ERROR;
-                    message[4..].copy_from_slice(&step_error(Step::Helper, libc::EINVAL).to_ne_bytes());
+                    message[4..]
+                        .copy_from_slice(&step_error(Step::Helper, libc::EINVAL).to_ne_bytes());
                     // SAFETY: `message` is valid for its length; the status pipe Node handed us.
                     unsafe { libc::write(STATUS_FD, message.as_ptr().cast(), message.len()) };
                     EXIT_BAD_PLAN

@@ -42,7 +42,10 @@ impl ChildSandbox {
     /// The descriptors the supervisor keeps (-1: none): the ruleset for the shell's process, the
     /// template's namespaces to join.
     pub(in crate::exec) fn kept_fds(&self) -> [RawFd; 4] {
-        let [user, mnt, net] = self.namespaces.as_ref().map_or([-1; 3], |ns| ns.template_fds);
+        let [user, mnt, net] = self
+            .namespaces
+            .as_ref()
+            .map_or([-1; 3], |ns| ns.template_fds);
         [self.ruleset, user, mnt, net]
     }
 }

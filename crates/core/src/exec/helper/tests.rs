@@ -101,7 +101,10 @@ fn every_truncation_and_extension_is_refused() {
     assert!(ChildPlan::decode(&longer).is_err(), "a trailing byte");
     let template = encode_template(&sample_template());
     for len in 0..template.len() {
-        assert!(decode_template(&template[..len]).is_err(), "template cut at {len}");
+        assert!(
+            decode_template(&template[..len]).is_err(),
+            "template cut at {len}"
+        );
     }
     // A plan of another kind: a template is no command.
     assert!(ChildPlan::decode(&template).is_err());

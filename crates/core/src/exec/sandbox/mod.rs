@@ -545,6 +545,8 @@ mod seccomp;
 #[cfg(target_os = "linux")]
 mod setup;
 
+#[cfg(all(test, target_os = "linux"))]
+pub(super) use namespaces::action_samples as namespaces_action_samples;
 #[cfg(target_os = "linux")]
 pub(super) use namespaces::init::{
     report_failure as report_template_failure, start as start_init,
@@ -552,14 +554,12 @@ pub(super) use namespaces::init::{
 };
 #[cfg(target_os = "linux")]
 pub(super) use namespaces::{CommandScript, TemplateScript};
-#[cfg(all(test, target_os = "linux"))]
-pub(super) use namespaces::action_samples as namespaces_action_samples;
-#[cfg(target_os = "linux")]
-pub(super) use setup::{step_error, Step};
 #[cfg(target_os = "linux")]
 pub use plan::support;
 #[cfg(target_os = "linux")]
 pub(super) use plan::{confine, Plan};
+#[cfg(target_os = "linux")]
+pub(super) use setup::{step_error, Step};
 
 /// A private temp dir of the sandbox (Landlock mode), removed with everything in it on drop.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]

@@ -214,7 +214,6 @@ impl Plan {
         self.notify.as_ref()
     }
 
-
     /// What the sandbox helper is handed for one command: plain data, its descriptors (the
     /// notification channel `notify_channel`, the ruleset, the template's namespaces) numbered as
     /// `hand` places them in the helper (`hand` takes one of ours and answers the helper's

@@ -26,10 +26,10 @@ use super::paths::{mounts, Held, Kind, Mount, Resolved};
 use super::policy::{present_secrets, DEV, DEVICES, ETC, SYSTEM_DIRS};
 use super::setup::{c_path, invalid_spec};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
-use script::Action;
-pub(in crate::exec) use script::{CommandScript, TemplateScript};
 #[cfg(test)]
 pub(in crate::exec) use script::action_samples;
+use script::Action;
+pub(in crate::exec) use script::{CommandScript, TemplateScript};
 
 pub(in crate::exec) mod init;
 mod script;
@@ -364,8 +364,7 @@ impl NsPlan {
             return Err(invalid_spec("maxProcesses must be at least 1".into()));
         }
         let pid_max = max.saturating_add(RESERVED_PIDS);
-        let nproc =
-            (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| u64::from(max));
+        let nproc = (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| u64::from(max));
         Ok(NsPlan {
             descriptions: b.descriptions,
             template_script: TemplateScript {
@@ -537,7 +536,8 @@ impl NsPlan {
             return Err(TemplateError::Step(code));
         }
         let namespaces = if self.template_script.network { 2 } else { 3 };
-        if fds.len() < namespaces || (self.template_script.proxy_listen == (fds.len() == namespaces))
+        if fds.len() < namespaces
+            || (self.template_script.proxy_listen == (fds.len() == namespaces))
         {
             return Err(TemplateError::Io(io::Error::other(
                 "the sandbox's template builder sent the wrong descriptors",

@@ -13,7 +13,10 @@ pub(in crate::exec) enum Action {
     /// `mkdir` (an existing directory is fine).
     Mkdir(CString),
     /// An empty file or directory with no permissions, a source of masks.
-    Empty { path: CString, dir: bool },
+    Empty {
+        path: CString,
+        dir: bool,
+    },
     /// Bind `src` (recursively) at `dst`, created as a directory or an empty file first.
     Bind {
         src: CString,
@@ -34,7 +37,10 @@ pub(in crate::exec) enum Action {
         read_only: bool,
         dst_checked: bool,
     },
-    Symlink { target: CString, dst: CString },
+    Symlink {
+        target: CString,
+        dst: CString,
+    },
     Tmpfs {
         dst: CString,
         data: CString,
@@ -46,7 +52,11 @@ pub(in crate::exec) enum Action {
     ReadOnly(CString),
     /// Move the mount at `src` (with everything under it) to `dst`, created as a directory or an
     /// empty file first.
-    Move { src: CString, dst: CString, dir: bool },
+    Move {
+        src: CString,
+        dst: CString,
+        dir: bool,
+    },
 }
 
 /// What the template's builder carries out, in new user, mount, PID and (without network)
@@ -147,6 +157,8 @@ impl Action {
                 e.u8(TMPFS);
                 e.cstring(dst);
                 e.cstring(data);
+                // `c_ulong` is 32 bits wide on 32-bit targets.
+                #[allow(clippy::unnecessary_cast)]
                 e.u64(*flags as u64);
             }
             Action::Proc(dst) => {
