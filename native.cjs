@@ -846,4 +846,5 @@ module.exports.grepSearch = nativeBinding.grepSearch
 module.exports.indexUnsupported = nativeBinding.indexUnsupported
 module.exports.rootExists = nativeBinding.rootExists
 module.exports.rootStat = nativeBinding.rootStat
+module.exports.sandboxHelper = nativeBinding.sandboxHelper
 module.exports.sandboxSupport = nativeBinding.sandboxSupport

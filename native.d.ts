@@ -303,6 +303,13 @@ export interface SandboxGuarantees {
   locks: boolean
 }
 
+/**
+ * The sandbox helper of this process: the platform's `pi-native-ops-server` (JS finds it with
+ * `serverBinaryPath()`), or none found. Never throws: a sandbox made without a usable one is
+ * refused (`ESANDBOX`) with the core's reason.
+ */
+export declare function sandboxHelper(path?: string | undefined | null): void
+
 /** What this machine offers for sandboxed bash (probed on the first call, then cached). */
 export declare function sandboxSupport(): SandboxSupport
 

@@ -204,6 +204,17 @@ impl From<sandbox::Guarantees> for SandboxGuarantees {
     }
 }
 
+/// The sandbox helper of this process: the platform's `pi-native-ops-server` (JS finds it with
+/// `serverBinaryPath()`), or none found. Never throws: a sandbox made without a usable one is
+/// refused (`ESANDBOX`) with the core's reason.
+#[napi]
+pub fn sandbox_helper(path: Option<String>) {
+    #[cfg(target_os = "linux")]
+    let _ = pi_native_ops_core::exec::helper::set_path(path.as_deref().map(std::path::Path::new));
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
+}
+
 /// What this machine offers for sandboxed bash (probed on the first call, then cached).
 #[napi]
 pub fn sandbox_support() -> SandboxSupport {

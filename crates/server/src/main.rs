@@ -336,6 +336,13 @@ fn main() {
     // Before anything else: a command the server runs may be of its user ("Secrets").
     #[cfg(unix)]
     secret::forbid_dumps();
+    // This binary is also the sandbox helper (its supervisor, init and template builder): that
+    // role runs and exits here; the server's own sandboxes use this executable as their helper.
+    #[cfg(target_os = "linux")]
+    {
+        pi_native_ops_core::exec::helper::main_if_helper();
+        pi_native_ops_core::exec::helper::use_current_exe();
+    }
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
     let (root, runtime_root, index, policy, listen, sandbox) = match command {
         Command::Help => {

@@ -51,6 +51,8 @@
 use std::time::Duration;
 
 pub mod cmdline;
+#[cfg(target_os = "linux")]
+pub mod helper;
 pub mod preflight;
 #[cfg(target_os = "linux")]
 mod procfs;

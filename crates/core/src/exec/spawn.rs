@@ -22,7 +22,7 @@ use crate::sys::read_full;
 
 /// Stack the shell's process runs on from `clone` to `execve` (Linux): a
 /// few frames of raw system calls need far less.
-const SHELL_STACK_BYTES: usize = 64 << 10;
+pub(super) const SHELL_STACK_BYTES: usize = 64 << 10;
 /// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more
 /// output to join it. A pipe's default capacity: a read that size means
 /// output is flowing faster than it is read, and waiting gains nothing.
@@ -53,9 +53,9 @@ fn c_string(value: &str, what: &str) -> io::Result<CString> {
 pub(super) struct Prepared {
     pub(super) shell: CString,
     pub(super) cwd: CString,
-    _argv_storage: Vec<CString>,
+    argv_storage: Vec<CString>,
     pub(super) argv: Vec<*const libc::c_char>,
-    _envp_storage: Vec<CString>,
+    envp_storage: Vec<CString>,
     pub(super) envp: Vec<*const libc::c_char>,
     /// Stack the shell's process runs on until `execve` (Linux `clone`).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -133,9 +133,9 @@ impl Prepared {
         Ok(Prepared {
             shell: c_string(&shell, "the shell path")?,
             cwd: c_string(&ready.cwd, "cwd")?,
-            _argv_storage: argv_storage,
+            argv_storage,
             argv,
-            _envp_storage: env_storage,
+            envp_storage: env_storage,
             envp,
             shell_stack: vec![0; SHELL_STACK_BYTES],
             sandbox,
@@ -264,6 +264,72 @@ fn start_error(shell: &str, e: io::Error) -> Error {
     }
 }
 
+/// An unsandboxed command's supervisor: a fork of this process (its shell runs with this
+/// process's rights anyway).
+fn fork_supervisor(
+    prepared: &Prepared,
+    control: &OwnedFd,
+    status: &OwnedFd,
+    output: &OwnedFd,
+) -> io::Result<libc::pid_t> {
+    // SAFETY: the child only runs `supervise`, which never returns and sticks to raw system
+    // calls on memory prepared before.
+    let supervisor = unsafe { libc::fork() };
+    if supervisor < 0 {
+        return Err(last_error());
+    }
+    if supervisor == 0 {
+        let fds = SupervisorFds {
+            control: control.as_raw_fd(),
+            status: status.as_raw_fd(),
+            output: output.as_raw_fd(),
+        };
+        let command = Command {
+            shell: &prepared.shell,
+            cwd: &prepared.cwd,
+            argv: &prepared.argv,
+            envp: &prepared.envp,
+            shell_stack: &prepared.shell_stack,
+            init_stack: &[],
+            sandbox: None,
+            notify_channel: -1,
+        };
+        // SAFETY: see above.
+        unsafe { supervise(&command, fds) }
+    }
+    Ok(supervisor)
+}
+
+/// A sandboxed command's supervisor: the sandbox helper, handed the command and its sandbox as
+/// plain data, the three `pipes` (status, control, output: the helper's `STATUS_FD`,
+/// `CONTROL_FD`, `OUTPUT_FD`) and the sandbox's descriptors.
+#[cfg(target_os = "linux")]
+fn launch_supervisor(
+    prepared: &Prepared,
+    plan: &Plan,
+    pipes: [BorrowedFd<'_>; 3],
+) -> io::Result<libc::pid_t> {
+    use super::helper::{self, ChildPlan, Role, FIRST_FD};
+    let mut handed: Vec<BorrowedFd<'_>> = pipes.to_vec();
+    let mut hand = |fd: RawFd| -> RawFd {
+        if fd < 0 {
+            return -1;
+        }
+        // SAFETY: `fd` is one of the plan's or `prepared`'s descriptors, open for this call.
+        handed.push(unsafe { BorrowedFd::borrow_raw(fd) });
+        FIRST_FD + handed.len() as RawFd - 1
+    };
+    let sandbox = plan.child_sandbox(prepared.notify_channel, &mut hand);
+    let child = ChildPlan {
+        shell: prepared.shell.clone(),
+        cwd: prepared.cwd.clone(),
+        argv: prepared.argv_storage.clone(),
+        envp: prepared.envp_storage.clone(),
+        sandbox,
+    };
+    helper::launch(Role::Supervisor, &child.encode(), &handed)
+}
+
 fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
     let mut prepared = Prepared::new(request, ready)?;
     let sandbox_temp = prepared.sandbox_temp.take();
@@ -281,30 +347,20 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         );
     }
 
-    // SAFETY: the child only runs `supervise`, which never returns and sticks to raw system
-    // calls on memory prepared above.
-    let supervisor = unsafe { libc::fork() };
-    if supervisor < 0 {
-        return Err(last_error());
-    }
-    if supervisor == 0 {
-        let fds = SupervisorFds {
-            control: control_read.as_raw_fd(),
-            status: status_write.as_raw_fd(),
-            output: output_write.as_raw_fd(),
-        };
-        let command = Command {
-            shell: &prepared.shell,
-            cwd: &prepared.cwd,
-            argv: &prepared.argv,
-            envp: &prepared.envp,
-            shell_stack: &prepared.shell_stack,
-            sandbox: prepared.sandbox.as_deref(),
-            notify_channel: prepared.notify_channel,
-        };
-        // SAFETY: see above.
-        unsafe { supervise(&command, fds) }
-    }
+    let supervisor = match &prepared.sandbox {
+        // A sandboxed command's supervisor is the sandbox helper: nothing of Node's goes with it.
+        #[cfg(target_os = "linux")]
+        Some(plan) => launch_supervisor(
+            &prepared,
+            plan,
+            [
+                status_write.as_fd(),
+                control_read.as_fd(),
+                output_write.as_fd(),
+            ],
+        )?,
+        _ => fork_supervisor(&prepared, &control_read, &status_write, &output_write)?,
+    };
     drop((output_write, status_write, control_read));
     #[cfg(target_os = "linux")]
     if let Some(registration) = &prepared.proxy {

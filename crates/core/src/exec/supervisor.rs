@@ -1,14 +1,26 @@
-//! What runs in the forked children: the supervisor, and the shell's process
-//! until `execve`. They live in a copy of a multi-threaded process, so this
-//! file makes raw system calls on memory prepared before the fork only: no
-//! allocation, no locks, nothing that may panic.
+//! The supervisor, and the shell's process until `execve`. An unsandboxed command's supervisor
+//! is a fork of Node, a copy of a multi-threaded process; a sandboxed one's is the sandbox helper
+//! (`helper`), whose init and shell's process share its memory. So this file makes raw system
+//! calls on memory prepared before only: no allocation, no locks, nothing that may panic.
 
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::ptr;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::sandbox::Plan;
+#[cfg(target_os = "linux")]
+use super::helper::ChildSandbox;
+
+/// Off Linux there is no sandbox helper: no sandbox reaches a supervisor.
+#[cfg(not(target_os = "linux"))]
+pub(super) enum ChildSandbox {}
+
+#[cfg(not(target_os = "linux"))]
+impl ChildSandbox {
+    fn kept_fds(&self) -> [RawFd; 4] {
+        match *self {}
+    }
+}
 use super::{CMD_DETACH, MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED};
 use crate::sys::{errno, read_full};
 
@@ -31,8 +43,8 @@ const FD_SCAN_DEFAULT: RawFd = 4096;
 /// only holds wake-up bytes.
 const WAKE_DRAIN_BYTES: usize = 64;
 
-/// What the forked children read: built before the fork (`spawn`) in memory that stays put and
-/// unchanged until the supervisor exits.
+/// What the supervisor and the shell's process read: built before (`spawn` before its fork, the
+/// helper from its plan) in memory that stays put and unchanged until the supervisor exits.
 #[derive(Clone, Copy)]
 pub(super) struct Command<'a> {
     /// The shell's path, resolved.
@@ -44,8 +56,11 @@ pub(super) struct Command<'a> {
     /// Stack the shell's process runs on until `execve` (Linux `clone`).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) shell_stack: &'a [u8],
-    /// The sandbox, when the request asks for one.
-    pub(super) sandbox: Option<&'a Plan>,
+    /// Stack a namespaces sandbox's init runs on (empty without one).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) init_stack: &'a [u8],
+    /// The sandbox (only in the helper), when the request asks for one.
+    pub(super) sandbox: Option<&'a ChildSandbox>,
     /// The socket the shell's process sends its notification listener over (-1: none).
     pub(super) notify_channel: RawFd,
 }
@@ -279,17 +294,12 @@ pub(super) unsafe fn supervise(command: &Command, fds: SupervisorFds) -> ! {
         output: fds.output,
         exec_error: exec_error[1],
     };
-    let shell = match command.sandbox {
+    let shell = match command.sandbox.and_then(|s| s.namespaces.as_ref()) {
         #[cfg(target_os = "linux")]
-        Some(plan) if plan.namespaces().is_some() => {
-            // SAFETY: we are the supervisor, and `shell_start` lives in this frame, which never
-            // returns.
-            unsafe {
-                super::sandbox::start_in_namespaces(
-                    plan.namespaces().expect("checked"),
-                    &shell_start,
-                )
-            }
+        Some(script) => {
+            // SAFETY: we are the helper's supervisor, and `shell_start` lives in this frame,
+            // which never returns.
+            unsafe { super::sandbox::start_init(script, &shell_start) }
         }
         // SAFETY: as above; the shell's stack in `command` is used by no one else.
         _ => unsafe { start_shell(&shell_start) },

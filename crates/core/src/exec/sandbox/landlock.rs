@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -237,18 +237,19 @@ impl Ruleset {
         }
         Ok(())
     }
+}
 
-    /// Confines the calling process (and what it executes). Async-signal-safe; `Err` is the errno.
-    ///
-    /// # Safety
-    ///
-    /// Only in the shell's own process before `execve` (as `confine`): the confinement cannot be
-    /// undone, and Node's process must never get it.
-    pub(super) unsafe fn restrict_self(&self) -> Result<(), i32> {
-        // SAFETY: our open ruleset descriptor; the caller's process is the one to confine.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0) } != 0 {
-            return Err(errno());
-        }
-        Ok(())
+/// Confines the calling process (and what it executes) with the ruleset `fd`.
+/// Async-signal-safe; `Err` is the errno.
+///
+/// # Safety
+///
+/// Only in the shell's own process before `execve` (as `confine`): the confinement cannot be
+/// undone, and Node's process must never get it. `fd` is an open ruleset.
+pub(super) unsafe fn restrict_self(fd: RawFd) -> Result<(), i32> {
+    // SAFETY: the caller's contract: an open ruleset, the caller's process the one to confine.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) } != 0 {
+        return Err(errno());
     }
+    Ok(())
 }

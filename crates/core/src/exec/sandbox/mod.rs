@@ -277,6 +277,9 @@ impl Prepared {
     /// `new`, with its error now: a configured path that cannot be opened, passes through a
     /// symlink where the sandbox's commands can write, or nests where the mode cannot enforce it.
     pub fn open(spec: Sandbox) -> Result<Prepared, crate::error::Error> {
+        // No helper, no sandbox: refused when it is made, never run unconfined.
+        #[cfg(target_os = "linux")]
+        crate::exec::helper::image()?;
         let prepared = Prepared::new(spec);
         #[cfg(target_os = "linux")]
         if let Err(e) = &prepared.0.paths {
@@ -294,6 +297,8 @@ impl Prepared {
         spec: Sandbox,
         events: Option<crate::policy::EventSink>,
     ) -> Result<Prepared, crate::error::Error> {
+        #[cfg(target_os = "linux")]
+        crate::exec::helper::image()?;
         let prepared = Prepared::with_events(spec, events);
         #[cfg(target_os = "linux")]
         if let Err(e) = prepared.0.paths.as_ref().and(prepared.0.guard.as_ref()) {
@@ -540,12 +545,21 @@ mod seccomp;
 #[cfg(target_os = "linux")]
 mod setup;
 
+#[cfg(all(test, target_os = "linux"))]
+pub(super) use namespaces::action_samples as namespaces_action_samples;
 #[cfg(target_os = "linux")]
-pub(super) use namespaces::start as start_in_namespaces;
+pub(super) use namespaces::init::{
+    report_failure as report_template_failure, start as start_init,
+    template as build_template_in_helper,
+};
+#[cfg(target_os = "linux")]
+pub(super) use namespaces::{CommandScript, TemplateScript};
 #[cfg(target_os = "linux")]
 pub use plan::support;
 #[cfg(target_os = "linux")]
 pub(super) use plan::{confine, Plan};
+#[cfg(target_os = "linux")]
+pub(super) use setup::{step_error, Step};
 
 /// A private temp dir of the sandbox (Landlock mode), removed with everything in it on drop.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -593,9 +607,6 @@ impl Plan {
         match *self {}
     }
     pub(super) fn take_temp_dir(&mut self) -> Option<TempDir> {
-        match *self {}
-    }
-    pub(super) fn kept_fds(&self) -> [std::os::fd::RawFd; 4] {
         match *self {}
     }
     pub(super) fn reusable(&self) -> bool {

@@ -1,5 +1,6 @@
-//! The sandbox of one exec prepared before the fork (`Plan`), the confinement the shell's process
-//! applies to itself before `execve` (`confine`), and the machine's `support()`.
+//! The sandbox of one exec prepared in Node (`Plan`), the plain data of it the sandbox helper is
+//! handed (`child_sandbox`), the confinement the shell's process applies to itself before
+//! `execve` (`confine`), and the machine's `support()`.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -213,13 +214,31 @@ impl Plan {
         self.notify.as_ref()
     }
 
-    pub(in crate::exec) fn namespaces(&self) -> Option<&NsPlan> {
-        self.ns.as_ref()
+    /// What the sandbox helper is handed for one command: plain data, its descriptors (the
+    /// notification channel `notify_channel`, the ruleset, the template's namespaces) numbered as
+    /// `hand` places them in the helper (`hand` takes one of ours and answers the helper's
+    /// number; -1 stays -1).
+    pub(in crate::exec) fn child_sandbox(
+        &self,
+        notify_channel: RawFd,
+        hand: &mut dyn FnMut(RawFd) -> RawFd,
+    ) -> crate::exec::helper::ChildSandbox {
+        let [ruleset, user, mnt, net] = self.kept_fds();
+        crate::exec::helper::ChildSandbox {
+            seccomp: self.seccomp.clone(),
+            notify: self.notify.as_ref().map(|policy| policy.program().to_vec()),
+            notify_channel: hand(notify_channel),
+            ruleset: hand(ruleset),
+            namespaces: self.ns.as_ref().map(|ns| super::CommandScript {
+                template_fds: [hand(user), hand(mnt), hand(net)],
+                ..ns.command_script.clone()
+            }),
+        }
     }
 
     /// The descriptors the supervisor must keep open (-1: none): the Landlock ruleset for the
     /// shell's process, the template's namespaces to join.
-    pub(in crate::exec) fn kept_fds(&self) -> [std::os::fd::RawFd; 4] {
+    fn kept_fds(&self) -> [std::os::fd::RawFd; 4] {
         let [user, mnt, net] = self.ns.as_ref().map_or([-1; 3], NsPlan::kept_fds);
         [
             self.ruleset.as_ref().map_or(-1, Ruleset::raw_fd),
@@ -338,20 +357,25 @@ fn seccomp_available() -> bool {
 ///
 /// # Safety
 ///
-/// Only in the shell's own process (a forked child of Node, single-threaded) just before
+/// Only in the shell's own process (a clone of the sandbox helper, single-threaded) just before
 /// `execve`: what it sets cannot be undone and holds for this process and everything it runs.
-/// `plan` was built before the fork; `notify_channel` is the children's end of the plan's
-/// notification socket pair (or -1 when the plan has no handler).
-pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Result<(), i32> {
+/// `plan` was decoded before; `notify_channel` is the helper's end of the plan's notification
+/// socket pair (or -1 when the plan has no handler), and `plan.ruleset` an open ruleset (or -1).
+pub(in crate::exec) unsafe fn confine(
+    plan: &crate::exec::helper::ChildSandbox,
+    notify_channel: RawFd,
+) -> Result<(), i32> {
     // SAFETY: plain integers; the caller's process is the one to confine.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(step_error(Step::NoNewPrivs, errno()));
     }
     // SAFETY: the caller's contract, passed on.
     unsafe { drop_capabilities() }.map_err(|e| step_error(Step::Capabilities, e))?;
-    if let Some(ruleset) = &plan.ruleset {
-        // SAFETY: the caller's contract, passed on: the shell's process, before `execve`.
-        unsafe { ruleset.restrict_self() }.map_err(|e| step_error(Step::Landlock, e))?;
+    if plan.ruleset >= 0 {
+        // SAFETY: the caller's contract, passed on: the shell's process, before `execve`, with
+        // `plan.ruleset` an open ruleset.
+        unsafe { landlock::restrict_self(plan.ruleset) }
+            .map_err(|e| step_error(Step::Landlock, e))?;
     }
     let program = libc::sock_fprog {
         len: plan.seccomp.len() as libc::c_ushort,
@@ -371,9 +395,9 @@ pub(in crate::exec) unsafe fn confine(plan: &Plan, notify_channel: RawFd) -> Res
     {
         return Err(step_error(Step::Seccomp, errno()));
     }
-    if let Some(policy) = &plan.notify {
+    if let Some(program) = &plan.notify {
         // SAFETY: the caller's contract, passed on (`notify_channel` the plan's channel).
-        unsafe { super::notify::install(policy, notify_channel) }
+        unsafe { super::notify::install(program, notify_channel) }
             .map_err(|e| step_error(Step::Notify, e))?;
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! How a sandbox's setup fails: the steps of the forked processes that can fail, the one number a
+//! How a sandbox's setup fails: the steps of the helper's processes that can fail, the one number a
 //! failed step travels as to Node, and the errors of a sandbox that cannot be made here.
 
 use std::ffi::CString;
@@ -17,7 +17,7 @@ pub(super) const STEP_BASE: i32 = 4096;
 
 /// A step of the setup that can fail, reported with its errno.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
+pub(in crate::exec) enum Step {
     NoNewPrivs,
     Capabilities,
     Landlock,
@@ -36,6 +36,7 @@ pub(super) enum Step {
     JoinTemplate,
     Notify,
     ProxyListen,
+    Helper,
     /// The n-th action of the namespaces plan.
     Action(usize),
 }
@@ -63,6 +64,7 @@ pub(super) const FIXED_STEPS: &[(Step, &str)] = &[
         Step::ProxyListen,
         "listening for the network proxy inside the sandbox",
     ),
+    (Step::Helper, "starting the sandbox helper"),
 ];
 
 /// The number of `step`: its place in `FIXED_STEPS`, the namespaces plan's actions after them.
@@ -77,7 +79,7 @@ pub(super) fn step_index(step: Step) -> usize {
 }
 
 /// The value reporting that `step` failed with `errno`. Async-signal-safe.
-pub(super) fn step_error(step: Step, errno: i32) -> i32 {
+pub(in crate::exec) fn step_error(step: Step, errno: i32) -> i32 {
     let step = i32::try_from(step_index(step)).unwrap_or(i32::MAX / STEP_BASE - 1);
     STEP_BASE.saturating_mul(step + 1).saturating_add(errno)
 }

@@ -725,7 +725,11 @@ fn namespaces_commands_share_the_template_and_nothing_they_write_outside_the_wor
         "ls -A /tmp /dev/shm; cat out.txt; tr -d '\\0' < /proc/1/cmdline; echo",
     )
     .unwrap();
-    assert_eq!(second, "/dev/shm:\n\n/tmp:\nc\npi-sandbox-init\n");
+    // The init is the sandbox helper (its command line, not pi's).
+    assert_eq!(
+        second,
+        "/dev/shm:\n\n/tmp:\nc\npi-sandbox-helpersupervisor\n"
+    );
     // Built once: the second command used the same plan and template.
     assert!(std::sync::Arc::ptr_eq(&plan, &sandbox.plan().unwrap().0));
 }

@@ -1,15 +1,17 @@
-//! Namespaces mode's forked children: the template's builder (a fork of Node) and each command's
-//! init (a clone of the supervisor). They run in a copy of a multi-threaded process, so this file
-//! makes raw system calls on memory prepared before the fork only (`Script`): no allocation, no
-//! locks, nothing that may panic.
+//! Namespaces mode's processes, in the sandbox helper (never a copy of Node): the template's
+//! builder (a child of the helper in the template's new namespaces) and each command's init (a
+//! clone of the helper's supervisor, sharing its memory). The init and the shell's process it
+//! clones share memory, so this file makes raw system calls on memory prepared before (the
+//! decoded `TemplateScript` and `CommandScript`): no allocation, no locks, nothing that may panic.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use super::super::paths::open_no_symlinks;
 use super::super::setup::{step_error, Step, EXIT_SETUP_FAILED};
-use crate::exec::supervisor::{reset_signals, start_shell, ShellStart};
+use super::script::{Action, CommandScript, TemplateScript};
+use crate::exec::supervisor::{close_all_except, start_shell, ShellStart};
 use crate::sys::{errno, set_errno};
 
 /// Where the setup tmpfs is mounted before the first `pivot_root`: a directory every Linux system
@@ -43,117 +45,10 @@ const KEPT_MOUNT_FLAGS: libc::c_ulong = libc::MS_NOSUID
     | libc::MS_NODIRATIME
     | libc::MS_RELATIME;
 
-/// One step of building a root: the template's on paths under `/oldroot` (the host) and
-/// `/newroot`, a command's on its final paths.
-#[derive(Debug)]
-pub(super) enum Action {
-    /// `mkdir` (an existing directory is fine).
-    Mkdir(CString),
-    /// An empty file or directory with no permissions, a source of masks.
-    Empty {
-        path: CString,
-        dir: bool,
-    },
-    /// Bind `src` (recursively) at `dst`, created as a directory or an empty file first.
-    Bind {
-        src: CString,
-        dst: CString,
-        dir: bool,
-        read_only: bool,
-    },
-    /// Bind the host file `src` (a path under `/oldroot` with no symlink) at `dst` if it is still
-    /// the inode (`dev`, `ino`) resolved when the sandbox was made, found again without following
-    /// symlinks (else ESTALE); `dst` is opened so too when `dst_checked` (it lies in a bind a
-    /// command may write), else created as a directory or an empty file first.
-    Verified {
-        src: CString,
-        dev: u64,
-        ino: u64,
-        dst: CString,
-        dir: bool,
-        read_only: bool,
-        dst_checked: bool,
-    },
-    Symlink {
-        target: CString,
-        dst: CString,
-    },
-    Tmpfs {
-        dst: CString,
-        data: CString,
-        flags: libc::c_ulong,
-    },
-    /// A proc of the PID namespace of the process mounting it.
-    Proc(CString),
-    /// Make one of our own tmpfs mounts read-only (not recursive).
-    ReadOnly(CString),
-    /// Move the mount at `src` (with everything under it) to `dst`, created as a directory or an
-    /// empty file first.
-    Move {
-        src: CString,
-        dst: CString,
-        dir: bool,
-    },
-}
-
-/// Descriptors of the template's namespaces: holding them keeps the namespaces alive.
-pub(super) struct Template {
-    pub(super) user: OwnedFd,
-    pub(super) mnt: OwnedFd,
-    pub(super) net: Option<OwnedFd>,
-}
-
-/// What the forked children carry out, prepared before the forks (`NsPlan::new`) and never changed
-/// after the template is built.
-pub(super) struct Script {
-    /// Each command's own namespaces, inside the template's user namespace.
-    pub(super) clone_flags: libc::c_int,
-    pub(super) deny_setgroups: bool,
-    pub(super) uid_map: CString,
-    pub(super) gid_map: CString,
-    /// The template's root, built once.
-    pub(super) template_actions: Vec<Action>,
-    /// Each command's additions, on the template's finished root.
-    pub(super) command_actions: Vec<Action>,
-    pub(super) network: bool,
-    /// Listen for the network proxy inside the template's network namespace and send the
-    /// listening sockets to Node (`network_allow`).
-    pub(super) proxy_listen: bool,
-    /// The new PID namespace's `pid_max` (Linux 6.14 namespaces it): a bound for every caller.
-    pub(super) pid_max: CString,
-    /// RLIMIT_NPROC inside (the exact limit), when the kernel counts it per user namespace and
-    /// the caller is not root (the kernel exempts root).
-    pub(super) nproc: Option<libc::rlim_t>,
-    /// Where this process's command line and initial environment lie in memory (`/proc/self/stat`'s
-    /// arg_start, arg_end, env_start, env_end): the init, a copy of Node, blanks them, so the
-    /// sandbox's `/proc/1/cmdline` shows none of pi's (and its environ holds no key even if the
-    /// kernel's ptrace check, which guards it today, were passed).
-    pub(super) argv_area: Option<(usize, usize)>,
-    pub(super) env_area: Option<(usize, usize)>,
-    /// The stack the init runs on (it shares the supervisor's memory).
-    pub(super) init_stack: Vec<u8>,
-    /// The template, once built (`NsPlan::build_template`).
-    pub(super) template: Option<Template>,
-}
-
-impl Script {
-    /// The descriptors of the template's user, mount and network namespaces (-1: none).
-    pub(super) fn template_fds(&self) -> [RawFd; 3] {
-        match &self.template {
-            Some(t) => [
-                t.user.as_raw_fd(),
-                t.mnt.as_raw_fd(),
-                t.net.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
-            ],
-            None => [-1; 3],
-        }
-    }
-}
-
 /// The script of the init the supervisor clones next: `clone` passes the init one pointer (the
 /// supervisor's `ShellStart`), so the script goes beside it. Set by `start` in the supervisor,
 /// which is single-threaded, before the `clone`; the init shares its memory (`CLONE_VM`).
-static INIT_SCRIPT: AtomicPtr<Script> = AtomicPtr::new(std::ptr::null_mut());
+static INIT_SCRIPT: AtomicPtr<CommandScript> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Writes `data` to the file at `path`; async-signal-safe.
 fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
@@ -170,39 +65,27 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
     }
 }
 
-/// The template's builder (a fork of Node in the template's new namespaces): writes its id maps,
-/// builds the root and pivots into it, brings the loopback up, with the allow-list sends the
-/// proxy's listening sockets on `proxy` (`send_listeners`), reports 0 (or the failed step) on
-/// `ready`, and waits for Node to have opened its namespaces (end-of-file on `release`).
+/// The template's builder (a child of the helper in the template's new namespaces): writes its id
+/// maps, builds the root and pivots into it, brings the loopback up, with the allow-list listens
+/// for the proxy, and sends Node one report on `channel` (`send_report`): 0 with descriptors of
+/// its namespaces (user, mount, and network unless `network`) and the proxy's listening sockets,
+/// or the failed step with none. Then it exits: Node's descriptors keep the namespaces alive.
 ///
 /// # Safety
 ///
-/// Only in the child of `NsPlan::build_template`'s `clone`, in the new user, mount and (without
-/// network) network namespaces: a single-threaded copy of Node that may only make
-/// async-signal-safe calls, and whose mounts are its own namespace's. `ready` and `release` are
-/// its open ends of the two pipes with Node, `proxy` its end of the socket pair (-1 without the
-/// allow-list); `script` was built before the fork.
-pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, proxy: RawFd) -> ! {
-    // Node's handlers would run in this copy of Node.
-    // SAFETY: a forked child (our contract) may replace the handlers it inherited.
-    unsafe { reset_signals() };
-    // Only while Node waits for us; a dead Node also closes `release`.
-    // SAFETY: plain integers.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+/// Only in the child of the helper's `clone` with `script.flags`: single-threaded, in the new
+/// namespaces, whose mounts are its own. `channel` is its end of the socket pair with Node.
+pub(in crate::exec) unsafe fn builder(script: &TemplateScript, channel: RawFd) -> ! {
     let fail = |step: Step| -> ! {
-        let code = step_error(step, errno()).to_ne_bytes();
-        // SAFETY: `code` is valid for its length; `ready` is our end (our contract); `_exit` runs
-        // no handler.
+        // SAFETY: `channel` is our end (our contract); `_exit` runs no handler.
         unsafe {
-            libc::write(ready, code.as_ptr().cast(), code.len());
+            send_report(channel, step_error(step, errno()), &[]);
             libc::_exit(EXIT_SETUP_FAILED)
         }
     };
-    // A non-dumpable process's /proc files are root's: its own maps, which it writes next, and the
-    // namespaces its parent opens through /proc/PID/ns. The process that forked this one may be
-    // non-dumpable (the server is), so this copy of it is made dumpable, as any forked child of a
-    // dumpable parent is.
-    // SAFETY: plain integers.
+    // The kernel makes a non-dumpable process's /proc files root's, so an unprivileged builder
+    // could not open its own maps: dumpable only while it writes them, before any command exists.
+    // SAFETY: plain integers, on this process.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     if script.deny_setgroups && !write_file(c"/proc/self/setgroups", b"deny") {
         fail(Step::Setgroups);
@@ -212,6 +95,23 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, prox
     }
     if !write_file(c"/proc/self/gid_map", script.gid_map.as_bytes()) {
         fail(Step::GidMap);
+    }
+    // SAFETY: plain integers, on this process.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // Our own namespaces, while the host's /proc still shows us.
+    let open_ns = |name: &std::ffi::CStr| -> RawFd {
+        // SAFETY: a NUL-terminated path; the descriptor is ours.
+        unsafe { libc::open(name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
+    };
+    let user = open_ns(c"/proc/self/ns/user");
+    let mnt = open_ns(c"/proc/self/ns/mnt");
+    let net = if script.network {
+        -1
+    } else {
+        open_ns(c"/proc/self/ns/net")
+    };
+    if user < 0 || mnt < 0 || (!script.network && net < 0) {
+        fail(Step::Clone);
     }
     let null = std::ptr::null::<libc::c_char>();
     // SAFETY: static NUL-terminated strings and null pointers where `mount` takes none; the
@@ -283,7 +183,7 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, prox
     {
         fail(Step::NewRoot);
     }
-    for (index, action) in script.template_actions.iter().enumerate() {
+    for (index, action) in script.actions.iter().enumerate() {
         // SAFETY: the builder, in its own mount namespace (our contract).
         if !unsafe { perform(action) } {
             fail(Step::Action(index));
@@ -307,43 +207,140 @@ pub(super) unsafe fn builder(script: &Script, ready: RawFd, release: RawFd, prox
         // SAFETY: we are in the template's new network namespace (`network` is off).
         unsafe { loopback_up() };
     }
-    // SAFETY: in the template's own network namespace (`proxy_listen` implies no network);
-    // `proxy` is our end of the channel to Node.
-    if script.proxy_listen && !unsafe { send_listeners(proxy) } {
-        fail(Step::ProxyListen);
-    }
-    let done = 0i32.to_ne_bytes();
-    // SAFETY: `done` is valid for its length; `ready` is our end (our contract).
-    unsafe { libc::write(ready, done.as_ptr().cast(), done.len()) };
-    let mut byte = [0u8; 1];
-    // SAFETY: reads at most one byte into `byte` from our end of `release`.
-    while unsafe { libc::read(release, byte.as_mut_ptr().cast(), 1) } != 0 {
-        if errno() != libc::EINTR {
-            break;
+    let mut listeners = [-1; 2];
+    if script.proxy_listen {
+        // SAFETY: in the template's own network namespace (`proxy_listen` implies no network).
+        match unsafe { listen_for_proxy() } {
+            Some(fds) => listeners = fds,
+            None => fail(Step::ProxyListen),
         }
     }
-    // SAFETY: ends this process without running any handler.
-    unsafe { libc::_exit(0) }
+    let mut fds = [user, mnt, net, listeners[0], listeners[1]];
+    let mut count = 0;
+    for i in 0..fds.len() {
+        if fds[i] >= 0 {
+            fds[count] = fds[i];
+            count += 1;
+        }
+    }
+    // SAFETY: our end of the channel and our open descriptors; `_exit` runs no handler.
+    unsafe {
+        if !send_report(channel, 0, &fds[..count]) {
+            libc::_exit(EXIT_SETUP_FAILED);
+        }
+        libc::_exit(0)
+    }
+}
+
+/// The control buffer of the builder's report, in 8-byte words: room for
+/// `CMSG_SPACE(REPORT_MAX_FDS * sizeof(int))` (40 bytes on 64-bit Linux), aligned as `cmsghdr`.
+pub(super) const REPORT_CMSG_WORDS: usize = 6;
+/// The most descriptors a report carries: three namespaces and two listening sockets.
+pub(super) const REPORT_MAX_FDS: usize = 5;
+
+/// Sends the builder's report: `code` (0 or the encoded failed step) and `fds` (at most
+/// `REPORT_MAX_FDS`) in one message. False when it could not be sent (Node is gone).
+///
+/// # Safety
+///
+/// `channel` is an open socket of this process and `fds` open descriptors of it.
+unsafe fn send_report(channel: RawFd, code: i32, fds: &[RawFd]) -> bool {
+    let mut payload = code.to_ne_bytes();
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
+    let mut control = [0u64; REPORT_CMSG_WORDS];
+    let count = fds.len().min(REPORT_MAX_FDS);
+    // SAFETY: `msghdr` and the control buffer are plain data on our stack; the CMSG macros stay
+    // within `control` (sized for `REPORT_MAX_FDS` descriptors); `sendmsg` copies what it is given.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if count > 0 {
+            msg.msg_control = control.as_mut_ptr().cast();
+            let bytes = (count * size_of::<libc::c_int>()) as libc::c_uint;
+            msg.msg_controllen = libc::CMSG_SPACE(bytes) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(bytes) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<libc::c_int>(),
+                count,
+            );
+        }
+        libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) == payload.len() as isize
+    }
+}
+
+/// The helper's template role: creates the builder in the template's new namespaces (`flags`),
+/// waits for it and returns its exit code; a failed `clone` is reported on `channel` at once.
+///
+/// # Safety
+///
+/// Only in the helper (single-threaded), with `channel` the socket pair's end Node handed it.
+pub(in crate::exec) unsafe fn template(script: &TemplateScript, channel: RawFd) -> i32 {
+    // SAFETY: a fork of this single-threaded helper into new namespaces (raw `clone` for the
+    // flags); the child runs `builder`, which never returns.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (script.flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as libc::pid_t;
+    if pid < 0 {
+        // SAFETY: our contract.
+        unsafe { report_failure(channel, Step::Clone, errno()) };
+        return EXIT_SETUP_FAILED;
+    }
+    if pid == 0 {
+        // SAFETY: the child of the clone above, in the new namespaces (`builder`'s contract).
+        unsafe { builder(script, channel) }
+    }
+    let mut status = 0;
+    // SAFETY: reaps our own child into a valid `status`.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        EXIT_SETUP_FAILED
+    }
+}
+
+/// Reports to Node that the template's `step` failed with `errno`.
+///
+/// # Safety
+///
+/// `channel` is an open socket of this process (the template's channel).
+pub(in crate::exec) unsafe fn report_failure(channel: RawFd, step: Step, errno: i32) {
+    // SAFETY: our contract.
+    unsafe { send_report(channel, step_error(step, errno), &[]) };
 }
 
 /// Joins the template and creates the init of the command's own namespaces; returns its pid (in
 /// our namespace) or -1 with errno holding the encoded failed step. Runs in the supervisor, which
 /// stays in the template's namespaces (it only waits and kills from there on).
 ///
-/// The init shares the supervisor's memory (`CLONE_VM`) on a stack of its own: the supervisor is
-/// a copy of Node, and a second copy of Node's page tables (a plain fork) cost more than all the
-/// namespaces and mounts together. The two processes never write the same memory but `errno`,
-/// which each reads only right after a call of its own failed, while the other is blocked: the
-/// supervisor in its read of the exec-error pipe until the shell has exec'd or the init failed,
-/// the init (after that) in `waitpid`, which cannot fail while the shell lives.
+/// The init shares the supervisor's memory (`CLONE_VM`) on a stack of its own: the helper's, which
+/// holds nothing of Node's. The two processes never write the same memory but `errno`, which each
+/// reads only right after a call of its own failed, while the other is blocked: the supervisor in
+/// its read of the exec-error pipe until the shell has exec'd or the init failed, the init (after
+/// that) in `waitpid`, which cannot fail while the shell lives.
 ///
 /// # Safety
 ///
-/// Only in the supervisor (a forked, single-threaded child of Node), once per process: it joins
-/// the template's namespaces for good. `start` and `script` stay valid and unchanged for as long
-/// as the supervisor runs (they live in its never-returning `supervise` and in the plan it holds),
-/// and no one else uses `script.init_stack`, which the init runs on.
-pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
+/// Only in the helper's supervisor (single-threaded), once per process: it joins the template's
+/// namespaces for good. `start` and `script` stay valid and unchanged for as long as the
+/// supervisor runs (they live in its never-returning `supervise`), and no one else uses
+/// `start.command.init_stack`, which the init runs on.
+pub(in crate::exec) unsafe fn start(script: &CommandScript, start: &ShellStart) -> libc::pid_t {
     /// The ABI's stack alignment at a call (x86-64 and AArch64: 16 bytes).
     const STACK_ALIGN: usize = 16;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
@@ -358,7 +355,7 @@ pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
             }
         }
     }
-    let [user, mnt, net] = script.template_fds();
+    let [user, mnt, net] = script.template_fds;
     // The user namespace first: it gives the capabilities the other two need.
     // SAFETY: descriptors of the template's namespaces, open in the supervisor; joining them is
     // the supervisor's to do (our contract).
@@ -379,8 +376,11 @@ pub(super) unsafe fn start(script: &Script, start: &ShellStart) -> libc::pid_t {
             unsafe { libc::close(fd) };
         }
     }
-    INIT_SCRIPT.store(script as *const Script as *mut Script, Ordering::Relaxed);
-    let stack = script.init_stack.as_ptr() as usize + script.init_stack.len();
+    INIT_SCRIPT.store(
+        script as *const CommandScript as *mut CommandScript,
+        Ordering::Relaxed,
+    );
+    let stack = start.command.init_stack.as_ptr() as usize + start.command.init_stack.len();
     let stack_top = (stack & !(STACK_ALIGN - 1)) as *mut libc::c_void;
     // SAFETY: `stack_top` is the aligned end of a stack no one else uses (our contract); `entry`
     // never returns into it (`init` exits); `start` outlives the init (our contract).
@@ -420,13 +420,28 @@ unsafe fn fail(start: &ShellStart, step: Step) -> ! {
 ///
 /// Only in the init cloned by `start`: single-threaded, in the command's own mount and PID
 /// namespaces, sharing the supervisor's memory (so async-signal-safe calls only, and the memory
-/// it writes is only its stack, errno and Node's argument and environment areas, which nothing
-/// else reads). `script` and `start` are the supervisor's, valid while it runs.
-unsafe fn init(script: &Script, start: &ShellStart) -> ! {
-    // SAFETY: a new process (our contract) may replace the handlers it inherited; setsid and
-    // prctl take integers.
+/// it writes is only its stack and errno). `script` and `start` are the supervisor's, valid while
+/// it runs.
+unsafe fn init(script: &CommandScript, start: &ShellStart) -> ! {
+    // Non-dumpable (the helper's memory is already, this says so again where it matters most):
+    // no process of the sandbox, root in its user namespace included, may open our /proc files
+    // or trace us. Then nothing of the supervisor's: its pipe ends with Node stay out of the
+    // sandbox's /proc/1/fd.
+    let command = start.command;
+    let sandbox_fds = command.sandbox.map_or([-1; 4], |s| s.kept_fds());
+    let mut keep = [
+        start.devnull,
+        start.output,
+        start.exec_error,
+        command.notify_channel,
+        sandbox_fds[0],
+    ];
+    keep.sort_unstable();
+    // SAFETY: integers; then our own descriptor table (no CLONE_FILES), of which we use only `keep`
+    // from here on.
     unsafe {
-        reset_signals();
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        close_all_except(&keep);
         libc::setsid(); // its own group: the supervisor's kill(-pid) reaches it
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
@@ -441,8 +456,8 @@ unsafe fn init(script: &Script, start: &ShellStart) -> ! {
         // SAFETY: ends this process without running any handler.
         unsafe { libc::_exit(EXIT_SETUP_FAILED) };
     }
-    let first = script.template_actions.len();
-    for (index, action) in script.command_actions.iter().enumerate() {
+    let first = script.first_action as usize;
+    for (index, action) in script.actions.iter().enumerate() {
         // SAFETY: the init, in the command's own mount namespace (our contract).
         if !unsafe { perform(action) } {
             // SAFETY: the init (our contract).
@@ -457,31 +472,11 @@ unsafe fn init(script: &Script, start: &ShellStart) -> ! {
     }
     if let Some(max) = script.nproc {
         let limit = libc::rlimit {
-            rlim_cur: max,
-            rlim_max: max,
+            rlim_cur: max as libc::rlim_t,
+            rlim_max: max as libc::rlim_t,
         };
         // SAFETY: `limit` is a valid rlimit.
         unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit) };
-    }
-    if let Some((start, end)) = script.env_area {
-        // SAFETY: the initial environment's bytes of this process's memory, as the kernel reports
-        // them (`/proc/self/stat`, read before the fork): mapped and writable; nothing in this
-        // process reads them again (our contract).
-        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
-    }
-    if let Some((start, end)) = script.argv_area {
-        // Our own copy of Node's memory (the supervisor's, shared): pi's command line stays pi's.
-        let name = b"pi-sandbox-init";
-        // SAFETY: as for the environment: the command line's `end - start` bytes (at least one,
-        // `stat_area` checks), then the name within them, keeping the last byte a NUL.
-        unsafe {
-            std::ptr::write_bytes(start as *mut u8, 0, end - start);
-            std::ptr::copy_nonoverlapping(
-                name.as_ptr(),
-                start as *mut u8,
-                name.len().min(end - start - 1),
-            );
-        }
     }
     // SAFETY: a static NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"pi-sandbox-init".as_ptr(), 0, 0, 0) };
@@ -498,11 +493,15 @@ unsafe fn init(script: &Script, start: &ShellStart) -> ! {
         // SAFETY: the init (our contract).
         unsafe { fail(start, Step::StartShell) };
     }
-    // The shell has exec'd (or reported its failure): let the supervisor's read end.
-    // SAFETY: our copies of the two ends, not used again.
+    // The shell has exec'd (or reported its failure): let the supervisor's read end, and hold
+    // nothing the shell has (the init keeps only its /dev/null stdio).
+    // SAFETY: our copies, not used again.
     unsafe {
-        libc::close(start.exec_error);
-        libc::close(start.output);
+        for fd in keep {
+            if fd > libc::STDERR_FILENO {
+                libc::close(fd);
+            }
+        }
     }
     loop {
         let mut status = 0;
@@ -923,24 +922,19 @@ unsafe fn loopback_up() {
     }
 }
 
-/// The control buffer of the listeners' `SCM_RIGHTS` message, in 8-byte words: room for
-/// `CMSG_SPACE(2 * sizeof(int))` (24 bytes on 64-bit Linux), aligned as `cmsghdr`.
-pub(super) const LISTENER_CMSG_WORDS: usize = 4;
-
 /// Listens on `127.0.0.1:<port>` (a port the kernel picks) and, where IPv6 is on, `[::1]:<port>`
-/// in this network namespace, and sends the listening sockets to Node over `channel`; false with
-/// errno set when the IPv4 one fails. Our copies are closed afterwards.
+/// in this network namespace: the listening sockets (IPv6's -1 when it is off), or `None` with
+/// errno set when the IPv4 one fails.
 ///
 /// # Safety
 ///
-/// Only in the template's builder, in the template's own network namespace, with `channel` its
-/// end of the socket pair with Node.
-unsafe fn send_listeners(channel: RawFd) -> bool {
+/// Only in the template's builder, in the template's own network namespace.
+unsafe fn listen_for_proxy() -> Option<[RawFd; 2]> {
     // SAFETY: plain integers and a `sockaddr_in` valid for the size passed; the sockets are ours.
     let v4 = unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
-            return false;
+            return None;
         }
         let mut addr: libc::sockaddr_in = std::mem::zeroed();
         addr.sin_family = libc::AF_INET as libc::sa_family_t;
@@ -952,7 +946,7 @@ unsafe fn send_listeners(channel: RawFd) -> bool {
         ) != 0
             || libc::listen(fd, super::super::proxy::LISTEN_BACKLOG) != 0
         {
-            return false;
+            return None;
         }
         fd
     };
@@ -961,7 +955,7 @@ unsafe fn send_listeners(channel: RawFd) -> bool {
         let mut bound: libc::sockaddr_in = std::mem::zeroed();
         let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         if libc::getsockname(v4, (&mut bound as *mut libc::sockaddr_in).cast(), &mut len) != 0 {
-            return false;
+            return None;
         }
         bound.sin_port
     };
@@ -996,42 +990,5 @@ unsafe fn send_listeners(channel: RawFd) -> bool {
             -1
         }
     };
-    let fds = [v4, v6];
-    let count = if v6 >= 0 { 2 } else { 1 };
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; LISTENER_CMSG_WORDS];
-    // SAFETY: `msghdr` and the control buffer are plain data on our stack; the CMSG macros stay
-    // within `control` (sized for two descriptors); `sendmsg` copies what it is given.
-    let sent = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        let payload = (count * size_of::<libc::c_int>()) as libc::c_uint;
-        msg.msg_controllen = libc::CMSG_SPACE(payload) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr(),
-            libc::CMSG_DATA(cmsg).cast::<libc::c_int>(),
-            count,
-        );
-        libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) == 1
-    };
-    let failed = errno();
-    // SAFETY: our copies; Node holds its own now.
-    unsafe {
-        libc::close(v4);
-        if v6 >= 0 {
-            libc::close(v6);
-        }
-    }
-    set_errno(failed);
-    sent
+    Some([v4, v6])
 }

@@ -1,15 +1,15 @@
-//! Namespaces mode: the plan of the sandbox's filesystem, built here before any fork, and the
-//! forked children that carry it out (`init`): the template's builder, which makes its fixed part
-//! once, and each command's init, which adds the command's own part (raw system calls only).
+//! Namespaces mode: the plan of the sandbox's filesystem, built here in Node (`script`: plain
+//! data), and the helper's processes that carry it out (`init`): the template's builder, which
+//! makes its fixed part once, and each command's init, which adds the command's own part.
 //!
 //! The **template** is a user namespace, a mount namespace holding the finished root (system
 //! directories read-only, secrets masked, `/dev`, the workspace and the caller's binds, the whole
 //! root read-only) and, without network, a network namespace with its loopback up. A short-lived
-//! fork of Node builds it on the first exec of a `Prepared` sandbox; Node keeps descriptors of the
-//! three namespaces (they live as long as a descriptor or a process holds them: nothing is left
-//! when Node exits, however it exits) and the builder exits.
+//! sandbox helper (a freshly executed image, nothing of Node's) builds it on the first exec of a
+//! `Prepared` sandbox and sends Node descriptors of the three namespaces (they live as long as a
+//! descriptor or a process holds them: nothing is left when Node exits, however it exits).
 //!
-//! **Each command**: the supervisor joins the template's namespaces (`setns`) and clones the init
+//! **Each command**: the helper's supervisor joins the template's namespaces (`setns`) and clones the init
 //! into a new mount namespace (a private copy of the template's: nothing it mounts reaches the
 //! template or another command), a new PID namespace (the tree dies totally with the init), and
 //! new IPC and UTS namespaces (SysV IPC objects outlive their processes). The init mounts a fresh
@@ -24,13 +24,15 @@ use std::path::{Path, PathBuf};
 
 use super::paths::{mounts, Held, Kind, Mount, Resolved};
 use super::policy::{present_secrets, DEV, DEVICES, ETC, SYSTEM_DIRS};
-use super::setup::{c_path, invalid_spec, step_error, Step};
+use super::setup::{c_path, invalid_spec};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
-use crate::exec::supervisor::{close_all_except, ShellStart};
-use crate::sys::read_full;
-use init::{Action, Script, Template};
+#[cfg(test)]
+pub(in crate::exec) use script::action_samples;
+use script::Action;
+pub(in crate::exec) use script::{CommandScript, TemplateScript};
 
-mod init;
+pub(in crate::exec) mod init;
+mod script;
 
 /// An empty file and directory (mode 000) in the template's `/tmp`, sources of each command's
 /// masks of `/proc` entries; the command's own tmpfs on `/tmp` then hides them.
@@ -82,18 +84,25 @@ const TMP_BYTES_PER_INODE: u64 = 4 << 10;
 /// The fewest inodes a private tmpfs gets, however small: a shell's here-documents and a few
 /// tools' temp files.
 const TMP_MIN_INODES: u64 = 1024;
-/// Stack of the sandbox's init: it runs a few frames of raw system calls (its deepest, the
-/// `clone` of the shell, uses a stack of its own), far less than this.
-const INIT_STACK_BYTES: usize = 64 << 10;
-/// Namespaces mode's plan, prepared before the forks: what the template's builder and each
-/// command's init carry out (`Script`), and how to name a step of it that failed.
+/// Namespaces mode's plan, prepared in Node: what the template's builder and each command's init
+/// carry out (plain data the helper is handed), how to name a step of it that failed, and the
+/// template once built.
 pub(in crate::exec) struct NsPlan {
-    /// The template's namespaces: user, mount and (without network) network.
-    template_flags: libc::c_int,
     /// What each action does (the template's, then the command's), for an error naming the step.
     pub(super) descriptions: Vec<String>,
-    /// What the forked children carry out, and the template once built.
-    script: Script,
+    pub(in crate::exec) template_script: TemplateScript,
+    /// Each command's part (its `template_fds` are -1: the helper's own numbers are set when
+    /// they are handed over).
+    pub(in crate::exec) command_script: CommandScript,
+    /// The template, once built.
+    template: Option<Template>,
+}
+
+/// Descriptors of the template's namespaces: holding them keeps the namespaces alive.
+struct Template {
+    user: OwnedFd,
+    mnt: OwnedFd,
+    net: Option<OwnedFd>,
 }
 
 fn newroot(path: &Path) -> io::Result<CString> {
@@ -329,6 +338,7 @@ impl NsPlan {
             "making the new root read-only".into(),
         );
         let template_actions = std::mem::take(&mut b.actions);
+        let first_action = template_actions.len();
         let tmp_size = sandbox.tmp_size.unwrap_or_else(super::default_tmp_size);
         if tmp_size == 0 {
             return Err(invalid_spec("tmpSize must be at least 1 byte".into()));
@@ -354,33 +364,41 @@ impl NsPlan {
             return Err(invalid_spec("maxProcesses must be at least 1".into()));
         }
         let pid_max = max.saturating_add(RESERVED_PIDS);
-        let nproc =
-            (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| libc::rlim_t::from(max));
+        let nproc = (uid != 0 && kernel_at_least(NPROC_PER_USERNS)).then(|| u64::from(max));
         Ok(NsPlan {
-            template_flags,
             descriptions: b.descriptions,
-            script: Script {
-                clone_flags,
+            template_script: TemplateScript {
+                flags: template_flags,
                 deny_setgroups: true,
                 uid_map: CString::new(uid_map).expect("digits"),
                 gid_map: CString::new(gid_map).expect("digits"),
-                template_actions,
-                command_actions,
+                actions: template_actions,
                 network: sandbox.network,
                 proxy_listen: !sandbox.network && sandbox.network_allow.is_some(),
+            },
+            command_script: CommandScript {
+                clone_flags,
+                actions: command_actions,
+                first_action: u32::try_from(first_action)
+                    .map_err(|_| invalid_spec("too many mounts".into()))?,
                 pid_max: CString::new(pid_max.to_string()).expect("digits"),
                 nproc,
-                argv_area: stat_area(ARG_START_FIELD),
-                env_area: stat_area(ENV_START_FIELD),
-                init_stack: vec![0; INIT_STACK_BYTES],
-                template: None,
+                template_fds: [-1; 3],
             },
+            template: None,
         })
     }
 
     /// The descriptors the supervisor must keep open to join the template (-1: none).
     pub(in crate::exec) fn kept_fds(&self) -> [RawFd; 3] {
-        self.script.template_fds()
+        match &self.template {
+            Some(t) => [
+                t.user.as_raw_fd(),
+                t.mnt.as_raw_fd(),
+                t.net.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+            ],
+            None => [-1; 3],
+        }
     }
 }
 
@@ -481,26 +499,6 @@ fn command_actions(
     Ok((actions, descriptions))
 }
 
-/// `/proc/self/stat`'s arg_start and env_start fields (Linux 3.5), each followed by its end.
-const ARG_START_FIELD: usize = 48;
-const ENV_START_FIELD: usize = 50;
-
-/// The memory range whose start is `/proc/self/stat`'s field `start_field` and end the next,
-/// counted after the command name's closing parenthesis (the name may hold spaces).
-fn stat_area(start_field: usize) -> Option<(usize, usize)> {
-    /// Fields 1 (pid) and 2 (comm) come before the closing parenthesis; fields count from 1.
-    const FIELDS_BEFORE_REST: usize = 3;
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let mut fields = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .skip(start_field - FIELDS_BEFORE_REST);
-    let start: usize = fields.next()?.parse().ok()?;
-    let end: usize = fields.next()?.parse().ok()?;
-    (start != 0 && end > start).then_some((start, end))
-}
-
 /// Whether the running kernel's release is at least `(major, minor)`.
 fn kernel_at_least((major, minor): (u32, u32)) -> bool {
     // SAFETY: uname fills the struct it is given; the kernel NUL-terminates the release.
@@ -520,98 +518,42 @@ fn kernel_at_least((major, minor): (u32, u32)) -> bool {
 }
 
 impl NsPlan {
-    /// Builds the template (a fork of this process carries out `template_actions` in new user,
-    /// mount and network namespaces) and keeps descriptors of its namespaces. `Err(code)`: the
-    /// encoded failed step, or an I/O error of ours.
+    /// Builds the template: a sandbox helper carries out `template_script` in new user, mount,
+    /// PID and (without network) network namespaces and sends descriptors of them, which this
+    /// plan keeps. `Err(code)`: the encoded failed step, or an I/O error of ours.
     /// Returns the proxy's listening sockets inside the template's network namespace, when the
-    /// plan asked for them (`Script::proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
+    /// plan asked for them (`proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
     pub(super) fn build_template(&mut self) -> Result<Vec<OwnedFd>, TemplateError> {
-        let (ready_read, ready_write) = cloexec_pipe()?;
-        let (release_read, release_write) = cloexec_pipe()?;
-        let proxy = if self.script.proxy_listen {
-            Some(cloexec_socketpair()?)
-        } else {
-            None
-        };
-        let proxy_child = proxy.as_ref().map_or(-1, |(_, child)| child.as_raw_fd());
-        // SAFETY: a fork (raw `clone` for the namespace flags): the child only runs `builder`,
-        // which never returns and sticks to raw system calls on memory prepared before.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                (self.template_flags | libc::SIGCHLD) as libc::c_ulong,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            )
-        } as libc::pid_t;
-        if pid < 0 {
-            return Err(TemplateError::Step(step_error(
-                Step::Clone,
-                io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        let (node, child) = seqpacket_pair()?;
+        use crate::exec::helper::{self, Role};
+        let plan = helper::encode_template(&self.template_script);
+        let pid = helper::launch(Role::Template, &plan, &[child.as_fd()])?;
+        drop(child);
+        let report = receive_report(&node);
+        helper::wait(pid);
+        let (code, mut fds) = report.map_err(TemplateError::Io)?;
+        if code != 0 {
+            return Err(TemplateError::Step(code));
+        }
+        let namespaces = if self.template_script.network { 2 } else { 3 };
+        if fds.len() < namespaces
+            || (self.template_script.proxy_listen == (fds.len() == namespaces))
+        {
+            return Err(TemplateError::Io(io::Error::other(
+                "the sandbox's template builder sent the wrong descriptors",
             )));
         }
-        if pid == 0 {
-            // SAFETY: we are the child of the clone above: single-threaded, in the new namespaces,
-            // with our own copies of every descriptor (so closing all but our two ends touches
-            // nothing of Node's), as `close_all_except` and `init::builder` require.
-            unsafe {
-                // Only our two ends: a copy of `release`'s write end, or of another thread's pipes
-                // (a concurrent build or exec), would keep an end-of-file from coming, ours or
-                // theirs, for as long as we wait.
-                let (ready, release) = (ready_write.as_raw_fd(), release_read.as_raw_fd());
-                let mut keep = [ready, release, proxy_child];
-                keep.sort_unstable();
-                close_all_except(&keep);
-                init::builder(&self.script, ready, release, proxy_child)
-            }
-        }
-        drop((ready_write, release_read));
-        let proxy = proxy.map(|(node, child)| {
-            drop(child);
-            node
-        });
-        let mut message = [0u8; size_of::<i32>()];
-        let result = match read_full(ready_read.as_fd(), &mut message) {
-            Ok(n) if n == message.len() => match i32::from_ne_bytes(message) {
-                0 => self
-                    .open_template(pid)
-                    .and_then(|()| match &proxy {
-                        Some(channel) => receive_listeners(channel),
-                        None => Ok(Vec::new()),
-                    })
-                    .map_err(TemplateError::Io),
-                code => Err(TemplateError::Step(code)),
-            },
-            _ => Err(TemplateError::Io(io::Error::other(
-                "the sandbox's template builder died",
-            ))),
+        let listeners = fds.split_off(namespaces);
+        let mut fds = fds.into_iter();
+        let (Some(user), Some(mnt)) = (fds.next(), fds.next()) else {
+            unreachable!("counted above")
         };
-        // Releases the builder: the namespaces live on in our descriptors.
-        drop(release_write);
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-        {}
-        result
-    }
-
-    fn open_template(&mut self, pid: libc::pid_t) -> io::Result<()> {
-        let open = |name: &str| -> io::Result<OwnedFd> {
-            Ok(std::fs::File::open(format!("/proc/{pid}/ns/{name}"))?.into())
-        };
-        self.script.template = Some(Template {
-            user: open("user")?,
-            mnt: open("mnt")?,
-            net: if self.script.network {
-                None
-            } else {
-                Some(open("net")?)
-            },
+        self.template = Some(Template {
+            user,
+            mnt,
+            net: fds.next(),
         });
-        Ok(())
+        Ok(listeners)
     }
 }
 
@@ -628,14 +570,14 @@ impl From<io::Error> for TemplateError {
     }
 }
 
-/// A Unix stream socket pair whose ends close on exec: (Node's, the builder's).
-fn cloexec_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A Unix seqpacket socket pair whose ends close on exec: (Node's, the helper's).
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
     // SAFETY: a valid two-element buffer.
     if unsafe {
         libc::socketpair(
             libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
             0,
             fds.as_mut_ptr(),
         )
@@ -647,33 +589,29 @@ fn cloexec_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The listening sockets the builder sent (`init::send_listeners`), sent before it reported ready.
-fn receive_listeners(channel: &OwnedFd) -> io::Result<Vec<OwnedFd>> {
-    let mut byte = [0u8; 1];
+/// The builder's report (`init::send_report`): its code and the descriptors it sent. End-of-file
+/// (the builder died without reporting) is an error.
+fn receive_report(channel: &OwnedFd) -> io::Result<(i32, Vec<OwnedFd>)> {
+    let mut code = [0u8; size_of::<i32>()];
     let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
+        iov_base: code.as_mut_ptr().cast(),
+        iov_len: code.len(),
     };
-    let mut control = [0u64; init::LISTENER_CMSG_WORDS];
+    let mut control = [0u64; init::REPORT_CMSG_WORDS];
     // SAFETY: `msghdr` is plain data; the pointers set below outlive the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = size_of_val(&control) as _;
-    // SAFETY: `msg` describes valid buffers; received descriptors get close-on-exec.
-    let n = unsafe {
-        libc::recvmsg(
-            channel.as_raw_fd(),
-            &mut msg,
-            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-        )
+    let n = loop {
+        // SAFETY: `msg` describes valid buffers; received descriptors get close-on-exec.
+        let n = unsafe { libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break n;
     };
-    if n != 1 {
-        return Err(io::Error::other(
-            "the sandbox's template sent no proxy listener",
-        ));
-    }
     let mut fds = Vec::new();
     // SAFETY: walks the control messages the kernel wrote into `control` (`msg` says how many
     // bytes); each SCM_RIGHTS payload is an array of descriptors now ours.
@@ -691,31 +629,8 @@ fn receive_listeners(channel: &OwnedFd) -> io::Result<Vec<OwnedFd>> {
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    if fds.is_empty() {
-        return Err(io::Error::other(
-            "the sandbox's template sent no proxy listener",
-        ));
+    if n != code.len() as isize || msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("the sandbox's template builder died"));
     }
-    Ok(fds)
-}
-
-fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: a valid two-element buffer.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Joins the template and creates the init of the command's own namespaces: `init::start`.
-///
-/// # Safety
-///
-/// As `init::start`: only in the supervisor (a forked, single-threaded child), with `start`
-/// alive for as long as the supervisor runs.
-pub(in crate::exec) unsafe fn start(plan: &NsPlan, start: &ShellStart) -> libc::pid_t {
-    // SAFETY: the caller keeps `init::start`'s contract (stated above).
-    unsafe { init::start(&plan.script, start) }
+    Ok((i32::from_ne_bytes(code), fds))
 }

@@ -147,6 +147,11 @@ enum Writable {
 }
 
 impl Policy {
+    /// The notification filter the shell's process installs (handed to the sandbox helper).
+    pub(in crate::exec) fn program(&self) -> &[sock_filter] {
+        &self.program
+    }
+
     /// Landlock mode: metadata and locks, checked against `areas` (the writable paths).
     /// `areas`: each writable path's real path (no symlink left) and a descriptor of it, held
     /// since the sandbox resolved it (`area` opens one).
@@ -414,18 +419,18 @@ pub(super) fn program(landlock: bool) -> Vec<sock_filter> {
     code
 }
 
-/// Installs the notification filter on the calling process and sends its listener over
-/// `channel`. Runs in the shell's process after `confine` (no_new_privs is set), just before
-/// `execve`. Async-signal-safe; `Err` is the errno.
+/// Installs the notification filter `program` (a `Policy`'s) on the calling process and sends
+/// its listener over `channel`. Runs in the shell's process after `confine` (no_new_privs is
+/// set), just before `execve`. Async-signal-safe; `Err` is the errno.
 ///
 /// # Safety
 ///
 /// Call only in a process about to `execve`: the filter stays for good. `channel` is an open
 /// socket of this process (the children's end of the plan's pair).
-pub(in crate::exec) unsafe fn install(policy: &Policy, channel: RawFd) -> Result<(), i32> {
+pub(in crate::exec) unsafe fn install(program: &[sock_filter], channel: RawFd) -> Result<(), i32> {
     let program = libc::sock_fprog {
-        len: policy.program.len() as libc::c_ushort,
-        filter: policy.program.as_ptr() as *mut sock_filter,
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr() as *mut sock_filter,
     };
     // SAFETY: `program` points to the policy's filter, valid for `len` instructions (the kernel
     // copies it); the caller's process is the one to filter.

@@ -1,0 +1,182 @@
+//! The sandbox helper: the processes that serve a sandboxed command (its supervisor, its init in
+//! namespaces mode, the namespaces template's builder) run a freshly executed image, never a copy
+//! of Node. The image is the platform's static `pi-native-ops-server` (the server's own `main`
+//! dispatches here first, `main_if_helper`); Node starts it with an empty environment and only
+//! the descriptors it needs (`launch`), and hands it plain data (`plan`, encoded by `codec`) on a
+//! descriptor it reads at start. Its first act makes it non-dumpable: no process of a sandbox,
+//! root in its user namespace included, can read or write it through `/proc` or trace it.
+//!
+//! ```text
+//! node ─launch─▶ helper "supervisor" ─clone─▶ init (namespaces mode) ─clone─▶ shell ─exec─▶ bash
+//! node ─launch─▶ helper "template"  ─clone(new namespaces)─▶ builder ─▶ namespaces' fds to Node
+//! ```
+//!
+//! The descriptors a helper starts with: `PLAN_FD` (the plan), /dev/null on stdout and stderr,
+//! then those handed, from `FIRST_FD` on, in the order each role's plan names them.
+
+pub(in crate::exec) mod codec;
+mod image;
+mod launch;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::ffi::CStr;
+use std::io::Read;
+use std::os::fd::{FromRawFd, RawFd};
+
+pub(in crate::exec) use image::image;
+pub use image::{set_path, use_current_exe};
+pub(in crate::exec) use launch::{launch, wait};
+pub(in crate::exec) use plan::{decode_template, encode_template, ChildPlan, ChildSandbox};
+
+use super::sandbox::{build_template_in_helper, report_template_failure, step_error, Step};
+use super::spawn::SHELL_STACK_BYTES;
+use super::supervisor::{reset_signals, supervise, Command, SupervisorFds};
+use super::{MESSAGE_BYTES, MSG_SPAWN_ERROR};
+
+/// The helper's `argv[0]`: what `main_if_helper` recognises (and what `ps` shows).
+pub(in crate::exec) const ARG0: &CStr = c"pi-sandbox-helper";
+/// Where the helper finds its plan.
+pub(in crate::exec) const PLAN_FD: RawFd = libc::STDIN_FILENO;
+/// The first handed descriptor.
+pub(in crate::exec) const FIRST_FD: RawFd = 3;
+/// The supervisor's three pipes with Node, the first handed descriptors in this order.
+pub(in crate::exec) const STATUS_FD: RawFd = FIRST_FD;
+pub(in crate::exec) const CONTROL_FD: RawFd = FIRST_FD + 1;
+pub(in crate::exec) const OUTPUT_FD: RawFd = FIRST_FD + 2;
+/// The template's report channel.
+pub(in crate::exec) const CHANNEL_FD: RawFd = FIRST_FD;
+/// The most descriptors any role is handed (the supervisor: three pipes, the notify channel, the
+/// ruleset, three namespaces; and the image's own).
+const MAX_HANDED: RawFd = 10;
+/// The largest plan a helper reads: far above any command (Linux caps `execve`'s arguments and
+/// environment at a quarter of the stack limit, 2 MiB by default) and its sandbox's mounts.
+pub(in crate::exec) const MAX_PLAN_BYTES: u64 = 16 << 20;
+/// Stack of a namespaces sandbox's init: a few frames of raw system calls (its deepest, the
+/// `clone` of the shell, uses a stack of its own), far less than this.
+const INIT_STACK_BYTES: usize = 64 << 10;
+/// The helper's exit code when its role or plan is not one it knows.
+const EXIT_BAD_PLAN: i32 = 2;
+
+/// What a helper process is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::exec) enum Role {
+    /// One sandboxed command's supervisor (and, in namespaces mode, its init).
+    Supervisor,
+    /// The builder of a namespaces sandbox's template.
+    Template,
+}
+
+impl Role {
+    fn arg(self) -> &'static CStr {
+        match self {
+            Role::Supervisor => c"supervisor",
+            Role::Template => c"template",
+        }
+    }
+}
+
+/// When this process was started as a sandbox helper (`argv[0]` is `ARG0`), runs its role and
+/// exits; otherwise returns at once. Call it first in `main` of the helper's image.
+pub fn main_if_helper() {
+    let mut args = std::env::args_os();
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(ARG0.to_str().unwrap_or_default())) {
+        return;
+    }
+    let role = args.next();
+    let role = [Role::Supervisor, Role::Template].into_iter().find(|r| {
+        role.as_deref() == Some(std::ffi::OsStr::new(r.arg().to_str().unwrap_or_default()))
+    });
+    std::process::exit(run(role));
+}
+
+fn run(role: Option<Role>) -> i32 {
+    // SAFETY: integers, on this process: non-dumpable before anything else.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // SAFETY: a fresh single-threaded process: default handlers, nothing blocked (the launcher
+    // blocked every signal).
+    unsafe { reset_signals() };
+    // The handed descriptors stay out of what the helper executes (the shell gets its stdio only).
+    for fd in FIRST_FD..FIRST_FD + MAX_HANDED {
+        // SAFETY: flags of our own descriptors; a number not open only fails.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    let Some(role) = role else {
+        return EXIT_BAD_PLAN;
+    };
+    let plan = read_plan();
+    // SAFETY: /dev/null (stdout, placed by the launcher) where the plan was: stdin stays taken.
+    unsafe { libc::dup2(libc::STDOUT_FILENO, PLAN_FD) };
+    match role {
+        Role::Supervisor => {
+            let plan = plan.and_then(|bytes| ChildPlan::decode(&bytes).ok());
+            match plan {
+                Some(plan) => supervise_plan(&plan),
+                None => {
+                    let mut message = [0u8; MESSAGE_BYTES];
+                    message[0] = MSG_SPAWN_ERROR;
+                    message[4..]
+                        .copy_from_slice(&step_error(Step::Helper, libc::EINVAL).to_ne_bytes());
+                    // SAFETY: `message` is valid for its length; the status pipe Node handed us.
+                    unsafe { libc::write(STATUS_FD, message.as_ptr().cast(), message.len()) };
+                    EXIT_BAD_PLAN
+                }
+            }
+        }
+        Role::Template => match plan.and_then(|bytes| decode_template(&bytes).ok()) {
+            // SAFETY: a fresh single-threaded process; `CHANNEL_FD` is the channel Node handed us.
+            Some(script) => unsafe { build_template_in_helper(&script, CHANNEL_FD) },
+            None => {
+                // SAFETY: as above.
+                unsafe { report_template_failure(CHANNEL_FD, Step::Helper, libc::EINVAL) };
+                EXIT_BAD_PLAN
+            }
+        },
+    }
+}
+
+/// The plan on `PLAN_FD`, at most `MAX_PLAN_BYTES`.
+fn read_plan() -> Option<Vec<u8>> {
+    // SAFETY: `PLAN_FD` is the plan Node placed there, ours alone; the `File` closes it.
+    let file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
+    let mut bytes = Vec::new();
+    file.take(MAX_PLAN_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= MAX_PLAN_BYTES).then_some(bytes)
+}
+
+/// Runs the supervisor of `plan`'s command: what a fork of Node runs for an unsandboxed one.
+fn supervise_plan(plan: &ChildPlan) -> ! {
+    let pointers = |strings: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let (argv, envp) = (pointers(&plan.argv), pointers(&plan.envp));
+    let shell_stack = vec![0u8; SHELL_STACK_BYTES];
+    let init_stack = if plan.sandbox.namespaces.is_some() {
+        vec![0u8; INIT_STACK_BYTES]
+    } else {
+        Vec::new()
+    };
+    let command = Command {
+        shell: &plan.shell,
+        cwd: &plan.cwd,
+        argv: &argv,
+        envp: &envp,
+        shell_stack: &shell_stack,
+        init_stack: &init_stack,
+        sandbox: Some(&plan.sandbox),
+        notify_channel: plan.sandbox.notify_channel,
+    };
+    let fds = SupervisorFds {
+        control: CONTROL_FD,
+        status: STATUS_FD,
+        output: OUTPUT_FD,
+    };
+    // SAFETY: a single-threaded process (nothing of ours starts a thread), as `supervise` needs;
+    // `command` lives in this frame, which never returns; the three pipes are Node's.
+    unsafe { supervise(&command, fds) }
+}
