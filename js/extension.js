@@ -7,7 +7,6 @@ import { appendFileSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createBashOperations, sandboxSupport } from "./bash.js";
-import { connect, createRemoteToolDefinitions } from "./remote.js";
 import { createNativeToolDefinitions } from "./tools.js";
 
 const NAMES = ["read", "bash", "edit", "write", "grep", "find", "ls"];
@@ -274,6 +273,8 @@ function sandboxStatus(sandbox) {
 
 /** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
 async function connectRemote(command, { index, signal, requireSandbox, policy, onPolicyEvent }) {
+  // The remote client (and its WebSocket library) loads only for a remote session: pi's startup pays for it otherwise.
+  const { connect } = await import("./remote.js");
   const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => {
@@ -317,6 +318,7 @@ async function start(pi, flags, cwd, signal) {
       ...policed,
     });
     const root = connection.server.root;
+    const { createRemoteToolDefinitions } = await import("./remote.js");
     const tools = createRemoteToolDefinitions(root, { connection, pi });
     // pi gives `!` commands its own cwd: the same place on the server.
     const toServer = (dir) => {
