@@ -141,10 +141,7 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
   });
 
   it("builds the tools with the pi that runs it, never a second copy of pi's modules", async () => {
-    const [plain, probed] = await Promise.all([
-      run([], { extension: false, probed: true }),
-      run([], { probed: true }),
-    ]);
+    const [plain, probed] = await Promise.all([run([], { extension: false, probed: true }), run([], { probed: true })]);
     const all = Object.fromEntries(STEPS.filter((s) => s.tool).map((s) => [s.tool, true]));
     // The probe's own check holds for stock pi's built-ins.
     expect(plain.probeSaw.hostBuilt).toEqual(all);
@@ -173,6 +170,25 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       isError: true,
       text: 'path "<DIR>/outside.txt" is outside workspace',
     });
+  });
+
+  it("a refused write names the file the model gave, and a write to the workspace itself says EISDIR as stock pi does", async () => {
+    const script = [
+      { tool: "write", args: { path: "../outside.txt", content: "x" } },
+      { tool: "write", args: { path: ".", content: "x" } },
+    ];
+    const [plain, refused] = await withScript(script, () => Promise.all([run([], { extension: false }), run([])]));
+    expect(refused.results[0]).toEqual({
+      tool: "write",
+      isError: true,
+      text: 'path "<DIR>/outside.txt" is outside workspace',
+    });
+    expect(plain.results[1]).toEqual({
+      tool: "write",
+      isError: true,
+      text: "EISDIR: illegal operation on a directory, open '<DIR>/ws'",
+    });
+    expect(refused.results[1]).toEqual(plain.results[1]);
   });
 
   it("finds and greps in process (stock pi needs fd and rg)", () => {
