@@ -19,6 +19,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CommandExitError, Sandbox as E2BSandbox } from "e2b";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
 import { serverPath } from "./helpers/face.js";
 import { hasListen } from "./helpers/ws-server.js";
@@ -54,11 +55,17 @@ function runInVm(log, cmd, args, env, viaShell) {
   const [file, argv] = behindFake ? [process.execPath, [cli, cmd, ...args]] : [cmd, args];
   const child = viaShell
     ? spawn("sh", ["-c", viaShell(file, argv)], {
-        stdio: ["ignore", "ignore", "inherit"],
+        stdio: ["ignore", "ignore", "pipe"],
         env: { ...process.env, ...env },
       })
-    : spawn(file, argv, { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, ...env } });
-  child.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+    : spawn(file, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
+  // What the platform's logs would hold: the command's stderr, kept and passed on.
+  child.stderrText = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => {
+    child.stderrText += d;
+    process.stderr.write(d);
+  });
+  child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
   log.children.push(child);
   return child;
 }
@@ -89,15 +96,27 @@ function fakeVercel(log) {
           log.kills++;
           child.kill(signal);
         },
-        wait: async () => ({ exitCode: (await child.exited).code }),
+        // A CommandFinished: the exit code, and the command's logs.
+        wait: async () => ({ exitCode: (await child.exited).code, stderr: async () => child.stderrText }),
       };
     },
-    domain: (port) => `http://127.0.0.1:${port}`,
+    // As @vercel/sandbox's session: a route for each port given at Sandbox.create, else its error.
+    domain: (port) => {
+      if (log.routes !== undefined && !log.routes.includes(port)) throw new Error(`No route for port ${port}`);
+      return `http://127.0.0.1:${port}`;
+    },
   };
 }
 
-function fakeE2B(log) {
-  return {
+/**
+ * An e2b Sandbox in E2B's debug mode (the SDK's own object: its getHost gives `localhost:PORT`, plain
+ * http), its files and commands served here, failing with the SDK's CommandExitError.
+ */
+async function fakeE2B(log) {
+  const sandbox = await E2BSandbox.create({ debug: true });
+  const exitError = (exitCode, stdout, stderr) =>
+    new CommandExitError({ exitCode, stdout, stderr, error: `exit status ${exitCode}` });
+  return Object.assign(sandbox, {
     trafficAccessToken: "traffic-token",
     files: {
       async write(file, data) {
@@ -110,9 +129,7 @@ function fakeE2B(log) {
       async run(line, opts = {}) {
         if (!opts.background) {
           const r = shell(line);
-          // E2B's run throws CommandExitError on a non-zero exit.
-          if (r.status !== 0)
-            throw Object.assign(new Error(`Command exited with code ${r.status}`), { exitCode: r.status });
+          if (r.status !== 0) throw exitError(r.status, r.stdout, r.stderr);
           return { exitCode: r.status, stdout: r.stdout, stderr: r.stderr };
         }
         const [cmd, ...args] = words(line);
@@ -123,18 +140,15 @@ function fakeE2B(log) {
             log.kills++;
             return child.kill("SIGKILL");
           },
-          // E2B's wait() rejects (CommandExitError) on a non-zero exit.
           wait: async () => {
             const { code } = await child.exited;
-            if (code !== 0) throw Object.assign(new Error(`Command exited with code ${code}`), { exitCode: code });
-            return { exitCode: code };
+            if (code !== 0) throw exitError(code, "", child.stderrText);
+            return { exitCode: code, stdout: "", stderr: child.stderrText };
           },
         };
       },
     },
-    // E2B gives a host name for https; the fake's loopback port has no TLS, so its "host" says http.
-    getHost: (port) => `http://127.0.0.1:${port}`,
-  };
+  });
 }
 
 function fakeDaytona(log) {
@@ -167,6 +181,16 @@ function fakeDaytona(log) {
         sessions.set(id, child);
         return { cmdId: "c1" };
       },
+      // As Daytona's API: no exit code while the command runs.
+      async getSessionCommand(id, cmdId) {
+        expect(cmdId).toBe("c1");
+        const child = sessions.get(id);
+        return { id: cmdId, exitCode: child?.exitCode ?? undefined };
+      },
+      async getSessionCommandLogs(id) {
+        const stderr = sessions.get(id)?.stderrText ?? "";
+        return { output: stderr, stdout: "", stderr };
+      },
       async deleteSession(id) {
         log.kills++;
         sessions.get(id)?.kill("SIGKILL");
@@ -186,7 +210,7 @@ const adapters = [
 describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake) => {
   it("uploads once, keeps the token out of argv, connects, and stops the server on close", async () => {
     const log = newLog();
-    const sandbox = fake(log);
+    const sandbox = await fake(log);
     const remotePath = path.join(vm, `${name}-server`);
     const token = `tok-${name}-0123456789`;
     const opts = { root: vm, serverPath: remotePath, binary: bin, token, host: "127.0.0.1" };
@@ -228,7 +252,7 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     const remotePath = path.join(vm, `${name}-dir`, "server");
     mkdirSync(path.join(remotePath, "server.upload"), { recursive: true });
     await expect(
-      connectTo(fake(log), {
+      connectTo(await fake(log), {
         root: vm,
         serverPath: remotePath,
         binary: bin,
@@ -239,28 +263,30 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     expect(log.started).toEqual([]);
   });
 
-  it("fails at once when the server exits before it listens (where the SDK tells), else after startTimeoutMs", async () => {
+  it("fails at once when the server exits before it listens, with its exit code and stderr", async () => {
     const log = newLog();
-    const tellsExit = name !== "connectDaytona";
-    const failing = connectTo(fake(log), {
+    // A "server" that dies at start as a real one does on a bad root: a message on stderr, exit 2.
+    const dies = path.join(vm, `${name}-dies.sh`);
+    writeFileSync(dies, "#!/bin/sh\necho 'pi-native-ops-server: --root: No such file or directory' >&2\nexit 2\n");
+    chmodSync(dies, 0o755);
+    const failing = connectTo(await fake(log), {
       root: vm,
-      serverPath: path.join(vm, `${name}-false`),
-      binary: "/bin/false",
+      serverPath: path.join(vm, `${name}-dying`),
+      binary: dies,
       host: "127.0.0.1",
       port: await freePort(),
-      startTimeoutMs: tellsExit ? 60_000 : 300,
+      // Far longer than any test waits: only the exit can end the dial in time.
+      startTimeoutMs: 600_000,
     });
     await expect(failing).rejects.toThrow(
-      tellsExit
-        ? /the server in the sandbox (exited \(1\)|failed) before it listened/
-        : /could not connect within 300 ms/,
+      "the server in the sandbox exited (2) before it listened: pi-native-ops-server: --root: No such file or directory",
     );
     expect(log.kills).toBe(1);
   });
 
   it("passes policy and onPolicyEvent to the server, type-checked before anything starts", async () => {
     const log = newLog();
-    const sandbox = fake(log);
+    const sandbox = await fake(log);
     await expect(connectTo(sandbox, { root: vm, policy: { denyRead: ".env" } })).rejects.toThrow(
       `${name}: options.policy.denyRead must be an array of strings`,
     );
@@ -285,6 +311,37 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
 
   it("says what is missing from an object that is not such a sandbox", async () => {
     await expect(connectTo({}, { root: "/" })).rejects.toThrow(/the sandbox object has no/);
-    await expect(connectTo(fake(newLog()), {})).rejects.toThrow(/options.root/);
+    await expect(connectTo(await fake(newLog()), {})).rejects.toThrow(/options.root/);
+  });
+});
+
+describe("connectVercelSandbox: the port", () => {
+  it("is checked before anything is uploaded: it must be in `ports` at Sandbox.create", async () => {
+    const log = { ...newLog(), routes: [3000] };
+    await expect(
+      connectVercelSandbox(fakeVercel(log), { root: vm, serverPath: path.join(vm, "vercel-port"), binary: bin }),
+    ).rejects.toThrow(
+      "the Vercel sandbox does not expose port 8765 (No route for port 8765): give it in `ports` at Sandbox.create",
+    );
+    expect(log.uploads).toEqual([]);
+    expect(log.started).toEqual([]);
+  });
+});
+
+describe("connectE2B: E2B's debug mode", () => {
+  it("dials the SDK's localhost:PORT host over plain http", async () => {
+    const log = newLog();
+    const sandbox = await fakeE2B(log);
+    const port = await freePort();
+    expect(sandbox.getHost(port)).toBe(`localhost:${port}`);
+    const connection = await connectE2B(sandbox, {
+      root: vm,
+      serverPath: path.join(vm, "e2b-debug-server"),
+      binary: bin,
+      host: "127.0.0.1",
+      port,
+    });
+    expect(connection.server.root).toBe(vm);
+    await connection.close();
   });
 });
