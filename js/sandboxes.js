@@ -1,7 +1,8 @@
 // Remote mode on the cloud sandboxes: each adapter puts pi-native-ops-server in the VM (uploaded once per
 // binary: skipped when the same bytes are there), starts it with `--listen` on a port the platform exposes,
 // the token in its environment only (SDKs record and show argv), and dials the platform's URL for that port
-// with connectWebSocket. Duck-typed on each SDK's objects: no SDK is a dependency of this package.
+// with connectWebSocket. Duck-typed on each SDK's objects: no SDK is a dependency of this package (they are
+// devDependencies, for the tests).
 //   Vercel Sandbox (@vercel/sandbox 3): writeFiles, runCommand({ detached, env }), domain(port)
 //   E2B (e2b 2): files.write, commands.run(cmd, { background, envs }), getHost(port), trafficAccessToken
 //   Daytona (@daytonaio/sdk): fs.uploadFile, process.executeCommand / sessions, getPreviewLink(port)
