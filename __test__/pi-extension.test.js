@@ -149,6 +149,20 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(probed.probeSaw.hostBuilt).toEqual(all);
   });
 
+  it.runIf(isPi1)(
+    "loaded as a JavaScript module, where pi does not map its names, refuses the copies of pi node_modules holds",
+    async () => {
+      const direct = await withScript([STEPS[0]], () =>
+        run(["-e", path.join(repo, "js", "extension.js")], { extension: false }),
+      );
+      expect(direct.stderr).toContain("pi-native-ops: cannot find the module of the pi that runs this extension");
+      expect(direct.stderr).toContain("resolves to a copy of pi other than the one running this extension");
+      // No silent fallback to stock pi's tools either.
+      expect(direct.results[0]).toMatchObject({ tool: "read", isError: true });
+      expect(direct.results[0].text).toContain("cannot find the module of the pi that runs this extension");
+    },
+  );
+
   it("offers the model stock pi's tools: the default set without --tools, the named ones with it", async () => {
     const [plain, defaults, named] = await Promise.all([
       run([], { extension: false, tools: null, probed: true }),
