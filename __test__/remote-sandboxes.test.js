@@ -19,8 +19,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandExitError, Sandbox as E2BSandbox } from "e2b";
+import { Sandbox as E2BSandbox } from "e2b";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
+import { startFakeEnvd } from "./helpers/fake-e2b-envd.js";
 import { serverPath } from "./helpers/face.js";
 import { hasListen } from "./helpers/ws-server.js";
 
@@ -31,7 +32,12 @@ let vm;
 beforeAll(() => {
   vm = realpathSync(mkdtempSync(path.join(tmpdir(), "remote-sandboxes-")));
 });
-afterAll(() => rmSync(vm, { recursive: true, force: true }));
+/** The fake E2B daemons started, closed at the end. */
+const envds = [];
+afterAll(async () => {
+  for (const envd of envds) await envd.close();
+  rmSync(vm, { recursive: true, force: true });
+});
 
 /** A loopback port free right now. */
 async function freePort() {
@@ -109,46 +115,30 @@ function fakeVercel(log) {
 }
 
 /**
- * An e2b Sandbox in E2B's debug mode (the SDK's own object: its getHost gives `localhost:PORT`, plain
- * http), its files and commands served here, failing with the SDK's CommandExitError.
+ * The real e2b SDK's Sandbox in E2B's debug mode (its getHost gives `localhost:PORT`, plain http), its
+ * daemon a local fake (helpers/fake-e2b-envd.js): uploads, commands and their exits go through the SDK.
  */
 async function fakeE2B(log) {
-  const sandbox = await E2BSandbox.create({ debug: true });
-  const exitError = (exitCode, stdout, stderr) =>
-    new CommandExitError({ exitCode, stdout, stderr, error: `exit status ${exitCode}` });
-  return Object.assign(sandbox, {
-    trafficAccessToken: "traffic-token",
-    files: {
-      async write(file, data) {
-        log.uploads.push(file);
-        rmSync(file, { force: true });
-        writeFileSync(file, Buffer.from(data));
-      },
+  const envd = await startFakeEnvd({
+    onUpload: (file) => log.uploads.push(file),
+    onStart: (line, envs, child) => {
+      child.stderrText = "";
+      child.stderr.on("data", (d) => {
+        child.stderrText += d;
+      });
+      child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+      // The adapter's setup lines run `sh -c …`; the server's is its quoted argv.
+      if (line.startsWith("sh -c ")) return;
+      log.started.push({ argv: words(line), env: envs });
+      log.children.push(child);
     },
-    commands: {
-      async run(line, opts = {}) {
-        if (!opts.background) {
-          const r = shell(line);
-          if (r.status !== 0) throw exitError(r.status, r.stdout, r.stderr);
-          return { exitCode: r.status, stdout: r.stdout, stderr: r.stderr };
-        }
-        const [cmd, ...args] = words(line);
-        const child = runInVm(log, cmd, args, opts.envs);
-        return {
-          pid: child.pid,
-          kill: async () => {
-            log.kills++;
-            return child.kill("SIGKILL");
-          },
-          wait: async () => {
-            const { code } = await child.exited;
-            if (code !== 0) throw exitError(code, "", child.stderrText);
-            return { exitCode: code, stdout: "", stderr: child.stderrText };
-          },
-        };
-      },
+    onSignal: () => {
+      log.kills++;
     },
   });
+  envds.push(envd);
+  const sandbox = await E2BSandbox.create({ debug: true, sandboxUrl: envd.url });
+  return Object.assign(sandbox, { trafficAccessToken: "traffic-token" });
 }
 
 function fakeDaytona(log) {
