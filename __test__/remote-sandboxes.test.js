@@ -1,7 +1,8 @@
-// The sandbox adapters (js/sandboxes.js) against fakes of each SDK's shape: a temp dir for the uploads, local
-// processes for the commands, a loopback URL for the port. Each adapter must upload once (a second connect
-// finds the same bytes and skips), put the token only in the environment (never in argv), connect, and
-// stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
+// The sandbox adapters (js/sandboxes.js) against each platform: the real e2b and @daytonaio/sdk SDKs on local
+// fakes of their APIs (helpers/fake-e2b-envd.js, helpers/fake-daytona.js), a fake of @vercel/sandbox's
+// shape; a temp dir for the uploads, local processes for the commands, a loopback URL for the port. Each
+// adapter must upload once (a second connect finds the same bytes and skips), put the token only in the
+// environment (never in argv), connect, and stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
 // --listen yet, the uploaded binary is run behind the fake of --listen (helpers/ws-fake-cli.js).
 import { spawn, spawnSync } from "node:child_process";
 import {
@@ -19,8 +20,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Daytona } from "@daytonaio/sdk";
 import { Sandbox as E2BSandbox } from "e2b";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
+import { startFakeDaytona } from "./helpers/fake-daytona.js";
 import { startFakeEnvd } from "./helpers/fake-e2b-envd.js";
 import { serverPath } from "./helpers/face.js";
 import { hasListen } from "./helpers/ws-server.js";
@@ -32,10 +35,10 @@ let vm;
 beforeAll(() => {
   vm = realpathSync(mkdtempSync(path.join(tmpdir(), "remote-sandboxes-")));
 });
-/** The fake E2B daemons started, closed at the end. */
-const envds = [];
+/** The fake platforms started (E2B's daemons, Daytona's APIs), closed at the end. */
+const platforms = [];
 afterAll(async () => {
-  for (const envd of envds) await envd.close();
+  for (const platform of platforms) await platform.close();
   rmSync(vm, { recursive: true, force: true });
 });
 
@@ -76,7 +79,6 @@ function runInVm(log, cmd, args, env, viaShell) {
   return child;
 }
 
-const shell = (line) => spawnSync("sh", ["-c", line], { encoding: "utf8" });
 /** The words of a line the adapters quote ('a' 'b' ...). */
 const words = (line) => [...line.matchAll(/'((?:[^']|'\\'')*)'/g)].map((m) => m[1].replaceAll("'\\''", "'"));
 
@@ -136,59 +138,33 @@ async function fakeE2B(log) {
       log.kills++;
     },
   });
-  envds.push(envd);
+  platforms.push(envd);
   const sandbox = await E2BSandbox.create({ debug: true, sandboxUrl: envd.url });
   return Object.assign(sandbox, { trafficAccessToken: "traffic-token" });
 }
 
-function fakeDaytona(log) {
-  const sessions = new Map();
-  return {
-    fs: {
-      async uploadFile(content, file) {
-        log.uploads.push(file);
-        rmSync(file, { force: true });
-        writeFileSync(file, content);
-      },
+/**
+ * The real @daytonaio/sdk's Sandbox (`daytona.get`), its API and toolbox a local fake
+ * (helpers/fake-daytona.js): uploads, the session command, its exit code and logs go through the SDK.
+ */
+async function fakeDaytona(log) {
+  const fake = await startFakeDaytona("sb-test", {
+    onUpload: (file) => log.uploads.push(file),
+    onExec: (command, child) => {
+      // The server's command line, as the shell execs it: its argv.
+      const line = words(command)[0];
+      log.started.push({ argv: words(line.slice(line.indexOf("exec ") + 5)), env: {} });
+      child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+      log.children.push(child);
     },
-    process: {
-      async executeCommand(line) {
-        const r = shell(line);
-        return { exitCode: r.status, result: r.stdout };
-      },
-      async createSession(id) {
-        sessions.set(id, null);
-      },
-      async executeSessionCommand(id, req) {
-        expect(req.runAsync).toBe(true);
-        // The server's command line, as the shell will exec it: its argv.
-        const line = words(req.command)[0];
-        const exec = line.slice(line.indexOf("exec ") + 5);
-        const [cmd, ...args] = words(exec);
-        const child = runInVm(log, cmd, args, {}, (file, argv) =>
-          line.replace(exec, [file, ...argv].map((w) => `'${w.replaceAll("'", "'\\''")}'`).join(" ")),
-        );
-        sessions.set(id, child);
-        return { cmdId: "c1" };
-      },
-      // As Daytona's API: no exit code while the command runs.
-      async getSessionCommand(id, cmdId) {
-        expect(cmdId).toBe("c1");
-        const child = sessions.get(id);
-        return { id: cmdId, exitCode: child?.exitCode ?? undefined };
-      },
-      async getSessionCommandLogs(id) {
-        const stderr = sessions.get(id)?.stderrText ?? "";
-        return { output: stderr, stdout: "", stderr };
-      },
-      async deleteSession(id) {
-        log.kills++;
-        sessions.get(id)?.kill("SIGKILL");
-        sessions.delete(id);
-      },
+    onDeleteSession: () => {
+      log.kills++;
     },
-    getPreviewLink: async (port) => ({ url: `http://127.0.0.1:${port}`, token: "preview-token" }),
-  };
+  });
+  platforms.push(fake);
+  // No event stream: the SDK polls (there is no socket to fake).
+  const daytona = new Daytona({ apiKey: "key", apiUrl: fake.apiUrl, target: "local", useDeprecatedPolling: true });
+  return daytona.get("sb-test");
 }
 
 const adapters = [
@@ -197,7 +173,7 @@ const adapters = [
   ["connectDaytona", connectDaytona, fakeDaytona],
 ];
 
-describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake) => {
+describe.each(adapters)("%s", (name, connectTo, fake) => {
   it("uploads once, keeps the token out of argv, connects, and stops the server on close", async () => {
     const log = newLog();
     const sandbox = await fake(log);
