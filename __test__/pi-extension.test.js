@@ -13,7 +13,11 @@ import { isPi1, piName } from "./helpers/pi.js";
 import { removeTree } from "./helpers/tree.js";
 
 const repo = path.resolve(import.meta.dirname, "..");
-const cli = path.join(repo, "node_modules", piName, "dist", "cli.js");
+/** The real CLI, as the package's `bin` names it (pi 1.6 runs its bundle, which embeds pi's modules). */
+const piDir = path.join(repo, "node_modules", piName);
+const cli = path.join(piDir, JSON.parse(readFileSync(path.join(piDir, "package.json"), "utf8")).bin.pi);
+/** An extension that says whether the seven tools pi registered were built by the pi that runs. */
+const probe = path.join(import.meta.dirname, "helpers", "pi-probe-extension.ts");
 const TOOLS = "read,bash,edit,write,grep,find,ls";
 
 /** The script: each of the seven tools, then a final answer. */
@@ -63,9 +67,10 @@ const normalize = (text, dir) =>
 
 /**
  * Runs pi on the script with `args` (the message comes first: a boolean extension flag would take a
- * following word as its value). Resolves to the tool results, the requests it sent, and its stderr.
+ * following word as its value); `tools` is --tools (null: none given), `probed` adds the probe extension. Resolves
+ * to the tool results, the requests it sent, its stderr, and what the probe saw.
  */
-async function run(args, { extension = true, settings } = {}) {
+async function run(args, { extension = true, settings, tools = TOOLS, probed = false } = {}) {
   const dir = runDir();
   if (typeof args === "function") args = args(dir);
   const env = scratchPiHome(dir, `${model.url}/${path.basename(dir)}`);
@@ -81,12 +86,13 @@ async function run(args, { extension = true, settings } = {}) {
     PROVIDER,
     "--model",
     MODEL,
-    "--tools",
-    TOOLS,
+    ...(tools === null ? [] : ["--tools", tools]),
     "go",
     ...(extension ? ["-e", repo] : []),
+    ...(probed ? ["-e", probe] : []),
     ...args,
   ];
+  if (probed) env.PI_PROBE_OUT = path.join(dir, "probe.json");
   const out = await runPi(process.execPath, cli, argv, { cwd: path.join(dir, "ws"), env });
   const results = out.stdout
     .split("\n")
@@ -107,7 +113,8 @@ async function run(args, { extension = true, settings } = {}) {
   const requests = model.requests
     .filter((r) => r.url.includes(`/${path.basename(dir)}/`))
     .map((r) => JSON.parse(normalize(JSON.stringify(r.body), dir)));
-  return { ...out, dir, results, requests };
+  const probeSaw = probed ? JSON.parse(readFileSync(env.PI_PROBE_OUT, "utf8")) : undefined;
+  return { ...out, dir, results, requests, probeSaw };
 }
 
 /** What pi tells the model: the system prompt and the tools' declarations (names, texts, schemas). */
@@ -133,6 +140,43 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(native.results[STEP.bash].text).toBe("goodbye world\nsecret\n");
   });
 
+  it("builds the tools with the pi that runs it, never a second copy of pi's modules", async () => {
+    const [plain, probed] = await Promise.all([run([], { extension: false, probed: true }), run([], { probed: true })]);
+    const all = Object.fromEntries(STEPS.filter((s) => s.tool).map((s) => [s.tool, true]));
+    // The probe's own check holds for stock pi's built-ins.
+    expect(plain.probeSaw.hostBuilt).toEqual(all);
+    expect(probed.stderr).toBe("");
+    expect(probed.probeSaw.hostBuilt).toEqual(all);
+  });
+
+  it.runIf(isPi1)(
+    "loaded as a JavaScript module, where pi does not map its names, refuses the copies of pi node_modules holds",
+    async () => {
+      const direct = await withScript([STEPS[0]], () =>
+        run(["-e", path.join(repo, "js", "extension.js")], { extension: false }),
+      );
+      expect(direct.stderr).toContain("pi-native-ops: cannot find the module of the pi that runs this extension");
+      expect(direct.stderr).toContain("resolves to a copy of pi other than the one running this extension");
+      // No silent fallback to stock pi's tools either.
+      expect(direct.results[0]).toMatchObject({ tool: "read", isError: true });
+      expect(direct.results[0].text).toContain("cannot find the module of the pi that runs this extension");
+    },
+  );
+
+  it("offers the model stock pi's tools: the default set without --tools, the named ones with it", async () => {
+    const [plain, defaults, named] = await Promise.all([
+      run([], { extension: false, tools: null, probed: true }),
+      run([], { tools: null, probed: true }),
+      run([], { tools: "read,grep,ls", probed: true }),
+    ]);
+    expect(plain.probeSaw.active).toEqual(["read", "bash", "edit", "write"]);
+    expect(defaults.probeSaw.active).toEqual(plain.probeSaw.active);
+    expect(declared(defaults.requests)).toEqual(declared(plain.requests));
+    expect(named.probeSaw.active).toEqual(["read", "grep", "ls"]);
+    // The named tools are the native ones (stock pi reads outside the workspace).
+    expect(named.results[STEP.outsideRead]).toMatchObject({ tool: "read", isError: true });
+  });
+
   it("refuses a path outside the workspace, which stock pi reads", () => {
     expect(stock.results[STEP.outsideRead]).toEqual({ tool: "read", isError: false, text: "secret\n" });
     expect(native.results[STEP.outsideRead]).toEqual({
@@ -140,6 +184,25 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       isError: true,
       text: 'path "<DIR>/outside.txt" is outside workspace',
     });
+  });
+
+  it("a refused write names the file the model gave, and a write to the workspace itself says EISDIR as stock pi does", async () => {
+    const script = [
+      { tool: "write", args: { path: "../outside.txt", content: "x" } },
+      { tool: "write", args: { path: ".", content: "x" } },
+    ];
+    const [plain, refused] = await withScript(script, () => Promise.all([run([], { extension: false }), run([])]));
+    expect(refused.results[0]).toEqual({
+      tool: "write",
+      isError: true,
+      text: 'path "<DIR>/outside.txt" is outside workspace',
+    });
+    expect(plain.results[1]).toEqual({
+      tool: "write",
+      isError: true,
+      text: "EISDIR: illegal operation on a directory, open '<DIR>/ws'",
+    });
+    expect(refused.results[1]).toEqual(plain.results[1]);
   });
 
   it("finds and greps in process (stock pi needs fd and rg)", () => {

@@ -1,10 +1,10 @@
 // Opt-in smoke tests against the real platforms: each runs only when its credentials are in the
-// environment and its SDK is installed (neither is a dependency of this package); otherwise its test is
-// skipped, and its title says why. Each creates a sandbox, connects through its adapter (upload, start,
+// environment and its SDK is installed (a devDependency, not a dependency of this package); otherwise its
+// test is skipped, and its title says why. Each creates a sandbox, connects through its adapter (upload, start,
 // dial through the platform's TLS proxy), runs a file call and a command, closes, and removes the sandbox.
-//   Vercel Sandbox: VERCEL_TOKEN, VERCEL_TEAM_ID, VERCEL_PROJECT_ID; npm install --no-save @vercel/sandbox
-//   E2B:            E2B_API_KEY;                                  npm install --no-save e2b
-//   Daytona:        DAYTONA_API_KEY;                              npm install --no-save @daytonaio/sdk
+//   Vercel Sandbox: VERCEL_TOKEN, VERCEL_TEAM_ID, VERCEL_PROJECT_ID (@vercel/sandbox)
+//   E2B:            E2B_API_KEY (e2b)
+//   Daytona:        DAYTONA_API_KEY (@daytonaio/sdk)
 import { describe, expect, it } from "vitest";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
 

@@ -1,7 +1,8 @@
-// The sandbox adapters (js/sandboxes.js) against fakes of each SDK's shape: a temp dir for the uploads, local
-// processes for the commands, a loopback URL for the port. Each adapter must upload once (a second connect
-// finds the same bytes and skips), put the token only in the environment (never in argv), connect, and
-// stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
+// The sandbox adapters (js/sandboxes.js) against each platform: the real e2b and @daytonaio/sdk SDKs on local
+// fakes of their APIs (helpers/fake-e2b-envd.js, helpers/fake-daytona.js), a fake of @vercel/sandbox's
+// shape; a temp dir for the uploads, local processes for the commands, a loopback URL for the port. Each
+// adapter must upload once (a second connect finds the same bytes and skips), put the token only in the
+// environment (never in argv), connect, and stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
 // --listen yet, the uploaded binary is run behind the fake of --listen (helpers/ws-fake-cli.js).
 import { spawn, spawnSync } from "node:child_process";
 import {
@@ -19,7 +20,11 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Daytona } from "@daytonaio/sdk";
+import { Sandbox as E2BSandbox } from "e2b";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
+import { startFakeDaytona } from "./helpers/fake-daytona.js";
+import { startFakeEnvd } from "./helpers/fake-e2b-envd.js";
 import { serverPath } from "./helpers/face.js";
 import { hasListen } from "./helpers/ws-server.js";
 
@@ -30,7 +35,12 @@ let vm;
 beforeAll(() => {
   vm = realpathSync(mkdtempSync(path.join(tmpdir(), "remote-sandboxes-")));
 });
-afterAll(() => rmSync(vm, { recursive: true, force: true }));
+/** The fake platforms started (E2B's daemons, Daytona's APIs), closed at the end. */
+const platforms = [];
+afterAll(async () => {
+  for (const platform of platforms) await platform.close();
+  rmSync(vm, { recursive: true, force: true });
+});
 
 /** A loopback port free right now. */
 async function freePort() {
@@ -54,16 +64,21 @@ function runInVm(log, cmd, args, env, viaShell) {
   const [file, argv] = behindFake ? [process.execPath, [cli, cmd, ...args]] : [cmd, args];
   const child = viaShell
     ? spawn("sh", ["-c", viaShell(file, argv)], {
-        stdio: ["ignore", "ignore", "inherit"],
+        stdio: ["ignore", "ignore", "pipe"],
         env: { ...process.env, ...env },
       })
-    : spawn(file, argv, { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, ...env } });
-  child.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+    : spawn(file, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
+  // What the platform's logs would hold: the command's stderr, kept and passed on.
+  child.stderrText = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => {
+    child.stderrText += d;
+    process.stderr.write(d);
+  });
+  child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
   log.children.push(child);
   return child;
 }
 
-const shell = (line) => spawnSync("sh", ["-c", line], { encoding: "utf8" });
 /** The words of a line the adapters quote ('a' 'b' ...). */
 const words = (line) => [...line.matchAll(/'((?:[^']|'\\'')*)'/g)].map((m) => m[1].replaceAll("'\\''", "'"));
 
@@ -89,92 +104,67 @@ function fakeVercel(log) {
           log.kills++;
           child.kill(signal);
         },
-        wait: async () => ({ exitCode: (await child.exited).code }),
+        // A CommandFinished: the exit code, and the command's logs.
+        wait: async () => ({ exitCode: (await child.exited).code, stderr: async () => child.stderrText }),
       };
     },
-    domain: (port) => `http://127.0.0.1:${port}`,
+    // As @vercel/sandbox's session: a route for each port given at Sandbox.create, else its error.
+    domain: (port) => {
+      if (log.routes !== undefined && !log.routes.includes(port)) throw new Error(`No route for port ${port}`);
+      return `http://127.0.0.1:${port}`;
+    },
   };
 }
 
-function fakeE2B(log) {
-  return {
-    trafficAccessToken: "traffic-token",
-    files: {
-      async write(file, data) {
-        log.uploads.push(file);
-        rmSync(file, { force: true });
-        writeFileSync(file, Buffer.from(data));
-      },
+/**
+ * The real e2b SDK's Sandbox in E2B's debug mode (its getHost gives `localhost:PORT`, plain http), its
+ * daemon a local fake (helpers/fake-e2b-envd.js): uploads, commands and their exits go through the SDK.
+ */
+async function fakeE2B(log) {
+  const envd = await startFakeEnvd({
+    onUpload: (file) => log.uploads.push(file),
+    onStart: (line, envs, child) => {
+      child.stderrText = "";
+      child.stderr.on("data", (d) => {
+        child.stderrText += d;
+      });
+      child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+      // The adapter's setup lines run `sh -c …`; the server's is its quoted argv.
+      if (line.startsWith("sh -c ")) return;
+      log.started.push({ argv: words(line), env: envs });
+      log.children.push(child);
     },
-    commands: {
-      async run(line, opts = {}) {
-        if (!opts.background) {
-          const r = shell(line);
-          // E2B's run throws CommandExitError on a non-zero exit.
-          if (r.status !== 0)
-            throw Object.assign(new Error(`Command exited with code ${r.status}`), { exitCode: r.status });
-          return { exitCode: r.status, stdout: r.stdout, stderr: r.stderr };
-        }
-        const [cmd, ...args] = words(line);
-        const child = runInVm(log, cmd, args, opts.envs);
-        return {
-          pid: child.pid,
-          kill: async () => {
-            log.kills++;
-            return child.kill("SIGKILL");
-          },
-          // E2B's wait() rejects (CommandExitError) on a non-zero exit.
-          wait: async () => {
-            const { code } = await child.exited;
-            if (code !== 0) throw Object.assign(new Error(`Command exited with code ${code}`), { exitCode: code });
-            return { exitCode: code };
-          },
-        };
-      },
+    onSignal: () => {
+      log.kills++;
     },
-    // E2B gives a host name for https; the fake's loopback port has no TLS, so its "host" says http.
-    getHost: (port) => `http://127.0.0.1:${port}`,
-  };
+  });
+  platforms.push(envd);
+  const sandbox = await E2BSandbox.create({ debug: true, sandboxUrl: envd.url });
+  return Object.assign(sandbox, { trafficAccessToken: "traffic-token" });
 }
 
-function fakeDaytona(log) {
-  const sessions = new Map();
-  return {
-    fs: {
-      async uploadFile(content, file) {
-        log.uploads.push(file);
-        rmSync(file, { force: true });
-        writeFileSync(file, content);
-      },
+/**
+ * The real @daytonaio/sdk's Sandbox (`daytona.get`), its API and toolbox a local fake
+ * (helpers/fake-daytona.js): uploads, the session command, its exit code and logs go through the SDK.
+ */
+async function fakeDaytona(log) {
+  const fake = await startFakeDaytona("sb-test", {
+    onUpload: (file) => log.uploads.push(file),
+    onExec: (command, child) => {
+      // The server's command line, as the shell execs it: its argv.
+      const line = words(command)[0];
+      log.started.push({ argv: words(line.slice(line.indexOf("exec ") + 5)), env: {} });
+      child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+      log.children.push(child);
     },
-    process: {
-      async executeCommand(line) {
-        const r = shell(line);
-        return { exitCode: r.status, result: r.stdout };
-      },
-      async createSession(id) {
-        sessions.set(id, null);
-      },
-      async executeSessionCommand(id, req) {
-        expect(req.runAsync).toBe(true);
-        // The server's command line, as the shell will exec it: its argv.
-        const line = words(req.command)[0];
-        const exec = line.slice(line.indexOf("exec ") + 5);
-        const [cmd, ...args] = words(exec);
-        const child = runInVm(log, cmd, args, {}, (file, argv) =>
-          line.replace(exec, [file, ...argv].map((w) => `'${w.replaceAll("'", "'\\''")}'`).join(" ")),
-        );
-        sessions.set(id, child);
-        return { cmdId: "c1" };
-      },
-      async deleteSession(id) {
-        log.kills++;
-        sessions.get(id)?.kill("SIGKILL");
-        sessions.delete(id);
-      },
+    onDeleteSession: () => {
+      log.kills++;
     },
-    getPreviewLink: async (port) => ({ url: `http://127.0.0.1:${port}`, token: "preview-token" }),
-  };
+  });
+  platforms.push(fake);
+  // No event stream: the SDK polls (there is no socket to fake).
+  const daytona = new Daytona({ apiKey: "key", apiUrl: fake.apiUrl, target: "local", useDeprecatedPolling: true });
+  return daytona.get("sb-test");
 }
 
 const adapters = [
@@ -183,10 +173,10 @@ const adapters = [
   ["connectDaytona", connectDaytona, fakeDaytona],
 ];
 
-describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake) => {
+describe.each(adapters)("%s", (name, connectTo, fake) => {
   it("uploads once, keeps the token out of argv, connects, and stops the server on close", async () => {
     const log = newLog();
-    const sandbox = fake(log);
+    const sandbox = await fake(log);
     const remotePath = path.join(vm, `${name}-server`);
     const token = `tok-${name}-0123456789`;
     const opts = { root: vm, serverPath: remotePath, binary: bin, token, host: "127.0.0.1" };
@@ -228,7 +218,7 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     const remotePath = path.join(vm, `${name}-dir`, "server");
     mkdirSync(path.join(remotePath, "server.upload"), { recursive: true });
     await expect(
-      connectTo(fake(log), {
+      connectTo(await fake(log), {
         root: vm,
         serverPath: remotePath,
         binary: bin,
@@ -239,28 +229,30 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
     expect(log.started).toEqual([]);
   });
 
-  it("fails at once when the server exits before it listens (where the SDK tells), else after startTimeoutMs", async () => {
+  it("fails at once when the server exits before it listens, with its exit code and stderr", async () => {
     const log = newLog();
-    const tellsExit = name !== "connectDaytona";
-    const failing = connectTo(fake(log), {
+    // A "server" that dies at start as a real one does on a bad root: a message on stderr, exit 2.
+    const dies = path.join(vm, `${name}-dies.sh`);
+    writeFileSync(dies, "#!/bin/sh\necho 'pi-native-ops-server: --root: No such file or directory' >&2\nexit 2\n");
+    chmodSync(dies, 0o755);
+    const failing = connectTo(await fake(log), {
       root: vm,
-      serverPath: path.join(vm, `${name}-false`),
-      binary: "/bin/false",
+      serverPath: path.join(vm, `${name}-dying`),
+      binary: dies,
       host: "127.0.0.1",
       port: await freePort(),
-      startTimeoutMs: tellsExit ? 60_000 : 300,
+      // Far longer than any test waits: only the exit can end the dial in time.
+      startTimeoutMs: 600_000,
     });
     await expect(failing).rejects.toThrow(
-      tellsExit
-        ? /the server in the sandbox (exited \(1\)|failed) before it listened/
-        : /could not connect within 300 ms/,
+      "the server in the sandbox exited (2) before it listened: pi-native-ops-server: --root: No such file or directory",
     );
     expect(log.kills).toBe(1);
   });
 
   it("passes policy and onPolicyEvent to the server, type-checked before anything starts", async () => {
     const log = newLog();
-    const sandbox = fake(log);
+    const sandbox = await fake(log);
     await expect(connectTo(sandbox, { root: vm, policy: { denyRead: ".env" } })).rejects.toThrow(
       `${name}: options.policy.denyRead must be an array of strings`,
     );
@@ -285,6 +277,37 @@ describe.each(adapters)("%s (a fake of the SDK's shape)", (name, connectTo, fake
 
   it("says what is missing from an object that is not such a sandbox", async () => {
     await expect(connectTo({}, { root: "/" })).rejects.toThrow(/the sandbox object has no/);
-    await expect(connectTo(fake(newLog()), {})).rejects.toThrow(/options.root/);
+    await expect(connectTo(await fake(newLog()), {})).rejects.toThrow(/options.root/);
+  });
+});
+
+describe("connectVercelSandbox: the port", () => {
+  it("is checked before anything is uploaded: it must be in `ports` at Sandbox.create", async () => {
+    const log = { ...newLog(), routes: [3000] };
+    await expect(
+      connectVercelSandbox(fakeVercel(log), { root: vm, serverPath: path.join(vm, "vercel-port"), binary: bin }),
+    ).rejects.toThrow(
+      "the Vercel sandbox does not expose port 8765 (No route for port 8765): give it in `ports` at Sandbox.create",
+    );
+    expect(log.uploads).toEqual([]);
+    expect(log.started).toEqual([]);
+  });
+});
+
+describe("connectE2B: E2B's debug mode", () => {
+  it("dials the SDK's localhost:PORT host over plain http", async () => {
+    const log = newLog();
+    const sandbox = await fakeE2B(log);
+    const port = await freePort();
+    expect(sandbox.getHost(port)).toBe(`localhost:${port}`);
+    const connection = await connectE2B(sandbox, {
+      root: vm,
+      serverPath: path.join(vm, "e2b-debug-server"),
+      binary: bin,
+      host: "127.0.0.1",
+      port,
+    });
+    expect(connection.server.root).toBe(vm);
+    await connection.close();
   });
 });

@@ -3,12 +3,10 @@
 // definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
 // the "pi-native-ops" entry of pi's settings.json.
 import { spawn } from "node:child_process";
-import { appendFileSync, readFileSync, realpathSync } from "node:fs";
+import { appendFileSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { pathToFileURL } from "node:url";
 import { createBashOperations, sandboxSupport } from "./bash.js";
-import { connect, createRemoteToolDefinitions } from "./remote.js";
 import { createNativeToolDefinitions } from "./tools.js";
 
 const NAMES = ["read", "bash", "edit", "write", "grep", "find", "ls"];
@@ -74,56 +72,37 @@ const FLAGS = {
   },
 };
 
-const PI_NAMES = ["@earendil-works/pi-coding-agent", "@mariozechner/pi-coding-agent"];
-/** How many directories above the running script its package.json may be (pi's bin is dist/cli.js). */
-const PACKAGE_DEPTH = 4;
+/**
+ * How to import each name of pi's package. pi's loader maps these names to the pi that runs when it
+ * transpiles the importing file, which it does for the TypeScript entry (extension.ts) and not for a
+ * JavaScript ES module: imported from here, a name resolves through node_modules, to whatever copy is
+ * there, or to none. The legacy name first: every pi that supports extensions maps it.
+ */
+const BY_NAME = [
+  ["@mariozechner/pi-coding-agent", () => import("@mariozechner/pi-coding-agent")],
+  ["@earendil-works/pi-coding-agent", () => import("@earendil-works/pi-coding-agent")],
+];
 
 /**
- * The entry file of the pi package whose CLI runs this process, or null (an application on pi's SDK,
- * a compiled pi binary).
+ * The pi module of the pi running this session: the tools must be built by it (its classes, its
+ * renderers, its key bindings, its wording), never by another copy. A candidate is pi's own when the
+ * session's manager is an instance of its SessionManager; a copy found elsewhere is refused, not used.
  */
-function runningPiEntry() {
-  let dir;
-  try {
-    dir = path.dirname(realpathSync(process.argv[1]));
-  } catch {
-    return null;
-  }
-  for (let up = 0; up < PACKAGE_DEPTH; up++, dir = path.dirname(dir)) {
-    let manifest;
-    try {
-      manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
-    } catch {
-      continue;
-    }
-    if (!PI_NAMES.includes(manifest.name)) return null;
-    const root = manifest.exports?.["."] ?? manifest.exports;
-    const entry = (typeof root === "string" ? root : (root?.import ?? root?.default)) ?? manifest.main;
-    const file = typeof entry === "string" ? entry : entry?.default;
-    return typeof file === "string" ? path.join(dir, file) : null;
-  }
-  return null;
-}
-
-/**
- * The pi module of the pi running this extension: the tools must be built by it (its classes, its
- * renderers, its wording), never by another copy. Under the pi CLI that is the package of the running
- * script, imported by path so it is the very module instance pi runs. Otherwise (pi's SDK, a compiled
- * pi) the package names: a compiled pi's loader maps them to itself; elsewhere they resolve from this
- * package's location.
- */
-async function hostPi() {
-  const entry = runningPiEntry();
-  if (entry !== null) return import(pathToFileURL(entry).href);
+async function hostPi(importers, ctx) {
   const failures = [];
-  for (const name of PI_NAMES) {
+  for (const [name, load] of importers) {
+    let module;
     try {
-      return await import(name);
+      module = await load();
     } catch (err) {
       failures.push(`${name}: ${String(err?.message ?? err).split("\n")[0]}`);
+      continue;
     }
+    const own = typeof module.SessionManager === "function" && ctx.sessionManager instanceof module.SessionManager;
+    if (own) return module;
+    failures.push(`${name}: resolves to a copy of pi other than the one running this extension`);
   }
-  throw new Error(`pi-native-ops: cannot load the pi module this extension runs in:\n  ${failures.join("\n  ")}`);
+  throw new Error(`cannot find the module of the pi that runs this extension:\n  ${failures.join("\n  ")}`);
 }
 
 /** A flag's value as a path list, or undefined when not given. */
@@ -294,6 +273,8 @@ function sandboxStatus(sandbox) {
 
 /** Starts `command` in a shell and connects to the pi-native-ops-server it runs. */
 async function connectRemote(command, { index, signal, requireSandbox, policy, onPolicyEvent }) {
+  // The remote client (and its WebSocket library) loads only for a remote session: pi's startup pays for it otherwise.
+  const { connect } = await import("./remote.js");
   const child = spawn("/bin/sh", ["-c", command], { stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => {
@@ -337,6 +318,7 @@ async function start(pi, flags, cwd, signal) {
       ...policed,
     });
     const root = connection.server.root;
+    const { createRemoteToolDefinitions } = await import("./remote.js");
     const tools = createRemoteToolDefinitions(root, { connection, pi });
     // pi gives `!` commands its own cwd: the same place on the server.
     const toServer = (dir) => {
@@ -400,88 +382,121 @@ async function start(pi, flags, cwd, signal) {
   return { tools, userBash, close, status: parts.join(" · ") };
 }
 
-export default async function piNativeOps(api) {
-  const pi = await hostPi();
-  for (const [name, options] of Object.entries(FLAGS)) api.registerFlag(name, options);
+/**
+ * The extension. `importers` are the ways to import pi's package by name, `[name, () => import(name)]`:
+ * the entry pi loads (extension.ts) passes its own, which pi's loader maps to the pi that runs.
+ */
+export function piNativeOpsWith(importers) {
+  return function piNativeOps(api) {
+    for (const [name, options] of Object.entries(FLAGS)) api.registerFlag(name, options);
 
-  // Set at session_start: a promise of the session's tools (rejecting with why they cannot run).
-  let session = null;
-  let abort = null;
+    // Found at the first session_start: the module of the pi that runs.
+    let pi = null;
+    // Set at session_start: a promise of the session's tools (rejecting with why they cannot run).
+    let session = null;
+    let abort = null;
 
-  const active = () => {
-    if (session === null) throw new Error("pi-native-ops: the session has not started");
-    return session;
-  };
-
-  // pi's own definitions (name, description, parameters, prompt snippet and guidelines, renderers),
-  // each running the session's native tool of that name.
-  const cwd = process.cwd();
-  for (const name of NAMES) {
-    const factory = `create${name[0].toUpperCase()}${name.slice(1)}ToolDefinition`;
-    const stock = pi[factory](cwd);
-    api.registerTool({
-      ...stock,
-      async execute(toolCallId, params, signal, onUpdate, ctx) {
-        const { tools, context } = await active();
-        return tools[name].execute(toolCallId, params, signal, onUpdate, context ? context(ctx) : ctx);
-      },
-    });
-  }
-
-  api.on("session_start", async (_event, ctx) => {
-    abort = new AbortController();
-    const setStatus = (text) => {
-      if (ctx.hasUI) ctx.ui.setStatus(STATUS, text);
+    const active = () => {
+      if (session === null) throw new Error("pi-native-ops: the session has not started");
+      return session;
     };
-    session = (async () => start(pi, readOptions(api), ctx.cwd ?? cwd, abort.signal))();
-    try {
-      const { status } = await session;
-      setStatus(status);
-    } catch (err) {
-      // Never a silent fallback: every tool and `!` command fails with this until the next session.
-      const message = `pi-native-ops: ${err.message}`;
-      session = Promise.reject(new Error(message));
-      session.catch(() => {});
-      setStatus("pi-native-ops: failed");
-      if (ctx.hasUI) ctx.ui.notify(message, "error");
-      throw new Error(message);
-    }
-  });
 
-  api.on("session_shutdown", async () => {
-    abort?.abort();
-    const ending = session;
-    session = null;
-    if (ending === null) return;
-    try {
-      await (await ending).close();
-    } catch {
-      // A session that never started has nothing to close.
-    }
-  });
+    /**
+     * pi's own definitions (name, description, parameters, prompt snippet and guidelines, renderers),
+     * each running the session's native tool of that name. Registered once the session has started, a
+     * tool keeps pi's choice of whether it is active (pi's defaults, --tools, the user's settings), as
+     * the built-in of that name had it; registered while loading, pi would activate all seven.
+     */
+    const registerTools = (cwd) => {
+      for (const name of NAMES) {
+        const stock = pi[`create${name[0].toUpperCase()}${name.slice(1)}ToolDefinition`](cwd);
+        api.registerTool({
+          ...stock,
+          async execute(toolCallId, params, signal, onUpdate, ctx) {
+            const { tools, context } = await active();
+            return tools[name].execute(toolCallId, params, signal, onUpdate, context ? context(ctx) : ctx);
+          },
+        });
+      }
+    };
 
-  api.on("user_bash", async () => {
-    const { userBash } = await active();
-    return { operations: userBash };
-  });
+    /** Without pi's module, the built-ins (as pi declares them) are replaced by tools that refuse. */
+    const registerRefusals = () => {
+      for (const tool of api.getAllTools()) {
+        if (!NAMES.includes(tool.name)) continue;
+        const { name, description, parameters } = tool;
+        api.registerTool({ name, label: name, description, parameters, execute: async () => active() });
+      }
+    };
 
-  api.on("before_agent_start", async (event) => {
-    if (session === null) return undefined;
-    let remote;
-    try {
-      ({ remote } = await session);
-    } catch {
-      return undefined;
-    }
-    if (remote === undefined) return undefined;
-    // The working directory the model is told is the server's (pi 0.x and 1.x word it differently).
-    let systemPrompt = event.systemPrompt;
-    for (const [local, server] of [
-      [`Current working directory: ${remote.localCwd}`, `Current working directory: ${remote.root}`],
-      [`<cwd>\n${remote.localCwd}\n</cwd>`, `<cwd>\n${remote.root}\n</cwd>`],
-    ]) {
-      systemPrompt = systemPrompt.replace(local, server);
-    }
-    return systemPrompt === event.systemPrompt ? undefined : { systemPrompt };
-  });
+    api.on("session_start", async (_event, ctx) => {
+      abort = new AbortController();
+      const setStatus = (text) => {
+        if (ctx.hasUI) ctx.ui.setStatus(STATUS, text);
+      };
+      const cwd = ctx.cwd ?? process.cwd();
+      session = (async () => {
+        try {
+          pi ??= await hostPi(importers, ctx);
+        } catch (err) {
+          registerRefusals();
+          throw err;
+        }
+        registerTools(cwd);
+        return start(pi, readOptions(api), cwd, abort.signal);
+      })();
+      try {
+        const { status } = await session;
+        setStatus(status);
+      } catch (err) {
+        // Never a silent fallback: every tool and `!` command fails with this until the next session.
+        const message = `pi-native-ops: ${err.message}`;
+        session = Promise.reject(new Error(message));
+        session.catch(() => {});
+        setStatus("pi-native-ops: failed");
+        if (ctx.hasUI) ctx.ui.notify(message, "error");
+        throw new Error(message);
+      }
+    });
+
+    api.on("session_shutdown", async () => {
+      abort?.abort();
+      const ending = session;
+      session = null;
+      if (ending === null) return;
+      try {
+        await (await ending).close();
+      } catch {
+        // A session that never started has nothing to close.
+      }
+    });
+
+    api.on("user_bash", async () => {
+      const { userBash } = await active();
+      return { operations: userBash };
+    });
+
+    api.on("before_agent_start", async (event) => {
+      if (session === null) return undefined;
+      let remote;
+      try {
+        ({ remote } = await session);
+      } catch {
+        return undefined;
+      }
+      if (remote === undefined) return undefined;
+      // The working directory the model is told is the server's (pi 0.x and 1.x word it differently).
+      let systemPrompt = event.systemPrompt;
+      for (const [local, server] of [
+        [`Current working directory: ${remote.localCwd}`, `Current working directory: ${remote.root}`],
+        [`<cwd>\n${remote.localCwd}\n</cwd>`, `<cwd>\n${remote.root}\n</cwd>`],
+      ]) {
+        systemPrompt = systemPrompt.replace(local, server);
+      }
+      return systemPrompt === event.systemPrompt ? undefined : { systemPrompt };
+    });
+  };
 }
+
+/** The extension as pi-native-ops's own import finds pi, for an application that passes it to pi's SDK. */
+export default piNativeOpsWith(BY_NAME);

@@ -1,7 +1,8 @@
 // Remote mode on the cloud sandboxes: each adapter puts pi-native-ops-server in the VM (uploaded once per
 // binary: skipped when the same bytes are there), starts it with `--listen` on a port the platform exposes,
 // the token in its environment only (SDKs record and show argv), and dials the platform's URL for that port
-// with connectWebSocket. Duck-typed on each SDK's objects: no SDK is a dependency of this package.
+// with connectWebSocket. Duck-typed on each SDK's objects: no SDK is a dependency of this package (they are
+// devDependencies, for the tests).
 //   Vercel Sandbox (@vercel/sandbox 3): writeFiles, runCommand({ detached, env }), domain(port)
 //   E2B (e2b 2): files.write, commands.run(cmd, { background, envs }), getHost(port), trafficAccessToken
 //   Daytona (@daytonaio/sdk): fs.uploadFile, process.executeCommand / sessions, getPreviewLink(port)
@@ -22,6 +23,13 @@ const DEFAULT_START_TIMEOUT_MS = 30_000;
 const E2B_TRAFFIC_HEADER = "e2b-traffic-access-token";
 /** The header Daytona's preview proxy reads the preview link's token from. */
 const DAYTONA_PREVIEW_HEADER = "x-daytona-preview-token";
+/**
+ * How often Daytona is asked whether the starting server has exited (its SDK has no wait for a session
+ * command): a server that dies at start is reported within a second.
+ */
+const DAYTONA_EXIT_POLL_MS = 250;
+/** The most of a server's stderr an early exit's error quotes. */
+const STDERR_SHOWN_CHARS = 4096;
 
 /** `uname -m` in the VM -> Node's arch name. */
 const ARCHES = { x86_64: "x64", amd64: "x64", aarch64: "arm64", arm64: "arm64" };
@@ -82,12 +90,25 @@ function parseProbe(output) {
   return { unameM: unameM.trim(), hash: /^[0-9a-f]{64}$/.test(hash.trim()) ? hash.trim() : null };
 }
 
+/** The error of a server that exited before it listened: its exit code and what it wrote to stderr. */
+function earlyExit({ code, stderr } = {}) {
+  const said = String(stderr ?? "")
+    .trim()
+    .slice(0, STDERR_SHOWN_CHARS);
+  return new Error(
+    `pi-native-ops: the server in the sandbox exited${code == null ? "" : ` (${code})`} before it listened${said ? `: ${said}` : ""}`,
+  );
+}
+
 /**
- * The common life of an adapter: probe, upload unless the same binary is there, start, dial; on a failed
- * dial the started command is stopped. close() ends the session, then stops the command.
+ * The common life of an adapter: check, probe, upload unless the same binary is there, start, dial; on a
+ * failed dial the started command is stopped. close() ends the session, then stops the command. A
+ * platform's `start` returns `{ stop, exited }`: `exited` resolves to `{ code, stderr }` when the server
+ * exits (it may stop watching once `watching` aborts: the dial is over), or is null where it cannot tell.
  */
 async function launch(platform, opts) {
-  const { run, upload, start, endpoint } = platform;
+  const { check, run, upload, start, endpoint } = platform;
+  await check?.(opts.port);
   const { unameM, hash } = parseProbe(await run(probeScript(opts.serverPath)));
   const { bytes, hash: want } = localBinary(opts.binary, unameM);
   if (hash !== want) {
@@ -96,7 +117,13 @@ async function launch(platform, opts) {
     await upload(upload_, bytes);
     await run(`chmod 755 ${quote(upload_)} && mv -f ${quote(upload_)} ${quote(opts.serverPath)}`);
   }
-  const { stop, exited } = await start(opts.serverPath, opts.argv, { PI_NATIVE_OPS_TOKEN: opts.token });
+  const watching = new AbortController();
+  const { stop, exited } = await start(
+    opts.serverPath,
+    opts.argv,
+    { PI_NATIVE_OPS_TOKEN: opts.token },
+    watching.signal,
+  );
   // A server that exits before it listens (a wrong root, a binary that cannot run) fails the dial at once
   // where the SDK can tell, rather than after startTimeoutMs of refused dials.
   const dial = new AbortController();
@@ -106,13 +133,13 @@ async function launch(platform, opts) {
   if (userSignal?.aborted) dial.abort();
   let early = null;
   exited?.then(
-    (code) => {
-      early = new Error(
-        `pi-native-ops: the server in the sandbox exited${code === undefined ? "" : ` (${code})`} before it listened`,
-      );
+    (how) => {
+      if (watching.signal.aborted) return;
+      early = earlyExit(how);
       dial.abort();
     },
     (err) => {
+      if (watching.signal.aborted) return;
       early = new Error(`pi-native-ops: the server in the sandbox failed before it listened: ${err?.message ?? err}`);
       dial.abort();
     },
@@ -134,6 +161,7 @@ async function launch(platform, opts) {
     await stop().catch(() => {});
     throw cause ?? err;
   } finally {
+    watching.abort();
     userSignal?.removeEventListener("abort", onUserAbort);
   }
   const close = connection.close;
@@ -165,14 +193,24 @@ function need(object, names, what) {
 
 /**
  * A connection to pi-native-ops-server in a Vercel Sandbox (`@vercel/sandbox`, created with `ports`
- * including `port`): uploads the server for the VM's architecture with writeFiles (once), starts it
- * detached with the token in `env`, dials `sandbox.domain(port)`. close() ends the session and the command.
+ * including `port`, checked first): uploads the server for the VM's architecture with writeFiles (once),
+ * starts it detached with the token in `env`, dials `sandbox.domain(port)`. close() ends the session and
+ * the command.
  */
 export async function connectVercelSandbox(sandbox, options = {}) {
   need(sandbox, ["writeFiles", "runCommand", "domain"], "Vercel");
   const opts = adapterOptions(options, "connectVercelSandbox");
   return launch(
     {
+      check: (port) => {
+        try {
+          sandbox.domain(port);
+        } catch (err) {
+          throw new Error(
+            `pi-native-ops: the Vercel sandbox does not expose port ${port} (${err?.message ?? err}): give it in \`ports\` at Sandbox.create, or pass the \`port\` option of one it exposes`,
+          );
+        }
+      },
       run: async (line) => {
         const done = await sandbox.runCommand({ cmd: "sh", args: ["-c", line] });
         const out = typeof done.stdout === "function" ? await done.stdout() : done.stdout;
@@ -181,7 +219,14 @@ export async function connectVercelSandbox(sandbox, options = {}) {
       upload: (file, content) => sandbox.writeFiles([{ path: file, content, mode: 0o755 }]),
       start: async (serverPath, args, env) => {
         const command = await sandbox.runCommand({ cmd: serverPath, args, env, detached: true });
-        const exited = typeof command.wait === "function" ? command.wait().then((done) => done?.exitCode) : null;
+        const exited =
+          typeof command.wait === "function"
+            ? command.wait().then(async (done) => {
+                const logs = typeof done?.stderr === "function" ? done : command;
+                const stderr = typeof logs.stderr === "function" ? await logs.stderr().catch(() => "") : "";
+                return { code: done?.exitCode, stderr };
+              })
+            : null;
         return { stop: () => command.kill("SIGKILL"), exited };
       },
       endpoint: async (port) => ({ url: sandbox.domain(port), headers: {} }),
@@ -192,15 +237,24 @@ export async function connectVercelSandbox(sandbox, options = {}) {
 
 /**
  * A connection to pi-native-ops-server in an E2B sandbox (`e2b`): uploads with files.write (once), starts
- * it in the background with the token in `envs`, dials `https://<getHost(port)>` (with the sandbox's
- * traffic access token when it has one). close() ends the session and the command.
+ * it in the background with the token in `envs`, dials `https://<getHost(port)>` (`http://` for a sandbox
+ * in E2B's debug mode, whose hosts are `localhost:PORT`), with the sandbox's traffic access token when it
+ * has one. close() ends the session and the command.
  */
 export async function connectE2B(sandbox, options = {}) {
   need(sandbox, ["files.write", "commands.run", "getHost"], "E2B");
   const opts = adapterOptions(options, "connectE2B");
   return launch(
     {
-      run: async (line) => (await sandbox.commands.run(`sh -c ${quote(line)}`)).stdout,
+      run: async (line) => {
+        try {
+          return (await sandbox.commands.run(`sh -c ${quote(line)}`)).stdout;
+        } catch (err) {
+          // E2B throws CommandExitError for a non-zero exit: its code and stderr say what failed.
+          if (typeof err?.exitCode !== "number") throw err;
+          return checked(err.exitCode, err.stderr || err.stdout, line);
+        }
+      },
       upload: async (file, content) => {
         await sandbox.files.write(
           file,
@@ -213,12 +267,23 @@ export async function connectE2B(sandbox, options = {}) {
           envs,
           timeoutMs: 0,
         });
-        const exited = typeof handle.wait === "function" ? handle.wait().then((done) => done?.exitCode) : null;
+        // wait() resolves on exit 0 and rejects with CommandExitError (exitCode, stderr) otherwise.
+        const exited =
+          typeof handle.wait === "function"
+            ? handle.wait().then(
+                (done) => ({ code: done?.exitCode, stderr: done?.stderr }),
+                (err) => {
+                  if (typeof err?.exitCode !== "number") throw err;
+                  return { code: err.exitCode, stderr: err.stderr };
+                },
+              )
+            : null;
         return { stop: () => handle.kill(), exited };
       },
       endpoint: async (port) => {
         const host = sandbox.getHost(port);
-        const url = /^[a-z]+:\/\//.test(host) ? host : `https://${host}`;
+        const scheme = sandbox.connectionConfig?.debug === true ? "http" : "https";
+        const url = /^[a-z]+:\/\//.test(host) ? host : `${scheme}://${host}`;
         const token = sandbox.trafficAccessToken;
         return { url, headers: typeof token === "string" && token ? { [E2B_TRAFFIC_HEADER]: token } : {} };
       },
@@ -254,7 +319,7 @@ export async function connectDaytona(sandbox, options = {}) {
         return checked(done.exitCode, done.result, line);
       },
       upload: (file, content) => sandbox.fs.uploadFile(content, file),
-      start: async (serverPath, args, env) => {
+      start: async (serverPath, args, env, watching) => {
         const tokenFile = `${serverPath}.${sessionId}.token`;
         const made = await sandbox.process.executeCommand(`sh -c ${quote(`umask 077; : > ${quote(tokenFile)}`)}`);
         checked(made.exitCode, made.result, "creating the token file");
@@ -263,11 +328,15 @@ export async function connectDaytona(sandbox, options = {}) {
         const line =
           `PI_NATIVE_OPS_TOKEN=$(cat ${quote(tokenFile)}); rm -f ${quote(tokenFile)}; export PI_NATIVE_OPS_TOKEN; ` +
           `exec ${[serverPath, ...args].map(quote).join(" ")}`;
-        await sandbox.process.executeSessionCommand(sessionId, { command: `sh -c ${quote(line)}`, runAsync: true });
+        const { cmdId } = await sandbox.process.executeSessionCommand(sessionId, {
+          command: `sh -c ${quote(line)}`,
+          runAsync: true,
+        });
         const stop = async () => {
           if (typeof sandbox.process.deleteSession === "function") await sandbox.process.deleteSession(sessionId);
         };
-        return { stop, exited: null };
+        const canWatch = typeof cmdId === "string" && typeof sandbox.process.getSessionCommand === "function";
+        return { stop, exited: canWatch ? daytonaExit(sandbox.process, sessionId, cmdId, watching) : null };
       },
       endpoint: async (port) => {
         const link = await sandbox.getPreviewLink(port);
@@ -276,4 +345,37 @@ export async function connectDaytona(sandbox, options = {}) {
     },
     opts,
   );
+}
+
+/**
+ * Resolves to `{ code, stderr }` once Daytona reports the session command exited (asked every
+ * DAYTONA_EXIT_POLL_MS, until `watching` aborts); stays pending after that.
+ */
+function daytonaExit(proc, sessionId, cmdId, watching) {
+  return new Promise((resolve, reject) => {
+    let timer = null;
+    const done = () => clearTimeout(timer);
+    watching.addEventListener("abort", done, { once: true });
+    const ask = async () => {
+      try {
+        const command = await proc.getSessionCommand(sessionId, cmdId);
+        if (watching.aborted) return;
+        if (typeof command?.exitCode !== "number") {
+          timer = setTimeout(ask, DAYTONA_EXIT_POLL_MS);
+          return;
+        }
+        let stderr = "";
+        if (typeof proc.getSessionCommandLogs === "function") {
+          const logs = await proc.getSessionCommandLogs(sessionId, cmdId).catch(() => null);
+          stderr = logs?.stderr || logs?.output || "";
+        }
+        watching.removeEventListener("abort", done);
+        resolve({ code: command.exitCode, stderr });
+      } catch (err) {
+        watching.removeEventListener("abort", done);
+        if (!watching.aborted) reject(err);
+      }
+    };
+    ask();
+  });
 }

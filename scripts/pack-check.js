@@ -24,6 +24,7 @@ const MAIN_REQUIRED = [
   "js/args.js",
   "js/platforms.js",
   "js/extension.js",
+  "js/extension.ts",
   "js/websocket.js",
   "js/websocket.d.ts",
   "js/sandboxes.js",

@@ -232,6 +232,12 @@ impl Root {
         Ok(e)
     }
 
+    /// Whether `path` (absolute, clean, as pi's tools give it) names the root
+    /// or one of its ancestors, by any of the root's names.
+    fn is_root_or_ancestor(&self, path: &Path) -> bool {
+        path.is_absolute() && self.aliases.iter().any(|alias| alias.starts_with(path))
+    }
+
     /// The canonical host path of the root.
     pub fn host(&self) -> &Path {
         &self.host
@@ -822,6 +828,12 @@ impl Root {
         if let Some(Ok(_)) = self.open_beneath(path, dir_flags() & !OFlag::O_NOFOLLOW) {
             return Ok(());
         }
+        // The root and its ancestors exist, whatever the workspace holds. pi's write makes its file's
+        // parent first: for a file beside the root (`../x`) or the root itself (`.`), the refusal (or
+        // EISDIR) then comes from the write of the file, and names it rather than its directory.
+        if self.is_root_or_ancestor(path) {
+            return Ok(());
+        }
         named("mkdir", path, || {
             if let Some(policy) = self.write_rules() {
                 refuse_write(policy, &self.lexical(path)?, true)?;
@@ -1310,6 +1322,30 @@ mod tests {
             failure(r.write_file(&f.root.join("no/such/dir/file"), b"x")),
             os(Errno::ENOENT)
         );
+    }
+
+    #[test]
+    fn mkdir_of_the_root_or_an_ancestor_passes_and_the_write_beneath_names_its_file() {
+        let f = fixture();
+        let r = open(&f);
+        let parent = f.root.parent().unwrap();
+        r.mkdir_all(parent).unwrap();
+        r.mkdir_all(Path::new("/")).unwrap();
+        r.mkdir_all(&f.root).unwrap();
+        assert_eq!(
+            r.write_file(&parent.join("outside.txt"), b"x")
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "path \"{}\" is outside workspace",
+                parent.join("outside.txt").display()
+            )
+        );
+        assert_eq!(failure(r.write_file(&f.root, b"x")), os(Errno::EISDIR));
+        // A directory outside that is not an ancestor is still refused, not made.
+        let beside = parent.join("beside");
+        assert!(r.mkdir_all(&beside).is_err());
+        assert!(!beside.exists());
     }
 
     #[test]
