@@ -1131,7 +1131,9 @@ impl<'a, 'b> Caller<'a, 'b> {
     }
 
     /// Whether `name`, in the procfs root `root`, is the caller's own: its process, its thread,
-    /// or another of its threads (`<pid>/task/<name>`). Every other process's is refused.
+    /// or another of its threads (`<pid>/task/<name>`). Every other process's is refused. The
+    /// caller's procfs is mounted for its own PID namespace (the sandbox's, or the host's in
+    /// Landlock mode), and the shell can mount no other, so its pids there are `ns_ids`.
     fn owns_proc_entry(&self, root: BorrowedFd<'_>, name: &[u8]) -> Result<(), i32> {
         let (pid, tid) = self.ids()?;
         if name == pid.as_bytes() || name == tid.as_bytes() {
