@@ -9,9 +9,12 @@ import { spawn, spawnSync } from "node:child_process";
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import * as pno from "pi-native-ops";
+import { connectWebSocket } from "pi-native-ops";
 import { afterAll, describe, expect, it } from "vitest";
 import { execAllAs, nobody, nodeArgvAs, removeScripts, tempDirFor } from "./helpers/nobody.js";
 import { staged } from "./helpers/staged.js";
+import { serverPath } from "./helpers/face.js";
+import { hasListen, startListening } from "./helpers/ws-server.js";
 
 const support = process.platform === "linux" ? pno.sandboxSupport() : null;
 const users = ["root", ...(nobody.argv ? ["nobody"] : [])];
@@ -160,6 +163,35 @@ describe.skipIf(modes.length === 0)("the guard answers only for its caller", () 
         });
       }
     }
+  }
+});
+
+// The remote server (`--sandbox MODE --listen`) holds its token in its memory and environment: the same
+// guard serves its sandbox, so no /proc route reaches them either.
+const server = process.platform === "linux" ? serverPath() : null;
+describe.skipIf(modes.length === 0 || !server || !hasListen(server))("the remote server's guard", () => {
+  for (const mode of modes) {
+    it(`--sandbox ${mode} --listen: no /proc/<pid> of the server or the sandbox's init`, async () => {
+      const root = tempDirFor("root", "pno-guard-remote-");
+      cleanup.push(() => rmSync(root, { recursive: true, force: true }));
+      writeFileSync(path.join(root, "probe.py"), PROBE, { mode: 0o644 });
+      const cwd = mode === "namespaces" ? "/workspace" : root;
+      const listening = await startListening(server, { root, args: ["--sandbox", mode, "--runtime-root", cwd] });
+      cleanup.push(() => listening.close());
+      const connection = await connectWebSocket(listening.url, { token: listening.token, requireSandbox: true });
+      cleanup.push(() => connection.close());
+      const node = mode === "landlock" ? String(listening.child.pid) : "-";
+      let output = "";
+      const { exitCode } = await connection.bash.exec(`PWD_AT=$PWD /usr/bin/python3 probe.py ${node}`, cwd, {
+        onData: (d) => (output += d),
+      });
+      expect(exitCode).toBe(0);
+      expect(output).not.toContain(listening.token);
+      const out = JSON.parse(output.trim().split("\n").at(-1));
+      const others = Object.entries(out).filter(([k]) => !k.startsWith("own") && !k.endsWith("O_PATH"));
+      expect(others.length).toBeGreaterThan(mode === "landlock" ? 60 : 30);
+      expect(others.filter(([, v]) => v !== "EACCES")).toEqual([]);
+    });
   }
 });
 
