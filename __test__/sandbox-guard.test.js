@@ -90,7 +90,8 @@ async function runInChild(user, sandbox, command, cwd) {
 // Opens each path as asked, through the guard (a write open, or any open with a denyRead rule), and
 // prints what became of it: the errno's name, or OPENED (after writing a line into it, or reading).
 const PROBE = `
-import errno, json, os, sys
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
 node = sys.argv[1]
 out = {}
 def attempt(name, path, flags, dir_fd=None):
@@ -117,6 +118,11 @@ for pid in others:
         attempt("%s fd %d" % (pid, n), "/proc/%s/fd/%d" % (pid, n), os.O_WRONLY)
     attempt(pid + " via root", "/proc/self/root/proc/%s/mem" % pid, os.O_RDWR)
     attempt(pid + " via net", "/proc/net/../../%s/mem" % pid, os.O_RDWR)
+    # linkat(AT_EMPTY_PATH) of the caller's own O_PATH descriptor of another process's mem.
+    m = os.open("/proc/%s/mem" % pid, os.O_PATH)
+    r = libc.linkat(m, b"", -100, b"linked-mem", 0x1000)
+    out[pid + " linkat empty path"] = "OK" if r == 0 else errno.errorcode.get(ctypes.get_errno())
+    os.close(m)
     # A descriptor of the directory, held by the caller itself (O_PATH: the kernel lets it look).
     try:
         d = os.open("/proc/" + pid, os.O_PATH | os.O_DIRECTORY)

@@ -1248,7 +1248,11 @@ impl<'a, 'b> Caller<'a, 'b> {
         };
         if path.is_empty() {
             return match at.empty {
-                true => Ok(Resolved::Object(start()?)),
+                true => {
+                    let object = start()?;
+                    self.proc_allowed(object.as_fd())?;
+                    Ok(Resolved::Object(object))
+                }
                 false => Err(Refusal::Errno(libc::ENOENT)),
             };
         }
