@@ -41,19 +41,27 @@ use crate::{Error, Result};
 
 /// What runs code on the host later, outside any sandbox, when written by a
 /// model: git's hooks and its config (`core.hooksPath`, `core.fsmonitor`,
-/// filter and diff drivers run commands), direnv's `.envrc` (sourced on `cd`),
-/// the editors' task, launch and settings files (run on open or on a key), and
-/// the shell's start files for a workspace that is a home directory. Files
-/// that are committed and reviewed as code (`.husky/`, `Makefile`,
-/// `package.json` scripts) are not here: they run only when the user runs
-/// them, and a diff shows them.
+/// filter and diff drivers run commands), and every way git finds another
+/// config or hooks directory (`commondir`, linked worktrees' and submodules'
+/// git directories; a `.git` file, [`GITFILE`], names one), husky's hooks
+/// (`.husky/_` is git-ignored, so no diff shows a hook planted there),
+/// direnv's `.envrc` (sourced on `cd`), the editors' task, launch and settings
+/// files (run on open or on a key), and the shell's start files for a
+/// workspace that is a home directory. Files that are committed and reviewed
+/// as code (`Makefile`, `package.json` scripts) are not here: they run only
+/// when the user runs them, and a diff shows them. The directory
+/// `core.hooksPath` names is protected by the sandbox for each command (it is
+/// read from the repository's config then).
 pub const PROTECTED: &[&str] = &[
     "**/.git/hooks/",
     "**/.git/config",
     "**/.git/config.worktree",
-    "**/.git/worktrees/*/config.worktree",
+    "**/.git/commondir",
+    "**/.git/worktrees/",
     "**/.git/modules/**/hooks/",
     "**/.git/modules/**/config",
+    "**/.git/modules/**/commondir",
+    "**/.husky/",
     ".envrc",
     "**/.vscode/settings.json",
     "**/.vscode/tasks.json",
@@ -73,6 +81,12 @@ pub const PROTECTED: &[&str] = &[
     "/.gitconfig",
     "/.config/git/config",
 ];
+
+/// The protected default for a `.git` that is a file (a gitfile: `gitdir:
+/// <path>` sends git to another git directory, its config and hooks) or a
+/// symlink: gitignore lines cannot name files alone, and `**/.git` would
+/// protect every repository's whole git directory.
+pub const GITFILE: &str = "**/.git (a file)";
 
 /// A policy as given: rule lines, and whether the protected defaults apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -460,10 +474,19 @@ impl Policy {
             return Some(denial);
         }
         self.write.denial(rel, is_dir).or_else(|| {
-            self.protected
-                .as_ref()
-                .and_then(|rules| rules.denial(rel, is_dir))
+            let rules = self.protected.as_ref()?;
+            rules.denial(rel, is_dir).or_else(|| {
+                (!is_dir && rel.file_name() == Some(std::ffi::OsStr::new(".git"))).then(|| Denial {
+                    rule: GITFILE.to_string(),
+                    guard: Guard::Protected,
+                })
+            })
         })
+    }
+
+    /// Whether the protected defaults apply (here or in the floor).
+    pub fn protects(&self) -> bool {
+        self.protected.is_some() || self.floor().is_some_and(Policy::protects)
     }
 
     /// The refusal of renaming `rel` away, or of renaming or linking
@@ -574,6 +597,15 @@ mod tests {
             "sub/.git/hooks/post-checkout",
             ".git/modules/lib/hooks/pre-push",
             ".git/modules/lib/config",
+            ".git/commondir",
+            ".git/modules/lib/commondir",
+            ".git/worktrees/wt/gitdir",
+            ".git/worktrees/wt/commondir",
+            ".git/worktrees/wt/config.worktree",
+            ".git",
+            "sub/.git",
+            ".husky/_/pre-commit",
+            ".husky/pre-commit",
             ".envrc",
             "pkg/.envrc",
             ".vscode/tasks.json",
@@ -591,9 +623,19 @@ mod tests {
             ".git/config.lock",
             "src/.bashrc",
             "src/main.rs",
+            "src/.gitignore",
+            "src/.git-blame-ignore-revs",
         ] {
             assert_eq!(write(&p, rel), None, "{rel}");
         }
+        // A `.git` directory is no gitfile: git init makes one, and what is beneath it is asked
+        // of its own rules.
+        assert_eq!(p.write_denial(Path::new("sub/.git"), true), None);
+        assert_eq!(write(&p, "sub/.git").as_deref(), Some(GITFILE));
+        assert!(p.protects() && !policy(&[], &[], false).protects());
+        assert!(policy(&[], &[], false)
+            .over(Arc::new(policy(&[], &[], true)))
+            .protects());
         assert!(p.reads_unrestricted());
         assert!(!p.writes_unrestricted());
         assert!(policy(&[], &[], false).writes_unrestricted());
@@ -617,14 +659,11 @@ mod tests {
         // A basename rule moves with its file: directories around it are free to rename.
         assert_eq!(dir("build"), None);
         assert_eq!(dir("src/certs"), None);
-        assert_eq!(
-            dir(".git/worktrees").as_deref(),
-            Some("**/.git/worktrees/*/config.worktree")
-        );
+        assert_eq!(dir(".git/worktrees").as_deref(), Some("**/.git/worktrees/"));
         let w = |rel: &str| p.rename_denial(Path::new(rel), true).map(|d| d.rule);
         assert_eq!(
             w("x/.git/worktrees/wt").as_deref(),
-            Some("**/.git/worktrees/*/config.worktree")
+            Some("**/.git/worktrees/")
         );
         assert_eq!(w("x/worktrees/wt"), None);
         // A denied-read file may not take another name; a plain one may.

@@ -3,15 +3,18 @@
 //! The notification filter (`notify::program`) sends the handler every `open`/`openat`/`creat`
 //! that can write (`O_WRONLY`, `O_RDWR`, `O_CREAT`, `O_TRUNC`; every open when `denyRead` has
 //! rules) and every call that makes, removes or renames a name (`rename*`, `link*`, `symlink*`,
-//! `unlink*`, `rmdir`, `mkdir*`, `mknod*`, `truncate`). For each, the handler:
+//! `unlink*`, `rmdir`, `mkdir*`, `mknod*`, `truncate`, and `bind`: a Unix socket's path). For each,
+//! the handler:
 //!
 //! 1. resolves the path as the kernel would for the caller (`walk`): from the caller's own root
 //!    and cwd descriptors (`/proc/<pid>/root`, `/proc/<pid>/cwd`) or a copy of its dirfd, one
 //!    component at a time, symlinks read and followed inside the caller's root (in namespaces
 //!    mode the handler lives outside the sandbox's mount namespace; a `/workspace/…` symlink
-//!    means the caller's `/workspace`), `/proc/self` as the caller's, `/proc` magic links jumped
-//!    by the kernel. The result is a descriptor of the parent directory and the last name, or of
-//!    the object itself;
+//!    means the caller's `/workspace`), `/proc/self` as the caller's, the caller's own `/proc`
+//!    magic links jumped by the kernel. Nothing in another process's `/proc/<pid>` is ever looked
+//!    up, opened or followed (`proc_decision`): the handler would do it with the agent's
+//!    authority, past the checks the kernel makes of the caller. The result is a descriptor of the
+//!    parent directory and the last name, or of the object itself;
 //! 2. places that directory (or object) in the workspace (`place`): the kernel's current path of
 //!    the descriptor, checked by reopening it beneath the workspace's held descriptor and
 //!    comparing identities. Outside the workspace the policy has nothing to say (the mounts or
@@ -20,7 +23,8 @@
 //!    or performs the call itself on the descriptor it resolved (`Performer`): in namespaces mode
 //!    on the handler thread (its fs state unshared from Node's, umask 0), in Landlock mode on a
 //!    thread confined by the shell's own ruleset, so the handler never does what the shell could
-//!    not. A FIFO's open that waits for its other end waits on a thread of its own. An open's descriptor is handed to the caller
+//!    not. A FIFO's open that waits for its other end is retried by the command's one FIFO thread
+//!    (at most `MAX_FIFO_WAITS` at once). An open's descriptor is handed to the caller
 //!    with `SECCOMP_IOCTL_NOTIF_ADDFD` (`SECCOMP_ADDFD_FLAG_SEND`), its `O_CLOEXEC` kept; creations
 //!    take the caller's umask.
 //!
@@ -78,6 +82,7 @@ pub(super) const NAME_CALLS: &[libc::c_long] = &[
     libc::SYS_mknod,
     libc::SYS_mknodat,
     libc::SYS_truncate,
+    libc::SYS_bind,
 ];
 #[cfg(target_arch = "aarch64")]
 pub(super) const NAME_CALLS: &[libc::c_long] = &[
@@ -88,6 +93,7 @@ pub(super) const NAME_CALLS: &[libc::c_long] = &[
     libc::SYS_mkdirat,
     libc::SYS_mknodat,
     libc::SYS_truncate,
+    libc::SYS_bind,
 ];
 /// The open calls, with the index of their flags argument.
 #[cfg(target_arch = "x86_64")]
@@ -334,18 +340,27 @@ pub(in crate::exec) struct Session {
     ruleset: Option<OwnedFd>,
     /// Events reported so far (at most `MAX_EVENTS_PER_COMMAND`).
     events: usize,
+    /// The directory `core.hooksPath` names in the workspace, read when the command started.
+    hooks: Option<PathBuf>,
+    /// The command's FIFO opens that wait, started on the first.
+    fifo: std::cell::OnceCell<Option<FifoWaiter>>,
 }
 
 impl Session {
     /// The session of one exec of `command`.
     pub(in crate::exec) fn new(guard: Arc<Guard>, command: &str) -> Session {
         Session {
-            guard,
             command: command.to_string(),
             performer: None,
             new_repositories: std::cell::RefCell::new(Vec::new()),
             ruleset: None,
             events: 0,
+            hooks: match guard.policy.protects() {
+                true => super::hooks_path::hooks_dir(Path::new(OsStr::from_bytes(&guard.host))),
+                false => None,
+            },
+            fifo: std::cell::OnceCell::new(),
+            guard,
         }
     }
 
@@ -475,9 +490,19 @@ impl Session {
                 if !target.valid() {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
-                self.waived(guard.check_open(&resolved, flags).map(|_| Kind::File))?;
+                self.waived(
+                    guard
+                        .check_open(&resolved, flags, self.hooks.as_deref())
+                        .map(|_| Kind::File),
+                )?;
                 if let Some(fifo) = blocking_fifo(&resolved, flags) {
-                    return Ok(wait_for_fifo(target, fifo, flags, self.ruleset.as_ref()));
+                    let waiter = self
+                        .fifo
+                        .get_or_init(|| FifoWaiter::start(self.ruleset.as_ref()).ok());
+                    return Ok(match waiter {
+                        Some(waiter) => waiter.wait(target, fifo, flags),
+                        None => Reply::Errno(libc::EAGAIN),
+                    });
                 }
                 let fd = performer.run(Job::Open {
                     resolved,
@@ -494,11 +519,13 @@ impl Session {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
                 let exchange = flags & libc::RENAME_EXCHANGE != 0;
-                let moved = self.waived(guard.check_name(&from, None, true))?;
-                let there = self.waived(guard.check_name(&to, Some(moved), true))?;
+                let moved =
+                    self.waived(guard.check_name(&from, None, true, self.hooks.as_deref()))?;
+                let there =
+                    self.waived(guard.check_name(&to, Some(moved), true, self.hooks.as_deref()))?;
                 if exchange {
                     // Each name takes the other's object.
-                    self.waived(guard.check_name(&from, Some(there), true))?;
+                    self.waived(guard.check_name(&from, Some(there), true, self.hooks.as_deref()))?;
                 }
                 performer
                     .run(Job::Rename { from, to, flags })
@@ -510,8 +537,9 @@ impl Session {
                 if !target.valid() {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
-                let linked = self.waived(guard.check_name(&from, None, true))?;
-                self.waived(guard.check_name(&to, Some(linked), true))?;
+                let linked =
+                    self.waived(guard.check_name(&from, None, true, self.hooks.as_deref()))?;
+                self.waived(guard.check_name(&to, Some(linked), true, self.hooks.as_deref()))?;
                 performer
                     .run(Job::Link { from, to })
                     .map(|_| Reply::Value(0))
@@ -524,7 +552,12 @@ impl Session {
                 if !target.valid() {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
-                self.waived(guard.check_name(&at, Some(Kind::Symlink), false))?;
+                self.waived(guard.check_name(
+                    &at,
+                    Some(Kind::Symlink),
+                    false,
+                    self.hooks.as_deref(),
+                ))?;
                 performer
                     .run(Job::Symlink { text, at })
                     .map(|_| Reply::Value(0))
@@ -534,7 +567,7 @@ impl Session {
                 if !target.valid() {
                     return Err(Refusal::Errno(libc::ENOENT));
                 }
-                self.waived(guard.check_name(&at, None, false))?;
+                self.waived(guard.check_name(&at, None, false, self.hooks.as_deref()))?;
                 performer
                     .run(Job::Unlink { at, dir })
                     .map(|_| Reply::Value(0))
@@ -549,7 +582,7 @@ impl Session {
                     None => Kind::Dir,
                     Some(_) => Kind::File,
                 };
-                self.waived(guard.check_name(&at, Some(kind), false))?;
+                self.waived(guard.check_name(&at, Some(kind), false, self.hooks.as_deref()))?;
                 let mode = mode & !umask;
                 let repository = match (&at, dev) {
                     (Resolved::Entry { dir, name, .. }, None) if name == b".git" => {
@@ -568,6 +601,46 @@ impl Session {
                 }
                 Ok(Reply::Value(0))
             }
+            Call::Bind { fd, addr, len } => {
+                // The kernel's own bound: at most a `sockaddr_storage`.
+                if len as usize > size_of::<libc::sockaddr_storage>() {
+                    return Err(Refusal::Errno(libc::EINVAL));
+                }
+                let address = match len {
+                    0 => Vec::new(),
+                    _ => target.read(addr, len as usize)?,
+                };
+                let socket = target.fd(fd)?;
+                let at = match unix_path(&address) {
+                    None => None,
+                    Some(path) => {
+                        Some((caller.resolve_path(At::CWD, path, false)?, caller.umask()?))
+                    }
+                };
+                if !target.valid() {
+                    return Err(Refusal::Errno(libc::ENOENT));
+                }
+                let (at, umask) = match at {
+                    None => (None, 0),
+                    Some((at, umask)) => {
+                        self.waived(guard.check_name(
+                            &at,
+                            Some(Kind::File),
+                            false,
+                            self.hooks.as_deref(),
+                        ))?;
+                        (Some(at), umask)
+                    }
+                };
+                performer
+                    .run(Job::Bind {
+                        socket,
+                        address,
+                        at,
+                        umask,
+                    })
+                    .map(|_| Reply::Value(0))
+            }
             Call::Truncate { at, length } => {
                 let resolved = caller.resolve(at, true)?;
                 if !target.valid() {
@@ -575,7 +648,7 @@ impl Session {
                 }
                 self.waived(
                     guard
-                        .check_open(&resolved, libc::O_WRONLY)
+                        .check_open(&resolved, libc::O_WRONLY, self.hooks.as_deref())
                         .map(|_| Kind::File),
                 )?;
                 performer
@@ -634,7 +707,33 @@ impl Kind {
 ///   denied (listing `secrets` under `secrets/**`).
 /// - `Name`: a name made, removed or renamed: `rename_denial` when it moves or links (`moves`),
 ///   else `write_denial`; for each kind the object is or becomes.
-fn decide(policy: &Policy, rel: &Path, access: Access) -> Option<(bool, Denial)> {
+///
+/// `hooks`: the directory `core.hooksPath` names in the workspace (`hooks_path`), protected as
+/// the protected defaults are: nothing is written beneath it, and no directory above it is moved
+/// away or replaced by a symlink.
+fn decide(
+    policy: &Policy,
+    hooks: Option<&Path>,
+    rel: &Path,
+    access: Access,
+) -> Option<(bool, Denial)> {
+    if let Some(hooks) = hooks {
+        let writes = match access {
+            Access::Open { flags, .. } => flags & WRITE_FLAGS as i32 != 0,
+            Access::Name { .. } => true,
+        };
+        let above = match access {
+            Access::Name { kind, moves } => kind != Kind::File && (moves || kind == Kind::Symlink),
+            Access::Open { .. } => false,
+        };
+        if writes && (rel.starts_with(hooks) || (above && hooks.starts_with(rel))) {
+            let denial = Denial {
+                rule: super::hooks_path::RULE.to_string(),
+                guard: crate::policy::Guard::Protected,
+            };
+            return Some((false, denial));
+        }
+    }
     match access {
         Access::Open { flags, kind } => {
             let is_dir = kind == Kind::Dir;
@@ -725,7 +824,12 @@ impl Guard {
         }
     }
 
-    fn check_open(&self, resolved: &Resolved, flags: i32) -> Result<(), Refusal> {
+    fn check_open(
+        &self,
+        resolved: &Resolved,
+        flags: i32,
+        hooks: Option<&Path>,
+    ) -> Result<(), Refusal> {
         let Some((rel, kind)) = self.locate(resolved)? else {
             return Ok(());
         };
@@ -734,7 +838,7 @@ impl Guard {
             None if is_tmpfile(flags) || flags & libc::O_DIRECTORY != 0 => Kind::Dir,
             None => Kind::File,
         };
-        match decide(&self.policy, &rel, Access::Open { flags, kind }) {
+        match decide(&self.policy, hooks, &rel, Access::Open { flags, kind }) {
             Some((read, denial)) => Err(Refusal::Policy(rel, read, denial)),
             None => Ok(()),
         }
@@ -748,17 +852,25 @@ impl Guard {
         resolved: &Resolved,
         becomes: Option<Kind>,
         moves: bool,
+        hooks: Option<&Path>,
     ) -> Result<Kind, Refusal> {
         let located = self.locate(resolved)?;
         let now = match &located {
             Some((_, kind)) => kind.unwrap_or(Kind::File),
             None => resolved.kind().unwrap_or(Kind::File),
         };
-        let Some((rel, _)) = located else {
+        let Some((rel, there)) = located else {
             return Ok(now);
         };
-        for kind in [Some(now), becomes].into_iter().flatten() {
-            if let Some((read, denial)) = decide(&self.policy, &rel, Access::Name { kind, moves }) {
+        // What is there now, and what the name becomes: with nothing there, only the latter
+        // (`mkdir .git` makes no gitfile); an unlink of nothing is asked as of a file.
+        let now_asked = match (there, becomes) {
+            (None, Some(_)) => None,
+            _ => Some(now),
+        };
+        for kind in [now_asked, becomes].into_iter().flatten() {
+            let access = Access::Name { kind, moves };
+            if let Some((read, denial)) = decide(&self.policy, hooks, &rel, access) {
                 return Err(Refusal::Policy(rel, read, denial));
             }
         }
@@ -788,6 +900,15 @@ struct At {
     path: u64,
     /// `AT_EMPTY_PATH`: an empty path names `dirfd` itself.
     empty: bool,
+}
+
+impl At {
+    /// The cwd, for a path read already (`bind`'s, from its address).
+    const CWD: At = At {
+        dirfd: libc::AT_FDCWD,
+        path: 0,
+        empty: false,
+    };
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -824,6 +945,12 @@ enum Call {
     Truncate {
         at: At,
         length: i64,
+    },
+    /// `bind(fd, addr, len)`: a Unix socket's path is a name like any other.
+    Bind {
+        fd: i32,
+        addr: u64,
+        len: u32,
     },
 }
 
@@ -968,6 +1095,11 @@ fn decode(nr: libc::c_long, a: [u64; 6]) -> Result<Call, i32> {
             at: here(a[0]),
             length: a[1] as i64,
         }),
+        libc::SYS_bind => Ok(Call::Bind {
+            fd: a[0] as i32,
+            addr: a[1],
+            len: a[2] as u32,
+        }),
         _ => Err(libc::ENOSYS),
     }
 }
@@ -977,6 +1109,8 @@ struct Caller<'a, 'b> {
     target: &'a Target<'b>,
     /// Opened on first use: a relative path without `..` or absolute symlinks needs none.
     root: std::cell::OnceCell<Result<OwnedFd, i32>>,
+    /// `ns_ids`, read on first use (only a path through `/proc` needs them).
+    ids: std::cell::OnceCell<Option<(String, String)>>,
 }
 
 impl<'a, 'b> Caller<'a, 'b> {
@@ -984,7 +1118,74 @@ impl<'a, 'b> Caller<'a, 'b> {
         Ok(Caller {
             target,
             root: std::cell::OnceCell::new(),
+            ids: std::cell::OnceCell::new(),
         })
+    }
+
+    /// The caller's own process and thread directories as `/proc` names them.
+    fn ids(&self) -> Result<(&str, &str), i32> {
+        match self.ids.get_or_init(|| self.ns_ids()) {
+            Some((pid, tid)) => Ok((pid, tid)),
+            None => Err(libc::ESRCH),
+        }
+    }
+
+    /// Whether `name`, in the procfs root `root`, is the caller's own: its process, its thread,
+    /// or another of its threads (`<pid>/task/<name>`). Every other process's is refused. The
+    /// caller's procfs is mounted for its own PID namespace (the sandbox's, or the host's in
+    /// Landlock mode), and the shell can mount no other, so its pids there are `ns_ids`.
+    fn owns_proc_entry(&self, root: BorrowedFd<'_>, name: &[u8]) -> Result<(), i32> {
+        let (pid, tid) = self.ids()?;
+        if name == pid.as_bytes() || name == tid.as_bytes() {
+            return Ok(());
+        }
+        let mut thread = format!("{pid}/task/").into_bytes();
+        thread.extend_from_slice(name);
+        match proc_decision(ProcEntry::Named(stat_at(root, &thread).is_some())) {
+            true => Ok(()),
+            false => Err(REFUSED),
+        }
+    }
+
+    /// Refuses a descriptor inside another process's `/proc/<pid>` directory (a dirfd, a cwd, or
+    /// where a `/proc` magic link led): the guard never looks up, opens or follows anything
+    /// there. Outside procfs, procfs's root and its other directories (`sys`, `bus`) pass;
+    /// a non-directory on procfs is refused (which process it belongs to cannot be told).
+    fn proc_allowed(&self, fd: BorrowedFd<'_>) -> Result<(), i32> {
+        if !on_proc(fd) {
+            return Ok(());
+        }
+        let is_dir = stat_of(fd).is_some_and(|st| st.mode & libc::S_IFMT == libc::S_IFDIR);
+        let entry = match is_dir {
+            false => ProcEntry::File,
+            true => match proc_top(fd)? {
+                None => ProcEntry::Root,
+                Some((root, top)) => {
+                    let (pid, tid) = self.ids()?;
+                    let own = [pid, tid].iter().any(|id| {
+                        openat(
+                            root.as_fd(),
+                            id.as_bytes(),
+                            libc::O_PATH | libc::O_DIRECTORY,
+                        )
+                        .ok()
+                        .and_then(|fd| notify::identity(fd.as_fd()))
+                            == notify::identity(top.as_fd())
+                    });
+                    match own {
+                        true => ProcEntry::Own,
+                        // A process or thread directory holds `task`; `sys` and `bus` do not.
+                        false => ProcEntry::Other {
+                            process: stat_at(top.as_fd(), b"task").is_some(),
+                        },
+                    }
+                }
+            },
+        };
+        match proc_decision(entry) {
+            true => Ok(()),
+            false => Err(REFUSED),
+        }
     }
 
     /// The caller's root directory (`/proc/<pid>/root`).
@@ -1033,6 +1234,11 @@ impl<'a, 'b> Caller<'a, 'b> {
             self.target
                 .string(at.path, notify::PATH_MAX, libc::ENAMETOOLONG)?
         };
+        self.resolve_path(at, &path, follow)
+    }
+
+    /// `resolve` of a path already read (`at.path` is not read again).
+    fn resolve_path(&self, at: At, path: &[u8], follow: bool) -> Result<Resolved, Refusal> {
         let start = || -> Result<OwnedFd, i32> {
             if at.dirfd == libc::AT_FDCWD {
                 self.target.proc_open(c"cwd")
@@ -1042,7 +1248,11 @@ impl<'a, 'b> Caller<'a, 'b> {
         };
         if path.is_empty() {
             return match at.empty {
-                true => Ok(Resolved::Object(start()?)),
+                true => {
+                    let object = start()?;
+                    self.proc_allowed(object.as_fd())?;
+                    Ok(Resolved::Object(object))
+                }
                 false => Err(Refusal::Errno(libc::ENOENT)),
             };
         }
@@ -1050,7 +1260,7 @@ impl<'a, 'b> Caller<'a, 'b> {
             true => dup(self.root()?)?,
             false => start()?,
         };
-        Ok(walk(self, base, &path, follow)?)
+        Ok(walk(self, base, path, follow)?)
     }
 }
 
@@ -1078,6 +1288,62 @@ fn on_proc(fd: BorrowedFd<'_>) -> bool {
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs on our descriptor into our buffer.
     unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) == 0 && fs.f_type as i64 == PROC_SUPER_MAGIC }
+}
+
+/// Directories between a procfs directory and procfs's root (`/proc/<pid>/task/<tid>/net/dev_snmp6`
+/// is five): a walk up that takes more is refused.
+const MAX_PROC_DEPTH: usize = 16;
+
+/// What a descriptor or name on procfs is, for `proc_decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProcEntry {
+    /// procfs's root.
+    Root,
+    /// Beneath the caller's own process (or thread) directory.
+    Own,
+    /// Beneath a top directory that is not the caller's: a process's (`process`), or `sys`, `bus`.
+    Other { process: bool },
+    /// A non-directory on procfs reached as an object (through a magic link, a dirfd).
+    File,
+    /// A numeric name in procfs's root: whether it is one of the caller's threads.
+    Named(bool),
+}
+
+/// Whether the guard may look further into `entry` for the caller: never into another
+/// process's `/proc/<pid>` (its `mem`, `environ`, `fd/N` would be opened with the agent's
+/// authority, outside every check the kernel would make of the caller).
+fn proc_decision(entry: ProcEntry) -> bool {
+    match entry {
+        ProcEntry::Root | ProcEntry::Own => true,
+        ProcEntry::Other { process } => !process,
+        ProcEntry::File => false,
+        ProcEntry::Named(thread) => thread,
+    }
+}
+
+/// procfs's root and the directory beneath it that holds `fd` (a procfs directory); `None` when
+/// `fd` is the root itself.
+fn proc_top(fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OwnedFd)>, i32> {
+    if is_proc_root(fd) {
+        return Ok(None);
+    }
+    let mut child = dup(fd)?;
+    for _ in 0..MAX_PROC_DEPTH {
+        let parent = openat(child.as_fd(), b"..", libc::O_PATH | libc::O_DIRECTORY)?;
+        if is_proc_root(parent.as_fd()) {
+            return Ok(Some((parent, child)));
+        }
+        if !on_proc(parent.as_fd()) {
+            // A procfs directory mounted elsewhere: whose it is cannot be told.
+            return Err(REFUSED);
+        }
+        child = parent;
+    }
+    Err(REFUSED)
+}
+
+fn is_number(name: &[u8]) -> bool {
+    !name.is_empty() && name.iter().all(u8::is_ascii_digit)
 }
 
 fn openat(dir: BorrowedFd<'_>, name: &[u8], flags: i32) -> Result<OwnedFd, i32> {
@@ -1127,6 +1393,7 @@ fn walk(
 ) -> Result<Resolved, i32> {
     let trailing = path.ends_with(b"/");
     let mut rest: VecDeque<Vec<u8>> = components(path).map(<[u8]>::to_vec).collect();
+    caller.proc_allowed(base.as_fd())?;
     let mut cur = base;
     let mut links = 0;
     let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
@@ -1147,6 +1414,9 @@ fn walk(
                 }
             }
             _ => {
+                if is_number(&name) && is_proc_root(cur.as_fd()) {
+                    caller.owns_proc_entry(cur.as_fd(), &name)?;
+                }
                 let seen = stat_at(cur.as_fd(), &name);
                 let kind = seen.map(|st| Kind::of(st.mode));
                 if last && !(follow || trailing) {
@@ -1160,23 +1430,26 @@ fn walk(
                         if links > MAX_SYMLINKS {
                             return Err(libc::ELOOP);
                         }
-                        if on_proc(cur.as_fd()) {
-                            if is_proc_root(cur.as_fd())
-                                && matches!(name.as_slice(), b"self" | b"thread-self")
-                            {
-                                let (pid, tid) = caller.ns_ids().ok_or(libc::ESRCH)?;
-                                let mut spliced = vec![pid.into_bytes()];
-                                if name == b"thread-self" {
-                                    spliced.push(b"task".to_vec());
-                                    spliced.push(tid.into_bytes());
-                                }
-                                for part in spliced.into_iter().rev() {
-                                    rest.push_front(part);
-                                }
-                                continue;
+                        let proc_root = is_proc_root(cur.as_fd());
+                        if proc_root && matches!(name.as_slice(), b"self" | b"thread-self") {
+                            let (pid, tid) = caller.ids()?;
+                            let mut spliced = vec![pid.as_bytes().to_vec()];
+                            if name == b"thread-self" {
+                                spliced.push(b"task".to_vec());
+                                spliced.push(tid.as_bytes().to_vec());
                             }
-                            // A magic link: the kernel jumps to the object it stands for.
+                            for part in spliced.into_iter().rev() {
+                                rest.push_front(part);
+                            }
+                            continue;
+                        }
+                        // procfs's root holds plain symlinks (`net` is `self/net`), read below;
+                        // beneath it, in the caller's own directory (no other is ever entered),
+                        // they are magic links: the kernel jumps to the object one stands for.
+                        if !proc_root && on_proc(cur.as_fd()) {
                             let object = openat(cur.as_fd(), &name, libc::O_PATH)?;
+                            // Where the link led (a cwd in `/proc/1`) is checked as a start.
+                            caller.proc_allowed(object.as_fd())?;
                             if last {
                                 return Ok(Resolved::Object(object));
                             }
@@ -1236,6 +1509,14 @@ enum Job {
     Truncate {
         resolved: Resolved,
         length: i64,
+    },
+    /// `bind` on our copy of the caller's socket: `address` as the caller gave it, or (a Unix
+    /// socket's path) its last name in the directory resolved, made with the caller's `umask`.
+    Bind {
+        socket: OwnedFd,
+        address: Vec<u8>,
+        at: Option<Resolved>,
+        umask: u32,
     },
 }
 
@@ -1383,6 +1664,76 @@ impl Job {
                 let r = unsafe { libc::truncate(path.as_ptr().cast(), length) };
                 check(r).map(|_| None)
             }
+            Job::Bind {
+                socket,
+                address,
+                at,
+                umask,
+            } => bind(socket.as_fd(), &address, at.as_ref(), umask).map(|_| None),
+        }
+    }
+}
+
+/// `sun_path`'s offset in `sockaddr_un` (after `sun_family`).
+const SUN_PATH_AT: usize = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+
+/// The path of a Unix socket address as the kernel reads it (up to its first NUL), when it names
+/// one in the file system: not an abstract name (a leading NUL), not autobind (no path at all).
+fn unix_path(address: &[u8]) -> Option<&[u8]> {
+    let family = u16::from_ne_bytes([*address.first()?, *address.get(1)?]);
+    let path = address.get(SUN_PATH_AT..)?;
+    if family != libc::AF_UNIX as u16 || path.first().is_none_or(|&b| b == 0) {
+        return None;
+    }
+    Some(path.split(|&b| b == 0).next().unwrap_or(path))
+}
+
+/// Binds `socket`: to `address` as given, or to the name `at` resolved (from within its
+/// directory: the performing thread's working directory is its own, `unshare(CLONE_FS)`).
+fn bind(
+    socket: BorrowedFd<'_>,
+    address: &[u8],
+    at: Option<&Resolved>,
+    umask: u32,
+) -> Result<(), i32> {
+    let Some(at) = at else {
+        // SAFETY: bind of our socket copy to the caller's address bytes, of their length.
+        let r = unsafe {
+            libc::bind(
+                socket.as_raw_fd(),
+                address.as_ptr().cast(),
+                address.len() as libc::socklen_t,
+            )
+        };
+        return check(r);
+    };
+    let (dir, name) = entry(at, libc::EADDRINUSE)?;
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // `name` holds its NUL; it is no longer than the caller's path, which fit.
+    if name.len() > sun.sun_path.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    for (slot, &b) in sun.sun_path.iter_mut().zip(name.iter()) {
+        *slot = b as libc::c_char;
+    }
+    // SAFETY: fchdir to our directory descriptor, umask on this thread's own fs state, bind of our
+    // socket copy to our address, then umask and cwd back (`/`: no directory of the sandbox kept).
+    unsafe {
+        check(libc::fchdir(dir.as_raw_fd()))?;
+        libc::umask(umask as libc::mode_t);
+        let r = libc::bind(
+            socket.as_raw_fd(),
+            (&sun as *const libc::sockaddr_un).cast(),
+            (SUN_PATH_AT + name.len()) as libc::socklen_t,
+        );
+        let code = notify::errno_now();
+        libc::umask(0);
+        libc::chdir(c"/".as_ptr());
+        match r {
+            0 => Ok(()),
+            _ => Err(code),
         }
     }
 }
@@ -1432,95 +1783,166 @@ fn blocking_fifo(resolved: &Resolved, flags: i32) -> Option<OwnedFd> {
     (known && st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some(object)
 }
 
-/// A FIFO's open that waits for the other end: a waiter thread (confined as the shell in Landlock
-/// mode) retries it without blocking, at growing intervals, while the caller still waits, and
-/// answers the notification itself.
-fn wait_for_fifo(
-    target: &Target<'_>,
+/// FIFO opens of one command waiting for their other end at once: past this many, another is
+/// refused with `EAGAIN` (each wait holds two descriptors; a command has no use for hundreds).
+pub(super) const MAX_FIFO_WAITS: usize = 256;
+
+/// The FIFO opens of one command that wait for their other end: one thread (confined as the
+/// shell in Landlock mode) retries them all without blocking, at growing intervals, while each
+/// caller still waits, and answers each notification itself.
+struct FifoWaiter {
+    waits: std::sync::mpsc::Sender<FifoWait>,
+    /// Waits handed over and not yet answered (or given up).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One FIFO open that waits.
+struct FifoWait {
+    listener: Arc<OwnedFd>,
+    id: u64,
+    /// The FIFO, `O_PATH`.
     fifo: OwnedFd,
     flags: i32,
-    ruleset: Option<&OwnedFd>,
-) -> Reply {
-    /// Retries start this far apart and grow to the second.
-    const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
-    const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(50);
-    let listener = Arc::clone(target.listener);
-    let id = target.id;
-    let ruleset = match ruleset.map(|r| r.try_clone()).transpose() {
-        Ok(ruleset) => ruleset,
-        Err(_) => return Reply::Errno(REFUSED),
-    };
-    let spawned = std::thread::Builder::new()
-        .name("pi-sandbox-fifo".into())
-        .stack_size(notify::HANDLER_STACK_BYTES)
-        .spawn(move || {
-            notify::drop_own_capabilities();
-            if let Some(ruleset) = &ruleset {
+    /// Opened (a reader's open succeeds at once; it waits for data or a writer's close).
+    opened: Option<OwnedFd>,
+}
+
+impl FifoWaiter {
+    fn start(ruleset: Option<&OwnedFd>) -> io::Result<FifoWaiter> {
+        /// Retries start this far apart and grow to the second.
+        const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+        const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+        let ruleset = ruleset.map(|r| r.try_clone()).transpose()?;
+        let (waits, incoming) = std::sync::mpsc::channel::<FifoWait>();
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&pending);
+        std::thread::Builder::new()
+            .name("pi-sandbox-fifo".into())
+            .stack_size(notify::HANDLER_STACK_BYTES)
+            .spawn(move || {
+                notify::drop_own_capabilities();
                 // SAFETY: per-thread no_new_privs, then the ruleset on this thread only.
-                let confined = unsafe {
+                let confined = ruleset.as_ref().is_none_or(|ruleset| unsafe {
                     libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
                         && libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
                             == 0
-                };
-                if !confined {
-                    notify::respond(listener.as_fd(), id, Reply::Errno(REFUSED));
-                    return;
-                }
-            }
-            let path = notify::proc_fd(fifo.as_fd());
-            let reader = flags & libc::O_ACCMODE == libc::O_RDONLY;
-            let mut delay = RETRY_FIRST;
-            let mut opened: Option<OwnedFd> = None;
-            loop {
-                if !notify::id_valid(listener.as_fd(), id) {
-                    return; // the caller went (a signal, a kill)
-                }
-                if opened.is_none() {
-                    let open_flags =
-                        (flags & !libc::O_CLOEXEC) | libc::O_NONBLOCK | libc::O_CLOEXEC;
-                    // SAFETY: open of our NUL-terminated path.
-                    let fd = unsafe { libc::open(path.as_ptr().cast(), open_flags) };
-                    if fd >= 0 {
-                        // SAFETY: just opened, ours.
-                        opened = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-                    } else if notify::errno_now() != libc::ENXIO {
-                        notify::respond(listener.as_fd(), id, Reply::Errno(notify::errno_now()));
-                        return;
-                    }
-                }
-                if let Some(fd) = &opened {
-                    // A writer opens once a reader is there; a reader waits for data or a
-                    // writer's close, as its blocking open and first read would.
-                    let ready = !reader || {
-                        let mut pfd = libc::pollfd {
-                            fd: fd.as_raw_fd(),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        };
-                        // SAFETY: one valid pollfd, no wait.
-                        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+                });
+                drop(ruleset);
+                let mut waiting: Vec<FifoWait> = Vec::new();
+                let mut delay = RETRY_FIRST;
+                let mut open = true;
+                loop {
+                    let next = match (waiting.is_empty(), open) {
+                        (true, true) => incoming.recv().map_err(|_| true),
+                        (true, false) => return,
+                        (false, true) => incoming
+                            .recv_timeout(delay)
+                            .map_err(|e| e == std::sync::mpsc::RecvTimeoutError::Disconnected),
+                        (false, false) => {
+                            std::thread::sleep(delay);
+                            Err(false)
+                        }
                     };
-                    if ready {
-                        // SAFETY: F_GETFL/F_SETFL on our descriptor: blocking, as asked.
-                        unsafe {
-                            let now = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-                            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, now & !libc::O_NONBLOCK);
+                    match next {
+                        Ok(wait) => {
+                            waiting.push(wait);
+                            delay = RETRY_FIRST;
+                            while let Ok(wait) = incoming.try_recv() {
+                                waiting.push(wait);
+                            }
                         }
-                        let cloexec = flags & libc::O_CLOEXEC != 0;
-                        let reply = send_fd_to(listener.as_fd(), id, fd.as_fd(), cloexec);
-                        if reply != Reply::Later {
-                            notify::respond(listener.as_fd(), id, reply);
+                        Err(gone) => {
+                            open &= !gone;
+                            delay = (delay * 2).min(RETRY_MAX);
                         }
-                        return;
                     }
+                    let before = waiting.len();
+                    waiting.retain_mut(|wait| match confined {
+                        true => !wait.step(),
+                        false => {
+                            notify::respond(wait.listener.as_fd(), wait.id, Reply::Errno(REFUSED));
+                            false
+                        }
+                    });
+                    count.fetch_sub(before - waiting.len(), std::sync::atomic::Ordering::AcqRel);
                 }
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(RETRY_MAX);
+            })?;
+        Ok(FifoWaiter { waits, pending })
+    }
+
+    /// Hands `fifo`'s open to the waiter thread, which answers it; `EAGAIN` past
+    /// `MAX_FIFO_WAITS`.
+    fn wait(&self, target: &Target<'_>, fifo: OwnedFd, flags: i32) -> Reply {
+        use std::sync::atomic::Ordering;
+        if self.pending.fetch_add(1, Ordering::AcqRel) >= MAX_FIFO_WAITS {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            return Reply::Errno(libc::EAGAIN);
+        }
+        let wait = FifoWait {
+            listener: Arc::clone(target.listener),
+            id: target.id,
+            fifo,
+            flags,
+            opened: None,
+        };
+        match self.waits.send(wait) {
+            Ok(()) => Reply::Later,
+            Err(_) => {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                Reply::Errno(libc::EAGAIN)
             }
-        });
-    match spawned {
-        Ok(_) => Reply::Later,
-        Err(_) => Reply::Errno(libc::EAGAIN),
+        }
+    }
+}
+
+impl FifoWait {
+    /// One retry: `true` once the call is answered or its caller no longer waits.
+    fn step(&mut self) -> bool {
+        let listener = self.listener.as_fd();
+        if !notify::id_valid(listener, self.id) {
+            return true; // the caller went (a signal, a kill)
+        }
+        if self.opened.is_none() {
+            let path = notify::proc_fd(self.fifo.as_fd());
+            let flags = (self.flags & !libc::O_CLOEXEC) | libc::O_NONBLOCK | libc::O_CLOEXEC;
+            // SAFETY: open of our NUL-terminated path.
+            let fd = unsafe { libc::open(path.as_ptr().cast(), flags) };
+            if fd >= 0 {
+                // SAFETY: just opened, ours.
+                self.opened = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+            } else if notify::errno_now() != libc::ENXIO {
+                notify::respond(listener, self.id, Reply::Errno(notify::errno_now()));
+                return true;
+            }
+        }
+        let Some(fd) = &self.opened else {
+            return false;
+        };
+        // A writer opens once a reader is there; a reader waits for data or a writer's close, as
+        // its blocking open and first read would.
+        let ready = self.flags & libc::O_ACCMODE != libc::O_RDONLY || {
+            let mut pfd = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, no wait.
+            unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+        };
+        if !ready {
+            return false;
+        }
+        // SAFETY: F_GETFL/F_SETFL on our descriptor: blocking, as asked.
+        unsafe {
+            let now = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, now & !libc::O_NONBLOCK);
+        }
+        let cloexec = self.flags & libc::O_CLOEXEC != 0;
+        let reply = send_fd_to(listener, self.id, fd.as_fd(), cloexec);
+        if reply != Reply::Later {
+            notify::respond(listener, self.id, reply);
+        }
+        true
     }
 }
 
@@ -1652,11 +2074,11 @@ mod tests {
     }
 
     fn open(p: &Policy, rel: &str, flags: i32, kind: Kind) -> Option<(bool, String)> {
-        decide(p, Path::new(rel), Access::Open { flags, kind }).map(|(r, d)| (r, d.rule))
+        decide(p, None, Path::new(rel), Access::Open { flags, kind }).map(|(r, d)| (r, d.rule))
     }
 
     fn name(p: &Policy, rel: &str, kind: Kind, moves: bool) -> Option<String> {
-        decide(p, Path::new(rel), Access::Name { kind, moves }).map(|(_, d)| d.rule)
+        decide(p, None, Path::new(rel), Access::Name { kind, moves }).map(|(_, d)| d.rule)
     }
 
     /// Runs `program` over one call as the kernel would (the instructions the filters use).
@@ -1905,6 +2327,126 @@ mod tests {
         let resolved = Resolved::entry(dup(at.as_fd()).unwrap(), b"p".to_vec(), seen);
         assert!(blocking_fifo(&resolved, libc::O_WRONLY).is_some());
         assert!(blocking_fifo(&resolved, libc::O_WRONLY | libc::O_NONBLOCK).is_none());
+    }
+
+    #[test]
+    fn the_hooks_directory_is_protected_like_the_defaults() {
+        let p = policy(&[], &[]);
+        let hooks = Some(Path::new("tools/hooks"));
+        let w = libc::O_WRONLY | libc::O_CREAT;
+        let open = |rel: &str, flags| {
+            decide(
+                &p,
+                hooks,
+                Path::new(rel),
+                Access::Open {
+                    flags,
+                    kind: Kind::File,
+                },
+            )
+            .map(|(_, d)| (d.rule, d.guard))
+        };
+        let refused = Some((
+            super::super::hooks_path::RULE.to_string(),
+            crate::policy::Guard::Protected,
+        ));
+        assert_eq!(open("tools/hooks/pre-commit", w), refused);
+        assert_eq!(open("tools/hooks/pre-commit", libc::O_RDONLY), None);
+        assert_eq!(open("tools/hooksx/pre-commit", w), None);
+        assert_eq!(open("tools/other", w), None);
+        let name = |rel: &str, kind, moves| {
+            decide(&p, hooks, Path::new(rel), Access::Name { kind, moves }).map(|(_, d)| d.rule)
+        };
+        // The directory itself and anything made in it; a directory above moved or replaced by a
+        // symlink; a directory above made (the hooks directory's own creation stays refused).
+        assert!(name("tools/hooks", Kind::Dir, false).is_some());
+        assert!(name("tools/hooks/x", Kind::File, false).is_some());
+        assert!(name("tools", Kind::Dir, true).is_some());
+        assert!(name("tools", Kind::Symlink, false).is_some());
+        assert_eq!(name("tools", Kind::Dir, false), None);
+        assert_eq!(name("tools/x", Kind::File, true), None);
+        assert_eq!(
+            name("tools/hooks", Kind::Dir, false),
+            name("tools/hooks/y", Kind::File, false)
+        );
+    }
+
+    #[test]
+    fn proc_is_entered_only_at_the_callers_own_directory() {
+        // The decision: procfs's root and the caller's own directory; never another process's,
+        // nor a file on procfs reached as an object (whose it is cannot be told).
+        assert!(proc_decision(ProcEntry::Root));
+        assert!(proc_decision(ProcEntry::Own));
+        assert!(
+            proc_decision(ProcEntry::Other { process: false }),
+            "sys, bus"
+        );
+        assert!(!proc_decision(ProcEntry::Other { process: true }));
+        assert!(!proc_decision(ProcEntry::File));
+        assert!(
+            proc_decision(ProcEntry::Named(true)),
+            "a thread of the caller"
+        );
+        assert!(!proc_decision(ProcEntry::Named(false)));
+        // Where a procfs directory lies: the walk up finds the root and the top directory.
+        let open = |p: &str| notify::open_path(None, p.as_bytes(), true).unwrap();
+        assert!(proc_top(open("/proc").as_fd()).unwrap().is_none());
+        let me = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let (root, top) = proc_top(open(&format!("/proc/{me}/task/{tid}/fd")).as_fd())
+            .unwrap()
+            .expect("beneath the root");
+        assert!(is_proc_root(root.as_fd()));
+        assert_eq!(
+            notify::identity(top.as_fd()),
+            notify::identity(open(&format!("/proc/{me}")).as_fd())
+        );
+        assert!(
+            stat_at(top.as_fd(), b"task").is_some(),
+            "a process directory"
+        );
+        let (_, sys) = proc_top(open("/proc/sys/kernel").as_fd()).unwrap().unwrap();
+        assert!(
+            stat_at(sys.as_fd(), b"task").is_none(),
+            "not a process directory"
+        );
+        assert!(is_number(b"123") && !is_number(b"") && !is_number(b"12a") && !is_number(b"self"));
+    }
+
+    #[test]
+    fn a_unix_socket_address_names_a_path_unless_abstract_or_autobind() {
+        let address = |family: i32, path: &[u8]| {
+            let mut a = (family as u16).to_ne_bytes().to_vec();
+            a.extend_from_slice(path);
+            a
+        };
+        assert_eq!(
+            unix_path(&address(libc::AF_UNIX, b"a/sock\0")),
+            Some(&b"a/sock"[..])
+        );
+        // The kernel reads up to the first NUL, or the address's end.
+        assert_eq!(
+            unix_path(&address(libc::AF_UNIX, b"s\0junk")),
+            Some(&b"s"[..])
+        );
+        assert_eq!(unix_path(&address(libc::AF_UNIX, b"s")), Some(&b"s"[..]));
+        assert_eq!(unix_path(&address(libc::AF_UNIX, b"\0abstract")), None);
+        assert_eq!(unix_path(&address(libc::AF_UNIX, b"")), None, "autobind");
+        assert_eq!(
+            unix_path(&address(libc::AF_INET, b"\0\x50\x7f\0\0\x01")),
+            None
+        );
+        assert_eq!(unix_path(&[1]), None);
+        assert!(matches!(
+            decode(libc::SYS_bind, [3, 0x1000, 12, 0, 0, 0]).unwrap(),
+            Call::Bind {
+                fd: 3,
+                addr: 0x1000,
+                len: 12
+            }
+        ));
+        assert!(Session::handles(libc::SYS_bind));
     }
 
     #[test]

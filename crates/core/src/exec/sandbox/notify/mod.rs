@@ -30,6 +30,8 @@
 
 // The workspace policy's calls, served by this handler.
 pub(super) mod guard;
+// The directory `core.hooksPath` names, protected for each command.
+mod hooks_path;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -326,16 +328,23 @@ fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8], follow: bool, extra: u64) -> Op
 /// `open_beneath` of a path given with its terminating NUL (and nothing after it); an empty one
 /// names `dir` itself.
 fn open_beneath_nul(dir: BorrowedFd<'_>, rel: &[u8], follow: bool, extra: u64) -> Option<OwnedFd> {
+    if rel.last() != Some(&0) || rel[..rel.len() - 1].contains(&0) {
+        return None;
+    }
+    let path = if rel.len() == 1 { &b".\0"[..] } else { rel };
+    let resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | extra;
+    openat2_path(dir.as_raw_fd(), path, follow, resolve).ok()
+}
+
+/// `openat2(dir, path, O_PATH, resolve)`, following the last component or not; `path` ends in
+/// its NUL and holds no other.
+fn openat2_path(dir: RawFd, path: &[u8], follow: bool, resolve: u64) -> Result<OwnedFd, i32> {
     #[repr(C)]
     struct OpenHow {
         flags: u64,
         mode: u64,
         resolve: u64,
     }
-    if rel.last() != Some(&0) || rel[..rel.len() - 1].contains(&0) {
-        return None;
-    }
-    let path = if rel.len() == 1 { &b".\0"[..] } else { rel };
     let mut flags = libc::O_PATH | libc::O_CLOEXEC;
     if !follow {
         flags |= libc::O_NOFOLLOW;
@@ -343,20 +352,24 @@ fn open_beneath_nul(dir: BorrowedFd<'_>, rel: &[u8], follow: bool, extra: u64) -
     let how = OpenHow {
         flags: flags as u64,
         mode: 0,
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | extra,
+        resolve,
     };
-    // SAFETY: openat2 with a NUL-terminated path and a valid `open_how` of the size given.
+    // SAFETY: openat2 with a NUL-terminated path (the caller's contract) and a valid `open_how`
+    // of the size given.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            dir.as_raw_fd(),
+            dir,
             path.as_ptr(),
             &how as *const OpenHow,
             size_of::<OpenHow>(),
         )
     };
+    if fd < 0 {
+        return Err(errno_now());
+    }
     // SAFETY: a descriptor we just got.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// The notification filter: in Landlock mode (`metadata`) the metadata calls, in both modes
@@ -1317,25 +1330,24 @@ impl<'a> Target<'a> {
         if path.is_empty() && !empty {
             return Err(libc::ENOENT);
         }
+        // Only the caller's own `/proc/self` (and its cwd) is followed through a magic link;
+        // another process's `/proc/<pid>/fd/N` or `cwd` never is (`RESOLVE_NO_MAGICLINKS`).
         if path.first() == Some(&b'/') {
-            return open_path(None, &callers_proc(&path, self.pid), follow);
+            return match callers_proc(&path, self.pid) {
+                // glibc's `/proc/self/fd/N`: one of the caller's own descriptors.
+                std::borrow::Cow::Owned(own) if own_fd_link(&own) => open_path(None, &own, follow),
+                path => open_no_magic(None, &path, follow),
+            };
         }
         let base = if dirfd == libc::AT_FDCWD {
-            let mut at = format!("/proc/{}/cwd", self.pid).into_bytes();
-            if !path.is_empty() && at.len() + 1 + path.len() < PATH_MAX {
-                // One lookup: through the magic link to the caller's cwd, then on as it would.
-                at.push(b'/');
-                at.extend_from_slice(&path);
-                return open_path(None, &at, follow);
-            }
-            open_path(None, &at, true)?
+            self.proc_open(c"cwd")?
         } else {
             self.fd(dirfd)?
         };
         if path.is_empty() {
             return Ok(base);
         }
-        open_path(Some(base.as_fd()), &path, follow)
+        open_no_magic(Some(base.as_fd()), &path, follow)
     }
 }
 
@@ -1356,6 +1368,17 @@ fn callers_proc(path: &[u8], pid: libc::pid_t) -> std::borrow::Cow<'_, [u8]> {
         }
     }
     std::borrow::Cow::Borrowed(path)
+}
+
+/// Whether `path` is `/proc/<pid>/fd/<N>` or `/proc/<pid>/task/<tid>/fd/<N>` and nothing more.
+fn own_fd_link(path: &[u8]) -> bool {
+    let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
+    let number = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    match parts.as_slice() {
+        [b"", b"proc", pid, b"fd", n] => number(pid) && number(n),
+        [b"", b"proc", pid, b"task", tid, b"fd", n] => number(pid) && number(tid) && number(n),
+        _ => false,
+    }
 }
 
 /// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
@@ -1393,6 +1416,18 @@ pub(super) fn open_path(
     }
     // SAFETY: just opened, ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open_path`, crossing no `/proc` magic link (`RESOLVE_NO_MAGICLINKS`): what the caller names
+/// is followed only through plain symlinks.
+fn open_no_magic(dir: Option<BorrowedFd<'_>>, path: &[u8], follow: bool) -> Result<OwnedFd, i32> {
+    let mut c = path.to_vec();
+    c.push(0);
+    if path.contains(&0) {
+        return Err(libc::EINVAL);
+    }
+    let dir = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    openat2_path(dir, &c, follow, RESOLVE_NO_MAGICLINKS)
 }
 
 /// The status flags of `fd` (`F_GETFL`), `None` when unknown.
