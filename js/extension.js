@@ -3,11 +3,12 @@
 // definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
 // the "pi-native-ops" entry of pi's settings.json.
 import { spawn } from "node:child_process";
-import { appendFileSync, readFileSync, realpathSync } from "node:fs";
+import { readFileSync, realpathSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { createBashOperations, sandboxSupport } from "./bash.js";
+import { createPolicyLog } from "./policy-log.js";
 import { connect, createRemoteToolDefinitions } from "./remote.js";
 import { createNativeToolDefinitions } from "./tools.js";
 
@@ -255,7 +256,8 @@ function readOptions(api) {
 
 /**
  * The session's `policy` (absent when it is all defaults) and `onPolicyEvent` (absent without a log): the
- * log takes each event as one JSON line; a log that cannot be written loses the event, not the tool call.
+ * log takes each event as one JSON line, under js/policy-log.js's bounds (the same for a remote server's
+ * events and the local guard's); a log that cannot be written loses the event, not the tool call.
  */
 function policyOf(options) {
   const given = options.denyRead !== undefined || options.denyWrite !== undefined || !options.protect;
@@ -267,10 +269,7 @@ function policyOf(options) {
       }
     : undefined;
   const log = options.policyLog;
-  // A log that cannot be opened is a startup error, not a silent loss of every event.
-  if (log !== undefined && log !== "") appendFileSync(log, "");
-  const onPolicyEvent =
-    log === undefined || log === "" ? undefined : (event) => appendFileSync(log, `${JSON.stringify(event)}\n`);
+  const onPolicyEvent = log === undefined || log === "" ? undefined : createPolicyLog(log);
   return { policy, onPolicyEvent };
 }
 
