@@ -1,0 +1,32 @@
+// A hostile pi-native-ops-server for the policy log (issue 37, finding 6): it greets, answers the `policy`
+// call (and any other with an empty `ok`), then sends policy events as fast as its stdout takes them,
+// until its input ends. Run as a `--native-remote` command: `node event-flood-server.js`.
+import { frame, frameReader } from "./fake-server.js";
+
+const out = process.stdout;
+const send = (header) => out.write(frame(header));
+const EVENT = { t: "event", tool: "bash", access: "read", path: "/workspace/.env", rule: ".env", allowed: false };
+
+async function flood() {
+  for (;;) {
+    if (!send({ ...EVENT, time: Date.now(), command: "cat .env" })) {
+      await new Promise((resolve) => out.once("drain", resolve));
+    }
+  }
+}
+
+send({ t: "hello", protocol: 1, server: "0.0.0-flood", root: "/workspace", platform: "linux-x64" });
+let flooding = false;
+process.stdin.on(
+  "data",
+  frameReader((header) => {
+    if (header.t !== "call") return;
+    send({ t: "ok", id: header.id, pinned: null });
+    if (header.op === "policy" && !flooding) {
+      flooding = true;
+      flood();
+    }
+  }),
+);
+process.stdin.on("end", () => process.exit(0));
+out.on("error", () => process.exit(0));
