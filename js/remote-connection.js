@@ -25,18 +25,18 @@ const OVERSIZED_PEEK_BYTES = 64;
  * of heap per byte (a list of empty objects), so 8 MiB costs at most about 180 MiB while it is parsed. A
  * larger one is a protocol violation (docs/protocol.md, "The client's bounds").
  */
-export const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
+const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
 /** The largest `data` payload the protocol allows (1 MiB). */
 const MAX_DATA_BYTES = 1024 * 1024;
 /** A stream's `data` bytes the server may have sent and not had credited (the protocol's window). */
-export const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
+const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 /**
  * How long a cancelled call (a timeout, an abort) waits for the server's answer before it settles on its
  * own: the local deadline holds within 200 ms whether or not the server answers.
  */
-export const CANCEL_GRACE_MS = 100;
+const CANCEL_GRACE_MS = 100;
 /** Calls settled without the server answering their cancel at which the connection is torn down. */
-export const MAX_UNANSWERED_CANCELS = 3;
+const MAX_UNANSWERED_CANCELS = 3;
 
 /** A frame header's JSON object, or null when it is none. */
 function parseHeader(bytes) {
