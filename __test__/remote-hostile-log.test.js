@@ -1,7 +1,20 @@
 // The policy log is bounded (issue 37, finding 6): pi with the extension, `--native-remote` on a server that
 // floods policy events and `--native-policy-log`, writes a rate-bounded log; and the writer (the same for the
 // local guard's events) rotates at its size cap and counts what its rate leaves out.
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import {
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  realpathSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -67,6 +80,29 @@ describe("the policy log's writer", () => {
     log(event(1));
     expect(readFileSync(`${file}.1`, "utf8")).toBe(`${"x".repeat(950)}\n`);
     expect(lines(file)).toEqual([event(1)]);
+  });
+
+  it.skipIf(process.platform === "win32")("a log that is no file (a FIFO) is written without a cap", () => {
+    const fifo = path.join(scratch(), "policy.fifo");
+    execFileSync("mkfifo", [fifo]);
+    // Held open for reading and writing here: the writer's opens never wait, and the lines wait in the pipe.
+    const fd = openSync(fifo, constants.O_RDWR);
+    try {
+      const log = createPolicyLog(fifo, { maxBytes: 100 });
+      for (let i = 0; i < 5; i++) log(event(i));
+      const buffer = Buffer.alloc(64 * 1024);
+      const text = buffer.subarray(0, readSync(fd, buffer)).toString();
+      expect(
+        text
+          .trim()
+          .split("\n")
+          .map((line) => JSON.parse(line).time),
+      ).toEqual([0, 1, 2, 3, 4]);
+      expect(statSync(fifo).isFIFO()).toBe(true);
+      expect(existsSync(`${fifo}.1`)).toBe(false);
+    } finally {
+      closeSync(fd);
+    }
   });
 
   it("the defaults: 16 MiB, 1000 events at once, then 100 a second", () => {

@@ -23,14 +23,17 @@ export function createPolicyLog(file, options = {}) {
     now = Date.now,
   } = options;
   appendFileSync(file, "");
-  let size = statSync(file).size;
+  const stat = statSync(file);
+  // A pipe or a terminal (`/dev/stderr`) fills no disk, and cannot be moved aside.
+  const capped = stat.isFile();
+  let size = stat.size;
   let tokens = burst;
   let refilled = now();
   let dropped = 0;
 
   const append = (line) => {
     const bytes = Buffer.byteLength(line);
-    if (size > 0 && size + bytes > maxBytes) {
+    if (capped && size > 0 && size + bytes > maxBytes) {
       renameSync(file, `${file}.1`);
       size = 0;
     }
