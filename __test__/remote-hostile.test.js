@@ -221,6 +221,55 @@ for (const kind of ["stdio", "ws"]) {
   });
 }
 
+describe("the client's bounds, at their edges (stdio, in this process)", () => {
+  /** A server answering `readdir` with `answer(id)` as an inPayload answer, `stat` with a stray payload. */
+  const edges = (answer) => (call, server) => {
+    if (call.op === "readdir") sendInPayload(server, call.id, answer(call.id));
+    else if (call.op === "stat") server.send({ t: "ok", id: call.id, size: 1, isFile: true }, Buffer.alloc(3 * MiB));
+    else answersExists(call, server);
+  };
+  /** `{"t":"ok","id":id,"names":["aaa…"]}` of exactly `bytes`. */
+  const names = (id, bytes) => {
+    const head = `{"t":"ok","id":${id},"names":["`;
+    const tail = '"]}';
+    return Buffer.from(head + "a".repeat(bytes - head.length - tail.length) + tail);
+  };
+
+  it("an inPayload answer of exactly 8 MiB is taken; one byte more fails the call and the connection", async () => {
+    const { connection } = await inProcess(
+      "stdio",
+      edges((id) => names(id, MAX_ANSWER_BYTES)),
+    );
+    expect(await connection.fs.ls.readdir("/workspace")).toHaveLength(1);
+    const over = await inProcess(
+      "stdio",
+      edges((id) => names(id, MAX_ANSWER_BYTES + 1)),
+    );
+    await expect(over.connection.fs.ls.readdir("/workspace")).rejects.toThrow(
+      `remote connection closed: protocol violation: an answer of ${MAX_ANSWER_BYTES + 1} bytes to call 1, over the client's limit of ${MAX_ANSWER_BYTES}`,
+    );
+  });
+
+  it("a payload on an answer that carries none is dropped: the call is answered, the connection goes on", async () => {
+    const { connection } = await inProcess(
+      "stdio",
+      edges(() => null),
+    );
+    expect((await connection.fs.ls.stat("/workspace/a")).isFile()).toBe(true);
+    expect(await connection.fs.ls.exists("/workspace/a")).toBe(true);
+  });
+
+  it("a data frame over 1 MiB is a protocol violation, even within the window", async () => {
+    const { connection } = await inProcess("stdio", (call, server) => {
+      if (call.op === "exec") server.send({ t: "data", id: call.id }, Buffer.alloc(MiB + 1));
+    });
+    const err = await connection.bash.exec("true", "/workspace", { onData() {} }).catch((e) => e);
+    expect(err.message).toMatch(
+      /^remote connection closed: protocol violation: a data frame of 1048577 bytes for call \d+, over 1 MiB$/,
+    );
+  });
+});
+
 /** Waits (on the event loop, never a deadline) until `condition()` holds. */
 async function waitUntil(condition) {
   while (!condition()) await new Promise((resolve) => setImmediate(resolve));

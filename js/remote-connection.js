@@ -440,7 +440,11 @@ export class Connection {
     if (header.t === "data") {
       if (call.onData === undefined) return false;
       call.uncredited += payloadBytes;
-      if (payloadBytes > MAX_DATA_BYTES || call.uncredited > STREAM_WINDOW_BYTES) {
+      if (payloadBytes > MAX_DATA_BYTES) {
+        this.fail(`protocol violation: a data frame of ${payloadBytes} bytes for call ${header.id}, over 1 MiB`);
+        return false;
+      }
+      if (call.uncredited > STREAM_WINDOW_BYTES) {
         this.fail(
           `protocol violation: call ${header.id} was sent ${call.uncredited} bytes of data not credited, over the window of ${STREAM_WINDOW_BYTES}`,
         );
