@@ -18,7 +18,7 @@ const CLOSED = /^remote connection closed: /;
  * The client's peak RSS growth allowed while a hostile server sends 256 MiB it should not hold: the
  * transport's buffers of what it drops wait for a GC (external memory), a held flood is the flood.
  */
-const BOUND_MIB = 64;
+const BOUND_MIB = 100;
 
 const cleanups = [];
 afterEach(async () => {
