@@ -51,7 +51,7 @@ describe("the policy log's writer", () => {
   it("takes a burst, then its rate; what it leaves out is counted in one line before the next event", () => {
     const file = path.join(scratch(), "policy.log");
     let now = 0;
-    const log = createPolicyLog(file, { burst: 3, perSecond: 2, now: () => now });
+    const { onPolicyEvent: log } = createPolicyLog(file, { burst: 3, perSecond: 2, now: () => now });
     for (let i = 0; i < 10; i++) log(event(i));
     expect(lines(file).map((e) => e.path)).toEqual(["/w/0", "/w/1", "/w/2"]);
     now = 500; // one event's worth of rate
@@ -60,10 +60,21 @@ describe("the policy log's writer", () => {
     expect(lines(file).slice(3)).toEqual([{ dropped: 7, time: 500 }, event(10)]);
   });
 
+  it("close() writes the count of the events left out since the last line", () => {
+    const file = path.join(scratch(), "policy.log");
+    let now = 0;
+    const { onPolicyEvent: log, close } = createPolicyLog(file, { burst: 1, perSecond: 1, now: () => now });
+    for (let i = 0; i < 4; i++) log(event(i));
+    now = 100;
+    close();
+    close();
+    expect(lines(file)).toEqual([event(0), { dropped: 3, time: 100 }]);
+  });
+
   it("rotates at its size cap: the log and its one previous file hold at most twice the cap", () => {
     const dir = scratch();
     const file = path.join(dir, "policy.log");
-    const log = createPolicyLog(file, { maxBytes: 1000, burst: 1e9 });
+    const { onPolicyEvent: log } = createPolicyLog(file, { maxBytes: 1000, burst: 1e9 });
     for (let i = 0; i < 500; i++) log(event(i));
     expect(statSync(file).size).toBeLessThanOrEqual(1000);
     expect(statSync(`${file}.1`).size).toBeLessThanOrEqual(1000);
@@ -76,7 +87,7 @@ describe("the policy log's writer", () => {
   it("a log that exists is appended to, and counts toward the cap", () => {
     const file = path.join(scratch(), "policy.log");
     writeFileSync(file, `${"x".repeat(950)}\n`);
-    const log = createPolicyLog(file, { maxBytes: 1000 });
+    const { onPolicyEvent: log } = createPolicyLog(file, { maxBytes: 1000 });
     log(event(1));
     expect(readFileSync(`${file}.1`, "utf8")).toBe(`${"x".repeat(950)}\n`);
     expect(lines(file)).toEqual([event(1)]);
@@ -88,7 +99,7 @@ describe("the policy log's writer", () => {
     // Held open for reading and writing here: the writer's opens never wait, and the lines wait in the pipe.
     const fd = openSync(fifo, constants.O_RDWR);
     try {
-      const log = createPolicyLog(fifo, { maxBytes: 100 });
+      const { onPolicyEvent: log } = createPolicyLog(fifo, { maxBytes: 100 });
       for (let i = 0; i < 5; i++) log(event(i));
       const buffer = Buffer.alloc(64 * 1024);
       const text = buffer.subarray(0, readSync(fd, buffer)).toString();
@@ -141,6 +152,8 @@ describe(`pi -e pi-native-ops --native-remote on a server flooding events (${piN
     // burst, then the rate for as long as pi ran.
     expect(events.length).toBeLessThanOrEqual(POLICY_LOG_BURST + Math.ceil(POLICY_LOG_PER_SECOND * (seconds + 1)));
     expect(events.length).toBeLessThan(EVENTS_FIRST);
+    // The session's end wrote the count of the events still left out: none is unaccounted for.
+    expect(events.length + dropped).toBeGreaterThanOrEqual(EVENTS_FIRST);
     expect(events[0]).toMatchObject({ tool: "bash", access: "read", path: "/workspace/.env", allowed: false });
   });
 });

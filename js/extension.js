@@ -255,9 +255,10 @@ function readOptions(api) {
 }
 
 /**
- * The session's `policy` (absent when it is all defaults) and `onPolicyEvent` (absent without a log): the
- * log takes each event as one JSON line, under js/policy-log.js's bounds (the same for a remote server's
- * events and the local guard's); a log that cannot be written loses the event, not the tool call.
+ * The session's `policy` (absent when it is all defaults), `onPolicyEvent` (absent without a log) and
+ * `closeLog`: the log takes each event as one JSON line, under js/policy-log.js's bounds (the same for a
+ * remote server's events and the local guard's); a log that cannot be written loses the event, not the
+ * tool call.
  */
 function policyOf(options) {
   const given = options.denyRead !== undefined || options.denyWrite !== undefined || !options.protect;
@@ -269,8 +270,8 @@ function policyOf(options) {
       }
     : undefined;
   const log = options.policyLog;
-  const onPolicyEvent = log === undefined || log === "" ? undefined : createPolicyLog(log);
-  return { policy, onPolicyEvent };
+  const writer = log === undefined || log === "" ? undefined : createPolicyLog(log);
+  return { policy, onPolicyEvent: writer?.onPolicyEvent, closeLog: () => writer?.close() };
 }
 
 /** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
@@ -326,7 +327,7 @@ async function connectRemote(command, { index, signal, requireSandbox, policy, o
 
 /** The session's tools and `!` operations from `flags`, in `cwd`. */
 async function start(pi, flags, cwd, signal) {
-  const { policy, onPolicyEvent } = policyOf(flags);
+  const { policy, onPolicyEvent, closeLog } = policyOf(flags);
   const policed = { ...(policy && { policy }), ...(onPolicyEvent && { onPolicyEvent }) };
   if (flags.remote !== undefined) {
     const { connection, child } = await connectRemote(flags.remote, {
@@ -356,6 +357,7 @@ async function start(pi, flags, cwd, signal) {
         },
       });
     const close = async () => {
+      closeLog();
       connection.close();
       child.kill();
     };
@@ -390,6 +392,7 @@ async function start(pi, flags, cwd, signal) {
     sandbox === undefined ? {} : { sandbox: { ...sandbox, ...policed, root: cwd, runtimeRoot: cwd } },
   );
   const close = async () => {
+    closeLog();
     await tools.index?.close();
   };
   const parts = ["native tools"];

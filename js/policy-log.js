@@ -12,8 +12,9 @@ export const POLICY_LOG_PER_SECOND = 100;
 
 /**
  * A writer of policy events to `file` (opened now: a log that cannot be written is a startup error, not
- * a silent loss of every event). Returns `onPolicyEvent`. An event that cannot be written is lost, not the
- * tool call. `options` (tests): `maxBytes`, `burst`, `perSecond`, `now` (ms).
+ * a silent loss of every event). Returns `{ onPolicyEvent, close }`: `close()` writes the count of the
+ * events still left out, at the session's end. An event that cannot be written is lost, not the tool
+ * call. `options` (tests): `maxBytes`, `burst`, `perSecond`, `now` (ms).
  */
 export function createPolicyLog(file, options = {}) {
   const {
@@ -41,7 +42,14 @@ export function createPolicyLog(file, options = {}) {
     size += bytes;
   };
 
-  return (event) => {
+  /** Writes the count of the events the rate left out, in the shape onPolicyEvent gives a server's drop. */
+  const report = (t) => {
+    if (dropped === 0) return;
+    append(`${JSON.stringify({ dropped, time: t })}\n`);
+    dropped = 0;
+  };
+
+  const onPolicyEvent = (event) => {
     const t = now();
     tokens = Math.min(burst, tokens + ((t - refilled) / 1000) * perSecond);
     refilled = t;
@@ -51,14 +59,18 @@ export function createPolicyLog(file, options = {}) {
     }
     tokens -= 1;
     try {
-      if (dropped > 0) {
-        // The count of the events the rate left out, in the shape onPolicyEvent gives a server's drop.
-        append(`${JSON.stringify({ dropped, time: t })}\n`);
-        dropped = 0;
-      }
+      report(t);
       append(`${JSON.stringify(event)}\n`);
     } catch {
       // The disk refused the line: the event is lost, the tool goes on.
     }
   };
+  const close = () => {
+    try {
+      report(now());
+    } catch {
+      // As above: the count is lost, the session still ends.
+    }
+  };
+  return { onPolicyEvent, close };
 }
