@@ -3,10 +3,11 @@
 // definitions (the model sees a stock pi); what runs them is chosen at session_start by the flags and
 // the "pi-native-ops" entry of pi's settings.json.
 import { spawn } from "node:child_process";
-import { appendFileSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createBashOperations, sandboxSupport } from "./bash.js";
+import { createPolicyLog } from "./policy-log.js";
 import { createNativeToolDefinitions } from "./tools.js";
 
 const NAMES = ["read", "bash", "edit", "write", "grep", "find", "ls"];
@@ -233,8 +234,10 @@ function readOptions(api) {
 }
 
 /**
- * The session's `policy` (absent when it is all defaults) and `onPolicyEvent` (absent without a log): the
- * log takes each event as one JSON line; a log that cannot be written loses the event, not the tool call.
+ * The session's `policy` (absent when it is all defaults), `onPolicyEvent` (absent without a log) and
+ * `closeLog`: the log takes each event as one JSON line, under js/policy-log.js's bounds (the same for a
+ * remote server's events and the local guard's); a log that cannot be written loses the event, not the
+ * tool call.
  */
 function policyOf(options) {
   const given = options.denyRead !== undefined || options.denyWrite !== undefined || !options.protect;
@@ -246,11 +249,8 @@ function policyOf(options) {
       }
     : undefined;
   const log = options.policyLog;
-  // A log that cannot be opened is a startup error, not a silent loss of every event.
-  if (log !== undefined && log !== "") appendFileSync(log, "");
-  const onPolicyEvent =
-    log === undefined || log === "" ? undefined : (event) => appendFileSync(log, `${JSON.stringify(event)}\n`);
-  return { policy, onPolicyEvent };
+  const writer = log === undefined || log === "" ? undefined : createPolicyLog(log);
+  return { policy, onPolicyEvent: writer?.onPolicyEvent, closeLog: () => writer?.close() };
 }
 
 /** Why the sandbox of `mode` cannot run here (the core's reason), or null when it can. */
@@ -308,7 +308,7 @@ async function connectRemote(command, { index, signal, requireSandbox, policy, o
 
 /** The session's tools and `!` operations from `flags`, in `cwd`. */
 async function start(pi, flags, cwd, signal) {
-  const { policy, onPolicyEvent } = policyOf(flags);
+  const { policy, onPolicyEvent, closeLog } = policyOf(flags);
   const policed = { ...(policy && { policy }), ...(onPolicyEvent && { onPolicyEvent }) };
   if (flags.remote !== undefined) {
     const { connection, child } = await connectRemote(flags.remote, {
@@ -339,6 +339,7 @@ async function start(pi, flags, cwd, signal) {
         },
       });
     const close = async () => {
+      closeLog();
       connection.close();
       child.kill();
     };
@@ -373,6 +374,7 @@ async function start(pi, flags, cwd, signal) {
     sandbox === undefined ? {} : { sandbox: { ...sandbox, ...policed, root: cwd, runtimeRoot: cwd } },
   );
   const close = async () => {
+    closeLog();
     await tools.index?.close();
   };
   const parts = ["native tools"];

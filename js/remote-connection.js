@@ -20,6 +20,23 @@ const MAX_PAYLOAD_BYTES = 1024 * 1024 * 1024;
 
 /** Bytes of an oversized header read to find the call it answers (its `t` and `id` come first). */
 const OVERSIZED_PEEK_BYTES = 64;
+/**
+ * The largest answer moved into its payload (`inPayload`) the client parses: JSON.parse may take 21 bytes
+ * of heap per byte (a list of empty objects), so 8 MiB costs at most about 180 MiB while it is parsed. A
+ * larger one is a protocol violation (docs/protocol.md, "The client's bounds").
+ */
+const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
+/** The largest `data` payload the protocol allows (1 MiB). */
+const MAX_DATA_BYTES = 1024 * 1024;
+/** A stream's `data` bytes the server may have sent and not had credited (the protocol's window). */
+const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
+/**
+ * How long a cancelled call (a timeout, an abort) waits for the server's answer before it settles on its
+ * own: the local deadline holds within 200 ms whether or not the server answers.
+ */
+const CANCEL_GRACE_MS = 100;
+/** Calls settled without the server answering their cancel at which the connection is torn down. */
+const MAX_UNANSWERED_CANCELS = 3;
 
 /** A frame header's JSON object, or null when it is none. */
 function parseHeader(bytes) {
@@ -131,6 +148,8 @@ export class Connection {
   constructor(transport) {
     const { input, output, child } = streamsOf(transport);
     this.pending = new Map();
+    // Ids of calls settled on their own (a cancel the server did not answer in time), until it answers.
+    this.unanswered = new Set();
     this.nextId = 1;
     this.closedReason = null;
     this.server = null;
@@ -263,12 +282,30 @@ export class Connection {
 
   credit(id, bytes) {
     if (this.closedReason !== null || bytes === 0) return;
+    const call = this.pending.get(id);
+    if (call !== undefined) call.uncredited -= bytes;
     this.credits.set(id, (this.credits.get(id) ?? 0) + bytes);
     this.schedule();
   }
 
-  cancel(id) {
+  /**
+   * Cancels call `id`. Given `failure` (a function making the call's error), the call also settles on its
+   * own with that error when the server has not answered within CANCEL_GRACE_MS; its late answer is then
+   * dropped, and MAX_UNANSWERED_CANCELS such calls unanswered at once end the connection.
+   */
+  cancel(id, failure) {
     this.send({ t: "cancel", id });
+    const call = this.pending.get(id);
+    if (failure === undefined || call === undefined || call.grace !== undefined) return;
+    call.grace = setTimeout(() => {
+      if (this.pending.get(id) !== call) return;
+      this.pending.delete(id);
+      this.unanswered.add(id);
+      call.reject(failure());
+      if (this.unanswered.size >= MAX_UNANSWERED_CANCELS) {
+        this.fail(`the server answered none of ${this.unanswered.size} cancelled calls`);
+      }
+    }, CANCEL_GRACE_MS);
   }
 
   /**
@@ -280,7 +317,8 @@ export class Connection {
     const id = this.nextId++;
     const header = { t: "call", id, op, ...args };
     const promise = new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, onData });
+      // `uncredited`: a stream's data received and not yet credited, held to the window.
+      this.pending.set(id, { op, resolve, reject, onData, uncredited: 0, grace: undefined });
     });
     if (payload && payload.length > MAX_PAYLOAD_BYTES) {
       this.settle(id, null, new Error(`remote ${op}: payload of ${payload.length} bytes exceeds the protocol's 1 GiB`));
@@ -304,11 +342,16 @@ export class Connection {
     const call = this.pending.get(id);
     if (!call) return;
     this.pending.delete(id);
+    clearTimeout(call.grace);
     if (error) call.reject(error);
     else call.resolve(ok);
   }
 
-  /** Frames arriving bytes; never allocates what a length merely claims. */
+  /**
+   * Frames arriving bytes; never allocates what a length merely claims. A frame's header (at most 1 MiB)
+   * is read first; its payload is held only when it is one the client asked for ({@link admit}), and
+   * dropped as it arrives otherwise.
+   */
   receive(chunk) {
     if (this.closedReason !== null || chunk.length === 0) return;
     this.chunks.push(chunk);
@@ -324,20 +367,43 @@ export class Connection {
             `protocol violation: frame lengths out of range (header ${headerBytes}, payload ${payloadBytes})`,
           );
         }
-        this.frame = { headerBytes, payloadBytes, skip: headerBytes > MAX_HEADER_BYTES };
+        this.frame = { headerBytes, payloadBytes, skip: headerBytes > MAX_HEADER_BYTES, header: null, keep: true };
       }
-      if (this.frame.skip) {
+      const frame = this.frame;
+      if (frame.skip) {
         // A header over the limit (a server that does not move a large answer into its payload):
         // only its call fails. Its bytes are dropped as they come, never held.
         if (!this.skipOversized()) return;
         if (this.closedReason !== null) return;
         continue;
       }
-      const { headerBytes, payloadBytes } = this.frame;
-      if (this.buffered < headerBytes + payloadBytes) return;
+      const { headerBytes, payloadBytes } = frame;
+      if (frame.header === null) {
+        if (this.buffered < headerBytes) return;
+        const header = parseHeader(this.take(headerBytes, false));
+        if (header === null) return this.fail("protocol violation: a frame header is not a JSON object");
+        frame.header = header;
+        frame.keep = this.admit(header, payloadBytes);
+        if (this.closedReason !== null) return;
+        if (!frame.keep) {
+          frame.left = payloadBytes;
+          // An answer's stray payload is dropped; the answer itself still settles its call.
+          if (header.t !== "data") this.dispatch(header, Buffer.alloc(0));
+          if (this.closedReason !== null) return;
+        }
+      }
+      if (!frame.keep) {
+        const n = Math.min(frame.left, this.buffered);
+        if (n > 0) this.takePieces(n);
+        frame.left -= n;
+        if (frame.left > 0) return;
+        this.frame = null;
+        continue;
+      }
+      if (this.buffered < payloadBytes) return;
       this.frame = null;
-      let header = parseHeader(this.take(headerBytes, false));
-      if (header?.inPayload === true && payloadBytes > 0) {
+      let header = frame.header;
+      if (header.inPayload === true && payloadBytes > 0) {
         // An answer too large for a header travels as the payload (docs/protocol.md, "Frames").
         const id = header.id;
         header = parseHeader(this.take(payloadBytes, false));
@@ -351,9 +417,6 @@ export class Connection {
         if (this.closedReason !== null) return;
         continue;
       }
-      if (header === null) {
-        return this.fail("protocol violation: a frame header is not a JSON object");
-      }
       // Stream data goes to its consumer in the pieces it arrived in: joining a 1 MiB frame from the
       // transport's 64 KiB reads would copy every byte of a flood once more.
       if (header.t === "data" && payloadBytes > 0) {
@@ -361,6 +424,42 @@ export class Connection {
       } else this.dispatch(header, this.take(payloadBytes, true));
       if (this.closedReason !== null) return;
     }
+  }
+
+  /**
+   * Whether a frame's payload is held until whole: only one the client asked for, within its bound. A
+   * readFile's answer (the file), a stream's data within the credit window, an answer moved into its
+   * payload up to MAX_ANSWER_BYTES. Any other payload (a frame for an id nobody waits for, bytes on an
+   * answer that carries none) is dropped as it arrives; a stream that overruns its window or an answer
+   * over its bound is a protocol violation that ends the connection.
+   */
+  admit(header, payloadBytes) {
+    if (payloadBytes === 0) return true;
+    const call = typeof header.id === "number" ? this.pending.get(header.id) : undefined;
+    if (call === undefined) return false;
+    if (header.t === "data") {
+      if (call.onData === undefined) return false;
+      call.uncredited += payloadBytes;
+      if (payloadBytes > MAX_DATA_BYTES) {
+        this.fail(`protocol violation: a data frame of ${payloadBytes} bytes for call ${header.id}, over 1 MiB`);
+        return false;
+      }
+      if (call.uncredited > STREAM_WINDOW_BYTES) {
+        this.fail(
+          `protocol violation: call ${header.id} was sent ${call.uncredited} bytes of data not credited, over the window of ${STREAM_WINDOW_BYTES}`,
+        );
+        return false;
+      }
+      return true;
+    }
+    if (header.inPayload === true) {
+      if (payloadBytes <= MAX_ANSWER_BYTES) return true;
+      this.fail(
+        `protocol violation: an answer of ${payloadBytes} bytes to call ${header.id}, over the client's limit of ${MAX_ANSWER_BYTES}`,
+      );
+      return false;
+    }
+    return header.t === "ok" && call.op === "readFile";
   }
 
   /**
@@ -433,12 +532,13 @@ export class Connection {
       const dropped = typeof header.count === "number" ? header.count : 0;
       return deliver(this.onPolicyEvent, { dropped, time: Date.now() });
     }
+    // The late answer of a call that settled on its own: the server did answer its cancel.
+    if ((header.t === "ok" || header.t === "error") && this.unanswered.delete(header.id)) return;
     const call = this.pending.get(header.id);
     if (!call) return; // a call already settled (cancelled, or failed client-side): nothing waits
     switch (header.t) {
       case "data":
-        if (call.onData) call.onData(payload);
-        else this.credit(header.id, payload.length);
+        call.onData?.(payload);
         return;
       case "ok":
         return this.settle(header.id, { header, payload });
@@ -481,7 +581,11 @@ export class Connection {
     this.handshake?.reject(closedError(reason));
     const calls = [...this.pending.values()];
     this.pending.clear();
-    for (const call of calls) call.reject(closedError(reason));
+    this.unanswered.clear();
+    for (const call of calls) {
+      clearTimeout(call.grace);
+      call.reject(closedError(reason));
+    }
     this.queue = [];
     this.credits.clear();
     this.chunks = [];

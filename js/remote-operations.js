@@ -40,7 +40,9 @@ export function remoteBashOperations(conn, { shellPath, forwardEnv }) {
       let consumerError;
       let timedOut = false;
       let timer;
-      let onAbort;
+      // The local exec's error, in its order: the consumer's, then the abort, then the timeout. A cancel
+      // the server does not answer in time settles the call with it (the deadline is ours).
+      const failure = () => consumerError ?? new Error(signal?.aborted ? "aborted" : `timeout:${timeout}`);
       const { id, promise } = conn.start(
         "exec",
         { command, cwd, env: sent, shell: shellPath ?? null },
@@ -51,18 +53,18 @@ export function remoteBashOperations(conn, { shellPath, forwardEnv }) {
               onData(chunk);
             } catch (err) {
               consumerError = err;
-              conn.cancel(id);
+              conn.cancel(id, failure);
             }
           }
           conn.credit(id, chunk.length);
         },
       );
-      onAbort = () => conn.cancel(id);
+      const onAbort = () => conn.cancel(id, failure);
       signal?.addEventListener("abort", onAbort, { once: true });
       if (timeoutMs !== undefined) {
         timer = setTimeout(() => {
           timedOut = true;
-          conn.cancel(id);
+          conn.cancel(id, failure);
         }, timeoutMs);
         timer.unref?.();
       }
@@ -101,7 +103,8 @@ export function remoteSearch(conn) {
       limit: wireNumber(request.limit),
       storeCap: request.storeCap ?? null,
     });
-    const onAbort = () => conn.cancel(id);
+    // A server that does not answer the cancel in time: the search rejects on its own, as aborted.
+    const onAbort = () => conn.cancel(id, () => abortedError(0));
     signal?.addEventListener("abort", onAbort, { once: true });
     return promise
       .catch((err) => {

@@ -173,6 +173,7 @@ class Session {
     }
     this.ws = ws;
     this.ready = false;
+    this.progressed = false;
     this.closeSent = false;
     this.lastHeard = Date.now();
     ws.on("open", () => {
@@ -197,9 +198,16 @@ class Session {
     });
     ws.on("pong", () => {
       this.lastHeard = Date.now();
+      // A connection that lived through a ping's round trip is no redial loop.
+      if (ws === this.ws && this.ready) this.progress();
     });
     ws.on("error", (err) => {
-      if (ws === this.ws) this.lastError = upgradeError(err);
+      if (ws !== this.ws) return;
+      // ws's own refusal of what the server sent (a message over maxPayload: 1009; a bad frame): no redial
+      // would fare better.
+      if (typeof err?.code === "string" && err.code.startsWith("WS_ERR_")) {
+        this.lastError = fatal(`protocol violation: ${err.message} (${err.code})`);
+      } else this.lastError = upgradeError(err);
     });
     ws.on("close", (code, reason) => this.lost(ws, code, reason.toString()));
   }
@@ -216,10 +224,11 @@ class Session {
       this.ready = true;
       if (this.id === null) {
         this.id = id;
+        // The grace period runs from the last progress: a session that makes none is lost when it passes.
+        this.retryUntil = Date.now() + this.graceMs;
         this.opened?.resolve();
         this.opened = null;
       } else this.resumes++;
-      this.backoff = BACKOFF_MIN_MS;
       this.lastError = null;
       this.pump();
       if (this.finalCallback !== null) this.sendClose();
@@ -229,7 +238,10 @@ class Session {
     if (type === DATA) {
       const payload = data.subarray(1);
       this.received += payload.length;
-      if (payload.length > 0) this.stream.push(payload);
+      if (payload.length > 0) {
+        this.progress();
+        this.stream.push(payload);
+      }
       this.noteReceived();
       return;
     }
@@ -253,6 +265,7 @@ class Session {
       throw err;
     }
     let drop = received - this.acked;
+    if (drop > 0) this.progress();
     this.acked = received;
     this.replayBytes -= drop;
     while (drop > 0) {
@@ -266,6 +279,17 @@ class Session {
       }
     }
     if (this.replayBytes < this.replayLimit) for (const callback of this.held.splice(0)) callback();
+  }
+
+  /**
+   * This connection moved the stream (bytes came or were acknowledged, or a ping came back): a drop of it
+   * is a new drop, with its own grace period and an immediate redial. A connection dropped before any
+   * progress (right after a valid HELLO) counts as a failed dial: the redials back off and the grace
+   * period goes on.
+   */
+  progress() {
+    this.progressed = true;
+    this.backoff = BACKOFF_MIN_MS;
   }
 
   noteReceived() {
@@ -345,7 +369,7 @@ class Session {
   /** A socket closed: the end of the session after our close, else a drop to resume from. */
   lost(ws, code, reason) {
     if (ws !== this.ws) return;
-    const wasLive = this.ready;
+    const wasLive = this.ready && this.progressed;
     this.ws = null;
     this.ready = false;
     if (this.done) return;
@@ -354,6 +378,8 @@ class Session {
     if (this.closeSent && code === 1000) return this.finish();
     // The server ended the session (its end of the stream).
     if (code === 1000 && this.id !== null) return this.finish();
+    // A message over 1 MiB is closed 1009 by the server, or failed by ws here (its local 1006, with the
+    // WS_ERR_ error above): fatal either way.
     if (code === 1008 || code === 1003 || code === 1002 || code === 1009) {
       return this.giveUp(fatal(`the server closed the session (${code}${reason ? `: ${reason}` : ""})`));
     }
