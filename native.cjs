@@ -847,3 +847,4 @@ module.exports.indexUnsupported = nativeBinding.indexUnsupported
 module.exports.rootExists = nativeBinding.rootExists
 module.exports.rootStat = nativeBinding.rootStat
 module.exports.sandboxSupport = nativeBinding.sandboxSupport
+module.exports.shutdown = nativeBinding.shutdown

@@ -352,15 +352,20 @@ impl Answerer {
     }
 }
 
+/// The answer of a call that panicked (a bug).
+fn failed_inside() -> WireError {
+    WireError::plain(
+        wire::kind::INTERNAL,
+        "pi-native-ops-server failed inside this call (its stderr says why)",
+    )
+}
+
 impl Drop for Answerer {
     fn drop(&mut self) {
         if !self.done {
             ops::lock(&self.running).remove(&self.id);
-            let error = WireError::plain(
-                wire::kind::INTERNAL,
-                "pi-native-ops-server failed inside this call (its stderr says why)",
-            );
-            self.out.answer_error(self.id, &error, self.streams);
+            self.out
+                .answer_error(self.id, &failed_inside(), self.streams);
         }
     }
 }
@@ -436,7 +441,15 @@ impl Connection {
                         events,
                     }) => {
                         let spec = PolicySpec::from_raw(deny_read, deny_write, protect);
-                        self.set_policy(id, &spec, events);
+                        // Compiled here, on the connection's thread: a panic (a bug) would end
+                        // the server, so it answers the call instead. Other calls run on the
+                        // pool, where their `Answerer` answers for a panic.
+                        let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.set_policy(id, &spec, events)
+                        }));
+                        if set.is_err() {
+                            self.out.refuse(Some(id), &failed_inside());
+                        }
                     }
                     Ok(op) => self.call(id, op, frame.payload, held),
                     Err(message) => self.out.refuse(Some(id), &WireError::protocol(message)),
