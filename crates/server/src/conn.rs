@@ -852,6 +852,19 @@ mod tests {
             .to_string();
         assert_eq!(err["error"], json!({"kind":"InvalidGlob","message":local}));
         assert!(local.starts_with("policy.denyRead: invalid rule \"a{b\""));
+        // A rule past the regex size bound (globset would panic compiling it): the core's error,
+        // and the connection goes on.
+        let huge = format!("{}/x", "*".repeat(100_000));
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":[huge.clone()]}),
+            b"",
+        );
+        let local = Policy::new(&PolicySpec::from_raw(Some(vec![huge]), None, None))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err["error"], json!({"kind":"InvalidGlob","message":local}));
+        assert!(local.ends_with("Compiled regex exceeds size limit of 10485760 bytes."));
         // The failed call fixed nothing: the next one sets it.
         let (ok, _) = call(
             &mut f,
