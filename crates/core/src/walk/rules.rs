@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::listing::{kind_at, DirRef, Markers};
@@ -21,6 +22,8 @@ pub struct Rules {
     /// The start directory's real path: a `.git` file inside the walk names
     /// its git directory relative to its own directory.
     start: PathBuf,
+    /// The globs this walk's levels hold compiled.
+    budget: Arc<RuleBudget>,
     /// With it, `.gitignore` counts only inside a repository and parent
     /// rules stop at each repository's top (see `new`).
     require_git: bool,
@@ -65,13 +68,16 @@ impl Rules {
             .collect();
         chain.reverse();
         let require_git = start.join(".git").exists() || chain.iter().any(|(_, git)| git.is_some());
+        let budget = Arc::new(RuleBudget::default());
         let mut ancestors: Option<Arc<Level>> = None;
         for (dir, git) in chain {
-            let level = Level::of_ancestor(dir, git, start, require_git, ancestors.clone());
+            let level =
+                Level::of_ancestor(dir, git, start, require_git, &budget, ancestors.clone());
             ancestors = Some(Arc::new(level));
         }
         Rules {
             start: start.to_path_buf(),
+            budget,
             require_git,
             overrides,
             ancestors,
@@ -176,9 +182,14 @@ impl Rules {
     /// or none.
     pub(crate) fn above_start(&self) -> Arc<Level> {
         self.ancestors.clone().unwrap_or_else(|| {
-            let none = || Arc::new(Gitignore::empty());
             let place = Place::Above { start: Vec::new() };
-            Arc::new(Level::new(none(), none(), none(), false, place, None))
+            Arc::new(Level::new(
+                [None, None, None],
+                &self.budget,
+                false,
+                place,
+                None,
+            ))
         })
     }
 }
@@ -236,6 +247,8 @@ pub(crate) struct Level {
     /// Whether this level or one above it has any rule.
     rules_in_chain: bool,
     parent: Option<Arc<Level>>,
+    /// The globs compiled for it, in its walk's budget until it goes.
+    _held: Held,
 }
 
 /// Where a level's directory is. Its matchers are rooted at "" and given
@@ -251,14 +264,24 @@ enum Place {
 }
 
 impl Level {
+    /// The level of the texts of a directory's `.ignore`, `.gitignore` and
+    /// exclude file, compiled within `budget`.
     fn new(
-        ignore: Arc<Gitignore>,
-        gitignore: Arc<Gitignore>,
-        exclude: Arc<Gitignore>,
+        [ignore, gitignore, exclude]: [Option<Vec<u8>>; 3],
+        budget: &Arc<RuleBudget>,
         has_git: bool,
         place: Place,
         parent: Option<Arc<Level>>,
     ) -> Level {
+        let mut held = Held {
+            budget: budget.clone(),
+            globs: 0,
+        };
+        let [ignore, gitignore, exclude] = [ignore, gitignore, exclude].map(|text| {
+            let (m, globs) = matcher(text, budget);
+            held.globs += globs;
+            m
+        });
         let above = parent.as_deref();
         let has_rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
         Level {
@@ -271,6 +294,7 @@ impl Level {
             place,
             has_rules,
             parent,
+            _held: held,
         }
     }
 
@@ -282,6 +306,7 @@ impl Level {
         git: Option<std::fs::Metadata>,
         start: &Path,
         require_git: bool,
+        budget: &Arc<RuleBudget>,
         parent: Option<Arc<Level>>,
     ) -> Level {
         let read = |name: &str| read_path(&dir.join(name));
@@ -290,9 +315,8 @@ impl Level {
             .and_then(|md| git_common_dir(dir, md.is_file()))
             .and_then(|common| read_path(&common.join("info/exclude")));
         Level::new(
-            matcher(read(".ignore")),
-            matcher(read(".gitignore")),
-            matcher(exclude),
+            [read(".ignore"), read(".gitignore"), exclude],
+            budget,
             has_git,
             Place::Above {
                 start: start
@@ -346,9 +370,12 @@ impl Level {
         };
         let has_git = rules.require_git && (git_kind.is_some() || markers.jj);
         Level::new(
-            matcher(read(markers.ignore, ".ignore")),
-            matcher(read(markers.gitignore, ".gitignore")),
-            matcher(exclude),
+            [
+                read(markers.ignore, ".ignore"),
+                read(markers.gitignore, ".gitignore"),
+                exclude,
+            ],
+            &rules.budget,
             has_git,
             Place::Inside {
                 strip: if rel.is_empty() { 0 } else { rel.len() + 1 },
@@ -406,17 +433,53 @@ fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
 /// a few hundred.
 pub(crate) const MAX_RULE_GLOBS: usize = 5_000;
 
+/// Globs one walk (or one index) holds compiled at once, at most (~160
+/// MiB): past them, a further ignore file gives no rules, as one past
+/// [`MAX_RULE_GLOBS`]. A tree of many large ignore files is a repository's
+/// to make too; real trees hold a few thousand globs in all.
+pub(crate) const MAX_WALK_RULE_GLOBS: usize = 20_000;
+
 /// Globs kept compiled for the process, at most (~80 MiB): past them the
 /// cache starts over. Far more than a large tree's ignore files hold, so
 /// only a process walking many different trees starts over.
 const CACHED_GLOBS: usize = 10_000;
 
+/// The globs a walk's levels hold compiled ([`MAX_WALK_RULE_GLOBS`]).
+#[derive(Default)]
+pub(crate) struct RuleBudget(AtomicUsize);
+
+impl RuleBudget {
+    /// Whether `globs` more fit; if so they are held.
+    fn take(&self, globs: usize) -> bool {
+        let fits = |held: usize| {
+            held.checked_add(globs)
+                .filter(|&total| total <= MAX_WALK_RULE_GLOBS)
+        };
+        (self.0)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits)
+            .is_ok()
+    }
+}
+
+/// Globs a level holds in its walk's budget, given back when it goes.
+struct Held {
+    budget: Arc<RuleBudget>,
+    globs: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.0.fetch_sub(self.globs, Ordering::Relaxed);
+    }
+}
+
 /// A matcher for an ignore file's text (given paths relative to the file's
-/// directory). Compiled matchers are kept for the process, keyed by the
-/// text itself (so never stale): an agent searches the same tree again and
-/// again, and compiling the matchers is a good part of a walk, as is warming
-/// each matcher's lazy DFA.
-fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
+/// directory), and the globs it holds in `budget`: none past
+/// [`MAX_RULE_GLOBS`] or past the budget. Compiled matchers are kept for
+/// the process, keyed by the text itself (so never stale): an agent
+/// searches the same tree again and again, and compiling the matchers is a
+/// good part of a walk, as is warming each matcher's lazy DFA.
+fn matcher(text: Option<Vec<u8>>, budget: &RuleBudget) -> (Arc<Gitignore>, usize) {
     /// Text kept at most; past it the cache starts over.
     const CACHED_BYTES: usize = 8 << 20;
     /// The text and globs held, and the matchers by text.
@@ -431,15 +494,19 @@ fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
         globs: 0,
         by_text: None,
     });
+    let none = || (Arc::new(Gitignore::empty()), 0);
     let Some(text) = text else {
-        return Arc::new(Gitignore::empty());
+        return none();
     };
+    let globs = glob_lines(&text);
+    if globs > MAX_RULE_GLOBS || !budget.take(globs) {
+        return none();
+    }
     let lock = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(m) = lock().by_text.as_ref().and_then(|c| c.get(&text)) {
-        return m.clone();
+        return (m.clone(), globs);
     }
     let m = Arc::new(compile(&text));
-    let globs = m.len();
     let mut cache = lock();
     if cache.bytes + text.len() > CACHED_BYTES || cache.globs + globs > CACHED_GLOBS {
         *cache = Compiled::default();
@@ -450,16 +517,22 @@ fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
         .by_text
         .get_or_insert_with(HashMap::new)
         .insert(text, m.clone());
-    m
+    (m, globs)
+}
+
+/// The lines of an ignore file gitignore reads as globs: all but blank ones
+/// and `#` comments.
+fn glob_lines(text: &[u8]) -> usize {
+    text.split(|&b| b == b'\n')
+        .filter(|line| !line.starts_with(b"#") && !line.trim_ascii().is_empty())
+        .count()
 }
 
 /// Lines as `ignore` reads them: a leading BOM dropped, lines that are not
 /// UTF-8 skipped. Candidates are already relative to the rules' directory;
-/// the root `.` tells the matcher so, and it then strips nothing. More than
-/// [`MAX_RULE_GLOBS`] globs give no rules, never compiled.
+/// the root `.` tells the matcher so, and it then strips nothing.
 fn compile(text: &[u8]) -> Gitignore {
     let mut builder = GitignoreBuilder::new(".");
-    let mut globs = 0;
     for (i, line) in text.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Ok(line) = std::str::from_utf8(line) else {
@@ -471,17 +544,7 @@ fn compile(text: &[u8]) -> Gitignore {
             line
         };
         // A bad line is skipped, as ripgrep and fd do.
-        if builder.add_line(None, line).is_ok() && is_glob_line(line) {
-            globs += 1;
-            if globs > MAX_RULE_GLOBS {
-                return Gitignore::empty();
-            }
-        }
+        let _ = builder.add_line(None, line);
     }
     builder.build().unwrap_or_else(|_| Gitignore::empty())
-}
-
-/// Whether gitignore reads `line` as a glob (not blank, not a comment).
-fn is_glob_line(line: &str) -> bool {
-    !line.starts_with('#') && !line.trim().is_empty()
 }

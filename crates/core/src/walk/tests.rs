@@ -337,3 +337,34 @@ fn an_ignore_file_past_the_glob_bound_gives_no_rules() {
     fs::write(t.path().join(".ignore"), lines(MAX_RULE_GLOBS)).unwrap();
     assert_eq!(walk_all(t.path(), 10), [".ignore", "a.txt", "b.log"]);
 }
+
+#[test]
+fn a_walks_ignore_files_past_the_walk_bound_give_no_rules() {
+    use super::rules::{MAX_RULE_GLOBS, MAX_WALK_RULE_GLOBS};
+    // Five nested ignore files of `per` globs each, the deepest last: with
+    // 4,500 each, four fit the walk's bound and the fifth gives no rules.
+    let nested = |per: usize| {
+        let t = tree(&["a/b/c/d/e/"]);
+        let mut dir = t.path().to_path_buf();
+        for name in ["a", "b", "c", "d", "e"] {
+            dir = dir.join(name);
+            let mut text: String = (0..per - 1)
+                .map(|i| format!("{name}never{i}/*.x\n"))
+                .collect();
+            text.push_str(&format!("{name}.log\n"));
+            fs::write(dir.join(".ignore"), text).unwrap();
+            fs::write(dir.join(format!("{name}.log")), "").unwrap();
+        }
+        t
+    };
+    let logs = |t: &tempfile::TempDir| -> Vec<String> {
+        walk_all(t.path(), 100)
+            .into_iter()
+            .filter(|p| p.ends_with(".log"))
+            .collect()
+    };
+    const { assert!(4 * 4_500 <= MAX_WALK_RULE_GLOBS && 5 * 4_500 > MAX_WALK_RULE_GLOBS) };
+    const { assert!(4_500 <= MAX_RULE_GLOBS) };
+    assert_eq!(logs(&nested(4_500)), ["a/b/c/d/e/e.log"]);
+    assert_eq!(logs(&nested(3_000)), Vec::<String>::new());
+}
