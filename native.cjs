@@ -848,3 +848,4 @@ module.exports.rootExists = nativeBinding.rootExists
 module.exports.rootStat = nativeBinding.rootStat
 module.exports.sandboxHelper = nativeBinding.sandboxHelper
 module.exports.sandboxSupport = nativeBinding.sandboxSupport
+module.exports.shutdown = nativeBinding.shutdown

@@ -334,3 +334,10 @@ export interface SandboxSupport {
   /** What each mode confines here (absent: the mode is unavailable). */
   enforces: SandboxEnforces
 }
+
+/**
+ * Stops every search running and any started later: JS calls it when the
+ * process exits (`process.on("exit")`), since Node then waits for libuv's
+ * pool threads, which would otherwise finish their walks first.
+ */
+export declare function shutdown(): void

@@ -2,6 +2,7 @@
 // platform package (or NAPI_RS_NATIVE_LIBRARY_PATH), and turns its failure into an error
 // that says which platform we are on, what was tried and what to do.
 import { createRequire } from "node:module";
+import { isMainThread } from "node:worker_threads";
 import { PREBUILT } from "./platforms.js";
 
 const require = createRequire(import.meta.url);
@@ -66,3 +67,8 @@ function loadNative() {
 }
 
 export const native = loadNative();
+
+// At exit Node waits for libuv's pool threads: a walk still running would hold the exit until it
+// ends, so the native side stops every search first. Only the main thread's exit stops the
+// process (a worker's would stop the searches of the whole process).
+if (isMainThread) process.once("exit", () => native.shutdown());

@@ -1,7 +1,9 @@
-//! Blocking work on libuv's thread pool, for the fs, find and grep bindings.
+//! Blocking work on libuv's thread pool, for the fs, find and grep bindings;
+//! and the exit hook that stops it, so no pool thread holds up the exit.
 
 use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Result, Task};
+use napi_derive::napi;
 
 use pi_native_ops_core::Error as CoreError;
 
@@ -33,7 +35,18 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
         let Some(work) = self.work.take() else {
             return Err(napi::Error::from_reason("task already ran"));
         };
-        work().map_err(|err| {
+        // A panic (a bug) must not unwind into libuv, which aborts Node: it
+        // rejects the call instead. Nothing outlives the work but its result.
+        let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+            Ok(result) => result,
+            Err(panic) => {
+                return Err(napi::Error::from_reason(format!(
+                    "pi-native-ops failed inside this call (a bug): {}",
+                    panic_text(&*panic)
+                )))
+            }
+        };
+        result.map_err(|err| {
             // Only a JS-thread `env` can build the JS error: `reject` does.
             let text = napi::Error::from_reason(err.to_string());
             self.failed = Some(err);
@@ -51,4 +64,20 @@ impl<T: ToNapiValue + TypeName + Send + 'static> Task for Blocking<T> {
             None => err,
         })
     }
+}
+
+/// What a panic said, when it said it as text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    match panic.downcast_ref::<&str>() {
+        Some(text) => text,
+        None => panic.downcast_ref::<String>().map_or("", String::as_str),
+    }
+}
+
+/// Stops every search running and any started later: JS calls it when the
+/// process exits (`process.on("exit")`), since Node then waits for libuv's
+/// pool threads, which would otherwise finish their walks first.
+#[napi]
+pub fn shutdown() {
+    pi_native_ops_core::cancel::shutdown();
 }

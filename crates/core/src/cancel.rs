@@ -1,9 +1,11 @@
 //! The one cancel and progress handle of a long operation (grep, find, the
 //! walk under them): a caller keeps a clone to raise `cancel()` from any
 //! thread and to read how far the operation got; the operation polls it.
+//! [`shutdown`] raises every one at once when the process exits, so no
+//! operation holds up the exit (Node joins libuv's thread pool then).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 /// A cancel flag and a progress count, shared by its clones.
 ///
@@ -16,7 +18,7 @@ use std::sync::Arc;
 /// std::thread::spawn(move || cancel.cancel()).join().unwrap();
 /// assert!(theirs.is_cancelled());
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Cancel {
     state: Arc<State>,
 }
@@ -28,8 +30,47 @@ struct State {
     files: AtomicU64,
 }
 
+/// Set once the process is exiting: every operation stops.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// The handles alive, for [`shutdown`] to raise.
+static LIVE: Mutex<Vec<Weak<State>>> = Mutex::new(Vec::new());
+
+/// Cancels every operation running and every one started from now on: the
+/// process is exiting. Faces call it from their exit hook.
+pub fn shutdown() {
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    // Under the lock, so a handle made meanwhile is either in the list or
+    // sees the flag.
+    SHUTTING_DOWN.store(true, Ordering::Relaxed);
+    for state in live.drain(..).filter_map(|w| w.upgrade()) {
+        state.cancelled.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether [`shutdown`] was called: for work that holds no [`Cancel`].
+pub fn shutting_down() -> bool {
+    SHUTTING_DOWN.load(Ordering::Relaxed)
+}
+
+impl Default for Cancel {
+    fn default() -> Cancel {
+        let state = Arc::new(State::default());
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if shutting_down() {
+            state.cancelled.store(true, Ordering::Relaxed);
+        } else {
+            // Dropped handles go as new ones come: the list holds those alive.
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&state));
+        }
+        Cancel { state }
+    }
+}
+
 impl Cancel {
-    /// A handle not yet cancelled, with no progress.
+    /// A handle not yet cancelled (unless the process is exiting), with no
+    /// progress.
     pub fn new() -> Cancel {
         Cancel::default()
     }

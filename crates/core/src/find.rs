@@ -16,10 +16,11 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::glob_regex::{named, GlobRegex};
 use crate::index::Index;
 #[cfg(target_os = "linux")]
 use crate::index::{Child, DirNode, NameEnds, TreeSearch};
@@ -58,9 +59,9 @@ impl<'a> Search<'a> {
 enum Target {
     /// Every entry (the empty pattern, as fd's empty regex).
     All,
-    FileName(GlobMatcher),
-    RelativePath(GlobMatcher),
-    AbsolutePath(GlobMatcher),
+    FileName(GlobRegex),
+    RelativePath(GlobRegex),
+    AbsolutePath(GlobRegex),
 }
 
 /// A compiled search pattern.
@@ -164,12 +165,12 @@ impl Pattern {
         }
         // fd's smart case; pi decides it from the pattern's letters.
         let ignore_case = effective == effective.to_lowercase();
-        let matcher = GlobBuilder::new(effective)
+        let glob = GlobBuilder::new(effective)
             .literal_separator(true)
             .case_insensitive(ignore_case)
             .build()
-            .map_err(|e| glob_error(pattern, &e))?
-            .compile_matcher();
+            .map_err(|e| glob_error(pattern, &e.kind().to_string()))?;
+        let matcher = GlobRegex::new(&glob).map_err(|e| glob_error(pattern, &e))?;
         let target = if !effective.contains('/') {
             Target::FileName(matcher)
         } else if Path::new(effective).has_root() {
@@ -217,16 +218,14 @@ impl Pattern {
         }
         match &self.target {
             Target::All => true,
-            Target::FileName(m) => m.is_match_candidate(&Candidate::from_bytes(file_name(rel))),
-            Target::RelativePath(m) => {
-                m.is_match_candidate(&Candidate::from_bytes(rel.as_os_str().as_encoded_bytes()))
-            }
+            Target::FileName(m) => m.is_match(file_name(rel)),
+            Target::RelativePath(m) => m.is_match(rel.as_os_str().as_encoded_bytes()),
             Target::AbsolutePath(m) => {
                 let full = self.base.join(rel);
                 // The pattern's separators are `/` (see `new`): so are the path's.
                 #[cfg(windows)]
                 let full = PathBuf::from(full.to_string_lossy().replace('\\', "/"));
-                m.is_match(full)
+                m.is_match(full.as_os_str().as_encoded_bytes())
             }
         }
     }
@@ -240,8 +239,10 @@ fn strip_dot_slash(mut pattern: &str) -> &str {
     pattern
 }
 
-fn glob_error(pattern: &str, e: &globset::Error) -> Error {
-    Error::invalid_glob(format!("invalid glob pattern \"{pattern}\": {}", e.kind()))
+/// A pattern that does not compile: named (its start, when long) with why.
+fn glob_error(pattern: &str, why: &str) -> Error {
+    let pattern = named(pattern);
+    Error::invalid_glob(format!("invalid glob pattern \"{pattern}\": {why}"))
 }
 
 /// `options.ignore`: entries matching one of these globs (relative to the
@@ -263,7 +264,7 @@ impl Prune {
                 GlobBuilder::new(g)
                     .literal_separator(true)
                     .build()
-                    .map_err(|e| glob_error(raw, &e))
+                    .map_err(|e| glob_error(raw, &e.kind().to_string()))
             };
             let glob = build(g)?;
             let literal_name = g
@@ -510,6 +511,7 @@ fn file_name(rel: &Path) -> &[u8] {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+    use globset::{Candidate, GlobMatcher};
     use std::fs;
 
     fn tree(files: &[&str]) -> tempfile::TempDir {
@@ -905,6 +907,23 @@ mod tests {
         let err = glob(&root, t.path(), &search, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidGlob);
         assert!(err.to_string().contains("\"[abc\""), "{err}");
+        // A regex past globset's bound is an error (globset would panic), in
+        // fd's words, the pattern named by its start.
+        let huge = "a".repeat(150_000);
+        let search = Search {
+            pattern: &huge,
+            ignore: &[],
+            limit: 1,
+        };
+        let err = glob(&root, t.path(), &search, None).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidGlob);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "invalid glob pattern \"{}… (150000 bytes)\": Compiled regex exceeds size limit of 10485760 bytes.",
+                "a".repeat(100)
+            )
+        );
         let outside = Search {
             pattern: "*",
             ignore: &[],

@@ -25,6 +25,8 @@ pub mod exec;
 // the faces say these are unsupported.
 #[cfg(any(unix, windows))]
 pub mod find;
+// One glob's regex, its size bound an error (find, the policy).
+mod glob_regex;
 #[cfg(any(unix, windows))]
 pub mod grep;
 pub mod image;

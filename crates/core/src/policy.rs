@@ -33,10 +33,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
+use crate::glob_regex::{named, GlobRegex};
 use crate::{Error, Result};
 
 /// What runs code on the host later, outside any sandbox, when written by a
@@ -170,7 +171,7 @@ struct Shape {
     rule: String,
     anchored: bool,
     /// One glob per directory component; `None` for `**`.
-    dirs: Vec<Option<GlobMatcher>>,
+    dirs: Vec<Option<GlobRegex>>,
 }
 
 /// Whether names differ by case only on this target's usual file systems.
@@ -191,10 +192,16 @@ impl Rules {
                 )));
             }
             builder.add_line(None, line).map_err(|e| {
-                Error::invalid_glob(format!("policy.{option}: invalid rule {line:?}: {e}"))
+                Error::invalid_glob(format!(
+                    "policy.{option}: invalid rule {:?}: {e}",
+                    named(line)
+                ))
             })?;
             if let Some(shape) = Shape::of(line).map_err(|e| {
-                Error::invalid_glob(format!("policy.{option}: invalid rule {line:?}: {e}"))
+                Error::invalid_glob(format!(
+                    "policy.{option}: invalid rule {:?}: {e}",
+                    named(line)
+                ))
             })? {
                 shapes.push(shape);
             }
@@ -273,7 +280,7 @@ impl Shape {
         for (i, part) in parts.iter().enumerate() {
             match self.dirs.get(i) {
                 Some(None) => return true,
-                Some(Some(glob)) if glob.is_match(Path::new(part)) => {}
+                Some(Some(glob)) if glob.is_match(part.as_encoded_bytes()) => {}
                 _ => return false,
             }
         }
@@ -281,7 +288,7 @@ impl Shape {
     }
 
     /// The shape of a rule line, if it names directories.
-    fn of(line: &str) -> std::result::Result<Option<Shape>, globset::Error> {
+    fn of(line: &str) -> std::result::Result<Option<Shape>, String> {
         if line.starts_with('!') || line.starts_with('#') {
             return Ok(None);
         }
@@ -303,7 +310,10 @@ impl Shape {
             .iter()
             .map(|part| match *part {
                 "**" => Ok(None),
-                part => Glob::new(part).map(|g| Some(g.compile_matcher())),
+                part => {
+                    let glob = Glob::new(part).map_err(|e| e.kind().to_string())?;
+                    GlobRegex::new(&glob).map(Some)
+                }
             })
             .collect::<std::result::Result<_, _>>()?;
         Ok(Some(Shape {
@@ -530,6 +540,17 @@ mod tests {
 
     fn write(p: &Policy, rel: &str) -> Option<String> {
         p.write_denial(Path::new(rel), false).map(|d| d.rule)
+    }
+
+    #[test]
+    fn a_rule_past_the_regex_bound_is_an_error() {
+        let huge = format!("{}/x", "*".repeat(100_000));
+        let spec = PolicySpec::from_raw(Some(vec![huge]), None, None);
+        let err = Policy::new(&spec).unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::InvalidGlob);
+        let text = err.to_string();
+        assert!(text.starts_with("policy.denyRead: "), "{text}");
+        assert!(text.len() < 400, "the rule is named by its start: {text}");
     }
 
     #[test]

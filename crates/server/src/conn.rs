@@ -352,15 +352,20 @@ impl Answerer {
     }
 }
 
+/// The answer of a call that panicked (a bug).
+fn failed_inside() -> WireError {
+    WireError::plain(
+        wire::kind::INTERNAL,
+        "pi-native-ops-server failed inside this call (its stderr says why)",
+    )
+}
+
 impl Drop for Answerer {
     fn drop(&mut self) {
         if !self.done {
             ops::lock(&self.running).remove(&self.id);
-            let error = WireError::plain(
-                wire::kind::INTERNAL,
-                "pi-native-ops-server failed inside this call (its stderr says why)",
-            );
-            self.out.answer_error(self.id, &error, self.streams);
+            self.out
+                .answer_error(self.id, &failed_inside(), self.streams);
         }
     }
 }
@@ -440,7 +445,15 @@ impl Connection {
                         events,
                     }) => {
                         let spec = PolicySpec::from_raw(deny_read, deny_write, protect);
-                        self.set_policy(id, &spec, events);
+                        // Compiled here, on the connection's thread: a panic (a bug) would end
+                        // the server, so it answers the call instead. Other calls run on the
+                        // pool, where their `Answerer` answers for a panic.
+                        let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.set_policy(id, &spec, events)
+                        }));
+                        if set.is_err() {
+                            self.out.refuse(Some(id), &failed_inside());
+                        }
                     }
                     Ok(op) => self.call(id, op, frame.payload, held),
                     Err(message) => self.out.refuse(Some(id), &WireError::protocol(message)),
@@ -843,6 +856,19 @@ mod tests {
             .to_string();
         assert_eq!(err["error"], json!({"kind":"InvalidGlob","message":local}));
         assert!(local.starts_with("policy.denyRead: invalid rule \"a{b\""));
+        // A rule past the regex size bound (globset would panic compiling it): the core's error,
+        // and the connection goes on.
+        let huge = format!("{}/x", "*".repeat(100_000));
+        let (err, _) = call(
+            &mut f,
+            json!({"t":"call","id":1,"op":"policy","denyRead":[huge.clone()]}),
+            b"",
+        );
+        let local = Policy::new(&PolicySpec::from_raw(Some(vec![huge]), None, None))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err["error"], json!({"kind":"InvalidGlob","message":local}));
+        assert!(local.ends_with("Compiled regex exceeds size limit of 10485760 bytes."));
         // The failed call fixed nothing: the next one sets it.
         let (ok, _) = call(
             &mut f,

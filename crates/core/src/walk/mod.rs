@@ -29,6 +29,7 @@
 //! walker combines them.
 
 pub(crate) mod listing;
+mod rule_file;
 pub(crate) mod rules;
 mod scheduler;
 #[cfg(test)]

@@ -4,11 +4,12 @@
 //! `ignore` crate keeps them in `dir.rs`, apart from its walker).
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::listing::{borrow, kind_at, open_dir_at, open_file_at, DirHandle, DirRef, Markers};
+use super::listing::{kind_at, DirRef, Markers};
+use super::rule_file::{read_at, read_path};
 use super::{os_str, Kind};
 use crate::policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -18,6 +19,11 @@ use ignore::Match;
 /// The rules of one walk: the ignore files above the start directory and how
 /// they combine.
 pub struct Rules {
+    /// The start directory's real path: a `.git` file inside the walk names
+    /// its git directory relative to its own directory.
+    start: PathBuf,
+    /// The globs this walk's levels hold compiled.
+    budget: Arc<RuleBudget>,
     /// With it, `.gitignore` counts only inside a repository and parent
     /// rules stop at each repository's top (see `new`).
     require_git: bool,
@@ -62,12 +68,16 @@ impl Rules {
             .collect();
         chain.reverse();
         let require_git = start.join(".git").exists() || chain.iter().any(|(_, git)| git.is_some());
+        let budget = Arc::new(RuleBudget::default());
         let mut ancestors: Option<Arc<Level>> = None;
         for (dir, git) in chain {
-            let level = Level::of_ancestor(dir, git, start, require_git, ancestors.clone());
+            let level =
+                Level::of_ancestor(dir, git, start, require_git, &budget, ancestors.clone());
             ancestors = Some(Arc::new(level));
         }
         Rules {
+            start: start.to_path_buf(),
+            budget,
             require_git,
             overrides,
             ancestors,
@@ -172,9 +182,14 @@ impl Rules {
     /// or none.
     pub(crate) fn above_start(&self) -> Arc<Level> {
         self.ancestors.clone().unwrap_or_else(|| {
-            let none = || Arc::new(Gitignore::empty());
             let place = Place::Above { start: Vec::new() };
-            Arc::new(Level::new(none(), none(), none(), false, place, None))
+            Arc::new(Level::new(
+                [None, None, None],
+                &self.budget,
+                false,
+                place,
+                None,
+            ))
         })
     }
 }
@@ -232,6 +247,8 @@ pub(crate) struct Level {
     /// Whether this level or one above it has any rule.
     rules_in_chain: bool,
     parent: Option<Arc<Level>>,
+    /// The globs compiled for it, in its walk's budget until it goes.
+    _held: Held,
 }
 
 /// Where a level's directory is. Its matchers are rooted at "" and given
@@ -247,14 +264,24 @@ enum Place {
 }
 
 impl Level {
+    /// The level of the texts of a directory's `.ignore`, `.gitignore` and
+    /// exclude file, compiled within `budget`.
     fn new(
-        ignore: Arc<Gitignore>,
-        gitignore: Arc<Gitignore>,
-        exclude: Arc<Gitignore>,
+        [ignore, gitignore, exclude]: [Option<Vec<u8>>; 3],
+        budget: &Arc<RuleBudget>,
         has_git: bool,
         place: Place,
         parent: Option<Arc<Level>>,
     ) -> Level {
+        let mut held = Held {
+            budget: budget.clone(),
+            globs: 0,
+        };
+        let [ignore, gitignore, exclude] = [ignore, gitignore, exclude].map(|text| {
+            let (m, globs) = matcher(text, budget);
+            held.globs += globs;
+            m
+        });
         let above = parent.as_deref();
         let has_rules = !(ignore.is_empty() && gitignore.is_empty() && exclude.is_empty());
         Level {
@@ -267,6 +294,7 @@ impl Level {
             place,
             has_rules,
             parent,
+            _held: held,
         }
     }
 
@@ -278,17 +306,17 @@ impl Level {
         git: Option<std::fs::Metadata>,
         start: &Path,
         require_git: bool,
+        budget: &Arc<RuleBudget>,
         parent: Option<Arc<Level>>,
     ) -> Level {
-        let read = |name: &str| std::fs::read(dir.join(name)).ok();
+        let read = |name: &str| read_path(&dir.join(name));
         let has_git = require_git && (git.is_some() || dir.join(".jj").exists());
         let exclude = git
             .and_then(|md| git_common_dir(dir, md.is_file()))
-            .and_then(|common| std::fs::read(common.join("info/exclude")).ok());
+            .and_then(|common| read_path(&common.join("info/exclude")));
         Level::new(
-            matcher(read(".ignore")),
-            matcher(read(".gitignore")),
-            matcher(exclude),
+            [read(".ignore"), read(".gitignore"), exclude],
+            budget,
             has_git,
             Place::Above {
                 start: start
@@ -335,16 +363,19 @@ impl Level {
             // A worktree's or submodule's `.git` file names the real git
             // directory (outside the tree, like an ancestor: rules only).
             Some(Kind::File) => read_at(dir, ".git")
-                .and_then(|text| gitdir_line(&text))
+                .and_then(|text| gitdir_line(&rules.start.join(os_str(rel)), &text))
                 .and_then(|gitdir| common_dir_of(&gitdir))
-                .and_then(|common| std::fs::read(common.join("info/exclude")).ok()),
+                .and_then(|common| read_path(&common.join("info/exclude"))),
             _ => None,
         };
         let has_git = rules.require_git && (git_kind.is_some() || markers.jj);
         Level::new(
-            matcher(read(markers.ignore, ".ignore")),
-            matcher(read(markers.gitignore, ".gitignore")),
-            matcher(exclude),
+            [
+                read(markers.ignore, ".ignore"),
+                read(markers.gitignore, ".gitignore"),
+                exclude,
+            ],
+            &rules.budget,
             has_git,
             Place::Inside {
                 strip: if rel.is_empty() { 0 } else { rel.len() + 1 },
@@ -360,14 +391,16 @@ fn git_common_dir(dir: &Path, dot_git_is_file: bool) -> Option<PathBuf> {
     if !dot_git_is_file {
         return Some(dir.join(".git"));
     }
-    let text = std::fs::read(dir.join(".git")).ok()?;
-    common_dir_of(&gitdir_line(&text)?)
+    let text = read_path(&dir.join(".git"))?;
+    common_dir_of(&gitdir_line(dir, &text)?)
 }
 
-fn gitdir_line(text: &[u8]) -> Option<PathBuf> {
+/// The git directory a `.git` file in `dir` names: a relative path is
+/// relative to `dir`, as git reads it (never to the process's directory).
+fn gitdir_line(dir: &Path, text: &[u8]) -> Option<PathBuf> {
     let line = text.split(|&b| b == b'\n').next()?;
     let path = line.strip_prefix(b"gitdir: ")?;
-    Some(PathBuf::from(text_path(path)?))
+    Some(dir.join(text_path(path)?))
 }
 
 /// A path written in a file (git's): bytes as they are on unix; UTF-8 on
@@ -382,7 +415,7 @@ fn text_path(bytes: &[u8]) -> Option<&std::ffi::OsStr> {
 /// A worktree's git directory holds a `commondir` file; a submodule's does
 /// not, and then no exclude file applies (as in `ignore`).
 fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
-    let text = std::fs::read(gitdir.join("commondir")).ok()?;
+    let text = read_path(&gitdir.join("commondir"))?;
     let line = text.split(|&b| b == b'\n').next()?;
     let common = Path::new(text_path(line)?);
     Some(if line.starts_with(b".") {
@@ -392,37 +425,107 @@ fn common_dir_of(gitdir: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Globs one ignore file may hold, at most. Compiled, a glob costs about
+/// 8 KiB (globset's regex set and its lazy DFA), so 5,000 are ~40 MiB, and a
+/// file past them (a repository's to write) gives no rules at all: as when
+/// globset refuses a file's set (its NFA past 10 MiB), which ripgrep and fd
+/// then warn about and use no rules of. Real `.gitignore` files hold tens to
+/// a few hundred.
+pub(crate) const MAX_RULE_GLOBS: usize = 5_000;
+
+/// Globs one walk (or one index) holds compiled at once, at most (~160
+/// MiB): past them, a further ignore file gives no rules, as one past
+/// [`MAX_RULE_GLOBS`]. A tree of many large ignore files is a repository's
+/// to make too; real trees hold a few thousand globs in all.
+pub(crate) const MAX_WALK_RULE_GLOBS: usize = 20_000;
+
+/// Globs kept compiled for the process, at most (~80 MiB): past them the
+/// cache starts over. Far more than a large tree's ignore files hold, so
+/// only a process walking many different trees starts over.
+const CACHED_GLOBS: usize = 10_000;
+
+/// The globs a walk's levels hold compiled ([`MAX_WALK_RULE_GLOBS`]).
+#[derive(Default)]
+pub(crate) struct RuleBudget(AtomicUsize);
+
+impl RuleBudget {
+    /// Whether `globs` more fit; if so they are held.
+    fn take(&self, globs: usize) -> bool {
+        let fits = |held: usize| {
+            held.checked_add(globs)
+                .filter(|&total| total <= MAX_WALK_RULE_GLOBS)
+        };
+        (self.0)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits)
+            .is_ok()
+    }
+}
+
+/// Globs a level holds in its walk's budget, given back when it goes.
+struct Held {
+    budget: Arc<RuleBudget>,
+    globs: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.0.fetch_sub(self.globs, Ordering::Relaxed);
+    }
+}
+
 /// A matcher for an ignore file's text (given paths relative to the file's
-/// directory). Compiled matchers are kept for the process, keyed by the
-/// text itself (so never stale): an agent searches the same tree again and
-/// again, and compiling the matchers is a good part of a walk, as is warming
-/// each matcher's lazy DFA.
-fn matcher(text: Option<Vec<u8>>) -> Arc<Gitignore> {
-    /// Text kept at most; past it the cache starts over. Far more than a
-    /// large tree's ignore files hold, so only a process walking many
-    /// different trees starts over.
+/// directory), and the globs it holds in `budget`: none past
+/// [`MAX_RULE_GLOBS`] or past the budget. Compiled matchers are kept for
+/// the process, keyed by the text itself (so never stale): an agent
+/// searches the same tree again and again, and compiling the matchers is a
+/// good part of a walk, as is warming each matcher's lazy DFA.
+fn matcher(text: Option<Vec<u8>>, budget: &RuleBudget) -> (Arc<Gitignore>, usize) {
+    /// Text kept at most; past it the cache starts over.
     const CACHED_BYTES: usize = 8 << 20;
-    /// The text held, and the matchers by text.
-    type Compiled = (usize, Option<HashMap<Vec<u8>, Arc<Gitignore>>>);
-    static COMPILED: Mutex<Compiled> = Mutex::new((0, None));
+    /// The text and globs held, and the matchers by text.
+    #[derive(Default)]
+    struct Compiled {
+        bytes: usize,
+        globs: usize,
+        by_text: Option<HashMap<Vec<u8>, Arc<Gitignore>>>,
+    }
+    static COMPILED: Mutex<Compiled> = Mutex::new(Compiled {
+        bytes: 0,
+        globs: 0,
+        by_text: None,
+    });
+    let none = || (Arc::new(Gitignore::empty()), 0);
     let Some(text) = text else {
-        return Arc::new(Gitignore::empty());
+        return none();
     };
+    let globs = glob_lines(&text);
+    if globs > MAX_RULE_GLOBS || !budget.take(globs) {
+        return none();
+    }
     let lock = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(m) = lock().1.as_ref().and_then(|c| c.get(&text)) {
-        return m.clone();
+    if let Some(m) = lock().by_text.as_ref().and_then(|c| c.get(&text)) {
+        return (m.clone(), globs);
     }
     let m = Arc::new(compile(&text));
     let mut cache = lock();
-    if cache.0 + text.len() > CACHED_BYTES {
-        *cache = (0, None);
+    if cache.bytes + text.len() > CACHED_BYTES || cache.globs + globs > CACHED_GLOBS {
+        *cache = Compiled::default();
     }
-    cache.0 += text.len();
+    cache.bytes += text.len();
+    cache.globs += globs;
     cache
-        .1
+        .by_text
         .get_or_insert_with(HashMap::new)
         .insert(text, m.clone());
-    m
+    (m, globs)
+}
+
+/// The lines of an ignore file gitignore reads as globs: all but blank ones
+/// and `#` comments.
+fn glob_lines(text: &[u8]) -> usize {
+    text.split(|&b| b == b'\n')
+        .filter(|line| !line.starts_with(b"#") && !line.trim_ascii().is_empty())
+        .count()
 }
 
 /// Lines as `ignore` reads them: a leading BOM dropped, lines that are not
@@ -445,30 +548,3 @@ fn compile(text: &[u8]) -> Gitignore {
     }
     builder.build().unwrap_or_else(|_| Gitignore::empty())
 }
-
-/// Reads a (small) file below `dir` without following symlinks.
-fn read_at(dir: DirRef<'_>, rel: &str) -> Option<Vec<u8>> {
-    let mut top: Option<DirHandle> = None;
-    let mut parts = rel.split('/').peekable();
-    let mut file = None;
-    while let Some(part) = parts.next() {
-        let at = top.as_ref().map_or(dir, borrow);
-        if parts.peek().is_some() {
-            top = Some(open_dir_at(at, part.as_bytes()).ok()?);
-        } else {
-            file = Some(open_file_at(at, part.as_bytes()).ok()?);
-        }
-    }
-    // Not `File::read_to_end`, which reserves the size the file claims.
-    let mut text = Vec::new();
-    file?
-        .take(MAX_RULE_FILE_BYTES)
-        .read_to_end(&mut text)
-        .ok()?;
-    Some(text)
-}
-
-/// Bytes of an ignore file read, at most: the rest of a larger one is left
-/// out (ripgrep reads it all), so a huge or sparse file named `.gitignore`
-/// cannot exhaust memory. 64 MiB: a thousand times the largest real ones.
-const MAX_RULE_FILE_BYTES: u64 = 64 << 20;

@@ -291,3 +291,80 @@ fn ancestors_are_those_of_the_real_directory() {
     });
     assert_eq!(out, ["y"]);
 }
+
+#[test]
+#[cfg(unix)]
+fn hostile_ancestor_rule_files_read_as_none() {
+    // `.gitignore → /dev/zero` and a FIFO `.ignore` above the start: no
+    // rules, at once (before: the first grew without end, the second hung).
+    let t = tree(&["ws/a.txt", "ws/b.log"]);
+    std::os::unix::fs::symlink("/dev/zero", t.path().join(".gitignore")).unwrap();
+    nix::unistd::mkfifo(&t.path().join(".ignore"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    assert_eq!(walk_all(&t.path().join("ws"), 10), ["a.txt", "b.log"]);
+}
+
+#[test]
+#[cfg(unix)]
+fn a_gitfile_names_its_git_directory_relative_to_itself() {
+    // ws/sub/.git says `gitdir: ../../wt` (from ws/sub, not from the
+    // process's directory); wt/commondir leads to `common`, whose exclude
+    // file leaves out `secret.txt`.
+    let t = tree(&[
+        "ws/sub/secret.txt",
+        "ws/sub/kept.txt",
+        "wt/commondir",
+        "common/info/exclude",
+    ]);
+    fs::write(t.path().join("ws/sub/.git"), "gitdir: ../../wt\n").unwrap();
+    fs::write(t.path().join("wt/commondir"), "../common\n").unwrap();
+    fs::write(t.path().join("common/info/exclude"), "secret.txt\n").unwrap();
+    assert_eq!(walk_all(&t.path().join("ws"), 10), ["sub/", "sub/kept.txt"]);
+}
+
+#[test]
+fn an_ignore_file_past_the_glob_bound_gives_no_rules() {
+    use super::rules::MAX_RULE_GLOBS;
+    let lines = |n: usize| -> String {
+        let mut text = String::from("# comments and blank lines are not globs\n\n");
+        for i in 0..n {
+            text.push_str(&format!("never{i}/*.x\n"));
+        }
+        text + "*.log\n"
+    };
+    let t = tree(&["a.txt", "b.log"]);
+    fs::write(t.path().join(".ignore"), lines(MAX_RULE_GLOBS - 1)).unwrap();
+    assert_eq!(walk_all(t.path(), 10), [".ignore", "a.txt"]);
+    fs::write(t.path().join(".ignore"), lines(MAX_RULE_GLOBS)).unwrap();
+    assert_eq!(walk_all(t.path(), 10), [".ignore", "a.txt", "b.log"]);
+}
+
+#[test]
+fn a_walks_ignore_files_past_the_walk_bound_give_no_rules() {
+    use super::rules::{MAX_RULE_GLOBS, MAX_WALK_RULE_GLOBS};
+    // Five nested ignore files of `per` globs each, the deepest last: with
+    // 4,500 each, four fit the walk's bound and the fifth gives no rules.
+    let nested = |per: usize| {
+        let t = tree(&["a/b/c/d/e/"]);
+        let mut dir = t.path().to_path_buf();
+        for name in ["a", "b", "c", "d", "e"] {
+            dir = dir.join(name);
+            let mut text: String = (0..per - 1)
+                .map(|i| format!("{name}never{i}/*.x\n"))
+                .collect();
+            text.push_str(&format!("{name}.log\n"));
+            fs::write(dir.join(".ignore"), text).unwrap();
+            fs::write(dir.join(format!("{name}.log")), "").unwrap();
+        }
+        t
+    };
+    let logs = |t: &tempfile::TempDir| -> Vec<String> {
+        walk_all(t.path(), 100)
+            .into_iter()
+            .filter(|p| p.ends_with(".log"))
+            .collect()
+    };
+    const { assert!(4 * 4_500 <= MAX_WALK_RULE_GLOBS && 5 * 4_500 > MAX_WALK_RULE_GLOBS) };
+    const { assert!(4_500 <= MAX_RULE_GLOBS) };
+    assert_eq!(logs(&nested(4_500)), ["a/b/c/d/e/e.log"]);
+    assert_eq!(logs(&nested(3_000)), Vec::<String>::new());
+}
