@@ -1,8 +1,10 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
 // one workspace root (see crates/core/src/root.rs for how that stays race-free). This layer only validates
 // arguments and maps runtime paths; all file work is native, and errors come Node-shaped from the
-// binding (src/error.rs). access/stat/mkdir/readdirSmall are synchronous natively (a few syscalls):
-// called inside async functions, their throws become rejections, as pi's async contract wants.
+// binding (src/error.rs). access/mkdir/readdirSmall, and stat/exists when a few syscalls answer them,
+// are synchronous natively: called inside async functions, their throws become rejections, as pi's async
+// contract wants. stat/exists that need the component walk (symlinks to follow) run in the thread pool,
+// and so does any once a run of synchronous ones has held the event loop for SYNC_SLICE_MS.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
@@ -58,6 +60,27 @@ async function* readerChunks(reader) {
 // native.rootStat writes [mode, size, mtimeMs] here; one array serves every call, as the call is
 // synchronous and read at once.
 const statValues = new Float64Array(3);
+
+// pi's ls awaits a stat per entry, and awaits of synchronous calls never leave the microtask queue: the
+// event loop (timers, I/O, an abort) would wait for the whole listing. A run of synchronous calls is
+// therefore cut after this many milliseconds: the next call goes to the thread pool, and the loop turns
+// before its answer (the run is over once it has).
+const SYNC_SLICE_MS = 4;
+// When the current run of synchronous calls began (performance.now()), or -1 when the loop has turned since.
+let sliceStart = -1;
+const endSlice = () => {
+  sliceStart = -1;
+};
+/** Whether the next quick call may run synchronously. */
+function syncAllowed() {
+  const now = performance.now();
+  if (sliceStart < 0) {
+    sliceStart = now;
+    setImmediate(endSlice);
+    return true;
+  }
+  return now - sliceStart < SYNC_SLICE_MS;
+}
 
 /**
  * `fs.index` of a root made with `index` options: the native index's, or (where the core keeps none, and
@@ -128,8 +151,17 @@ export function createBoundFs(root, options = {}) {
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
   const stat = async (p) => {
-    native.rootStat(handle, checkPath(p), statValues);
-    return new BoundStats(statValues[0], statValues[1], statValues[2]);
+    checkPath(p);
+    if (syncAllowed() && native.rootStat(handle, p, statValues)) {
+      return new BoundStats(statValues[0], statValues[1], statValues[2]);
+    }
+    const [mode, size, mtimeMs] = await bound.stat(p);
+    return new BoundStats(mode, size, mtimeMs);
+  };
+  const exists = async (p) => {
+    checkPath(p);
+    const quick = syncAllowed() ? native.rootExists(handle, p) : null;
+    return quick ?? bound.exists(p);
   };
   const writeFile = async (p, content) => {
     checkPath(p);
@@ -183,7 +215,7 @@ export function createBoundFs(root, options = {}) {
     },
     ls: {
       // The core's answer (`Root::exists_inside`): false when missing, the refusal when outside or denied.
-      exists: reported("ls", "read", async (p) => native.rootExists(handle, checkPath(p))),
+      exists: reported("ls", "read", exists),
       stat: reported("ls", "read", stat),
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: reported("ls", "read", async (p) => {

@@ -180,6 +180,21 @@ impl BoundRoot {
     }
 
     /// Entry names; names that are not UTF-8 are shown lossily, as Node does.
+    /// `stat` in the thread pool: `[mode, size, mtimeMs]` (`root_stat`'s).
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn stat(&self, path: String) -> AsyncTask<Blocking<Vec<f64>>> {
+        self.run(path, |root, p| {
+            let s = root.stat(p)?;
+            Ok(vec![s.mode as f64, s.size as f64, s.mtime_ms])
+        })
+    }
+
+    /// `exists_inside` in the thread pool (`root_exists`'s).
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn exists(&self, path: String) -> AsyncTask<Blocking<bool>> {
+        self.run(path, |root, p| root.exists_inside(p))
+    }
+
     #[napi(ts_return_type = "Promise<string[]>")]
     pub fn readdir(&self, path: String) -> AsyncTask<Blocking<Vec<String>>> {
         self.run(path, |r, p| r.read_dir(p).map(lossy_names))
@@ -311,33 +326,40 @@ impl FileReader {
 const READ_CHUNK: usize = 1 << 20;
 
 /// `stat` of `path` (symlinks followed, bounded) written into `out` as
-/// `[mode, size, mtimeMs]`: filling the caller's array costs less than
-/// building an object with named properties, which the JS layer then wraps.
+/// `[mode, size, mtimeMs]`, when a few system calls answer it
+/// (`Root::stat_quick`): filling the caller's array costs less than building
+/// an object with named properties, which the JS layer then wraps. `false`:
+/// not answered, the path needs the walk, which `BoundRoot.stat` runs in the
+/// thread pool.
 #[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array")]
 pub fn root_stat(
     env: &Env,
     root: &External<Arc<Root>>,
     path: PathArg,
     mut out: Float64ArraySlice,
-) -> Result<()> {
-    let s = root
-        .stat(Path::new(path.as_str()))
-        .map_err(|e| to_js(env, &e))?;
+) -> Result<bool> {
+    let Some(s) = root.stat_quick(Path::new(path.as_str())) else {
+        return Ok(false);
+    };
+    let s = s.map_err(|e| to_js(env, &e))?;
     // SAFETY: JS is blocked in this call, so nothing else touches the array.
     match unsafe { out.as_mut() } {
         [mode, size, mtime_ms, ..] => {
             (*mode, *size, *mtime_ms) = (s.mode as f64, s.size as f64, s.mtime_ms);
-            Ok(())
+            Ok(true)
         }
         _ => Err(Error::new(Status::InvalidArg, "out must hold 3 numbers")),
     }
 }
 
 /// Whether `path` exists inside the root: false when missing, the
-/// workspace refusal when outside (`Root::exists_inside`).
+/// workspace refusal when outside (`Root::exists_inside`), when a few system
+/// calls answer it (`Root::exists_quick`); `null`: not answered, the path
+/// needs the walk, which `BoundRoot.exists` runs in the thread pool.
 #[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string")]
-pub fn root_exists(env: &Env, root: &External<Arc<Root>>, path: PathArg) -> Result<bool> {
-    root.exists_inside(Path::new(path.as_str()))
+pub fn root_exists(env: &Env, root: &External<Arc<Root>>, path: PathArg) -> Result<Option<bool>> {
+    root.exists_quick(Path::new(path.as_str()))
+        .transpose()
         .map_err(|e| to_js(env, &e))
 }
 
