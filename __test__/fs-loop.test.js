@@ -36,7 +36,13 @@ afterAll(() => root && removeTree(root));
 async function lsCounting(dir, { abortAfterStats } = {}) {
   const fs = createBoundFs(root);
   let stats = 0;
-  const ops = { ...fs.ls, stat: (p) => (stats++, fs.ls.stat(p)) };
+  const ops = {
+    ...fs.ls,
+    stat: (p) => {
+      stats++;
+      return fs.ls.stat(p);
+    },
+  };
   const controller = new AbortController();
   const tool = pi.createLsTool(root, { operations: ops });
   let turns = 0;

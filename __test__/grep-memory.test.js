@@ -27,7 +27,8 @@ beforeAll(() => {
   mkdirSync(path.join(root, "ahead/b"));
   writeChunks(path.join(root, "ahead/a/slow.txt"), 100, (i) => (i < 99 ? "x".repeat(1 << 20) : "needle\n"));
   const long = `needle ${"y".repeat(512)}\n`.repeat(60);
-  for (let i = 0; i < 3000; i++) writeChunks(path.join(root, `ahead/b/${String(i).padStart(5, "0")}.txt`), 1, () => long);
+  for (let i = 0; i < 3000; i++)
+    writeChunks(path.join(root, `ahead/b/${String(i).padStart(5, "0")}.txt`), 1, () => long);
   // 100 lines of 900 KB (context of the next), then a 9 MiB matching line.
   mkdirSync(path.join(root, "context"));
   writeChunks(path.join(root, "context/f.txt"), 101, (i) =>

@@ -7,7 +7,7 @@
 // and so does any once a run of synchronous ones has held the event loop for SYNC_SLICE_MS.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
-import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
+import { checkIndexOption, checkObject, checkOptional, checkPath, registerBoundFs } from "./args.js";
 import { checkOnPolicyEvent, checkPolicy, registerPolicyEvents } from "./policy-events.js";
 import { native } from "./native.js";
 import { createFindOperations } from "./find.js";
@@ -66,20 +66,32 @@ const statValues = new Float64Array(3);
 // therefore cut after this many milliseconds: the next call goes to the thread pool, and the loop turns
 // before its answer (the run is over once it has).
 const SYNC_SLICE_MS = 4;
+// Synchronous calls between two looks at the clock.
+const CALLS_PER_LOOK = 16;
 // When the current run of synchronous calls began (performance.now()), or -1 when the loop has turned since.
 let sliceStart = -1;
+let callsSinceLook = 0;
 const endSlice = () => {
   sliceStart = -1;
 };
-/** Whether the next quick call may run synchronously. */
-function syncAllowed() {
-  const now = performance.now();
+const NOT_NOW = 0;
+const CHECKED = 1;
+const TRUSTED = 2;
+/**
+ * Whether the next quick call may run synchronously (NOT_NOW: in the thread pool), and whether it is the
+ * first of its run (CHECKED: it checks the root against its path, as every call in the pool does) or a
+ * later one (TRUSTED: the root as the first found it; crates/core/src/root.rs, `Root::trusting`).
+ */
+function syncCall() {
   if (sliceStart < 0) {
-    sliceStart = now;
+    sliceStart = performance.now();
+    callsSinceLook = 0;
     setImmediate(endSlice);
-    return true;
+    return CHECKED;
   }
-  return now - sliceStart < SYNC_SLICE_MS;
+  if (++callsSinceLook < CALLS_PER_LOOK) return TRUSTED;
+  callsSinceLook = 0;
+  return performance.now() - sliceStart < SYNC_SLICE_MS ? TRUSTED : NOT_NOW;
 }
 
 /**
@@ -112,10 +124,17 @@ export function createBoundFs(root, options = {}) {
   const index = checkIndexOption(options.index);
   const policy = checkPolicy(options.policy) ?? {};
   const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent);
+  checkOptional(options.pinRoot, "boolean", "options.pinRoot");
   const unsupported = index === null ? null : native.indexUnsupported();
   const indexed = index !== null && unsupported === null;
   // The core compiles the policy (a bad rule is its error, naming the option and the rule).
-  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined, policy);
+  const bound = new native.BoundRoot(
+    hostRoot,
+    path.resolve(runtimeRoot),
+    indexed ? index : undefined,
+    policy,
+    options.pinRoot ?? false,
+  );
   const report = registerPolicyEvents(bound, onPolicyEvent);
   /**
    * `op` with its policy refusals reported as `tool`'s `access` of its path argument (the `at`th); as is
@@ -150,17 +169,24 @@ export function createBoundFs(root, options = {}) {
 
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
-  const stat = async (p) => {
-    checkPath(p);
-    if (syncAllowed() && native.rootStat(handle, p, statValues)) {
-      return new BoundStats(statValues[0], statValues[1], statValues[2]);
+  // Not an async function: one with an `await` allocates its suspended state on every call, which the
+  // per-entry stat of pi's ls would pay even when answered at once.
+  const stat = (p) => {
+    try {
+      checkPath(p);
+      const call = syncCall();
+      if (call !== NOT_NOW && native.rootStat(handle, p, statValues, call === TRUSTED)) {
+        return Promise.resolve(new BoundStats(statValues[0], statValues[1], statValues[2]));
+      }
+    } catch (err) {
+      return Promise.reject(err);
     }
-    const [mode, size, mtimeMs] = await bound.stat(p);
-    return new BoundStats(mode, size, mtimeMs);
+    return bound.stat(p).then(([mode, size, mtimeMs]) => new BoundStats(mode, size, mtimeMs));
   };
   const exists = async (p) => {
     checkPath(p);
-    const quick = syncAllowed() ? native.rootExists(handle, p) : null;
+    const call = syncCall();
+    const quick = call === NOT_NOW ? null : native.rootExists(handle, p, call === TRUSTED);
     return quick ?? bound.exists(p);
   };
   const writeFile = async (p, content) => {

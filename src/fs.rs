@@ -99,6 +99,7 @@ impl BoundRoot {
     /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
     /// With `index`, starts building the root's warm search index in the background (Linux).
     /// `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
+    /// Every operation follows `host` to the directory it names then, unless `pin_root`.
     #[napi(constructor)]
     pub fn new(
         env: &Env,
@@ -106,6 +107,7 @@ impl BoundRoot {
         runtime: String,
         index: Option<IndexConfig>,
         policy: Option<PolicyConfig>,
+        pin_root: Option<bool>,
     ) -> Result<Self> {
         let spec = match policy {
             Some(p) => PolicySpec::from_raw(p.deny_read, p.deny_write, p.protect),
@@ -114,6 +116,7 @@ impl BoundRoot {
         let policy = Policy::new(&spec).map_err(|e| to_js(env, &e))?;
         let root =
             Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| to_js(env, &e))?;
+        let root = root.pinned(pin_root.unwrap_or(false));
         let root = Arc::new(root.with_policy(Arc::new(policy)));
         #[cfg(target_os = "linux")]
         let index = index.map(|config| Index::start(root.clone(), config.into()));
@@ -331,14 +334,24 @@ const READ_CHUNK: usize = 1 << 20;
 /// an object with named properties, which the JS layer then wraps. `false`:
 /// not answered, the path needs the walk, which `BoundRoot.stat` runs in the
 /// thread pool.
-#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array")]
+/// `trusted`: the root was checked against its path by a call moments
+/// before, in the same turn of the event loop (`Root::trusting`).
+#[napi(
+    ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array, trusted: boolean"
+)]
 pub fn root_stat(
     env: &Env,
     root: &External<Arc<Root>>,
     path: PathArg,
     mut out: Float64ArraySlice,
+    trusted: bool,
 ) -> Result<bool> {
-    let Some(s) = root.stat_quick(Path::new(path.as_str())) else {
+    let path = Path::new(path.as_str());
+    let quick = match trusted {
+        true => root.trusting(|| root.stat_quick(path)),
+        false => root.stat_quick(path),
+    };
+    let Some(s) = quick else {
         return Ok(false);
     };
     let s = s.map_err(|e| to_js(env, &e))?;
@@ -356,11 +369,20 @@ pub fn root_stat(
 /// workspace refusal when outside (`Root::exists_inside`), when a few system
 /// calls answer it (`Root::exists_quick`); `null`: not answered, the path
 /// needs the walk, which `BoundRoot.exists` runs in the thread pool.
-#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string")]
-pub fn root_exists(env: &Env, root: &External<Arc<Root>>, path: PathArg) -> Result<Option<bool>> {
-    root.exists_quick(Path::new(path.as_str()))
-        .transpose()
-        .map_err(|e| to_js(env, &e))
+/// `trusted` as `root_stat`'s.
+#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, trusted: boolean")]
+pub fn root_exists(
+    env: &Env,
+    root: &External<Arc<Root>>,
+    path: PathArg,
+    trusted: bool,
+) -> Result<Option<bool>> {
+    let path = Path::new(path.as_str());
+    let quick = match trusted {
+        true => root.trusting(|| root.exists_quick(path)),
+        false => root.exists_quick(path),
+    };
+    quick.transpose().map_err(|e| to_js(env, &e))
 }
 
 /// Bytes a path argument is first read into: enough for the paths pi's tools

@@ -457,10 +457,7 @@ impl Policy {
     /// writable (a walk creating directories one below the other): what
     /// [`Policy::write_denial`] answers there, in time linear in the path.
     pub fn write_denial_entry(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
-        if let Some(denial) = self
-            .floor()
-            .and_then(|f| f.write_denial_entry(rel, is_dir))
-        {
+        if let Some(denial) = self.floor().and_then(|f| f.write_denial_entry(rel, is_dir)) {
             return Some(denial);
         }
         self.write.entry_denial(rel, is_dir).or_else(|| {

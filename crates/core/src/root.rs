@@ -31,7 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
@@ -119,13 +119,43 @@ struct Entry {
 /// ```
 #[derive(Debug)]
 pub struct Root {
-    dir: OwnedFd,
+    /// The root directory, open; re-opened when its path names another
+    /// directory (`held`), unless `pinned`.
+    dir: RwLock<Held>,
+    pinned: bool,
     host: PathBuf,
     runtime: PathBuf,
     /// Prefixes mapping to the root, longest first.
     aliases: Vec<PathBuf>,
     /// What no operation may read or write, when given.
     policy: Option<Arc<Policy>>,
+}
+
+thread_local! {
+    /// Set on this thread by `Root::trusting`: the held root is used unchecked.
+    static TRUSTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The root directory held open, and its identity when opened.
+#[derive(Debug)]
+struct Held {
+    fd: Arc<OwnedFd>,
+    dev: u64,
+    ino: u64,
+}
+
+impl Held {
+    /// Opens the directory at `path` (not through a symlink in its place).
+    fn open(path: &Path) -> io::Result<Held> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::open(path, flags, Mode::empty())?;
+        let st = nix::sys::stat::fstat(&fd)?;
+        Ok(Held {
+            fd: Arc::new(fd),
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        })
+    }
 }
 
 /// The refusal of reading `rel` (relative, real or as given), if denied.
@@ -150,11 +180,7 @@ impl Root {
     pub fn open(host: &Path, runtime: Option<&Path>) -> Result<Root> {
         let unavailable = |e: io::Error| Error::root_unavailable(host, errno_of(&e));
         let canonical = std::fs::canonicalize(host).map_err(unavailable)?;
-        let dir: OwnedFd = File::open(&canonical).map_err(unavailable)?.into();
-        let meta = dir.try_clone().and_then(|d| File::from(d).metadata());
-        if !meta.map_err(unavailable)?.is_dir() {
-            return Err(Error::root_unavailable(host, libc::ENOTDIR));
-        }
+        let held = Held::open(&canonical).map_err(unavailable)?;
         let runtime = runtime
             .map(Path::to_path_buf)
             .unwrap_or_else(|| host.to_path_buf());
@@ -162,12 +188,79 @@ impl Root {
         aliases.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
         aliases.dedup();
         Ok(Root {
-            dir,
+            dir: RwLock::new(held),
+            pinned: false,
             host: canonical,
             runtime,
             aliases,
             policy: None,
         })
+    }
+
+    /// The same root, held to the directory it opened even when its path
+    /// comes to name another (`true`); by default every operation follows
+    /// the path, as Node's fs does.
+    pub fn pinned(mut self, pinned: bool) -> Root {
+        self.pinned = pinned;
+        self
+    }
+
+    /// The root directory for one operation: the one held, unless its path
+    /// now names another directory (the workspace was moved aside or removed,
+    /// and made again), which is then opened and held instead. One `lstat`
+    /// of the root's path; a symlink put in its place is not followed. Inside
+    /// the root every walk goes on from this descriptor, race-free as ever.
+    fn current(&self) -> RwLockReadGuard<'_, Held> {
+        let held = self.dir.read().unwrap_or_else(|e| e.into_inner());
+        if self.pinned || TRUSTED.get() {
+            return held;
+        }
+        match nix::sys::stat::lstat(&self.host) {
+            Ok(st) if (st.st_dev as u64, st.st_ino as u64) == (held.dev, held.ino) => held,
+            Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
+                drop(held);
+                let mut held = self.dir.write().unwrap_or_else(|e| e.into_inner());
+                // Unless another thread just did, or the path changed again.
+                if let Ok(now) = Held::open(&self.host) {
+                    if (now.dev, now.ino) != (held.dev, held.ino) {
+                        *held = now;
+                    }
+                }
+                drop(held);
+                self.dir.read().unwrap_or_else(|e| e.into_inner())
+            }
+            // Gone, or not a directory: the held one answers (a removed
+            // directory's calls fail as the missing path's would).
+            _ => held,
+        }
+    }
+
+    /// The root directory (`current`) for an operation that holds it a while.
+    fn dir(&self) -> Arc<OwnedFd> {
+        self.current().fd.clone()
+    }
+
+    /// Runs `f` with the root directory as held, not checked against its
+    /// path: for a face that has checked it moments before on this thread,
+    /// in the same uninterrupted run of calls (js/fs.js: one turn of the
+    /// event loop), where one more `lstat` per call would double the cost
+    /// of pi's `ls`, which stats every entry.
+    pub fn trusting<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Reset(bool);
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                TRUSTED.set(self.0);
+            }
+        }
+        let _reset = Reset(TRUSTED.replace(true));
+        f()
+    }
+
+    /// The identity (device, inode) of the root directory operations use
+    /// now (see `dir`): it changes when the workspace is replaced.
+    pub fn identity(&self) -> (u64, u64) {
+        let held = self.current();
+        (held.dev, held.ino)
     }
 
     /// The same root with `policy` asked by every operation.
@@ -299,6 +392,7 @@ impl Root {
     fn resolve(&self, path: &Path, create_dirs: bool) -> Result<Entry> {
         let mut pending: VecDeque<OsString> = VecDeque::new();
         push_front_components(&mut pending, self.relative(path)?);
+        let root = self.dir();
         // Open directories below the root, with their names: our own `..`.
         let mut stack: Vec<(OwnedFd, OsString)> = Vec::new();
         // The names of `stack` joined, kept as it changes: the walk's cost
@@ -319,7 +413,7 @@ impl Root {
                 continue;
             }
             let last = pending.is_empty();
-            let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+            let top = stack.last().map_or(root.as_fd(), |(fd, _)| fd.as_fd());
             let st = match fstatat(top, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) if create_dirs => {
@@ -396,7 +490,7 @@ impl Root {
         }
         // The walk ended on a directory we hold open (the root, a `..`, or a
         // symlink to a directory): the entry is that directory itself.
-        let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+        let top = stack.last().map_or(root.as_fd(), |(fd, _)| fd.as_fd());
         Ok(self.entry(top, names, OsString::from(".")))
     }
 
@@ -407,7 +501,7 @@ impl Root {
         // Duplicating keeps `Entry` independent of the walk's stack; failure
         // (EMFILE) is reported by the first use of the parent.
         let parent = parent.try_clone_to_owned().unwrap_or_else(|_| {
-            self.dir
+            self.dir()
                 .try_clone()
                 .expect("duplicating the root descriptor")
         });
@@ -455,7 +549,8 @@ impl Root {
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(resolve);
-        match openat2(&self.dir, rel, how) {
+        // The guard lives for this one call (nothing in it takes the lock).
+        match openat2(&self.current().fd, rel, how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::ENOSYS) => {
                 UNAVAILABLE.store(true, Ordering::Relaxed);
@@ -745,7 +840,7 @@ impl Root {
             Some(rel) if !rel.as_os_str().as_bytes().contains(&b'/') => rel,
             _ => return Ok(None),
         };
-        let st = fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let st = fstatat(&self.current().fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
         Ok((file_type(&st) != SFlag::S_IFLNK).then_some(st))
     }
 
@@ -1194,7 +1289,10 @@ mod tests {
         let file = deep.join("f.txt");
         let too_long = |e: Error, call: &str, p: &Path| {
             assert_eq!((e.kind(), e.errno()), os(Errno::ENAMETOOLONG));
-            assert!(e.to_string().starts_with(&format!("ENAMETOOLONG: name too long, {call} '{}", p.display())));
+            assert!(e.to_string().starts_with(&format!(
+                "ENAMETOOLONG: name too long, {call} '{}",
+                p.display()
+            )));
         };
         too_long(r.mkdir_all(&deep).unwrap_err(), "mkdir", &deep);
         too_long(r.write_file(&file, b"x").unwrap_err(), "open", &file);
@@ -1209,7 +1307,10 @@ mod tests {
         assert_eq!(r.read_file(&deepest.join("f")).unwrap(), b"deep");
         // A denied name deep down is still refused as the walk creates it.
         for denied in ["ab/ab/ab/.git/hooks/x", "fresh/new/.git/hooks/x"] {
-            assert_eq!(failure(r.mkdir_all(&f.root.join(denied))).0, ErrorKind::Protected);
+            assert_eq!(
+                failure(r.mkdir_all(&f.root.join(denied))).0,
+                ErrorKind::Protected
+            );
         }
         assert!(!f.root.join("fresh/new/.git/hooks").exists());
     }

@@ -618,6 +618,12 @@ impl Root {
         Some(self.exists_inside(path))
     }
 
+    /// The same root (on Windows the root is always the directory its
+    /// handle was opened on: following the path is not done there).
+    pub fn pinned(self, _pinned: bool) -> Root {
+        self
+    }
+
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
         named("stat", path, || {

@@ -227,7 +227,10 @@ impl Engine {
                 inner: head.chain(file),
                 halted,
             };
-            if searcher.search_reader(&*matcher, reader, &mut sink).is_err() {
+            if searcher
+                .search_reader(&*matcher, reader, &mut sink)
+                .is_err()
+            {
                 let emitted = sink.emitted;
                 self.search_long_lines(file, true, halted, emitted, on_hit);
             }
@@ -265,7 +268,10 @@ impl Engine {
             inner: Waiting { file, halted },
             halted,
         };
-        if searcher.search_reader(&self.matcher, reader, &mut sink).is_err() {
+        if searcher
+            .search_reader(&self.matcher, reader, &mut sink)
+            .is_err()
+        {
             let emitted = sink.emitted;
             self.search_long_lines(file, walked, halted, emitted, on_hit);
         }

@@ -414,7 +414,11 @@ fn capped_agrees_with_uncapped(dir: &Path, mut q: Query) -> Outcome {
         (all.match_count, all.match_limit_reached)
     );
     assert_eq!(
-        (capped.output_bytes, capped.output_lines, capped.lines_truncated),
+        (
+            capped.output_bytes,
+            capped.output_lines,
+            capped.lines_truncated
+        ),
         (all.output_bytes, all.output_lines, all.lines_truncated)
     );
     assert!(capped.lines.len() < all.lines.len());
@@ -441,7 +445,10 @@ fn a_file_keeps_only_the_lines_pi_can_store_and_sums_the_rest() {
     let found = engine.search_walked(&mut engine.worker(), file, &|| false);
     let rest = found.hits.rest.as_ref().unwrap();
     assert_eq!(found.hits.hits.len() as u64 + rest.lines, 50_000);
-    assert_eq!((rest.after, rest.matches), (found.hits.hits.len() as u64, rest.lines));
+    assert_eq!(
+        (rest.after, rest.matches),
+        (found.hits.hits.len() as u64, rest.lines)
+    );
     assert!(found.hits.held < 1 << 20, "held {}", found.hits.held);
     assert!(found.file.is_some());
     let mut q = query("needle");
@@ -459,7 +466,14 @@ fn a_limit_among_the_summed_lines_searches_the_file_again() {
         .collect();
     fs::write(t.path().join("b.txt"), &body).unwrap();
     fs::write(t.path().join("c.txt"), "needle c\n").unwrap();
-    for (limit, context) in [(5_000, 0), (5_000, 2), (6_668, 3), (6_669, 0), (6_670, 1), (10, 0)] {
+    for (limit, context) in [
+        (5_000, 0),
+        (5_000, 2),
+        (6_668, 3),
+        (6_669, 0),
+        (6_670, 1),
+        (10, 0),
+    ] {
         let mut q = query("needle");
         q.limit = limit;
         q.context = context;

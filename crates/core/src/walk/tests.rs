@@ -325,20 +325,26 @@ fn outputs_held_ahead_of_a_slow_sink_are_bounded_in_bytes() {
     let mut first = true;
     let mut ahead = 0;
     let mut handed = 0;
-    walk(open_start(t.path()), &rules, &Heavy(&visited), &Cancel::new(), |()| {
-        if first {
-            first = false;
-            // A sink stuck on its first output: the other threads run ahead
-            // until the bound holds them (or, unbounded, visit everything).
-            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while visited.load(SeqCst) < total && std::time::Instant::now() < give_up {
-                std::thread::sleep(std::time::Duration::from_millis(10));
+    walk(
+        open_start(t.path()),
+        &rules,
+        &Heavy(&visited),
+        &Cancel::new(),
+        |()| {
+            if first {
+                first = false;
+                // A sink stuck on its first output: the other threads run ahead
+                // until the bound holds them (or, unbounded, visit everything).
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while visited.load(SeqCst) < total && std::time::Instant::now() < give_up {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                ahead = visited.load(SeqCst);
             }
-            ahead = visited.load(SeqCst);
-        }
-        handed += 1;
-        true
-    });
+            handed += 1;
+            true
+        },
+    );
     assert_eq!(handed, total);
     // The bound's worth of finished tasks, one more, and one per thread.
     let tasks = scheduler::AHEAD_BYTES / (HELD * scheduler::FILES_PER_TASK) + 1;
