@@ -152,8 +152,8 @@ impl Held {
         let st = nix::sys::stat::fstat(&fd)?;
         Ok(Held {
             fd: Arc::new(fd),
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
+            dev: identity(&st).0,
+            ino: identity(&st).1,
         })
     }
 }
@@ -216,7 +216,7 @@ impl Root {
             return held;
         }
         match nix::sys::stat::lstat(&self.host) {
-            Ok(st) if (st.st_dev as u64, st.st_ino as u64) == (held.dev, held.ino) => held,
+            Ok(st) if identity(&st) == (held.dev, held.ino) => held,
             Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
                 drop(held);
                 let mut held = self.dir.write().unwrap_or_else(|e| e.into_inner());
@@ -785,7 +785,7 @@ impl Root {
         #[cfg(target_os = "linux")]
         match self.open_beneath(path, OFlag::O_PATH)? {
             Ok(_) => Some(Ok(true)),
-            Err(e) if e.kind() == ErrorKind::Outside => Some(Err(e)),
+            Err(e) if e.kind() == ErrorKind::Outside => Some(Err(e.at("stat", path))),
             // The kernel resolved beneath the root up to a missing name.
             Err(_) => Some(Ok(false)),
         }
@@ -1085,6 +1085,13 @@ fn push_front_components(pending: &mut VecDeque<OsString>, path: &Path) {
             Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
         }
     }
+}
+
+/// A file's (device, inode).
+// `dev_t` is not `u64` everywhere (macOS: `i32`).
+#[allow(clippy::unnecessary_cast)]
+fn identity(st: &FileStat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
 }
 
 fn file_type(st: &FileStat) -> SFlag {

@@ -169,7 +169,7 @@ impl Inner {
             .open_dir(self.root.host())
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
         let root_id = nix::sys::stat::fstat(&root_fd)
-            .map(|st| (st.st_dev as u64, st.st_ino as u64))
+            .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
         let mut ids = Ids::default();
         let mut building = Building {
