@@ -4,7 +4,7 @@
 // binding (src/error.rs). access/mkdir/readdirSmall, and stat/exists when a few syscalls answer them,
 // are synchronous natively: called inside async functions, their throws become rejections, as pi's async
 // contract wants. stat/exists that need the component walk (symlinks to follow) run in the thread pool,
-// and so does any once a run of synchronous ones has held the event loop for SYNC_SLICE_MS.
+// and a run of synchronous ones lets the event loop turn every SYNC_SLICE_MS.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
 import { checkIndexOption, checkObject, checkOptional, checkPath, registerBoundFs } from "./args.js";
@@ -63,9 +63,9 @@ const statValues = new Float64Array(3);
 
 // pi's ls awaits a stat per entry, and awaits of synchronous calls never leave the microtask queue: the
 // event loop (timers, I/O, an abort) would wait for the whole listing. A run of synchronous calls is
-// therefore cut after this many milliseconds: the next call goes to the thread pool, and the loop turns
-// before its answer (the run is over once it has).
-const SYNC_SLICE_MS = 4;
+// therefore cut after this many milliseconds: the next call waits for the loop to turn once
+// (setImmediate; cheaper than a trip through the thread pool), then starts the next run.
+const SYNC_SLICE_MS = 8;
 // Synchronous calls between two looks at the clock.
 const CALLS_PER_LOOK = 16;
 // When the current run of synchronous calls began (performance.now()), or -1 when the loop has turned since.
@@ -77,8 +77,10 @@ const endSlice = () => {
 const NOT_NOW = 0;
 const CHECKED = 1;
 const TRUSTED = 2;
+/** Resolves once the event loop has turned. */
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 /**
- * Whether the next quick call may run synchronously (NOT_NOW: in the thread pool), and whether it is the
+ * Whether the next quick call may run synchronously (NOT_NOW: after the loop turns), and whether it is the
  * first of its run (CHECKED: it checks the root against its path, as every call in the pool does) or a
  * later one (TRUSTED: the root as the first found it; crates/core/src/root.rs, `Root::trusting`).
  */
@@ -169,25 +171,26 @@ export function createBoundFs(root, options = {}) {
 
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
-  // Not an async function: one with an `await` allocates its suspended state on every call, which the
-  // per-entry stat of pi's ls would pay even when answered at once.
-  const stat = (p) => {
-    try {
-      checkPath(p);
-      const call = syncCall();
-      if (call !== NOT_NOW && native.rootStat(handle, p, statValues, call === TRUSTED)) {
-        return Promise.resolve(new BoundStats(statValues[0], statValues[1], statValues[2]));
-      }
-    } catch (err) {
-      return Promise.reject(err);
+  // The await of the thread pool's answer is kept out of `stat`: an async function with an `await`
+  // allocates its suspended state on every call, which the per-entry stat of pi's ls would pay.
+  const statInPool = async (p) => {
+    const [mode, size, mtimeMs] = await bound.stat(p);
+    return new BoundStats(mode, size, mtimeMs);
+  };
+  const stat = async (p) => {
+    checkPath(p);
+    const call = syncCall();
+    if (call === NOT_NOW) return nextTurn().then(() => stat(p));
+    if (native.rootStat(handle, p, statValues, call === TRUSTED)) {
+      return new BoundStats(statValues[0], statValues[1], statValues[2]);
     }
-    return bound.stat(p).then(([mode, size, mtimeMs]) => new BoundStats(mode, size, mtimeMs));
+    return statInPool(p);
   };
   const exists = async (p) => {
     checkPath(p);
     const call = syncCall();
-    const quick = call === NOT_NOW ? null : native.rootExists(handle, p, call === TRUSTED);
-    return quick ?? bound.exists(p);
+    if (call === NOT_NOW) return nextTurn().then(() => exists(p));
+    return native.rootExists(handle, p, call === TRUSTED) ?? bound.exists(p);
   };
   const writeFile = async (p, content) => {
     checkPath(p);
