@@ -106,3 +106,16 @@ describe.skipIf(!unix)("the root follows its path", () => {
     }
   });
 });
+
+describe.skipIf(!unix || !serverPath())("the server's --pin-root", () => {
+  it("keeps the directory opened at start", async () => {
+    const server = await startServer(ws, { args: ["--pin-root"] });
+    try {
+      const { read } = createRemoteTools(ws, { connection: server.connection });
+      moveAsideAndRemake();
+      expect((await runTool(read, { path: "a.txt" })).text).toBe("old\n");
+    } finally {
+      await server.close();
+    }
+  });
+});

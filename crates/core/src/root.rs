@@ -205,6 +205,11 @@ impl Root {
         self
     }
 
+    /// Whether the root stays the directory it opened ([`Root::pinned`]).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
     /// The root directory for one operation: the one held, unless its path
     /// now names another directory (the workspace was moved aside or removed,
     /// and made again), which is then opened and held instead. One `lstat`

@@ -624,6 +624,11 @@ impl Root {
         self
     }
 
+    /// Whether the root stays the directory it opened: always on Windows.
+    pub fn is_pinned(&self) -> bool {
+        true
+    }
+
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
         named("stat", path, || {
