@@ -44,8 +44,9 @@ export declare class BoundRoot {
    * Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
    * With `index`, starts building the root's warm search index in the background (Linux).
    * `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
+   * Every operation follows `host` to the directory it names then, unless `pin_root`.
    */
-  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null, policy?: PolicyConfig | undefined | null)
+  constructor(host: string, runtime: string, index?: IndexConfig | undefined | null, policy?: PolicyConfig | undefined | null, pinRoot?: boolean | undefined | null)
   /**
    * The index's stats now. In the thread pool: the index applies pending changes first, which
    * after a burst of them (a checkout) is more than a JS-thread call should do.
@@ -65,7 +66,13 @@ export declare class BoundRoot {
    * to check its receiver (as much as the stat), an External far less.
    */
   handle(): ExternalObject<'BoundRoot'>
-  /** Entry names; names that are not UTF-8 are shown lossily, as Node does. */
+  /**
+   * Entry names; names that are not UTF-8 are shown lossily, as Node does.
+   * `stat` in the thread pool: `[mode, size, mtimeMs]` (`root_stat`'s).
+   */
+  stat(path: string): Promise<number[]>
+  /** `exists_inside` in the thread pool (`root_exists`'s). */
+  exists(path: string): Promise<boolean>
   readdir(path: string): Promise<string[]>
   /**
    * Synchronous for a directory of at most `SMALL_DIR` entries (listing it
@@ -271,16 +278,24 @@ export interface PolicyEventObject {
 
 /**
  * Whether `path` exists inside the root: false when missing, the
- * workspace refusal when outside (`Root::exists_inside`).
+ * workspace refusal when outside (`Root::exists_inside`), when a few system
+ * calls answer it (`Root::exists_quick`); `null`: not answered, the path
+ * needs the walk, which `BoundRoot.exists` runs in the thread pool.
+ * `trusted` as `root_stat`'s.
  */
-export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: string): boolean
+export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: string, trusted: boolean): boolean | null
 
 /**
  * `stat` of `path` (symlinks followed, bounded) written into `out` as
- * `[mode, size, mtimeMs]`: filling the caller's array costs less than
- * building an object with named properties, which the JS layer then wraps.
+ * `[mode, size, mtimeMs]`, when a few system calls answer it
+ * (`Root::stat_quick`): filling the caller's array costs less than building
+ * an object with named properties, which the JS layer then wraps. `false`:
+ * not answered, the path needs the walk, which `BoundRoot.stat` runs in the
+ * thread pool.
+ * `trusted`: the root was checked against its path by a call moments
+ * before, in the same turn of the event loop (`Root::trusting`).
  */
-export declare function rootStat(root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array): void
+export declare function rootStat(root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array, trusted: boolean): boolean
 
 /** What each sandbox mode confines on this machine. */
 export interface SandboxEnforces {

@@ -24,6 +24,12 @@ export interface BoundFsOptions {
    * that throws is ignored (it never changes what the tool does).
    */
   onPolicyEvent?: (event: PolicyEvent) => void;
+  /**
+   * Keep every operation on the directory `root` named when the fs was made, even after that path comes
+   * to name another (the workspace moved aside or removed, and made again). Default `false`: each call
+   * follows the path, as Node's fs does (Linux and macOS; on Windows the root is always pinned).
+   */
+  pinRoot?: boolean;
 }
 
 /** Options of the warm search index. */

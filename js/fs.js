@@ -1,11 +1,13 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
 // one workspace root (see crates/core/src/root.rs for how that stays race-free). This layer only validates
 // arguments and maps runtime paths; all file work is native, and errors come Node-shaped from the
-// binding (src/error.rs). access/stat/mkdir/readdirSmall are synchronous natively (a few syscalls):
-// called inside async functions, their throws become rejections, as pi's async contract wants.
+// binding (src/error.rs). access/mkdir/readdirSmall, and stat/exists when a few syscalls answer them,
+// are synchronous natively: called inside async functions, their throws become rejections, as pi's async
+// contract wants. stat/exists that need the component walk (symlinks to follow) run in the thread pool,
+// and a run of synchronous ones lets the event loop turn every SYNC_SLICE_MS.
 import { createReadStream as streamFromFd } from "node:fs";
 import path from "node:path";
-import { checkIndexOption, checkObject, checkPath, registerBoundFs } from "./args.js";
+import { checkIndexOption, checkObject, checkOptional, checkPath, registerBoundFs } from "./args.js";
 import { checkOnPolicyEvent, checkPolicy, registerPolicyEvents } from "./policy-events.js";
 import { native } from "./native.js";
 import { createFindOperations } from "./find.js";
@@ -59,6 +61,41 @@ async function* readerChunks(reader) {
 // synchronous and read at once.
 const statValues = new Float64Array(3);
 
+// pi's ls awaits a stat per entry, and awaits of synchronous calls never leave the microtask queue: the
+// event loop (timers, I/O, an abort) would wait for the whole listing. A run of synchronous calls is
+// therefore cut after this many milliseconds: the next call waits for the loop to turn once
+// (setImmediate; cheaper than a trip through the thread pool), then starts the next run.
+const SYNC_SLICE_MS = 8;
+// Synchronous calls between two looks at the clock.
+const CALLS_PER_LOOK = 16;
+// When the current run of synchronous calls began (performance.now()), or -1 when the loop has turned since.
+let sliceStart = -1;
+let callsSinceLook = 0;
+const endSlice = () => {
+  sliceStart = -1;
+};
+const NOT_NOW = 0;
+const CHECKED = 1;
+const TRUSTED = 2;
+/** Resolves once the event loop has turned. */
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+/**
+ * Whether the next quick call may run synchronously (NOT_NOW: after the loop turns), and whether it is the
+ * first of its run (CHECKED: it checks the root against its path, as every call in the pool does) or a
+ * later one (TRUSTED: the root as the first found it; crates/core/src/root.rs, `Root::trusting`).
+ */
+function syncCall() {
+  if (sliceStart < 0) {
+    sliceStart = performance.now();
+    callsSinceLook = 0;
+    setImmediate(endSlice);
+    return CHECKED;
+  }
+  if (++callsSinceLook < CALLS_PER_LOOK) return TRUSTED;
+  callsSinceLook = 0;
+  return performance.now() - sliceStart < SYNC_SLICE_MS ? TRUSTED : NOT_NOW;
+}
+
 /**
  * `fs.index` of a root made with `index` options: the native index's, or (where the core keeps none, and
  * says why) one that stays aside and lets every search walk, so the option is never an error.
@@ -89,10 +126,17 @@ export function createBoundFs(root, options = {}) {
   const index = checkIndexOption(options.index);
   const policy = checkPolicy(options.policy) ?? {};
   const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent);
+  checkOptional(options.pinRoot, "boolean", "options.pinRoot");
   const unsupported = index === null ? null : native.indexUnsupported();
   const indexed = index !== null && unsupported === null;
   // The core compiles the policy (a bad rule is its error, naming the option and the rule).
-  const bound = new native.BoundRoot(hostRoot, path.resolve(runtimeRoot), indexed ? index : undefined, policy);
+  const bound = new native.BoundRoot(
+    hostRoot,
+    path.resolve(runtimeRoot),
+    indexed ? index : undefined,
+    policy,
+    options.pinRoot ?? false,
+  );
   const report = registerPolicyEvents(bound, onPolicyEvent);
   /**
    * `op` with its policy refusals reported as `tool`'s `access` of its path argument (the `at`th); as is
@@ -127,9 +171,26 @@ export function createBoundFs(root, options = {}) {
 
   const readFile = async (p) => bound.readFile(checkPath(p));
   const handle = bound.handle();
+  // The await of the thread pool's answer is kept out of `stat`: an async function with an `await`
+  // allocates its suspended state on every call, which the per-entry stat of pi's ls would pay.
+  const statInPool = async (p) => {
+    const [mode, size, mtimeMs] = await bound.stat(p);
+    return new BoundStats(mode, size, mtimeMs);
+  };
   const stat = async (p) => {
-    native.rootStat(handle, checkPath(p), statValues);
-    return new BoundStats(statValues[0], statValues[1], statValues[2]);
+    checkPath(p);
+    const call = syncCall();
+    if (call === NOT_NOW) return nextTurn().then(() => stat(p));
+    if (native.rootStat(handle, p, statValues, call === TRUSTED)) {
+      return new BoundStats(statValues[0], statValues[1], statValues[2]);
+    }
+    return statInPool(p);
+  };
+  const exists = async (p) => {
+    checkPath(p);
+    const call = syncCall();
+    if (call === NOT_NOW) return nextTurn().then(() => exists(p));
+    return native.rootExists(handle, p, call === TRUSTED) ?? bound.exists(p);
   };
   const writeFile = async (p, content) => {
     checkPath(p);
@@ -183,7 +244,7 @@ export function createBoundFs(root, options = {}) {
     },
     ls: {
       // The core's answer (`Root::exists_inside`): false when missing, the refusal when outside or denied.
-      exists: reported("ls", "read", async (p) => native.rootExists(handle, checkPath(p))),
+      exists: reported("ls", "read", exists),
       stat: reported("ls", "read", stat),
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: reported("ls", "read", async (p) => {

@@ -99,6 +99,7 @@ impl BoundRoot {
     /// Opens `host` (an existing directory) as the root; `runtime` is the path the agent sees.
     /// With `index`, starts building the root's warm search index in the background (Linux).
     /// `policy` (absent: the core's defaults) is asked by every operation, find and grep included.
+    /// Every operation follows `host` to the directory it names then, unless `pin_root`.
     #[napi(constructor)]
     pub fn new(
         env: &Env,
@@ -106,6 +107,7 @@ impl BoundRoot {
         runtime: String,
         index: Option<IndexConfig>,
         policy: Option<PolicyConfig>,
+        pin_root: Option<bool>,
     ) -> Result<Self> {
         let spec = match policy {
             Some(p) => PolicySpec::from_raw(p.deny_read, p.deny_write, p.protect),
@@ -114,6 +116,7 @@ impl BoundRoot {
         let policy = Policy::new(&spec).map_err(|e| to_js(env, &e))?;
         let root =
             Root::open(Path::new(&host), Some(Path::new(&runtime))).map_err(|e| to_js(env, &e))?;
+        let root = root.pinned(pin_root.unwrap_or(false));
         let root = Arc::new(root.with_policy(Arc::new(policy)));
         #[cfg(target_os = "linux")]
         let index = index.map(|config| Index::start(root.clone(), config.into()));
@@ -180,6 +183,21 @@ impl BoundRoot {
     }
 
     /// Entry names; names that are not UTF-8 are shown lossily, as Node does.
+    /// `stat` in the thread pool: `[mode, size, mtimeMs]` (`root_stat`'s).
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn stat(&self, path: String) -> AsyncTask<Blocking<Vec<f64>>> {
+        self.run(path, |root, p| {
+            let s = root.stat(p)?;
+            Ok(vec![s.mode as f64, s.size as f64, s.mtime_ms])
+        })
+    }
+
+    /// `exists_inside` in the thread pool (`root_exists`'s).
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn exists(&self, path: String) -> AsyncTask<Blocking<bool>> {
+        self.run(path, |root, p| root.exists_inside(p))
+    }
+
     #[napi(ts_return_type = "Promise<string[]>")]
     pub fn readdir(&self, path: String) -> AsyncTask<Blocking<Vec<String>>> {
         self.run(path, |r, p| r.read_dir(p).map(lossy_names))
@@ -311,34 +329,60 @@ impl FileReader {
 const READ_CHUNK: usize = 1 << 20;
 
 /// `stat` of `path` (symlinks followed, bounded) written into `out` as
-/// `[mode, size, mtimeMs]`: filling the caller's array costs less than
-/// building an object with named properties, which the JS layer then wraps.
-#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array")]
+/// `[mode, size, mtimeMs]`, when a few system calls answer it
+/// (`Root::stat_quick`): filling the caller's array costs less than building
+/// an object with named properties, which the JS layer then wraps. `false`:
+/// not answered, the path needs the walk, which `BoundRoot.stat` runs in the
+/// thread pool.
+/// `trusted`: the root was checked against its path by a call moments
+/// before, in the same turn of the event loop (`Root::trusting`).
+#[napi(
+    ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array, trusted: boolean"
+)]
 pub fn root_stat(
     env: &Env,
     root: &External<Arc<Root>>,
     path: PathArg,
     mut out: Float64ArraySlice,
-) -> Result<()> {
-    let s = root
-        .stat(Path::new(path.as_str()))
-        .map_err(|e| to_js(env, &e))?;
+    trusted: bool,
+) -> Result<bool> {
+    let path = Path::new(path.as_str());
+    let quick = match trusted {
+        true => root.trusting(|| root.stat_quick(path)),
+        false => root.stat_quick(path),
+    };
+    let Some(s) = quick else {
+        return Ok(false);
+    };
+    let s = s.map_err(|e| to_js(env, &e))?;
     // SAFETY: JS is blocked in this call, so nothing else touches the array.
     match unsafe { out.as_mut() } {
         [mode, size, mtime_ms, ..] => {
             (*mode, *size, *mtime_ms) = (s.mode as f64, s.size as f64, s.mtime_ms);
-            Ok(())
+            Ok(true)
         }
         _ => Err(Error::new(Status::InvalidArg, "out must hold 3 numbers")),
     }
 }
 
 /// Whether `path` exists inside the root: false when missing, the
-/// workspace refusal when outside (`Root::exists_inside`).
-#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string")]
-pub fn root_exists(env: &Env, root: &External<Arc<Root>>, path: PathArg) -> Result<bool> {
-    root.exists_inside(Path::new(path.as_str()))
-        .map_err(|e| to_js(env, &e))
+/// workspace refusal when outside (`Root::exists_inside`), when a few system
+/// calls answer it (`Root::exists_quick`); `null`: not answered, the path
+/// needs the walk, which `BoundRoot.exists` runs in the thread pool.
+/// `trusted` as `root_stat`'s.
+#[napi(ts_args_type = "root: ExternalObject<'BoundRoot'>, path: string, trusted: boolean")]
+pub fn root_exists(
+    env: &Env,
+    root: &External<Arc<Root>>,
+    path: PathArg,
+    trusted: bool,
+) -> Result<Option<bool>> {
+    let path = Path::new(path.as_str());
+    let quick = match trusted {
+        true => root.trusting(|| root.exists_quick(path)),
+        false => root.exists_quick(path),
+    };
+    quick.transpose().map_err(|e| to_js(env, &e))
 }
 
 /// Bytes a path argument is first read into: enough for the paths pi's tools

@@ -477,6 +477,20 @@ impl Policy {
             .or_else(|| self.read.entry_denial(rel, is_dir))
     }
 
+    /// The refusal of writing `rel` alone, every directory above it known
+    /// writable (a walk creating directories one below the other): what
+    /// [`Policy::write_denial`] answers there, in time linear in the path.
+    pub fn write_denial_entry(&self, rel: &Path, is_dir: bool) -> Option<Denial> {
+        if let Some(denial) = self.floor().and_then(|f| f.write_denial_entry(rel, is_dir)) {
+            return Some(denial);
+        }
+        self.write.entry_denial(rel, is_dir).or_else(|| {
+            self.protected
+                .as_ref()
+                .and_then(|rules| rules.entry_denial(rel, is_dir))
+        })
+    }
+
     /// The refusal of writing, creating or removing `rel` (relative to the
     /// root, symlinks resolved).
     pub fn write_denial(&self, rel: &Path, is_dir: bool) -> Option<Denial> {

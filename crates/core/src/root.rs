@@ -31,7 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
@@ -44,6 +44,12 @@ use crate::policy::Policy;
 
 /// Symlinks expanded in one resolution before giving up, as Linux's `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
+
+/// A path given of this many bytes or more is refused with `ENAMETOOLONG`,
+/// as the kernel refuses it to Node's fs (Linux's `PATH_MAX`, which counts
+/// the terminating NUL): the walk would reach it, one component at a time,
+/// where stock pi fails.
+const PATH_MAX: usize = 4096;
 
 /// What `stat` reports (symlinks followed, still bounded).
 #[derive(Debug, Clone, Copy)]
@@ -113,13 +119,43 @@ struct Entry {
 /// ```
 #[derive(Debug)]
 pub struct Root {
-    dir: OwnedFd,
+    /// The root directory, open; re-opened when its path names another
+    /// directory (`held`), unless `pinned`.
+    dir: RwLock<Held>,
+    pinned: bool,
     host: PathBuf,
     runtime: PathBuf,
     /// Prefixes mapping to the root, longest first.
     aliases: Vec<PathBuf>,
     /// What no operation may read or write, when given.
     policy: Option<Arc<Policy>>,
+}
+
+thread_local! {
+    /// Set on this thread by `Root::trusting`: the held root is used unchecked.
+    static TRUSTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The root directory held open, and its identity when opened.
+#[derive(Debug)]
+struct Held {
+    fd: Arc<OwnedFd>,
+    dev: u64,
+    ino: u64,
+}
+
+impl Held {
+    /// Opens the directory at `path` (not through a symlink in its place).
+    fn open(path: &Path) -> io::Result<Held> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::open(path, flags, Mode::empty())?;
+        let st = nix::sys::stat::fstat(&fd)?;
+        Ok(Held {
+            fd: Arc::new(fd),
+            dev: identity(&st).0,
+            ino: identity(&st).1,
+        })
+    }
 }
 
 /// The refusal of reading `rel` (relative, real or as given), if denied.
@@ -144,11 +180,7 @@ impl Root {
     pub fn open(host: &Path, runtime: Option<&Path>) -> Result<Root> {
         let unavailable = |e: io::Error| Error::root_unavailable(host, errno_of(&e));
         let canonical = std::fs::canonicalize(host).map_err(unavailable)?;
-        let dir: OwnedFd = File::open(&canonical).map_err(unavailable)?.into();
-        let meta = dir.try_clone().and_then(|d| File::from(d).metadata());
-        if !meta.map_err(unavailable)?.is_dir() {
-            return Err(Error::root_unavailable(host, libc::ENOTDIR));
-        }
+        let held = Held::open(&canonical).map_err(unavailable)?;
         let runtime = runtime
             .map(Path::to_path_buf)
             .unwrap_or_else(|| host.to_path_buf());
@@ -156,12 +188,84 @@ impl Root {
         aliases.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
         aliases.dedup();
         Ok(Root {
-            dir,
+            dir: RwLock::new(held),
+            pinned: false,
             host: canonical,
             runtime,
             aliases,
             policy: None,
         })
+    }
+
+    /// The same root, held to the directory it opened even when its path
+    /// comes to name another (`true`); by default every operation follows
+    /// the path, as Node's fs does.
+    pub fn pinned(mut self, pinned: bool) -> Root {
+        self.pinned = pinned;
+        self
+    }
+
+    /// Whether the root stays the directory it opened ([`Root::pinned`]).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// The root directory for one operation: the one held, unless its path
+    /// now names another directory (the workspace was moved aside or removed,
+    /// and made again), which is then opened and held instead. One `lstat`
+    /// of the root's path; a symlink put in its place is not followed. Inside
+    /// the root every walk goes on from this descriptor, race-free as ever.
+    fn current(&self) -> RwLockReadGuard<'_, Held> {
+        let held = self.dir.read().unwrap_or_else(|e| e.into_inner());
+        if self.pinned || TRUSTED.get() {
+            return held;
+        }
+        match nix::sys::stat::lstat(&self.host) {
+            Ok(st) if identity(&st) == (held.dev, held.ino) => held,
+            Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
+                drop(held);
+                let mut held = self.dir.write().unwrap_or_else(|e| e.into_inner());
+                // Unless another thread just did, or the path changed again.
+                if let Ok(now) = Held::open(&self.host) {
+                    if (now.dev, now.ino) != (held.dev, held.ino) {
+                        *held = now;
+                    }
+                }
+                drop(held);
+                self.dir.read().unwrap_or_else(|e| e.into_inner())
+            }
+            // Gone, or not a directory: the held one answers (a removed
+            // directory's calls fail as the missing path's would).
+            _ => held,
+        }
+    }
+
+    /// The root directory (`current`) for an operation that holds it a while.
+    fn dir(&self) -> Arc<OwnedFd> {
+        self.current().fd.clone()
+    }
+
+    /// Runs `f` with the root directory as held, not checked against its
+    /// path: for a face that has checked it moments before on this thread,
+    /// in the same uninterrupted run of calls (js/fs.js: one turn of the
+    /// event loop), where one more `lstat` per call would double the cost
+    /// of pi's `ls`, which stats every entry.
+    pub fn trusting<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Reset(bool);
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                TRUSTED.set(self.0);
+            }
+        }
+        let _reset = Reset(TRUSTED.replace(true));
+        f()
+    }
+
+    /// The identity (device, inode) of the root directory operations use
+    /// now (see `dir`): it changes when the workspace is replaced.
+    pub fn identity(&self) -> (u64, u64) {
+        let held = self.current();
+        (held.dev, held.ino)
     }
 
     /// The same root with `policy` asked by every operation.
@@ -251,6 +355,9 @@ impl Root {
     /// The path relative to the root, if `path` (absolute) lies lexically
     /// under one of the root's aliases.
     fn relative<'a>(&self, path: &'a Path) -> Result<&'a Path> {
+        if path.as_os_str().len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG.into());
+        }
         // pi's tools pass clean paths (`<root>/a/b`): a byte comparison answers
         // those without parsing components, which costs as much as a stat.
         if let Some(rel) = self.clean_relative(path) {
@@ -268,6 +375,9 @@ impl Root {
     /// question to `strip_prefix`.
     fn clean_relative<'a>(&self, path: &'a Path) -> Option<&'a Path> {
         let bytes = path.as_os_str().as_bytes();
+        if bytes.len() >= PATH_MAX {
+            return None;
+        }
         let alias = self.aliases.iter().find(|a| {
             let a = a.as_os_str().as_bytes();
             bytes.len() > a.len() + 1 && bytes.starts_with(a) && bytes[a.len()] == b'/'
@@ -293,37 +403,55 @@ impl Root {
     fn resolve(&self, path: &Path, create_dirs: bool) -> Result<Entry> {
         let mut pending: VecDeque<OsString> = VecDeque::new();
         push_front_components(&mut pending, self.relative(path)?);
+        let root = self.dir();
         // Open directories below the root, with their names: our own `..`.
         let mut stack: Vec<(OwnedFd, OsString)> = Vec::new();
+        // The names of `stack` joined, kept as it changes: the walk's cost
+        // stays linear in the depth.
+        let mut names = PathBuf::new();
+        // The top of `stack` is a directory this walk created, asked of the
+        // policy with every directory above it: one below it needs asking
+        // alone.
+        let mut created_top = false;
+        let mut created: Option<OsString> = None;
         let mut symlinks = 0;
         let mut retries = 0;
         while let Some(name) = pending.pop_front() {
             if name == ".." {
                 stack.pop().ok_or_else(Error::outside)?;
+                names.pop();
+                created_top = false;
                 continue;
             }
             let last = pending.is_empty();
-            let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+            let top = stack.last().map_or(root.as_fd(), |(fd, _)| fd.as_fd());
             let st = match fstatat(top, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) if create_dirs => {
                     // A directory is created only where writing is allowed,
                     // asked of its real path (symlinks followed so far).
                     if let Some(policy) = self.write_rules() {
-                        refuse_write(policy, &stack_names(&stack).join(&name), true)?;
+                        let rel = names.join(&name);
+                        let denial = match created_top {
+                            true => policy.write_denial_entry(&rel, true),
+                            false => policy.write_denial(&rel, true),
+                        };
+                        if let Some(denial) = denial {
+                            return Err(Error::protected(denial.rule));
+                        }
                     }
                     match mkdirat(top, name.as_os_str(), Mode::from_bits_truncate(0o777)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(e.into()),
                     }
+                    created = Some(name.clone());
                     pending.push_front(name);
                     continue;
                 }
-                Err(Errno::ENOENT) if last => {
-                    return Ok(self.entry(top, stack_names(&stack), name))
-                }
+                Err(Errno::ENOENT) if last => return Ok(self.entry(top, names, name)),
                 Err(e) => return Err(e.into()),
             };
+            let just_created = created.take().is_some_and(|c| c == name);
             match file_type(&st) {
                 SFlag::S_IFLNK => {
                     symlinks += 1;
@@ -339,9 +467,11 @@ impl Root {
                         }
                         Err(e) => return Err(e.into()),
                     };
+                    created_top = false;
                     if target.is_absolute() {
                         let rel = self.relative(&target)?.to_path_buf();
                         stack.clear();
+                        names.clear();
                         push_front_components(&mut pending, &rel);
                     } else {
                         push_front_components(&mut pending, &target);
@@ -349,7 +479,11 @@ impl Root {
                 }
                 SFlag::S_IFDIR if !last || create_dirs => {
                     match openat(top, name.as_os_str(), dir_flags(), Mode::empty()) {
-                        Ok(fd) => stack.push((fd, name)),
+                        Ok(fd) => {
+                            names.push(&name);
+                            stack.push((fd, name));
+                            created_top = just_created;
+                        }
                         // Swapped between the stat and the open: look again, a bounded
                         // number of times, so a hostile swapper cannot spin us forever.
                         Err(Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT)
@@ -361,14 +495,13 @@ impl Root {
                         Err(e) => return Err(e.into()),
                     }
                 }
-                _ if last => return Ok(self.entry(top, stack_names(&stack), name)),
+                _ if last => return Ok(self.entry(top, names, name)),
                 _ => return Err(Errno::ENOTDIR.into()),
             }
         }
         // The walk ended on a directory we hold open (the root, a `..`, or a
         // symlink to a directory): the entry is that directory itself.
-        let names = stack_names(&stack);
-        let top = stack.last().map_or(self.dir.as_fd(), |(fd, _)| fd.as_fd());
+        let top = stack.last().map_or(root.as_fd(), |(fd, _)| fd.as_fd());
         Ok(self.entry(top, names, OsString::from(".")))
     }
 
@@ -379,7 +512,7 @@ impl Root {
         // Duplicating keeps `Entry` independent of the walk's stack; failure
         // (EMFILE) is reported by the first use of the parent.
         let parent = parent.try_clone_to_owned().unwrap_or_else(|_| {
-            self.dir
+            self.dir()
                 .try_clone()
                 .expect("duplicating the root descriptor")
         });
@@ -427,7 +560,8 @@ impl Root {
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(resolve);
-        match openat2(&self.dir, rel, how) {
+        // The guard lives for this one call (nothing in it takes the lock).
+        match openat2(&self.current().fd, rel, how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::ENOSYS) => {
                 UNAVAILABLE.store(true, Ordering::Relaxed);
@@ -603,27 +737,76 @@ impl Root {
 
     /// Status of the path, symlinks followed within the root.
     pub fn stat(&self, path: &Path) -> Result<Stat> {
+        self.stat_how(path, true)
+            .unwrap_or_else(|| Err(Errno::EAGAIN.into()))
+    }
+
+    /// [`Root::stat`] when it takes a few system calls whatever the tree
+    /// holds (one `fstatat` in the root, or the kernel's own bounded
+    /// resolution); `None` when the answer needs the component walk, whose
+    /// cost grows with the symlinks it meets: a face runs that off its event
+    /// loop.
+    pub fn stat_quick(&self, path: &Path) -> Option<Result<Stat>> {
+        self.stat_how(path, false)
+    }
+
+    /// `stat`; without `walk`, `None` where the component walk would be needed.
+    fn stat_how(&self, path: &Path, walk: bool) -> Option<Result<Stat>> {
         let st = named("stat", path, || match self.read_rules() {
-            Some(policy) => self.stat_readable(policy, path),
+            Some(policy) => self.stat_readable(policy, path, walk),
             None => match self.stat_in_root(path)? {
-                Some(st) => Ok(st),
-                None => self.stat_resolved(path),
+                Some(st) => Ok(Some(st)),
+                None => self.stat_resolved(path, walk),
             },
-        })?;
+        });
+        let st = match st {
+            Ok(Some(st)) => st,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
         let kind = file_type(&st);
-        Ok(Stat {
+        Some(Ok(Stat {
             is_dir: kind == SFlag::S_IFDIR,
             is_file: kind == SFlag::S_IFREG,
             is_symlink: kind == SFlag::S_IFLNK,
             size: st.st_size as u64,
             mtime_ms: st.st_mtime as f64 * 1000.0 + st.st_mtime_nsec as f64 / 1e6,
             mode: st.st_mode as u32,
-        })
+        }))
+    }
+
+    /// [`Root::exists_inside`] when it takes a few system calls (as
+    /// [`Root::stat_quick`]); `None` when it needs the component walk.
+    pub fn exists_quick(&self, path: &Path) -> Option<Result<bool>> {
+        if self.read_rules().is_some() {
+            return match self.stat_quick(path)? {
+                Ok(_) => Some(Ok(true)),
+                Err(e) if matches!(e.kind(), ErrorKind::Outside | ErrorKind::Protected) => {
+                    Some(Err(e))
+                }
+                // Missing as given may still be refused as reached: walk.
+                Err(_) => None,
+            };
+        }
+        match self.stat_in_root(path) {
+            Ok(Some(_)) => return Some(Ok(true)),
+            Err(_) => return None,
+            Ok(None) => {}
+        }
+        #[cfg(target_os = "linux")]
+        match self.open_beneath(path, OFlag::O_PATH)? {
+            Ok(_) => Some(Ok(true)),
+            Err(e) if e.kind() == ErrorKind::Outside => Some(Err(e.at("stat", path))),
+            // The kernel resolved beneath the root up to a missing name.
+            Err(_) => Some(Ok(false)),
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
     }
 
     /// `stat` under a policy with read rules: a denied path's metadata is
     /// refused too (`ls` of a denied directory starts with it).
-    fn stat_readable(&self, policy: &Policy, path: &Path) -> Result<FileStat> {
+    fn stat_readable(&self, policy: &Policy, path: &Path, walk: bool) -> Result<Option<FileStat>> {
         // Through no symlink (one `fstatat` in the root, or the kernel's
         // resolution told to follow none), the path reached is the path given.
         let given = self.lexical(path)?;
@@ -645,14 +828,17 @@ impl Root {
             if file_type(&st) == SFlag::S_IFDIR {
                 refuse_read(policy, &given, true)?;
             }
-            return Ok(st);
+            return Ok(Some(st));
+        }
+        if !walk {
+            return Ok(None);
         }
         let e = self.resolve_readable(policy, path, false)?;
         let st = fstatat(&e.parent, e.name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
         if file_type(&st) == SFlag::S_IFDIR {
             self.refuse_read_dir(policy, path, &e)?;
         }
-        Ok(st)
+        Ok(Some(st))
     }
 
     /// One `fstatat` on the root's descriptor for a name directly in the root
@@ -665,26 +851,27 @@ impl Root {
             Some(rel) if !rel.as_os_str().as_bytes().contains(&b'/') => rel,
             _ => return Ok(None),
         };
-        let st = fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let st = fstatat(&self.current().fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
         Ok((file_type(&st) != SFlag::S_IFLNK).then_some(st))
     }
 
     /// `stat` by a bounded resolution: the kernel's (`openat2`) when it can,
-    /// else our component-wise walk.
-    fn stat_resolved(&self, path: &Path) -> Result<FileStat> {
+    /// else (with `walk`) our component-wise walk.
+    fn stat_resolved(&self, path: &Path, walk: bool) -> Result<Option<FileStat>> {
         #[cfg(target_os = "linux")]
         let fast = self.open_beneath(path, OFlag::O_PATH);
         #[cfg(not(target_os = "linux"))]
         let fast: Option<Result<OwnedFd>> = None;
         match fast {
-            Some(fd) => Ok(nix::sys::stat::fstat(&fd?)?),
+            Some(fd) => Ok(Some(nix::sys::stat::fstat(&fd?)?)),
+            None if !walk => Ok(None),
             None => {
                 let e = self.resolve(path, false)?;
-                Ok(fstatat(
+                Ok(Some(fstatat(
                     &e.parent,
                     e.name.as_os_str(),
                     AtFlags::AT_SYMLINK_NOFOLLOW,
-                )?)
+                )?))
             }
         }
     }
@@ -789,7 +976,7 @@ impl Root {
                     // each entry): one to a denied path is left out too.
                     if kind == SFlag::S_IFLNK
                         && self
-                            .stat_readable(policy, &path.join(name))
+                            .stat_readable(policy, &path.join(name), true)
                             .is_err_and(|e| e.kind() == ErrorKind::Protected)
                     {
                         continue;
@@ -917,8 +1104,11 @@ fn push_front_components(pending: &mut VecDeque<OsString>, path: &Path) {
     }
 }
 
-fn stack_names(stack: &[(OwnedFd, OsString)]) -> PathBuf {
-    stack.iter().map(|(_, n)| n.as_os_str()).collect()
+/// A file's (device, inode).
+// `dev_t` is not `u64` everywhere (macOS: `i32`).
+#[allow(clippy::unnecessary_cast)]
+fn identity(st: &FileStat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
 }
 
 fn file_type(st: &FileStat) -> SFlag {
@@ -1111,6 +1301,42 @@ mod tests {
         );
         assert!(!r.exists(&f.root.join("out-dir")));
         assert!(r.stat(&f.root.join("sub")).unwrap().is_dir);
+    }
+
+    #[test]
+    fn a_path_of_path_max_bytes_is_refused_as_node_s_fs_refuses_it() {
+        let f = fixture();
+        // With the protected defaults: the policy is asked of each new directory.
+        let policy = Policy::new(&crate::policy::PolicySpec::from_raw(None, None, None)).unwrap();
+        let r = open(&f).with_policy(Arc::new(policy));
+        let deep = f.root.join("ab/".repeat(2000));
+        let file = deep.join("f.txt");
+        let too_long = |e: Error, call: &str, p: &Path| {
+            assert_eq!((e.kind(), e.errno()), os(Errno::ENAMETOOLONG));
+            assert!(e.to_string().starts_with(&format!(
+                "ENAMETOOLONG: name too long, {call} '{}",
+                p.display()
+            )));
+        };
+        too_long(r.mkdir_all(&deep).unwrap_err(), "mkdir", &deep);
+        too_long(r.write_file(&file, b"x").unwrap_err(), "open", &file);
+        too_long(r.stat(&file).unwrap_err(), "stat", &file);
+        assert!(!r.exists_inside(&file).unwrap());
+        assert!(!f.root.join("ab").exists(), "nothing created");
+        // Just under the bound, as deep as it goes: made, written, read.
+        let room = PATH_MAX - 1 - f.root.as_os_str().len() - "/f".len();
+        let deepest = f.root.join("ab/".repeat(room / 3));
+        r.mkdir_all(&deepest).unwrap();
+        r.write_file(&deepest.join("f"), b"deep").unwrap();
+        assert_eq!(r.read_file(&deepest.join("f")).unwrap(), b"deep");
+        // A denied name deep down is still refused as the walk creates it.
+        for denied in ["ab/ab/ab/.git/hooks/x", "fresh/new/.git/hooks/x"] {
+            assert_eq!(
+                failure(r.mkdir_all(&f.root.join(denied))).0,
+                ErrorKind::Protected
+            );
+        }
+        assert!(!f.root.join("fresh/new/.git/hooks").exists());
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct Site {
     pinned: Option<Arc<Policy>>,
     /// `--index`: every workspace starts the index (in the background).
     index: bool,
+    /// `--pin-root`: every workspace's root stays the directory opened at start.
+    pin_root: bool,
     /// `--sandbox`: every command runs in the core's sandbox, held to its connection's policy.
     shell: Option<crate::ShellSandbox>,
 }
@@ -132,6 +134,7 @@ impl Site {
             host_root,
             pinned: pinned.map(Arc::new),
             index,
+            pin_root: root.is_pinned(),
             shell,
         };
         let policy = site.policy(&PolicySpec::from_raw(None, None, None))?;
@@ -229,7 +232,7 @@ impl Site {
             // Its index searched under another policy, for no one.
             unused.index.close();
         }
-        let root = Root::open(&self.host_root, Some(&self.runtime_root))?;
+        let root = Root::open(&self.host_root, Some(&self.runtime_root))?.pinned(self.pin_root);
         Ok(self.build(root, policy))
     }
 }

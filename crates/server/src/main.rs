@@ -42,7 +42,7 @@ const NAME: &str = "pi-native-ops-server";
 
 const USAGE: &str = "\
 usage: pi-native-ops-server --root DIR [--runtime-root PATH] [--index]
-                            [--policy FILE]
+                            [--pin-root] [--policy FILE]
                             [--sandbox [MODE] [--sandbox-network NET]]
                             [--listen HOST:PORT [--grace S] [--idle-timeout S]]
 
@@ -53,6 +53,9 @@ go to stderr.
   --root DIR            the workspace directory on this machine
   --runtime-root PATH   the absolute path the agent sees the workspace as
                         (default: DIR)
+  --pin-root            keep the workspace directory opened at start even when
+                        DIR comes to name another (default: each call
+                        follows DIR, as Node's fs does)
   --index               start the warm search index of DIR at once (Linux),
                         so find and grep are fast from the first calls on
                         (started again under a client's own policy);
@@ -142,6 +145,8 @@ enum Command {
         policy: Option<PathBuf>,
         listen: Option<Listen>,
         sandbox: Option<ShellSandbox>,
+        /// `--pin-root`: the root stays the directory opened at start.
+        pin_root: bool,
     },
     Version,
     Help,
@@ -161,6 +166,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     let mut runtime_root = None;
     let mut policy = None;
     let mut index = false;
+    let mut pin_root = false;
     let mut address: Option<String> = None;
     let mut grace = None;
     let mut idle_timeout = None;
@@ -180,6 +186,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 continue;
             }
             "--index" => return Err("--index takes no value".into()),
+            "--pin-root" if inline.is_none() => {
+                pin_root = true;
+                continue;
+            }
+            "--pin-root" => return Err("--pin-root takes no value".into()),
             "--sandbox" => {
                 use pi_native_ops_core::exec::sandbox::Mode;
                 // The mode is optional: the next argument is taken only when it names one.
@@ -284,6 +295,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         policy,
         listen,
         sandbox,
+        pin_root,
     })
 }
 
@@ -344,7 +356,7 @@ fn main() {
         pi_native_ops_core::exec::helper::use_current_exe();
     }
     let command = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| usage_error(&e));
-    let (root, runtime_root, index, policy, listen, sandbox) = match command {
+    let (root, runtime_root, index, policy, listen, sandbox, pin_root) = match command {
         Command::Help => {
             println!("{USAGE}");
             return;
@@ -360,9 +372,18 @@ fn main() {
             policy,
             listen,
             sandbox,
-        } => (root, runtime_root, index, policy, listen, sandbox),
+            pin_root,
+        } => (root, runtime_root, index, policy, listen, sandbox, pin_root),
     };
-    std::process::exit(serve(root, runtime_root, index, policy, listen, sandbox));
+    std::process::exit(serve(
+        root,
+        runtime_root,
+        index,
+        policy,
+        listen,
+        sandbox,
+        pin_root,
+    ));
 }
 
 /// The token a `--listen` client must present, from the environment only (an argument would show
@@ -390,6 +411,7 @@ fn serve(
     policy: Option<PathBuf>,
     listen: Option<Listen>,
     sandbox: Option<ShellSandbox>,
+    pin_root: bool,
 ) -> i32 {
     use std::os::fd::AsFd;
 
@@ -409,7 +431,7 @@ fn serve(
     let host_root = std::path::absolute(&root).unwrap_or(root);
     let runtime_root = runtime_root.map(|r| std::path::absolute(&r).unwrap_or(r));
     let root = match Root::open(&host_root, runtime_root.as_deref()) {
-        Ok(root) => root,
+        Ok(root) => root.pinned(pin_root),
         Err(e) => usage_error(&e.to_string()),
     };
     // With `--index`, the index starts at once under the default policy, and again under a
@@ -473,6 +495,7 @@ fn serve(
     _policy: Option<PathBuf>,
     _listen: Option<Listen>,
     _sandbox: Option<ShellSandbox>,
+    _pin_root: bool,
 ) -> i32 {
     eprintln!("{NAME}: not supported on this platform (the bounded root needs unix descriptors)");
     2
@@ -487,6 +510,18 @@ mod tests {
     }
 
     #[test]
+    fn pin_root_is_a_flag() {
+        assert!(matches!(
+            parse(&["--root", "/w", "--pin-root"]),
+            Ok(Command::Serve { pin_root: true, .. })
+        ));
+        assert_eq!(
+            parse(&["--root", "/w", "--pin-root=yes"]),
+            Err("--pin-root takes no value".into())
+        );
+    }
+
+    #[test]
     fn arguments() {
         assert_eq!(
             parse(&["--root", "/w"]),
@@ -497,6 +532,7 @@ mod tests {
                 policy: None,
                 listen: None,
                 sandbox: None,
+                pin_root: false,
             })
         );
         assert_eq!(
@@ -508,6 +544,7 @@ mod tests {
                 policy: None,
                 listen: None,
                 sandbox: None,
+                pin_root: false,
             })
         );
         assert_eq!(
@@ -523,6 +560,7 @@ mod tests {
                 policy: None,
                 listen: None,
                 sandbox: None,
+                pin_root: false,
             })
         );
         assert_eq!(
@@ -534,6 +572,7 @@ mod tests {
                 policy: Some("p.json".into()),
                 listen: None,
                 sandbox: None,
+                pin_root: false,
             })
         );
         assert_eq!(
@@ -633,6 +672,7 @@ mod tests {
                     idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 }),
                 sandbox: None,
+                pin_root: false,
             })
         );
         assert_eq!(

@@ -4,7 +4,8 @@
 //! Threads claim the next file of the list, at most `WINDOW` files past the
 //! one the sink waits for, so a sink that has enough early (pi's limit)
 //! leaves few files searched for nothing, and memory held for hits not yet
-//! handed on stays bounded. The calling thread searches too while the file
+//! handed on stays bounded (`WINDOW` files, each's hits bounded by
+//! `FileHits`). The calling thread searches too while the file
 //! it needs next is not done.
 
 use std::collections::HashMap;
@@ -13,8 +14,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::search::{Engine, Worker};
-use super::text::Hit;
+use super::search::{Engine, Found, Worker};
 use crate::cancel::Cancel;
 use crate::walk;
 
@@ -29,7 +29,7 @@ struct State {
     /// Files handed to the sink (or skipped) so far.
     consumed: usize,
     /// Hits of finished files not yet handed on, by position.
-    done: HashMap<usize, Vec<Hit>>,
+    done: HashMap<usize, Option<Found>>,
     /// The sink had enough, or the list is through.
     over: bool,
 }
@@ -64,19 +64,18 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
         Some(state.next - 1)
     }
 
-    fn search(&self, worker: &mut Worker, i: usize) -> Vec<Hit> {
+    fn search(&self, worker: &mut Worker, i: usize) -> Option<Found> {
         if self.halted() {
-            return Vec::new();
+            return None;
         }
         // Unreadable, or swapped for a symlink: nothing to search, as in the walk.
-        let Ok(file) = (self.open)(&self.files[i]) else {
-            return Vec::new();
-        };
+        let file = (self.open)(&self.files[i]).ok()?;
         self.cancel.file_begun();
-        self.engine.search_walked(worker, &file, &|| self.halted())
+        let found = self.engine.search_walked(worker, file, &|| self.halted());
+        (!found.hits.is_empty()).then_some(found)
     }
 
-    fn finish(&self, i: usize, hits: Vec<Hit>) {
+    fn finish(&self, i: usize, hits: Option<Found>) {
         let mut state = self.lock();
         state.done.insert(i, hits);
         drop(state);
@@ -107,7 +106,7 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
 
     /// The calling thread: hands hits to the sink in list order, searching
     /// itself while the file it needs is not done.
-    fn consume(&self, sink: &mut impl FnMut(&T, Vec<Hit>) -> bool) {
+    fn consume(&self, sink: &mut impl FnMut(&T, Found) -> bool) {
         let mut worker = self.engine.worker();
         let mut state = self.lock();
         while state.consumed < self.files.len() && !self.halted() {
@@ -117,7 +116,7 @@ impl<T: Sync, O: Fn(&T) -> io::Result<File> + Sync> Shared<'_, T, O> {
                 drop(state);
                 // Room in the window again.
                 self.changed.notify_all();
-                if !hits.is_empty() && !sink(&self.files[i], hits) {
+                if hits.is_some_and(|found| !sink(&self.files[i], found)) {
                     self.stop.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -147,7 +146,7 @@ pub(crate) fn search_listed<T, O>(
     files: &[T],
     open: &O,
     cancel: &Cancel,
-    mut sink: impl FnMut(&T, Vec<Hit>) -> bool,
+    mut sink: impl FnMut(&T, Found) -> bool,
 ) where
     T: Sync,
     O: Fn(&T) -> io::Result<File> + Sync,
@@ -226,8 +225,8 @@ mod tests {
         let searched = Cancel::new();
         let mut seen = Vec::new();
         search_listed(&e, &list, &open, &searched, |p, hits| {
-            assert_eq!(hits.len(), 1);
-            assert_eq!(hits[0].number, 2);
+            assert_eq!(hits.hits.hits.len(), 1);
+            assert_eq!(hits.hits.hits[0].number, 2);
             seen.push(p.clone());
             true
         });

@@ -25,7 +25,7 @@ use regex_automata::util::start;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, MatchKind, Span};
 
-use super::text::{show_line, Hit, Limiter, LINE_PREFIX_BYTES};
+use super::text::{show_line, Hit, Limiter, Shown, LINE_PREFIX_BYTES};
 
 /// Lines up to this length are kept whole and matched by the regular matcher.
 const FULL_LINE: usize = 1 << 20;
@@ -155,48 +155,52 @@ impl LineScan<'_> {
     }
 }
 
-/// Emits lines with rg's context merging, through the per-file limiter.
-struct Emitter {
+/// Emits lines with rg's context merging, through the per-file limiter. Lines
+/// waiting as context before a match are kept as pi shows them (at most 500
+/// units each), never whole: `context` lines of up to `FULL_LINE` bytes each
+/// would otherwise be held.
+struct Emitter<'a> {
     context: u64,
-    before: VecDeque<(u64, Vec<u8>, bool)>,
+    before: VecDeque<(u64, Shown)>,
     after_left: u64,
     limiter: Limiter,
-    hits: Vec<Hit>,
+    on_hit: &'a mut dyn FnMut(Hit) -> bool,
 }
 
-impl Emitter {
-    fn emit(&mut self, number: u64, prefix: &[u8], complete: bool, is_match: bool) -> bool {
+impl Emitter<'_> {
+    fn emit(&mut self, number: u64, shown: Shown, is_match: bool) -> bool {
         let (record, go_on) = self.limiter.accept(number, is_match);
         if record {
-            self.hits.push(Hit {
+            let hit = Hit {
                 number,
-                shown: show_line(prefix, complete),
+                shown,
                 is_match,
-            });
+            };
+            return (self.on_hit)(hit) && go_on;
         }
         go_on
     }
 
     /// A finished line; false once the file needs no more reading.
-    fn line(&mut self, number: u64, prefix: Vec<u8>, complete: bool, is_match: bool) -> bool {
+    fn line(&mut self, number: u64, prefix: &[u8], complete: bool, is_match: bool) -> bool {
         if is_match {
-            while let Some((n, p, c)) = self.before.pop_front() {
-                if !self.emit(n, &p, c, false) {
+            while let Some((n, shown)) = self.before.pop_front() {
+                if !self.emit(n, shown, false) {
                     return false;
                 }
             }
             self.after_left = self.context;
-            return self.emit(number, &prefix, complete, true);
+            return self.emit(number, show_line(prefix, complete), true);
         }
         if self.after_left > 0 {
             self.after_left -= 1;
-            return self.emit(number, &prefix, complete, false);
+            return self.emit(number, show_line(prefix, complete), false);
         }
         if self.context > 0 {
             if self.before.len() as u64 >= self.context {
                 self.before.pop_front();
             }
-            self.before.push_back((number, prefix, complete));
+            self.before.push_back((number, show_line(prefix, complete)));
         }
         true
     }
@@ -204,16 +208,17 @@ impl Emitter {
 
 /// Searches `reader` (a whole file) line by line in bounded memory: lines up
 /// to `FULL_LINE` are decided by `short` (the searcher's matcher), longer
-/// ones by `stream`; `limit` and `context` as the searcher's.
+/// ones by `stream`; `limit` and `context` as the searcher's. Each line pi
+/// may show goes to `on_hit`, which says whether to go on.
 pub fn search(
     stream: &StreamMatcher,
     short: &dyn Fn(&[u8]) -> bool,
-    limit: u64,
-    context: u64,
+    (limit, context): (u64, u64),
     reader: impl Read,
     walked: bool,
     halted: &dyn Fn() -> bool,
-) -> io::Result<Vec<Hit>> {
+    on_hit: &mut dyn FnMut(Hit) -> bool,
+) -> io::Result<()> {
     // The same BOM handling as grep-searcher's default.
     let mut reader = DecodeReaderBytesBuilder::new()
         .utf8_passthru(true)
@@ -234,7 +239,7 @@ pub fn search(
         before: VecDeque::new(),
         after_left: 0,
         limiter: Limiter::new(limit, context),
-        hits: Vec::new(),
+        on_hit,
     };
     let mut chunk = vec![0u8; CHUNK];
     // The current line: whole while short, else its prefix (and `streaming`).
@@ -277,9 +282,12 @@ pub fn search(
                 } else {
                     short(&line)
                 };
-                let done = std::mem::take(&mut line);
-                if !out.line(number, done, !streaming, is_match) {
-                    return Ok(out.hits);
+                if !out.line(number, &line, !streaming, is_match) {
+                    return Ok(());
+                }
+                line.clear();
+                if line.capacity() > FULL_LINE {
+                    line.shrink_to(LINE_PREFIX_BYTES);
                 }
                 streaming = false;
                 number += 1;
@@ -292,9 +300,9 @@ pub fn search(
         } else {
             short(&line)
         };
-        out.line(number, line, !streaming, is_match);
+        out.line(number, &line, !streaming, is_match);
     }
-    Ok(out.hits)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -306,15 +314,20 @@ mod tests {
     /// `search` as the grep engine runs it for `engine`'s pattern.
     fn search_as(engine: &Engine, stream: &StreamMatcher, data: &[u8]) -> io::Result<Vec<Hit>> {
         let short = |line: &[u8]| engine.is_match(line);
+        let mut hits = Vec::new();
         search(
             stream,
             &short,
-            engine.limit,
-            engine.context,
+            (engine.limit, engine.context),
             data,
             true,
             &|| false,
-        )
+            &mut |hit| {
+                hits.push(hit);
+                true
+            },
+        )?;
+        Ok(hits)
     }
 
     fn run(pattern: &str, data: &[u8], context: u64) -> Vec<(u64, String, bool)> {

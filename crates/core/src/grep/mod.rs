@@ -28,7 +28,7 @@ use crate::walk::{self, DirHandle, Entry, Kind, Rules, Visitor};
 pub use search::HEAP_LIMIT;
 pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
 
-pub(crate) use search::{Engine, EngineOptions, Hit, Worker};
+pub(crate) use search::{Engine, EngineOptions, Found, Worker};
 use text::Collector;
 
 /// pi's grep tool's `limit` when none is given (pi 1.6.0's `DEFAULT_LIMIT`).
@@ -272,27 +272,46 @@ pub fn run(
             literal: query.literal,
             context: query.context,
             limit: query.limit,
+            store_cap: query.store_cap,
         },
     )?;
     let mut collector = Collector::new(query.limit, query.context, query.store_cap);
+    let halted = || cancel.is_cancelled();
     match target {
         Target::File(path, name) => {
             let name: Arc<str> = Arc::from(name.as_str());
-            let halted = || cancel.is_cancelled();
             if let Ok(file) = opener.open_named(path) {
                 cancel.file_begun();
                 let mut searcher = engine.searcher(false);
-                for hit in engine.search_file(&mut searcher, &file, false, &halted) {
+                // Straight into the collector: nothing of the file is held.
+                engine.search_file(&mut searcher, &file, false, &halted, &mut |hit| {
                     collector.line(0, &name, hit.number, &hit.shown, hit.is_match);
-                }
+                    !collector.done()
+                });
             }
         }
         Target::Dir(dir) => {
             let overrides = overrides(query.glob.as_deref())?;
             let mut file = 0;
-            let mut sink = |rel: &Arc<str>, hits: Vec<Hit>| {
-                for hit in &hits {
+            // For searching a file again; made on first use.
+            let mut worker = None;
+            let mut sink = |rel: &Arc<str>, found: Found| {
+                for hit in &found.hits.hits {
                     collector.line(file, rel, hit.number, &hit.shown, hit.is_match);
+                }
+                if let (Some(rest), Some(f)) = (&found.hits.rest, &found.file) {
+                    if !collector.rest(file, rel, rest) {
+                        // The limit falls among the summed lines: their
+                        // outcome depends on each, so the file is searched
+                        // again, its lines after the kept ones fed one by one.
+                        let worker = worker.get_or_insert_with(|| engine.worker());
+                        engine.stream_walked(worker, f, &halted, &mut |hit| {
+                            if hit.number > rest.after {
+                                collector.line(file, rel, hit.number, &hit.shown, hit.is_match);
+                            }
+                            !collector.done()
+                        });
+                    }
                 }
                 file += 1;
                 !collector.done()
@@ -320,8 +339,8 @@ pub fn run(
                     engine: &engine,
                     cancel,
                 };
-                walk::walk(start, &rules, &visitor, cancel, |(rel, hits)| {
-                    sink(&rel, hits)
+                walk::walk(start, &rules, &visitor, cancel, |(rel, found)| {
+                    sink(&rel, found)
                 });
             }
         }
@@ -343,7 +362,7 @@ fn search_indexed(
     overrides: Option<&Override>,
     engine: &Engine,
     cancel: &Cancel,
-    sink: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
+    sink: &mut dyn FnMut(&Arc<str>, Found) -> bool,
 ) -> bool {
     let Some(index) = index else { return false };
     let Some(found) = index.grep_files(
@@ -371,7 +390,7 @@ fn search_indexed(
     _: Option<&Override>,
     _: &Engine,
     _: &Cancel,
-    _: &mut dyn FnMut(&Arc<str>, Vec<Hit>) -> bool,
+    _: &mut dyn FnMut(&Arc<str>, Found) -> bool,
 ) -> bool {
     match index {
         Some(never) => match *never {},
@@ -398,7 +417,7 @@ struct Searching<'a> {
 
 impl Visitor for Searching<'_> {
     /// A file's path relative to the searched directory, and its lines.
-    type Out = (Arc<str>, Vec<Hit>);
+    type Out = (Arc<str>, Found);
     type Local = Worker;
     const SEARCHES_FILES: bool = true;
 
@@ -417,13 +436,18 @@ impl Visitor for Searching<'_> {
         }
         let file = entry.open().ok()?;
         self.cancel.file_begun();
-        let hits = self.engine.search_walked(worker, &file, &|| entry.halted());
-        if hits.is_empty() {
+        let found = self.engine.search_walked(worker, file, &|| entry.halted());
+        if found.hits.is_empty() {
             return None;
         }
         // As pi shows rg's paths: `/` separators.
         let rel = entry.rel().to_string_lossy().replace('\\', "/");
-        Some((Arc::from(rel), hits))
+        Some((Arc::from(rel), found))
+    }
+
+    /// What the walk holds of an output while it waits to be handed on.
+    fn held(out: &Self::Out) -> usize {
+        out.0.len() + out.1.hits.held
     }
 }
 

@@ -13,7 +13,7 @@ use grep_searcher::{
 
 use super::long_lines::{self, StreamMatcher};
 pub(crate) use super::text::Hit;
-use super::text::{show_line, Limiter};
+use super::text::{show_line, FileHits, Limiter};
 use crate::error::{Error, Result};
 
 /// Largest line the searcher buffers. A longer line (or a context window that
@@ -53,6 +53,19 @@ pub struct EngineOptions {
     pub context: u64,
     /// Matches kept per file (at least one).
     pub limit: u64,
+    /// Lines of a file kept only while its output is under this many bytes
+    /// (`FileHits`); `None` keeps every line.
+    pub store_cap: Option<u64>,
+}
+
+/// A walked file's lines, and the file itself when some were only summed
+/// (`FileHits::rest`): the limit may fall among them, and then the file is
+/// searched again.
+pub struct Found {
+    /// The file's lines, bounded.
+    pub hits: FileHits,
+    /// The open file, when its lines were summed.
+    pub file: Option<File>,
 }
 
 /// The compiled query, shared by all search threads.
@@ -88,6 +101,7 @@ impl Engine {
             literal,
             context,
             limit,
+            store_cap: _,
         } = options;
         // rg's `matcher_rust` for `--json -n [-i] [-F]` without multiline.
         let matcher = RegexMatcherBuilder::new()
@@ -158,43 +172,69 @@ impl Engine {
             .map_err(Clone::clone)
     }
 
-    /// The lines of a walked file pi may show, read through the worker's
+    /// The lines of a walked file pi may show, bounded (`FileHits`).
+    pub fn search_walked(
+        &self,
+        worker: &mut Worker,
+        file: File,
+        halted: &dyn Fn() -> bool,
+    ) -> Found {
+        let mut hits = FileHits::new(self.options.store_cap);
+        self.stream_walked(worker, &file, halted, &mut |hit| {
+            hits.push(hit);
+            true
+        });
+        let file = hits.rest.is_some().then_some(file);
+        Found { hits, file }
+    }
+
+    /// The lines of a walked file pi may show, each handed to `on_hit` (which
+    /// says whether to go on), read through the worker's
     /// buffer: a file that fits is read whole with two reads, the data and
     /// the end (ripgrep's reader adds a third, its BOM peek) and, without a
     /// NUL byte, searched as a slice, which yields the same lines as the
     /// reader. A file with a NUL is searched as a reader over the same
     /// bytes, so binary detection behaves exactly as on the file; a larger
     /// file streams on from where the buffer ends.
-    pub fn search_walked(
+    pub fn stream_walked(
         &self,
         worker: &mut Worker,
-        file: &File,
+        mut file: &File,
         halted: &dyn Fn() -> bool,
-    ) -> Vec<Hit> {
+        on_hit: &mut dyn FnMut(Hit) -> bool,
+    ) {
         let Worker {
             searcher,
             buf,
             matcher,
         } = worker;
+        if file.stream_position().is_ok_and(|at| at > 0) && file.rewind().is_err() {
+            return;
+        }
         let Ok(filled) = read_full(file, buf) else {
-            return Vec::new();
+            return;
         };
         let whole = filled < buf.len();
         let head = &buf[..filled];
         let mut sink = Collect {
-            hits: Vec::new(),
+            on_hit: &mut *on_hit,
             limiter: Limiter::new(self.limit, self.context),
             halted,
+            emitted: 0,
         };
         if !whole {
             let reader = Halting {
                 inner: head.chain(file),
                 halted,
             };
-            return match searcher.search_reader(&*matcher, reader, &mut sink) {
-                Ok(()) => sink.hits,
-                Err(_) => self.search_long_lines(file, true, halted),
-            };
+            if searcher
+                .search_reader(&*matcher, reader, &mut sink)
+                .is_err()
+            {
+                let emitted = sink.emitted;
+                self.search_long_lines(file, true, halted, emitted, on_hit);
+            }
+            return;
         }
         let searched = if memchr::memchr(0, head).is_some() {
             searcher.search_reader(&*matcher, head, &mut sink)
@@ -205,50 +245,60 @@ impl Engine {
             searcher.set_binary_detection(walked_binary_detection());
             searched
         };
-        match searched {
-            Ok(()) => sink.hits,
-            Err(_) => Vec::new(),
-        }
+        let _ = searched;
     }
 
-    /// The lines of `file` pi may show. `halted` is polled while reading.
+    /// The lines of `file` pi may show, each handed to `on_hit` (which says
+    /// whether to go on). `halted` is polled while reading.
     pub fn search_file(
         &self,
         searcher: &mut Searcher,
         file: &File,
         walked: bool,
         halted: &dyn Fn() -> bool,
-    ) -> Vec<Hit> {
+        on_hit: &mut dyn FnMut(Hit) -> bool,
+    ) {
         let mut sink = Collect {
-            hits: Vec::new(),
+            on_hit: &mut *on_hit,
             limiter: Limiter::new(self.limit, self.context),
             halted,
+            emitted: 0,
         };
         let reader = Halting {
             inner: Waiting { file, halted },
             halted,
         };
-        match searcher.search_reader(&self.matcher, reader, &mut sink) {
-            Ok(()) => sink.hits,
-            Err(_) => self.search_long_lines(file, walked, halted),
+        if searcher
+            .search_reader(&self.matcher, reader, &mut sink)
+            .is_err()
+        {
+            let emitted = sink.emitted;
+            self.search_long_lines(file, walked, halted, emitted, on_hit);
         }
     }
 
     /// After the searcher failed on a line longer than the heap limit (or an
     /// unreadable file): search again from the start without buffering whole
-    /// lines.
+    /// lines. The first `emitted` lines were handed on already (the searcher
+    /// reports lines before it fails), so they are not handed on again.
     fn search_long_lines(
         &self,
         mut file: &File,
         walked: bool,
         halted: &dyn Fn() -> bool,
-    ) -> Vec<Hit> {
+        emitted: u64,
+        on_hit: &mut dyn FnMut(Hit) -> bool,
+    ) {
         if halted() || file.seek(SeekFrom::Start(0)).is_err() {
-            return Vec::new();
+            return;
         }
-        let stream = match self.stream_matcher() {
-            Ok(s) => s,
-            Err(_) => return Vec::new(),
+        let Ok(stream) = self.stream_matcher() else {
+            return;
+        };
+        let mut seen = 0u64;
+        let mut on_new = |hit: Hit| {
+            seen += 1;
+            seen <= emitted || on_hit(hit)
         };
         let reader = Halting {
             inner: file,
@@ -256,8 +306,15 @@ impl Engine {
         };
         let short = |line: &[u8]| self.is_match(line);
         let (limit, context) = (self.limit, self.context);
-        long_lines::search(stream, &short, limit, context, reader, walked, halted)
-            .unwrap_or_default()
+        let _ = long_lines::search(
+            stream,
+            &short,
+            (limit, context),
+            reader,
+            walked,
+            halted,
+            &mut on_new,
+        );
     }
 }
 
@@ -353,18 +410,22 @@ impl Read for Waiting<'_> {
     }
 }
 
+/// The searcher's sink: lines through the file's limiter to `on_hit`.
 struct Collect<'a> {
-    hits: Vec<Hit>,
+    on_hit: &'a mut dyn FnMut(Hit) -> bool,
     limiter: Limiter,
     halted: &'a dyn Fn() -> bool,
+    /// Lines handed to `on_hit` so far.
+    emitted: u64,
 }
 
 impl Collect<'_> {
     fn line(&mut self, number: Option<u64>, bytes: &[u8], is_match: bool) -> bool {
         let number = number.unwrap_or(0);
-        let (record, go_on) = self.limiter.accept(number, is_match);
+        let (record, mut go_on) = self.limiter.accept(number, is_match);
         if record {
-            self.hits.push(Hit {
+            self.emitted += 1;
+            go_on &= (self.on_hit)(Hit {
                 number,
                 shown: show_line(bytes, true),
                 is_match,

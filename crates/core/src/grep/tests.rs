@@ -400,3 +400,124 @@ fn a_policy_leaves_denied_files_unsearched_with_or_without_the_index() {
         assert_eq!(e.kind(), ErrorKind::Protected, "{denied}");
     }
 }
+
+/// The outcome with pi's 50 KB store cap and with none: the same counts,
+/// and the capped lines are the uncapped ones' start.
+fn capped_agrees_with_uncapped(dir: &Path, mut q: Query) -> Outcome {
+    let target = Target::Dir(dir.to_path_buf());
+    q.store_cap = None;
+    let all = run(&target, &q, &PlainFs, &Cancel::new()).unwrap();
+    q.store_cap = Some(MAX_OUTPUT_BYTES);
+    let capped = run(&target, &q, &PlainFs, &Cancel::new()).unwrap();
+    assert_eq!(
+        (capped.match_count, capped.match_limit_reached),
+        (all.match_count, all.match_limit_reached)
+    );
+    assert_eq!(
+        (
+            capped.output_bytes,
+            capped.output_lines,
+            capped.lines_truncated
+        ),
+        (all.output_bytes, all.output_lines, all.lines_truncated)
+    );
+    assert!(capped.lines.len() < all.lines.len());
+    assert_eq!(capped.lines[..], all.lines[..capped.lines.len()]);
+    capped
+}
+
+#[test]
+fn a_file_keeps_only_the_lines_pi_can_store_and_sums_the_rest() {
+    let t = tempfile::tempdir().unwrap();
+    let body: String = (0..50_000).map(|i| format!("needle {i}\n")).collect();
+    fs::write(t.path().join("big.txt"), &body).unwrap();
+    // Held by the search: the lines under the cap, then only sums.
+    let engine = Engine::new(
+        "needle",
+        EngineOptions {
+            limit: u64::MAX,
+            store_cap: Some(MAX_OUTPUT_BYTES),
+            ..EngineOptions::default()
+        },
+    )
+    .unwrap();
+    let file = fs::File::open(t.path().join("big.txt")).unwrap();
+    let found = engine.search_walked(&mut engine.worker(), file, &|| false);
+    let rest = found.hits.rest.as_ref().unwrap();
+    assert_eq!(found.hits.hits.len() as u64 + rest.lines, 50_000);
+    assert_eq!(
+        (rest.after, rest.matches),
+        (found.hits.hits.len() as u64, rest.lines)
+    );
+    assert!(found.hits.held < 1 << 20, "held {}", found.hits.held);
+    assert!(found.file.is_some());
+    let mut q = query("needle");
+    q.limit = MAX_COUNT;
+    let out = capped_agrees_with_uncapped(t.path(), q);
+    assert_eq!(out.match_count, 50_000);
+}
+
+#[test]
+fn a_limit_among_the_summed_lines_searches_the_file_again() {
+    let t = tempfile::tempdir().unwrap();
+    fs::write(t.path().join("a.txt"), "needle a\nx\nneedle b\n").unwrap();
+    let body: String = (0..20_000)
+        .map(|i| format!("{} {i}\n", if i % 3 == 0 { "needle" } else { "hay" }))
+        .collect();
+    fs::write(t.path().join("b.txt"), &body).unwrap();
+    fs::write(t.path().join("c.txt"), "needle c\n").unwrap();
+    for (limit, context) in [
+        (5_000, 0),
+        (5_000, 2),
+        (6_668, 3),
+        (6_669, 0),
+        (6_670, 1),
+        (10, 0),
+    ] {
+        let mut q = query("needle");
+        q.limit = limit;
+        q.context = context;
+        let target = Target::Dir(t.path().to_path_buf());
+        if limit == 10 {
+            // Reached in the kept lines: nothing summed matters.
+            let out = run(&target, &q, &PlainFs, &Cancel::new()).unwrap();
+            assert!(out.match_limit_reached);
+            continue;
+        }
+        let out = capped_agrees_with_uncapped(t.path(), q);
+        assert_eq!(out.match_limit_reached, limit < 6_670, "limit {limit}");
+    }
+}
+
+#[test]
+fn context_before_a_match_in_a_file_of_long_lines_is_held_as_shown() {
+    // Lines over the searcher's heap limit go the long-line way; the context
+    // waiting before a match is held cut to what pi shows.
+    let t = tempfile::tempdir().unwrap();
+    let mut body = Vec::new();
+    for i in 0..3 {
+        body.extend_from_slice(format!("ctx{i} ").as_bytes());
+        body.extend(std::iter::repeat_n(b'q', 900_000));
+        body.push(b'\n');
+    }
+    body.extend_from_slice(b"needle ");
+    body.extend(std::iter::repeat_n(b'z', HEAP_LIMIT + 1));
+    body.push(b'\n');
+    fs::write(t.path().join("f.txt"), &body).unwrap();
+    let mut q = query("needle");
+    q.context = 1000;
+    let out = run(
+        &Target::Dir(t.path().to_path_buf()),
+        &q,
+        &PlainFs,
+        &Cancel::new(),
+    )
+    .unwrap();
+    let want = |i| format!("ctx{i} {}... [truncated]", "q".repeat(495));
+    assert_eq!(out.lines.len(), 4);
+    for i in 0..3 {
+        assert_eq!(out.lines[i].text, want(i));
+        assert!(!out.lines[i].is_match);
+    }
+    assert!(out.lines[3].is_match && out.lines_truncated);
+}

@@ -192,6 +192,35 @@ impl Collector {
         }
     }
 
+    /// The lines of file `file` that `FileHits` summed rather than kept
+    /// (see there), after its kept lines: `true` when they were applied,
+    /// `false` when the limit falls among them, so the caller must feed the
+    /// file's lines after `rest.after` one by one (`line`).
+    pub fn rest(&mut self, file: usize, path: &str, rest: &Rest) -> bool {
+        if self.done {
+            return true;
+        }
+        if !self.limit_hit && self.out.match_count + rest.matches < self.limit {
+            // Every line is pushed, none stored: each begins past the cap.
+            self.last_file = file;
+            self.out.lines_truncated |= rest.truncated;
+            let paths = rest.lines.saturating_mul(path.len() as u64);
+            self.bytes_with_newlines += rest.bytes.saturating_add(paths);
+            self.out.output_lines += rest.lines;
+            self.out.match_count += rest.matches;
+            return true;
+        }
+        if self.limit_hit && self.last_file != file {
+            // Outside the last match's window only a match counts: the proof.
+            if rest.matches > 0 {
+                self.out.match_limit_reached = true;
+                self.done = true;
+            }
+            return true;
+        }
+        false
+    }
+
     pub fn finish(mut self) -> Outcome {
         self.out.output_bytes = self.bytes_with_newlines.saturating_sub(1);
         self.out
@@ -204,6 +233,78 @@ pub struct Hit {
     pub number: u64,
     pub shown: Shown,
     pub is_match: bool,
+}
+
+/// The lines of one file past what pi may store, as sums.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rest {
+    /// The last kept line's number: the summed lines come after it.
+    pub after: u64,
+    /// Lines summed.
+    pub lines: u64,
+    /// Their output bytes, a newline after each, less their paths.
+    pub bytes: u64,
+    /// Matches among them.
+    pub matches: u64,
+    /// Whether any was cut at 500 units.
+    pub truncated: bool,
+}
+
+/// One file's lines as a search hands them on, in memory bounded by what pi
+/// can show: lines are kept while the file's own output is within the store
+/// cap (pi's 50 KB); every later line begins past the cap whatever files
+/// come before it, so pi never stores it and only its sums (`Rest`) are kept.
+#[derive(Debug, Default)]
+pub struct FileHits {
+    cap: Option<u64>,
+    /// The file's own output so far, a newline after each line, counted
+    /// without the path (a lower bound of what the collector counts, so a
+    /// summed line is surely past the cap).
+    own: u64,
+    /// The lines kept, in order.
+    pub hits: Vec<Hit>,
+    /// The lines after them, summed.
+    pub rest: Option<Rest>,
+    /// Heap bytes the kept lines hold (for the walk's look-ahead bound).
+    pub held: usize,
+}
+
+impl FileHits {
+    /// Keeps lines while the file's output is within `cap` (`None`: every line).
+    pub fn new(cap: Option<u64>) -> FileHits {
+        FileHits {
+            cap,
+            ..FileHits::default()
+        }
+    }
+
+    /// Adds the file's next line.
+    pub fn push(&mut self, hit: Hit) {
+        let digits = hit.number.checked_ilog10().unwrap_or(0) as u64 + 1;
+        // `rel:N: text` and a newline, less the path.
+        let len = 1 + digits + 2 + hit.shown.text.len() as u64 + 1;
+        let past_cap = self.cap.is_some_and(|cap| self.own > cap.saturating_add(1));
+        self.own = self.own.saturating_add(len);
+        if !past_cap {
+            self.held += std::mem::size_of::<Hit>() + hit.shown.text.capacity();
+            self.hits.push(hit);
+            return;
+        }
+        let after = self.hits.last().map_or(0, |h| h.number);
+        let rest = self.rest.get_or_insert(Rest {
+            after,
+            ..Rest::default()
+        });
+        rest.lines += 1;
+        rest.matches += u64::from(hit.is_match);
+        rest.truncated |= hit.shown.truncated;
+        rest.bytes = rest.bytes.saturating_add(len);
+    }
+
+    /// Whether there is nothing to hand on.
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty() && self.rest.is_none()
+    }
 }
 
 /// Decides, per file, which lines can still matter to pi's limit logic: every

@@ -195,6 +195,9 @@ struct Shared {
 struct Live {
     tree: Tree,
     content: Content,
+    /// The root directory's identity when built (`Root::identity`): a
+    /// workspace replaced since is one the tree never saw.
+    root_id: (u64, u64),
 }
 
 impl Index {
@@ -346,11 +349,20 @@ impl Index {
         if shared.state != IndexState::Ready {
             return None;
         }
+        if shared
+            .live
+            .as_ref()
+            .is_some_and(|live| live.root_id != inner.root.identity())
+        {
+            // Built again, after the backoff, on the directory now there.
+            inner.set_aside(&mut shared, "the workspace directory was replaced".into());
+            return None;
+        }
         if let Err(reason) = inner.refresh(&mut shared) {
             inner.set_aside(&mut shared, reason);
             return None;
         }
-        let Live { tree, content } = shared.live.as_mut()?;
+        let Live { tree, content, .. } = shared.live.as_mut()?;
         let start = tree.start(rel.as_os_str().as_bytes())?;
         f(tree, start, content)
     }

@@ -168,6 +168,9 @@ impl Inner {
             .root
             .open_dir(self.root.host())
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
+        let root_id = nix::sys::stat::fstat(&root_fd)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|e| format!("the root cannot be opened: {e}"))?;
         let mut ids = Ids::default();
         let mut building = Building {
             reader: Reader::new(self.options.max_file_bytes),
@@ -204,7 +207,11 @@ impl Inner {
         };
         let unfiltered = large_files(&tree, &content, self.options.exact_min_bytes);
         shared.unfiltered_files = unfiltered.len() as u64;
-        shared.live = Some(Live { tree, content });
+        shared.live = Some(Live {
+            tree,
+            content,
+            root_id,
+        });
         shared.state = IndexState::Ready;
         shared.reason = None;
         shared.build_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -172,4 +172,9 @@ pub trait Visitor: Sync {
     /// the ignore rules (most files match nothing, and a visit is far
     /// cheaper than the rules), so it may visit an entry it then leaves out.
     fn visit(&self, local: &mut Self::Local, entry: &Entry<'_>) -> Option<Self::Out>;
+    /// Heap bytes an output holds while it waits to be handed on: the walk
+    /// keeps at most a bounded sum of them ahead of the sink.
+    fn held(_out: &Self::Out) -> usize {
+        0
+    }
 }

@@ -116,10 +116,30 @@ struct State<T> {
     queue: BinaryHeap<Task>,
     /// Outputs of finished tasks not yet handed to the sink.
     done: HashMap<usize, Vec<Part<T>>>,
+    /// Bytes the outputs in `done` hold (`Visitor::held`).
+    held: usize,
     over: bool,
     /// Threads waiting on `changed`: wake-ups (a system call each) are only
     /// made when someone waits.
     waiting: usize,
+}
+
+impl<T> State<T> {
+    /// Whether threads may finish more tasks ahead of the sink.
+    fn room_ahead(&self) -> bool {
+        self.done.len() < AHEAD && self.held < AHEAD_BYTES
+    }
+}
+
+/// What a task's outputs hold.
+fn held<V: Visitor>(parts: &[Part<V::Out>]) -> usize {
+    parts
+        .iter()
+        .map(|part| match part {
+            Part::Out(out) => V::held(out),
+            Part::Task(_) => 0,
+        })
+        .sum()
 }
 
 struct Shared<'a, V: Visitor> {
@@ -135,9 +155,14 @@ struct Shared<'a, V: Visitor> {
 /// bounds memory when the sink waits on one long task, while leaving the
 /// threads thousands of directories or runs of files to work ahead on.
 const AHEAD: usize = 4096;
+/// Bytes the finished outputs may hold ahead of the sink (`Visitor::held`):
+/// what a search keeps of the files past one slow file. Past it threads stop
+/// taking tasks (the first pending one excepted, for the sink), so at most
+/// this plus what the running tasks make is held.
+pub(super) const AHEAD_BYTES: usize = 8 << 20;
 /// Files per task for searching visitors: small, so a search that ends in
 /// its first files searches few past them.
-const FILES_PER_TASK: usize = 8;
+pub(super) const FILES_PER_TASK: usize = 8;
 
 /// Walks the directory open at `start` (whose real host path `rules` was
 /// made for), handing each visit's output to `sink` in path order until it
@@ -196,6 +221,7 @@ pub fn walk<V: Visitor>(
                 work: Work::Start(start, above),
             }]),
             done: HashMap::new(),
+            held: 0,
             over: false,
             waiting: 0,
         }),
@@ -262,7 +288,7 @@ impl<V: Visitor> Shared<'_, V> {
         let mut local = self.visitor.local();
         let mut state = self.lock();
         while !state.over && !self.halted() {
-            if state.done.len() < AHEAD {
+            if state.room_ahead() {
                 if let Some(task) = state.queue.pop() {
                     drop(state);
                     self.run(task, &mut local);
@@ -310,6 +336,7 @@ impl<V: Visitor> Shared<'_, V> {
         let mut state = self.lock();
         loop {
             if let Some(parts) = state.done.remove(&id) {
+                state.held -= held::<V>(&parts);
                 // Room ahead again for workers that wait for it.
                 self.wake(state);
                 return Some(parts);
@@ -318,7 +345,7 @@ impl<V: Visitor> Shared<'_, V> {
                 return None;
             }
             let first_is_needed = state.queue.peek().is_some_and(|t| t.id == id);
-            if first_is_needed || state.done.len() < AHEAD {
+            if first_is_needed || state.room_ahead() {
                 if let Some(task) = state.queue.pop() {
                     drop(state);
                     self.run(task, local);
@@ -355,8 +382,10 @@ impl<V: Visitor> Shared<'_, V> {
                 Work::Files(dir, files) => self.visit_files(&dir, &files, local),
             }
         };
+        let held = held::<V>(&parts);
         let mut state = self.lock();
         state.queue.extend(new_tasks);
+        state.held += held;
         state.done.insert(task.id, parts);
         self.wake(state);
     }

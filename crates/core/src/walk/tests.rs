@@ -2,6 +2,7 @@ use super::*;
 use std::fs;
 
 use crate::cancel::Cancel;
+use std::sync::atomic::AtomicUsize;
 
 use ignore::overrides::Override;
 
@@ -367,4 +368,63 @@ fn a_walks_ignore_files_past_the_walk_bound_give_no_rules() {
     const { assert!(4_500 <= MAX_RULE_GLOBS) };
     assert_eq!(logs(&nested(4_500)), ["a/b/c/d/e/e.log"]);
     assert_eq!(logs(&nested(3_000)), Vec::<String>::new());
+}
+
+/// Files visited, each output said to hold `HELD` bytes.
+struct Heavy<'a>(&'a AtomicUsize);
+
+const HELD: usize = 1 << 20;
+
+impl Visitor for Heavy<'_> {
+    type Out = ();
+    type Local = ();
+    const SEARCHES_FILES: bool = true;
+    fn local(&self) {}
+    fn visit(&self, _: &mut (), _: &Entry<'_>) -> Option<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(())
+    }
+    fn held(_: &()) -> usize {
+        HELD
+    }
+}
+
+#[test]
+fn outputs_held_ahead_of_a_slow_sink_are_bounded_in_bytes() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let t = tempfile::tempdir().unwrap();
+    let total = 2000;
+    for i in 0..total {
+        fs::write(t.path().join(format!("f{i:05}")), "").unwrap();
+    }
+    let visited = AtomicUsize::new(0);
+    let rules = Rules::new(&fs::canonicalize(t.path()).unwrap(), None);
+    let mut first = true;
+    let mut ahead = 0;
+    let mut handed = 0;
+    walk(
+        open_start(t.path()),
+        &rules,
+        &Heavy(&visited),
+        &Cancel::new(),
+        |()| {
+            if first {
+                first = false;
+                // A sink stuck on its first output: the other threads run ahead
+                // until the bound holds them (or, unbounded, visit everything).
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while visited.load(SeqCst) < total && std::time::Instant::now() < give_up {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                ahead = visited.load(SeqCst);
+            }
+            handed += 1;
+            true
+        },
+    );
+    assert_eq!(handed, total);
+    // The bound's worth of finished tasks, one more, and one per thread.
+    let tasks = scheduler::AHEAD_BYTES / (HELD * scheduler::FILES_PER_TASK) + 1;
+    let bound = (tasks + scheduler::threads()) * scheduler::FILES_PER_TASK;
+    assert!(ahead <= bound, "{ahead} files visited ahead, bound {bound}");
 }

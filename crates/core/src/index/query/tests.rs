@@ -39,6 +39,7 @@ fn engine(pattern: &str, ignore_case: bool, literal: bool) -> Option<Engine> {
             literal,
             context: 0,
             limit: 1,
+            store_cap: None,
         },
     )
     .ok()
