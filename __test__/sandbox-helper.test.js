@@ -171,10 +171,11 @@ describe.runIf(process.platform === "linux")("the sandbox holds nothing of Node"
             const running = execAllAs(user, pno, sandbox, [
               { command: insideCommand(token, path.join(cwd, done)), cwd, timeout: 120 },
             ]);
-            let shell = null;
+            let shell = shellWith(token);
             const deadline = Date.now() + 60_000;
-            while ((shell = shellWith(token)) === null && Date.now() < deadline) {
+            while (shell === null && Date.now() < deadline) {
               await new Promise((resolve) => setTimeout(resolve, 20));
+              shell = shellWith(token);
             }
             expect(shell, "the sandboxed shell appears").not.toBeNull();
             const parent = ppidOf(shell);

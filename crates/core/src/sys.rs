@@ -1,8 +1,10 @@
 //! System-call helpers shared by the walker, grep and exec. Everything here
 //! works on buffers the caller provides and takes no lock, so it is also safe
-//! in a child forked from a multi-threaded process (exec's supervisor).
+//! in a child forked from a multi-threaded process (exec's supervisor), or sharing its memory.
 
 use std::io;
+#[cfg(unix)]
+use std::os::fd::RawFd;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Reads into `buf` until it is full or the file ends, retrying interrupted
@@ -174,6 +176,75 @@ fn errno_location() -> *mut libc::c_int {
 fn errno_location() -> *mut libc::c_int {
     // SAFETY: takes no argument and always returns the calling thread's errno slot.
     unsafe { libc::__errno() }
+}
+
+#[cfg(unix)]
+/// Descriptors closed one by one where `close_range` is missing: up to the
+/// open-files limit, but at most this many (a huge limit would cost a system
+/// call each), or `FD_SCAN_DEFAULT` when the limit is unknown.
+const FD_SCAN_MAX: u64 = 65_536;
+#[cfg(unix)]
+const FD_SCAN_DEFAULT: RawFd = 4096;
+
+/// Closes every descriptor above stderr except `keep` (sorted ascending; -1 entries are ignored).
+/// A fork of a multi-threaded process holds every descriptor the parent had, other threads' pipes
+/// included (close-on-exec does not help a child that never execs or has not yet): each forked
+/// child of Node calls this first, or another spawn's end-of-file waits for it.
+///
+/// # Safety
+///
+/// Only in a forked child that owns every descriptor of its process: it closes descriptors that
+/// Rust values (an `OwnedFd`, a `File`) may still name, which nothing may use afterwards but
+/// through `keep`.
+#[cfg(unix)]
+pub(crate) unsafe fn close_all_except(keep: &[RawFd]) {
+    let mut next = libc::STDERR_FILENO + 1;
+    for &fd in keep.iter().chain(std::iter::once(&RawFd::MAX)) {
+        if fd >= next {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { close_range(next, fd - 1) };
+            next = fd.saturating_add(1);
+        }
+    }
+}
+
+/// Closes descriptors `first` to `last`.
+///
+/// # Safety
+///
+/// As `close_all_except`: nothing uses those descriptors afterwards.
+#[cfg(unix)]
+unsafe fn close_range(first: RawFd, last: RawFd) {
+    if first > last {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain integers; the caller gives the range up.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0,
+        )
+    } == 0
+    {
+        return;
+    }
+    // SAFETY: `rlimit` is a plain C struct (all-zero bytes are valid), then filled by the kernel.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `limit` is valid and writable.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        (limit.rlim_cur as u64).min(FD_SCAN_MAX) as RawFd
+    } else {
+        FD_SCAN_DEFAULT
+    };
+    let mut fd = first;
+    while fd <= last && fd < max {
+        // SAFETY: the caller gives the range up.
+        unsafe { libc::close(fd) };
+        fd += 1;
+    }
 }
 
 #[cfg(test)]

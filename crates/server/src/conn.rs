@@ -1248,6 +1248,15 @@ mod tests {
 
     /// A fixture whose commands run in `--sandbox`'s `mode`, with `.env` and `.git/hooks` in it.
     fn fixture_sandboxed(mode: pi_native_ops_core::exec::sandbox::Mode) -> Fixture {
+        // The sandbox helper is this package's binary, which cargo builds beside the test binary
+        // (`target/<profile>/`); the server itself uses its own executable.
+        let exe = std::env::current_exe().unwrap();
+        let built = exe
+            .parent()
+            .and_then(Path::parent)
+            .unwrap()
+            .join("pi-native-ops-server");
+        pi_native_ops_core::exec::helper::set_path(Some(&built)).unwrap();
         let mut f = fixture();
         std::fs::write(f._dir.path().join(".env"), "KEY=secret\n").unwrap();
         std::fs::create_dir_all(f._dir.path().join(".git/hooks")).unwrap();

@@ -442,6 +442,12 @@ fn a_read_file_no_answer_can_carry_is_refused_before_it_is_read() {
 #[test]
 fn hello_says_how_commands_are_sandboxed() {
     use pi_native_ops_core::exec::sandbox::support;
+    // `support()` here probes with the sandbox helper the server uses: its own binary.
+    #[cfg(target_os = "linux")]
+    pi_native_ops_core::exec::helper::set_path(Some(Path::new(env!(
+        "CARGO_BIN_EXE_pi-native-ops-server"
+    ))))
+    .unwrap();
     let dir = workspace();
     let server = Server::start(dir.path(), None);
     assert_eq!(server.hello["sandbox"], Value::Null, "{}", server.hello);

@@ -50,9 +50,13 @@
 
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
+mod child;
 pub mod cmdline;
 #[cfg(target_os = "linux")]
 pub mod helper;
+#[cfg(target_os = "linux")]
+mod launch;
 pub mod preflight;
 #[cfg(target_os = "linux")]
 mod procfs;

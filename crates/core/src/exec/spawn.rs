@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::preflight::{self, Ready};
 use super::sandbox::{Plan, TempDir};
-use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds};
+use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds, SHELL_STACK_BYTES};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
@@ -20,9 +20,6 @@ use super::{
 use crate::error::{errno_of, Error};
 use crate::sys::read_full;
 
-/// Stack the shell's process runs on from `clone` to `execve` (Linux): a
-/// few frames of raw system calls need far less.
-pub(super) const SHELL_STACK_BYTES: usize = 64 << 10;
 /// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more
 /// output to join it. A pipe's default capacity: a read that size means
 /// output is flowing faster than it is read, and waiting gains nothing.
@@ -53,8 +50,11 @@ fn c_string(value: &str, what: &str) -> io::Result<CString> {
 pub(super) struct Prepared {
     pub(super) shell: CString,
     pub(super) cwd: CString,
+    /// What `argv` points into (and, sandboxed, what the helper is handed).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     argv_storage: Vec<CString>,
     pub(super) argv: Vec<*const libc::c_char>,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     envp_storage: Vec<CString>,
     pub(super) envp: Vec<*const libc::c_char>,
     /// Stack the shell's process runs on until `execve` (Linux `clone`).
@@ -68,6 +68,7 @@ pub(super) struct Prepared {
     /// the children's end), when the sandbox has a notification handler.
     notify: Option<(OwnedFd, OwnedFd)>,
     /// The children's end of `notify` (-1: none).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) notify_channel: RawFd,
     /// The command's registration with its sandbox's proxy: its connections' events.
     #[cfg(target_os = "linux")]
@@ -309,7 +310,7 @@ fn launch_supervisor(
     plan: &Plan,
     pipes: [BorrowedFd<'_>; 3],
 ) -> io::Result<libc::pid_t> {
-    use super::helper::{self, ChildPlan, Role, FIRST_FD};
+    use super::child::{ChildPlan, Role, FIRST_FD};
     let mut handed: Vec<BorrowedFd<'_>> = pipes.to_vec();
     let mut hand = |fd: RawFd| -> RawFd {
         if fd < 0 {
@@ -327,7 +328,7 @@ fn launch_supervisor(
         envp: prepared.envp_storage.clone(),
         sandbox,
     };
-    helper::launch(Role::Supervisor, &child.encode(), &handed)
+    super::launch::launch(Role::Supervisor, &child.encode(), &handed)
 }
 
 fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {

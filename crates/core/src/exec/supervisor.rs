@@ -9,7 +9,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 #[cfg(target_os = "linux")]
-use super::helper::ChildSandbox;
+use super::child::ChildSandbox;
 
 /// Off Linux there is no sandbox helper: no sandbox reaches a supervisor.
 #[cfg(not(target_os = "linux"))]
@@ -22,7 +22,7 @@ impl ChildSandbox {
     }
 }
 use super::{CMD_DETACH, MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED};
-use crate::sys::{errno, read_full};
+use crate::sys::{close_all_except, errno, read_full};
 
 /// The shell's exit code when it fails between fork and `execve`, the shell
 /// convention for "could not run". Node never sees it: the errno goes to the
@@ -34,11 +34,9 @@ const EXIT_SUPERVISOR_FAILED: i32 = 1;
 /// The classic signals (1 to 31) whose actions and mask are reset; Node sets
 /// none of the real-time ones above them.
 const CLASSIC_SIGNALS: std::ops::Range<libc::c_int> = 1..32;
-/// Descriptors closed one by one where `close_range` is missing: up to the
-/// open-files limit, but at most this many (a huge limit would cost a system
-/// call each), or `FD_SCAN_DEFAULT` when the limit is unknown.
-const FD_SCAN_MAX: u64 = 65_536;
-const FD_SCAN_DEFAULT: RawFd = 4096;
+/// Stack the shell's process runs on from `clone` to `execve` (Linux): a
+/// few frames of raw system calls need far less.
+pub(super) const SHELL_STACK_BYTES: usize = 64 << 10;
 /// Bytes drained from the SIGCHLD self-pipe per read: any size works, it
 /// only holds wake-up bytes.
 const WAKE_DRAIN_BYTES: usize = 64;
@@ -149,65 +147,6 @@ pub(super) unsafe fn reset_signals() {
     }
 }
 
-/// Closes every descriptor above stderr except `keep` (sorted ascending; -1 entries are ignored).
-/// A fork of a multi-threaded process holds every descriptor the parent had, other threads' pipes
-/// included (close-on-exec does not help a child that never execs or has not yet): each forked
-/// child of Node calls this first, or another spawn's end-of-file waits for it.
-///
-/// # Safety
-///
-/// Only in a forked child that owns every descriptor of its process: it closes descriptors that
-/// Rust values (an `OwnedFd`, a `File`) may still name, which nothing may use afterwards but
-/// through `keep`.
-pub(super) unsafe fn close_all_except(keep: &[RawFd]) {
-    let mut next = libc::STDERR_FILENO + 1;
-    for &fd in keep.iter().chain(std::iter::once(&RawFd::MAX)) {
-        if fd >= next {
-            // SAFETY: the caller's contract, passed on.
-            unsafe { close_range(next, fd - 1) };
-            next = fd.saturating_add(1);
-        }
-    }
-}
-
-/// Closes descriptors `first` to `last`.
-///
-/// # Safety
-///
-/// As `close_all_except`: nothing uses those descriptors afterwards.
-unsafe fn close_range(first: RawFd, last: RawFd) {
-    if first > last {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: plain integers; the caller gives the range up.
-    if unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            last as libc::c_uint,
-            0,
-        )
-    } == 0
-    {
-        return;
-    }
-    // SAFETY: `rlimit` is a plain C struct (all-zero bytes are valid), then filled by the kernel.
-    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `limit` is valid and writable.
-    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        (limit.rlim_cur as u64).min(FD_SCAN_MAX) as RawFd
-    } else {
-        FD_SCAN_DEFAULT
-    };
-    let mut fd = first;
-    while fd <= last && fd < max {
-        // SAFETY: the caller gives the range up.
-        unsafe { libc::close(fd) };
-        fd += 1;
-    }
-}
-
 /// The supervisor: starts the shell, reports its exit, and kills the tree on
 /// Node's command or when Node is gone. Never returns.
 ///
@@ -294,7 +233,11 @@ pub(super) unsafe fn supervise(command: &Command, fds: SupervisorFds) -> ! {
         output: fds.output,
         exec_error: exec_error[1],
     };
-    let shell = match command.sandbox.and_then(|s| s.namespaces.as_ref()) {
+    #[cfg(target_os = "linux")]
+    let init_script = command.sandbox.and_then(|s| s.namespaces.as_ref());
+    #[cfg(not(target_os = "linux"))]
+    let init_script: Option<()> = None;
+    let shell = match init_script {
         #[cfg(target_os = "linux")]
         Some(script) => {
             // SAFETY: we are the helper's supervisor, and `shell_start` lives in this frame,

@@ -2,7 +2,7 @@
 //! namespaces mode, the namespaces template's builder) run a freshly executed image, never a copy
 //! of Node. The image is the platform's static `pi-native-ops-server` (the server's own `main`
 //! dispatches here first, `main_if_helper`); Node starts it with an empty environment and only
-//! the descriptors it needs (`launch`), and hands it plain data (`plan`, encoded by `codec`) on a
+//! the descriptors it needs (`exec::launch`), and hands it plain data (`exec::child`) on a
 //! descriptor it reads at start. Its first act makes it non-dumpable: no process of a sandbox,
 //! root in its user namespace included, can read or write it through `/proc` or trace it.
 //!
@@ -11,71 +11,32 @@
 //! node ─launch─▶ helper "template"  ─clone(new namespaces)─▶ builder ─▶ namespaces' fds to Node
 //! ```
 //!
-//! The descriptors a helper starts with: `PLAN_FD` (the plan), /dev/null on stdout and stderr,
-//! then those handed, from `FIRST_FD` on, in the order each role's plan names them.
+//! This module is the helper's side only: nothing of the exec depends on it (`exec::child` holds
+//! what both sides share, `exec::launch` Node's side).
 
-pub(in crate::exec) mod codec;
-mod image;
-mod launch;
-mod plan;
-#[cfg(test)]
-mod tests;
-
-use std::ffi::CStr;
 use std::io::Read;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::FromRawFd;
 
-pub(in crate::exec) use image::image;
-pub use image::{set_path, use_current_exe};
-pub(in crate::exec) use launch::{launch, wait};
-pub(in crate::exec) use plan::{decode_template, encode_template, ChildPlan, ChildSandbox};
+pub use super::launch::{set_path, use_current_exe};
+
+use super::child::{
+    decode_template, ChildPlan, Role, ARG0, CHANNEL_FD, CONTROL_FD, FIRST_FD, MAX_PLAN_BYTES,
+    OUTPUT_FD, PLAN_FD, STATUS_FD,
+};
 
 use super::sandbox::{build_template_in_helper, report_template_failure, step_error, Step};
-use super::spawn::SHELL_STACK_BYTES;
+use super::supervisor::SHELL_STACK_BYTES;
 use super::supervisor::{reset_signals, supervise, Command, SupervisorFds};
 use super::{MESSAGE_BYTES, MSG_SPAWN_ERROR};
 
-/// The helper's `argv[0]`: what `main_if_helper` recognises (and what `ps` shows).
-pub(in crate::exec) const ARG0: &CStr = c"pi-sandbox-helper";
-/// Where the helper finds its plan.
-pub(in crate::exec) const PLAN_FD: RawFd = libc::STDIN_FILENO;
-/// The first handed descriptor.
-pub(in crate::exec) const FIRST_FD: RawFd = 3;
-/// The supervisor's three pipes with Node, the first handed descriptors in this order.
-pub(in crate::exec) const STATUS_FD: RawFd = FIRST_FD;
-pub(in crate::exec) const CONTROL_FD: RawFd = FIRST_FD + 1;
-pub(in crate::exec) const OUTPUT_FD: RawFd = FIRST_FD + 2;
-/// The template's report channel.
-pub(in crate::exec) const CHANNEL_FD: RawFd = FIRST_FD;
 /// The most descriptors any role is handed (the supervisor: three pipes, the notify channel, the
 /// ruleset, three namespaces; and the image's own).
-const MAX_HANDED: RawFd = 10;
-/// The largest plan a helper reads: far above any command (Linux caps `execve`'s arguments and
-/// environment at a quarter of the stack limit, 2 MiB by default) and its sandbox's mounts.
-pub(in crate::exec) const MAX_PLAN_BYTES: u64 = 16 << 20;
+const MAX_HANDED: std::os::fd::RawFd = 10;
 /// Stack of a namespaces sandbox's init: a few frames of raw system calls (its deepest, the
 /// `clone` of the shell, uses a stack of its own), far less than this.
 const INIT_STACK_BYTES: usize = 64 << 10;
 /// The helper's exit code when its role or plan is not one it knows.
 const EXIT_BAD_PLAN: i32 = 2;
-
-/// What a helper process is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::exec) enum Role {
-    /// One sandboxed command's supervisor (and, in namespaces mode, its init).
-    Supervisor,
-    /// The builder of a namespaces sandbox's template.
-    Template,
-}
-
-impl Role {
-    fn arg(self) -> &'static CStr {
-        match self {
-            Role::Supervisor => c"supervisor",
-            Role::Template => c"template",
-        }
-    }
-}
 
 /// When this process was started as a sandbox helper (`argv[0]` is `ARG0`), runs its role and
 /// exits; otherwise returns at once. Call it first in `main` of the helper's image.

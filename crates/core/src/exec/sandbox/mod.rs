@@ -279,7 +279,7 @@ impl Prepared {
     pub fn open(spec: Sandbox) -> Result<Prepared, crate::error::Error> {
         // No helper, no sandbox: refused when it is made, never run unconfined.
         #[cfg(target_os = "linux")]
-        crate::exec::helper::image()?;
+        crate::exec::launch::image()?;
         let prepared = Prepared::new(spec);
         #[cfg(target_os = "linux")]
         if let Err(e) = &prepared.0.paths {
@@ -298,7 +298,7 @@ impl Prepared {
         events: Option<crate::policy::EventSink>,
     ) -> Result<Prepared, crate::error::Error> {
         #[cfg(target_os = "linux")]
-        crate::exec::helper::image()?;
+        crate::exec::launch::image()?;
         let prepared = Prepared::with_events(spec, events);
         #[cfg(target_os = "linux")]
         if let Err(e) = prepared.0.paths.as_ref().and(prepared.0.guard.as_ref()) {
@@ -545,15 +545,11 @@ mod seccomp;
 #[cfg(target_os = "linux")]
 mod setup;
 
-#[cfg(all(test, target_os = "linux"))]
-pub(super) use namespaces::action_samples as namespaces_action_samples;
 #[cfg(target_os = "linux")]
 pub(super) use namespaces::init::{
     report_failure as report_template_failure, start as start_init,
     template as build_template_in_helper,
 };
-#[cfg(target_os = "linux")]
-pub(super) use namespaces::{CommandScript, TemplateScript};
 #[cfg(target_os = "linux")]
 pub use plan::support;
 #[cfg(target_os = "linux")]

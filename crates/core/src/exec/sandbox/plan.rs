@@ -41,7 +41,7 @@ pub(super) fn policy_unenforceable(mode: Mode) -> String {
     )
 }
 
-/// The sandbox of one exec, ready for the fork.
+/// The sandbox of one exec, prepared in Node: what the helper is handed, and the services Node runs.
 pub(in crate::exec) struct Plan {
     env: Vec<String>,
     ns: Option<NsPlan>,
@@ -222,17 +222,20 @@ impl Plan {
         &self,
         notify_channel: RawFd,
         hand: &mut dyn FnMut(RawFd) -> RawFd,
-    ) -> crate::exec::helper::ChildSandbox {
+    ) -> crate::exec::child::ChildSandbox {
         let [ruleset, user, mnt, net] = self.kept_fds();
-        crate::exec::helper::ChildSandbox {
+        crate::exec::child::ChildSandbox {
             seccomp: self.seccomp.clone(),
             notify: self.notify.as_ref().map(|policy| policy.program().to_vec()),
             notify_channel: hand(notify_channel),
             ruleset: hand(ruleset),
-            namespaces: self.ns.as_ref().map(|ns| super::CommandScript {
-                template_fds: [hand(user), hand(mnt), hand(net)],
-                ..ns.command_script.clone()
-            }),
+            namespaces: self
+                .ns
+                .as_ref()
+                .map(|ns| crate::exec::child::CommandScript {
+                    template_fds: [hand(user), hand(mnt), hand(net)],
+                    ..ns.command_script.clone()
+                }),
         }
     }
 
@@ -362,7 +365,7 @@ fn seccomp_available() -> bool {
 /// `plan` was decoded before; `notify_channel` is the helper's end of the plan's notification
 /// socket pair (or -1 when the plan has no handler), and `plan.ruleset` an open ruleset (or -1).
 pub(in crate::exec) unsafe fn confine(
-    plan: &crate::exec::helper::ChildSandbox,
+    plan: &crate::exec::child::ChildSandbox,
     notify_channel: RawFd,
 ) -> Result<(), i32> {
     // SAFETY: plain integers; the caller's process is the one to confine.

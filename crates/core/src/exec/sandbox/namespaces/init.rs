@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use super::super::paths::open_no_symlinks;
 use super::super::setup::{step_error, Step, EXIT_SETUP_FAILED};
-use super::script::{Action, CommandScript, TemplateScript};
-use crate::exec::supervisor::{close_all_except, start_shell, ShellStart};
-use crate::sys::{errno, set_errno};
+use crate::exec::child::{Action, CommandScript, TemplateScript};
+use crate::exec::supervisor::{start_shell, ShellStart};
+use crate::sys::{close_all_except, errno, set_errno};
 
 /// Where the setup tmpfs is mounted before the first `pivot_root`: a directory every Linux system
 /// has. Once pivoted, the host's root (and its `/tmp`) is reached again under `/oldroot`.

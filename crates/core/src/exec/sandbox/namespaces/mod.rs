@@ -26,13 +26,9 @@ use super::paths::{mounts, Held, Kind, Mount, Resolved};
 use super::policy::{present_secrets, DEV, DEVICES, ETC, SYSTEM_DIRS};
 use super::setup::{c_path, invalid_spec};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
-#[cfg(test)]
-pub(in crate::exec) use script::action_samples;
-use script::Action;
-pub(in crate::exec) use script::{CommandScript, TemplateScript};
+use crate::exec::child::{Action, CommandScript, TemplateScript};
 
 pub(in crate::exec) mod init;
-mod script;
 
 /// An empty file and directory (mode 000) in the template's `/tmp`, sources of each command's
 /// masks of `/proc` entries; the command's own tmpfs on `/tmp` then hides them.
@@ -524,13 +520,13 @@ impl NsPlan {
     /// Returns the proxy's listening sockets inside the template's network namespace, when the
     /// plan asked for them (`proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
     pub(super) fn build_template(&mut self) -> Result<Vec<OwnedFd>, TemplateError> {
-        let (node, child) = seqpacket_pair()?;
-        use crate::exec::helper::{self, Role};
-        let plan = helper::encode_template(&self.template_script);
-        let pid = helper::launch(Role::Template, &plan, &[child.as_fd()])?;
-        drop(child);
+        let (node, child_end) = seqpacket_pair()?;
+        use crate::exec::{child, launch};
+        let plan = child::encode_template(&self.template_script);
+        let pid = launch::launch(child::Role::Template, &plan, &[child_end.as_fd()])?;
+        drop(child_end);
         let report = receive_report(&node);
-        helper::wait(pid);
+        launch::wait(pid);
         let (code, mut fds) = report.map_err(TemplateError::Io)?;
         if code != 0 {
             return Err(TemplateError::Step(code));

@@ -5,27 +5,25 @@ use std::ffi::CString;
 
 use super::codec::{Decoder, Encoder};
 use super::plan::{decode_template, encode_template, ChildPlan, ChildSandbox};
-use crate::exec::sandbox::{CommandScript, TemplateScript};
+use super::script::{action_samples, CommandScript, TemplateScript};
 
 fn c(s: &str) -> CString {
     CString::new(s).unwrap()
 }
 
 fn sample_template() -> TemplateScript {
-    use crate::exec::sandbox::namespaces_action_samples;
     TemplateScript {
         flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
         deny_setgroups: true,
         uid_map: c("1000 1000 1\n"),
         gid_map: c("1000 1000 1\n"),
-        actions: namespaces_action_samples(),
+        actions: action_samples(),
         network: false,
         proxy_listen: true,
     }
 }
 
 fn sample_plan(namespaces: bool) -> ChildPlan {
-    use crate::exec::sandbox::namespaces_action_samples;
     ChildPlan {
         shell: c("/bin/bash"),
         cwd: c("/workspace"),
@@ -56,7 +54,7 @@ fn sample_plan(namespaces: bool) -> ChildPlan {
             ruleset: if namespaces { -1 } else { 7 },
             namespaces: namespaces.then(|| CommandScript {
                 clone_flags: libc::CLONE_NEWPID,
-                actions: namespaces_action_samples(),
+                actions: action_samples(),
                 first_action: 42,
                 pid_max: c("1324"),
                 nproc: Some(1024),

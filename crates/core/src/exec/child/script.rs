@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::os::fd::RawFd;
 
-use crate::exec::helper::codec::{DecodeError, Decoder, Encoder};
+use super::codec::{DecodeError, Decoder, Encoder};
 
 /// One step of building a root: the template's on paths under `/oldroot` (the host) and
 /// `/newroot`, a command's on its final paths.

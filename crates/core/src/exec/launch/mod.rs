@@ -8,9 +8,13 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::{image, Role, ARG0, FIRST_FD, PLAN_FD};
-use crate::exec::supervisor::close_all_except;
-use crate::sys::errno;
+mod image;
+
+pub(in crate::exec) use image::image;
+pub use image::{set_path, use_current_exe};
+
+use super::child::{Role, ARG0, FIRST_FD, PLAN_FD};
+use crate::sys::{close_all_except, errno};
 
 /// Stack of the launching child: a few frames of raw system calls.
 const LAUNCH_STACK_BYTES: usize = 32 << 10;
@@ -43,7 +47,7 @@ pub(in crate::exec) fn launch(
     plan: &[u8],
     handed: &[BorrowedFd<'_>],
 ) -> io::Result<libc::pid_t> {
-    let image = image::image().map_err(io::Error::other)?;
+    let image = image().map_err(io::Error::other)?;
     start(&image, role, plan, handed).map_err(|e| {
         io::Error::other(crate::error::Error::sandbox_unavailable(format!(
             "cannot start the sandbox helper: {e}"

@@ -6,7 +6,7 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 
 use super::codec::{DecodeError, Decoder, Encoder};
-use crate::exec::sandbox::{CommandScript, TemplateScript};
+use super::script::{CommandScript, TemplateScript};
 
 /// The first bytes of every plan: a helper of another build refuses the plan instead of
 /// misreading it.
