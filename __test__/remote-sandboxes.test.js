@@ -1,34 +1,23 @@
-// The sandbox adapters (js/sandboxes.js) against each platform: the real e2b and @daytonaio/sdk SDKs on local
-// fakes of their APIs (helpers/fake-e2b-envd.js, helpers/fake-daytona.js), a fake of @vercel/sandbox's
-// shape; a temp dir for the uploads, local processes for the commands, a loopback URL for the port. Each
-// adapter must upload once (a second connect finds the same bytes and skips), put the token only in the
-// environment (never in argv), connect, and stop what it started on close. The "VM" runs the uploaded binary itself; when the built server has no
-// --listen yet, the uploaded binary is run behind the fake of --listen (helpers/ws-fake-cli.js).
-import { spawn, spawnSync } from "node:child_process";
-import {
-  chmodSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  realpathSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+// The sandbox adapters (js/sandboxes.js) against each platform: the real @vercel/sandbox, e2b and
+// @daytonaio/sdk SDKs on local fakes of their APIs (helpers/fake-vercel.js, helpers/fake-e2b-envd.js,
+// helpers/fake-daytona.js); a temp dir for the uploads, local processes for the commands, a loopback URL
+// for the port. Each adapter must upload once (a second connect finds the same bytes and skips), put the
+// token only in the environment (never in argv), connect, and stop what it started on close. The "VM" runs
+// the uploaded binary itself: the real pi-native-ops-server --listen.
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Daytona } from "@daytonaio/sdk";
+import { Sandbox as VercelSandbox } from "@vercel/sandbox";
 import { Sandbox as E2BSandbox } from "e2b";
 import { connectDaytona, connectE2B, connectVercelSandbox } from "pi-native-ops";
 import { startFakeDaytona } from "./helpers/fake-daytona.js";
 import { startFakeEnvd } from "./helpers/fake-e2b-envd.js";
+import { startFakeVercel } from "./helpers/fake-vercel.js";
 import { serverPath } from "./helpers/face.js";
-import { hasListen } from "./helpers/ws-server.js";
 
-const cli = fileURLToPath(new URL("./helpers/ws-fake-cli.js", import.meta.url));
 const bin = serverPath();
 
 let vm;
@@ -38,6 +27,7 @@ beforeAll(() => {
 /** The fake platforms started (E2B's daemons, Daytona's APIs), closed at the end. */
 const platforms = [];
 afterAll(async () => {
+  delete process.env.NODE_TLS_REJECT_UNAUTHORIZED;
   for (const platform of platforms) await platform.close();
   rmSync(vm, { recursive: true, force: true });
 });
@@ -51,69 +41,53 @@ async function freePort() {
   return port;
 }
 
+/**
+ * The ports the tests' servers listen on, free when the file starts, taken in turn: a Vercel sandbox
+ * exposes only the ports it was created with, so each is created with all of them.
+ */
+const vercelPorts = [];
+beforeAll(async () => {
+  while (vercelPorts.length < 16) vercelPorts.push(await freePort());
+});
+let portsTaken = 0;
+const nextPort = async () => vercelPorts[portsTaken++ % vercelPorts.length];
+
 /** What a fake saw: uploads, started commands (argv, env), kills, and the processes it ran. */
 function newLog() {
   return { uploads: [], started: [], kills: 0, children: [] };
 }
 
-/** Runs `cmd args` in the "VM" with `env`: the uploaded binary itself, or behind the fake of --listen. */
-function runInVm(log, cmd, args, env, viaShell) {
-  log.started.push({ argv: [cmd, ...args], env });
-  // The server without --listen runs behind the fake of it; anything else runs as it is.
-  const behindFake = bin !== null && readFileSync(cmd).equals(readFileSync(bin)) && !hasListen(cmd);
-  const [file, argv] = behindFake ? [process.execPath, [cli, cmd, ...args]] : [cmd, args];
-  const child = viaShell
-    ? spawn("sh", ["-c", viaShell(file, argv)], {
-        stdio: ["ignore", "ignore", "pipe"],
-        env: { ...process.env, ...env },
-      })
-    : spawn(file, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
-  // What the platform's logs would hold: the command's stderr, kept and passed on.
-  child.stderrText = "";
-  child.stderr.setEncoding("utf8").on("data", (d) => {
-    child.stderrText += d;
-    process.stderr.write(d);
-  });
-  child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
-  log.children.push(child);
-  return child;
-}
-
 /** The words of a line the adapters quote ('a' 'b' ...). */
 const words = (line) => [...line.matchAll(/'((?:[^']|'\\'')*)'/g)].map((m) => m[1].replaceAll("'\\''", "'"));
 
-function fakeVercel(log) {
-  return {
-    async writeFiles(files) {
-      for (const f of files) {
-        log.uploads.push(f.path);
-        rmSync(f.path, { force: true });
-        writeFileSync(f.path, f.content);
-        chmodSync(f.path, f.mode ?? 0o644);
-      }
+/**
+ * The real @vercel/sandbox SDK's Sandbox (`Sandbox.create` with `ports`), its API a local fake
+ * (helpers/fake-vercel.js, reached through the SDK's `fetch` option): uploads, commands, their exits and
+ * logs, and domain(port)'s routes come from the SDK's own code. The routes' URLs are the fake's TLS edge on
+ * 127.0.0.1, whose certificate is self-signed: certificates are not checked while these tests run.
+ */
+async function fakeVercel(log, ports) {
+  const api = await startFakeVercel({
+    onUpload: (file) => log.uploads.push(file),
+    onStart: (cmd, args, env, child) => {
+      log.started.push({ argv: [cmd, ...args], env });
+      child.exited = new Promise((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+      log.children.push(child);
     },
-    async runCommand(cmd) {
-      if (!cmd.detached) {
-        const r = spawnSync(cmd.cmd, cmd.args, { encoding: "utf8" });
-        return { exitCode: r.status, stdout: async () => r.stdout };
-      }
-      const child = runInVm(log, cmd.cmd, cmd.args, cmd.env);
-      return {
-        cmdId: "cmd_1",
-        kill: async (signal) => {
-          log.kills++;
-          child.kill(signal);
-        },
-        // A CommandFinished: the exit code, and the command's logs.
-        wait: async () => ({ exitCode: (await child.exited).code, stderr: async () => child.stderrText }),
-      };
+    onKill: () => {
+      log.kills++;
     },
-    // As @vercel/sandbox's session: a route for each port given at Sandbox.create, else its error.
-    domain: (port) => {
-      if (log.routes !== undefined && !log.routes.includes(port)) throw new Error(`No route for port ${port}`);
-      return `http://127.0.0.1:${port}`;
-    },
-  };
+  });
+  platforms.push(api);
+  process.env.NODE_TLS_REJECT_UNAUTHORIZED = "0";
+  // A sandbox exposes the ports it is created with; the shared tests dial a fresh port each time.
+  return VercelSandbox.create({
+    token: "token",
+    teamId: "team_test",
+    projectId: "prj_test",
+    ports: ports ?? vercelPorts,
+    fetch: api.fetch,
+  });
 }
 
 /**
@@ -182,7 +156,7 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
     const opts = { root: vm, serverPath: remotePath, binary: bin, token, host: "127.0.0.1" };
 
     for (const round of [1, 2]) {
-      const connection = await connectTo(sandbox, { ...opts, port: await freePort() });
+      const connection = await connectTo(sandbox, { ...opts, port: await nextPort() });
       // The same binary is there after the first round: no second upload.
       expect(log.uploads.filter((f) => f === `${remotePath}.upload`)).toEqual([`${remotePath}.upload`]);
       const started = log.started[round - 1];
@@ -203,7 +177,7 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
     // (Unlinked first: the last server may still be running the old file.)
     rmSync(remotePath);
     writeFileSync(remotePath, "not the server");
-    const connection = await connectTo(sandbox, { ...opts, port: await freePort() });
+    const connection = await connectTo(sandbox, { ...opts, port: await nextPort() });
     expect(log.uploads.filter((f) => f === `${remotePath}.upload`)).toEqual([
       `${remotePath}.upload`,
       `${remotePath}.upload`,
@@ -223,7 +197,7 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
         serverPath: remotePath,
         binary: bin,
         host: "127.0.0.1",
-        port: await freePort(),
+        port: await nextPort(),
       }),
     ).rejects.toThrow(/exited with (code )?[1-9]/);
     expect(log.started).toEqual([]);
@@ -240,7 +214,7 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
       serverPath: path.join(vm, `${name}-dying`),
       binary: dies,
       host: "127.0.0.1",
-      port: await freePort(),
+      port: await nextPort(),
       // Far longer than any test waits: only the exit can end the dial in time.
       startTimeoutMs: 600_000,
     });
@@ -261,12 +235,12 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
     const opts = { root: vm, serverPath: path.join(vm, `${name}-policy`), binary: bin, host: "127.0.0.1" };
     // The server's core compiled it: its refusal of a rule is connect's error.
     await expect(
-      connectTo(sandbox, { ...opts, port: await freePort(), policy: { denyRead: ["a{b"] } }),
+      connectTo(sandbox, { ...opts, port: await nextPort(), policy: { denyRead: ["a{b"] } }),
     ).rejects.toThrow(/^policy\.denyRead: invalid rule "a\{b"/);
     expect(log.kills).toBe(1);
     const connection = await connectTo(sandbox, {
       ...opts,
-      port: await freePort(),
+      port: await nextPort(),
       policy: { denyRead: ["*.pem"] },
       onPolicyEvent: () => {},
     });
@@ -283,9 +257,12 @@ describe.each(adapters)("%s", (name, connectTo, fake) => {
 
 describe("connectVercelSandbox: the port", () => {
   it("is checked before anything is uploaded: it must be in `ports` at Sandbox.create", async () => {
-    const log = { ...newLog(), routes: [3000] };
+    const log = newLog();
+    // The SDK's own Sandbox, created exposing another port than the adapter's default (8765).
+    const sandbox = await fakeVercel(log, [await nextPort()]);
+    expect(() => sandbox.domain(8765)).toThrow("No route for port 8765");
     await expect(
-      connectVercelSandbox(fakeVercel(log), { root: vm, serverPath: path.join(vm, "vercel-port"), binary: bin }),
+      connectVercelSandbox(sandbox, { root: vm, serverPath: path.join(vm, "vercel-port"), binary: bin }),
     ).rejects.toThrow(
       "the Vercel sandbox does not expose port 8765 (No route for port 8765): give it in `ports` at Sandbox.create",
     );
@@ -298,7 +275,7 @@ describe("connectE2B: E2B's debug mode", () => {
   it("dials the SDK's localhost:PORT host over plain http", async () => {
     const log = newLog();
     const sandbox = await fakeE2B(log);
-    const port = await freePort();
+    const port = await nextPort();
     expect(sandbox.getHost(port)).toBe(`localhost:${port}`);
     const connection = await connectE2B(sandbox, {
       root: vm,
