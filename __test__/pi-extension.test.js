@@ -3,7 +3,7 @@
 // The results are the native ones (an escape is refused, sandboxed bash cannot read outside), and what
 // the model is sent otherwise matches a stock pi run of the same script.
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -203,6 +203,33 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       text: "EISDIR: illegal operation on a directory, open '<DIR>/ws'",
     });
     expect(refused.results[1]).toEqual(plain.results[1]);
+  });
+
+  it("a refused write that would have to create directories names the file, not a directory", async () => {
+    const script = [
+      { tool: "write", args: { path: "../made/x.txt", content: "x" } },
+      { tool: "write", args: { path: "/etc/pi-native-ops-made/x.txt", content: "x" } },
+      { tool: "write", args: { path: "secret/sub/x.txt", content: "x" } },
+      { tool: "write", args: { path: "open/sub/x.txt", content: "x" } },
+    ];
+    const deny = ["--native-deny-write", "secret/**"];
+    const [refused, remote] = await withScript(script, () =>
+      Promise.all([run(deny), run([...deny, "--native-remote", `exec '${serverBinaryPath()}' --root .`])]),
+    );
+    expect(refused.results.slice(0, 3)).toEqual([
+      { tool: "write", isError: true, text: 'path "<DIR>/made/x.txt" is outside workspace' },
+      { tool: "write", isError: true, text: 'path "/etc/pi-native-ops-made/x.txt" is outside workspace' },
+      { tool: "write", isError: true, text: 'path "<DIR>/ws/secret/sub/x.txt" is protected by policy' },
+    ]);
+    // Where the write is allowed, its directories are made, as stock pi makes them.
+    expect(refused.results[3]).toMatchObject({ tool: "write", isError: false });
+    expect(existsSync(path.join(refused.dir, "made"))).toBe(false);
+    expect(existsSync(path.join(refused.dir, "ws", "secret"))).toBe(false);
+    expect(readFileSync(path.join(refused.dir, "ws", "open", "sub", "x.txt"), "utf8")).toBe("x");
+    // The same on a pi-native-ops-server.
+    expect(remote.stderr).toBe("");
+    expect(remote.results).toEqual(refused.results);
+    expect(existsSync(path.join(remote.dir, "made"))).toBe(false);
   });
 
   it("finds and greps in process (stock pi needs fd and rg)", () => {

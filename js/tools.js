@@ -105,6 +105,28 @@ function wire(cwd, options, kind) {
 }
 
 /**
+ * The write tool's operations: pi makes the file's directory, then writes the file. Here the file is
+ * written first and its directory made only when missing, so a write the core refuses (outside the
+ * workspace, denied by the policy) is refused naming the file as pi resolved it, not a directory it
+ * would have had to create.
+ */
+function writeToolOperations(ops) {
+  return {
+    mkdir: async () => {},
+    writeFile: async (p, content) => {
+      try {
+        return await ops.writeFile(p, content);
+      } catch (err) {
+        // ENOTDIR: a file where a directory should be; mkdir says EEXIST, as stock pi's does.
+        if (err?.code !== "ENOENT" && err?.code !== "ENOTDIR") throw err;
+      }
+      await ops.mkdir(path.dirname(p));
+      return ops.writeFile(p, content);
+    },
+  };
+}
+
+/**
  * The seven tools of `kind` ("Tool" or "ToolDefinition") from the installed pi's factories over `fs`'s
  * operations and bash's `operations`, with `grep` (our grep tool's definition) in pi's grep's place.
  * `pi` is the pi module (validated by piOf). Shared by the local tools here and the remote ones (remote.js).
@@ -115,7 +137,7 @@ export function assembleTools(cwd, kind, { fs, operations, bashToolOptions, grep
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
-    write: make("Write")(cwd, { operations: fs.write }),
+    write: make("Write")(cwd, { operations: writeToolOperations(fs.write) }),
     grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
     find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
@@ -134,7 +156,7 @@ function windowsTools(cwd, kind, { fs, operations, bashToolOptions, pi }) {
     read: make("Read")(cwd, { operations: fs.read }),
     bash: make("Bash")(cwd, { ...bashToolOptions, operations }),
     edit: make("Edit")(cwd, { operations: fs.edit }),
-    write: make("Write")(cwd, { operations: fs.write }),
+    write: make("Write")(cwd, { operations: writeToolOperations(fs.write) }),
     grep: kind === "Tool" ? grepToolOf(cwd, grep, pi) : grep,
     find: withStockLimitNotice(make("Find")(cwd, { operations: fs.find })),
     ls: make("Ls")(cwd, { operations: fs.ls }),
