@@ -268,6 +268,7 @@ describe("connectVercelSandbox: the port", () => {
     );
     expect(log.uploads).toEqual([]);
     expect(log.started).toEqual([]);
+    expect((await sandbox.stop()).status).toBe("stopped");
   });
 });
 

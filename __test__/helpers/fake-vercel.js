@@ -12,7 +12,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
 import path from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -129,7 +129,7 @@ export async function startFakeVercel({ onUpload = () => {}, onStart = () => {},
       c.logs.push({ stream: "stderr", data: `${err.message}\n` });
     });
     child.on("close", (code, signal) => {
-      c.exitCode = code ?? 128 + (signal ? 9 : 0);
+      c.exitCode = code ?? 128 + (constants.signals[signal] ?? 0);
       tell();
     });
     commands.set(c.id, c);
