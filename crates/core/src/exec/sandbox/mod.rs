@@ -12,17 +12,18 @@
 //!   network is off).
 //!
 //! Both drop every capability, set `no_new_privs` and install the seccomp filter of `seccomp.rs`
-//! just before `execve`. Everything the forked children use (paths, map contents, the BPF program,
-//! the Landlock ruleset's descriptor) is built here, before the fork.
+//! just before `execve`. Everything the helper's processes use (paths, map contents, the BPF
+//! program, the Landlock ruleset's descriptor) is built here, in Node, and handed to the sandbox
+//! helper (`exec::helper`) as plain data: nothing of Node goes into the sandbox.
 //!
 //! ```
 //! use pi_native_ops_core::exec::sandbox::{Prepared, Sandbox};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let mut spec = Sandbox::new(dir.path());
-//! assert!(Prepared::open(spec.clone()).is_ok());
-//! // Configured paths are resolved when the sandbox is prepared: a missing one is refused then.
-//! spec.read_only.push(dir.path().join("missing"));
+//! let spec = Sandbox::new(dir.path());
+//! // The face names the sandbox helper first (`exec::helper::set_path`: the napi face gives the
+//! // platform's pi-native-ops-server; the server uses its own executable). Without one, no
+//! // sandbox is made: refused when it is prepared, never run unconfined.
 //! assert!(Prepared::open(spec).is_err());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
