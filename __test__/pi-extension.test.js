@@ -397,6 +397,7 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
     expect(system).not.toContain("<DIR>/ws");
   });
 
+  // Eleven real pi processes at once: a loaded 2-core machine needs more than vitest's default minute.
   it("a bad flag or setting or an unreachable remote is shown at startup, and every tool refuses", async () => {
     const cases = [
       [["--native-sandbox-network"], "--native-sandbox-network needs --native-sandbox"],
@@ -427,7 +428,7 @@ describe(`pi -e pi-native-ops (${piName}, Node ${process.versions.node})`, () =>
       expect(results[0].isError).toBe(true);
       expect(results[0].text).toContain(said);
     }
-  });
+  }, 300_000);
 
   it.runIf(isPi1 && sandbox)(
     "routes the user's ! commands through the same bash, and says what is active (RPC mode)",
