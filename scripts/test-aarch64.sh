@@ -38,6 +38,9 @@ fi
 
 missing=()
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu)
+# The addon (a cdylib against glibc) links with the cross C library's startup files and libdl:
+# --no-install-recommends leaves them out of gcc's install.
+[ -e /usr/aarch64-linux-gnu/lib/crti.o ] || missing+=(libc6-dev-arm64-cross)
 # The arm64 Node of the addon's smoke run loads these through qemu's -L.
 [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || missing+=(libstdc++6-arm64-cross)
 command -v qemu-aarch64-static >/dev/null || command -v qemu-aarch64 >/dev/null ||
