@@ -8,11 +8,9 @@ step() { printf '\n=== %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all --check
-step "cargo clippy"
-# The core with its tests; the binding as a library (it has no test target: see Cargo.toml).
-cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
-cargo clippy -p pi-native-ops -- -D warnings
-cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets"
+# Every crate with its tests (the binding has no test or bench target: see Cargo.toml).
+cargo clippy --workspace --all-targets -- -D warnings
 step "module cycles (none in any crate: a module and what it imports form a tree)"
 for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
 step "cargo test (the core, without Node)"
