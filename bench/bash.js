@@ -83,7 +83,7 @@ export async function bench(ctx) {
   return rows;
 }
 
-/** The bwrap command line of today's way to sandbox pi's shell (a spawnHook), as in __test__/sandbox-parity. */
+/** The bwrap command line of today's way to sandbox pi's shell (a spawnHook), as in __test__/sandbox-parity.test.js. */
 function bwrapHook(root) {
   const quote = (x) => `'${x.replaceAll("'", "'\\''")}'`;
   const argv = [

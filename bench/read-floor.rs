@@ -6,7 +6,7 @@
 // Each line read from stdin starts one pass over the files; the pass's wall time in ms is written
 // back as a line, so the bench can interleave passes with the calls it measures.
 //
-// A pass reads files as src/grep/search.rs does: up to 256 KiB in one go; a file with a NUL byte
+// A pass reads files as crates/core/src/grep/search.rs does: up to 256 KiB in one go; a file with a NUL byte
 // there stops (binary: the searcher quits at its first NUL), a longer one is read on to its end
 // in 64 KiB reads. As many threads as the search uses (cores + 1) take runs of 8 files in order.
 // Not done here: listing directories, ignore rules, matching, anything else a search needs.

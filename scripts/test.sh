@@ -13,6 +13,8 @@ step "cargo clippy --workspace --all-targets"
 cargo clippy --workspace --all-targets -- -D warnings
 step "module cycles (none in any crate: a module and what it imports form a tree)"
 for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
+step "docs: no dead references (links and anchors, paths in backticks and code comments, DEVELOPING.md's code map)"
+python3 scripts/check-docs.py
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
 step "cargo test (the remote server: codec, dispatch, the built binary over pipes and a WebSocket)"
