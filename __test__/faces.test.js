@@ -106,8 +106,7 @@ describe.skipIf(!serverPath())("the local and the remote face fail identically",
     expect(refusal).toEqual({ class: "Error", message: 'path "/etc/passwd" is outside workspace', props: {} });
   });
 
-  // The policy's refusals need the policy in the core's Root (Root::with_policy, from the fs work of
-  // issue 28): until both faces enforce it this fails, and `it.fails` expects that; then make it `it`.
+  // The policy's refusals come from the core's Root (Root::with_policy), the same through both faces.
   it("a policy refusal: the core's Protected error, its rule where path would be", async () => {
     const policy = { denyRead: ["secret.txt"], denyWrite: ["sub/"] };
     writeFileSync(path.join(dir, "secret.txt"), "s\n");

@@ -1,8 +1,8 @@
-// A hostile repository or pattern never aborts, hangs or bloats the agent (issue 38, items 1-4, 7, 13,
-// 15): rule files that are devices, FIFOs or huge, gitfiles pointing anywhere, globs and policy rules
-// past the regex size bound, and an exit while a search runs. Each scenario runs in a child Node process
-// (helpers/hostile-child.js), locally and through a server, so a failure kills or hangs the child, never
-// the test runner; memory is asserted with wide margins, never time.
+// A hostile repository or pattern never aborts, hangs or bloats the agent: rule files that are devices, FIFOs
+// or huge, gitfiles pointing anywhere, globs and policy rules past the regex size bound, and an exit while a
+// search runs. Each scenario runs in a child Node process (helpers/hostile-child.js), locally and through a
+// server, so a failure kills or hangs the child, never the test runner; memory is asserted with wide margins,
+// never time.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";

@@ -1,4 +1,4 @@
-// The policy log is bounded (issue 37, finding 6): pi with the extension, `--native-remote` on a server that
+// The policy log is bounded: pi with the extension, `--native-remote` on a server that
 // floods policy events and `--native-policy-log`, writes a rate-bounded log; and the writer (the same for the
 // local guard's events) rotates at its size cap and counts what its rate leaves out.
 import { execFileSync } from "node:child_process";

@@ -1,4 +1,4 @@
-// A hostile server cannot hurt the agent's process (issue 37, findings 1-5; the policy log's, 6, is in
+// A hostile server cannot hurt the agent's process (the policy log's bounds are in
 // remote-hostile-log.test.js): over stdio and over a WebSocket, the real client against servers that send
 // sizes it did not ask for, never answer a cancel, overrun the credit window, or drop every connection
 // right after a valid HELLO. Memory is the client's own, measured in a child Node with a small heap (its

@@ -1,4 +1,4 @@
-// The policy on the remote face (issue 28): connect({ policy, onPolicyEvent }) and connectWebSocket send
+// The policy on the remote face: connect({ policy, onPolicyEvent }) and connectWebSocket send
 // the policy before any call, the server's core compiles it (over the server's own --policy) and enforces
 // it, refusals come back as the core's Protected error with its rule, and onPolicyEvent receives the
 // refusals of the file tools and the server's event frames. The client's side against the fake server
@@ -12,11 +12,6 @@ import { serverPath } from "./helpers/face.js";
 import { fakeServer } from "./helpers/fake-server.js";
 import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
 import { hasListen, startListening } from "./helpers/ws-server.js";
-
-// Enforcement is the core's Root's (Root::with_policy, on its way from the fs work of issue 28): until
-// the server's root enforces the policy these fail, and `it.fails` expects them to. Once it does, make
-// them plain `it` (vitest then reports each that passes as a failure, so none is forgotten).
-const needsRootPolicy = it;
 
 let base;
 let dir;
@@ -324,7 +319,7 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     },
   );
 
-  needsRootPolicy("the index of a --index server leaves out what the client's policy denies", async () => {
+  it("the index of a --index server leaves out what the client's policy denies", async () => {
     const policy = { denyRead: ["src/", ".env", "secrets/"] };
     const { connection } = await open({ policy, index: true }, ["--index"]);
     expect((await connection.fs.index.ready).state).toBe("ready");
@@ -333,7 +328,7 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     await connection.close();
   });
 
-  needsRootPolicy("a bad rule fails as createBoundFs fails with it", async () => {
+  it("a bad rule fails as createBoundFs fails with it", async () => {
     const policy = { denyWrite: ["[z-a]"] };
     let local;
     try {
@@ -345,7 +340,7 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     expect(shape(remote)).toEqual(shape(local));
   });
 
-  needsRootPolicy("denied reads are refused with the Protected error and one event each", async () => {
+  it("denied reads are refused with the Protected error and one event each", async () => {
     const events = [];
     const { connection } = await open({
       policy: { denyRead: [".env", "secrets/"] },
@@ -372,7 +367,7 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     await connection.close();
   });
 
-  needsRootPolicy("with no policy the protected defaults hold: no git hook is written", async () => {
+  it("with no policy the protected defaults hold: no git hook is written", async () => {
     const { connection } = await open({});
     const hook = path.join(dir, ".git/hooks/pre-commit");
     const err = await failure(connection.fs.write.writeFile(hook, "#!/bin/sh\n"));
@@ -384,7 +379,7 @@ describe.skipIf(!bin).each(TRANSPORTS)("the real server over %s", (transport) =>
     await connection.close();
   });
 
-  needsRootPolicy("the server's --policy holds whatever the client's policy says", async () => {
+  it("the server's --policy holds whatever the client's policy says", async () => {
     const file = path.join(base, `pinned-${transport}.json`);
     writeFileSync(file, JSON.stringify({ denyRead: ["secrets/"], protect: true }));
     const events = [];

@@ -1,4 +1,4 @@
-// The policy in the remote shell (issue 28): a server started with `--sandbox MODE` runs every command in the
+// The policy in the remote shell: a server started with `--sandbox MODE` runs every command in the
 // core's sandbox, held to the connection's policy (the client's over the server's `--policy`), and sends the
 // shell's refusals as event frames, which reach onPolicyEvent with tool "bash" and the command. Without
 // `--sandbox` the same commands run unconfined (the documented difference: the policy then holds for the file

@@ -1,4 +1,4 @@
-// Nothing of Node in the sandbox (issue 36): a sandboxed command's supervisor and, in namespaces mode,
+// Nothing of Node in the sandbox: a sandboxed command's supervisor and, in namespaces mode,
 // its init are the sandbox helper (the platform's pi-native-ops-server, freshly executed), never a copy
 // of Node. A random secret is planted in this process's environment and heap (and, through the
 // environment, in the nobody child Node's) before any sandbox exists; then, while a sandboxed command
@@ -164,7 +164,8 @@ describe.runIf(process.platform === "linux")("the sandbox holds nothing of Node"
             const sandbox = {
               root,
               ...(mode === "landlock" ? { runtimeRoot: root, mode } : { mode }),
-              // A denyRead rule sends every open to the guard (Node's side), the route issue 36 found.
+              // A denyRead rule sends every open through the guard (Node's side), so the command's opens
+              // take that route too: it must reach nothing of Node either.
               policy: protect ? { denyRead: [".pno-nothing-here"] } : { protect: false },
             };
             const cwd = mode === "landlock" ? root : "/workspace";

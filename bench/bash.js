@@ -169,7 +169,7 @@ export async function sandboxRows(ctx) {
     const files = 1000;
     for (let i = 0; i < files; i++) writeFileSync(path.join(root, `f${String(i).padStart(4, "0")}`), "");
     const metadata = "touch f[0-9]* && chmod 640 f[0-9]*";
-    // The sandbox alone (issue 23's row: `protect: false`), then with the workspace policy's defaults,
+    // The sandbox alone (`protect: false`: what the sandbox's own metadata calls cost), then with the workspace policy's defaults,
     // which make every open that can write a call the notification handler performs.
     const unprotected = {
       namespaces: ctx.native.createBashOperations({ sandbox: { root, policy: { protect: false } } }),

@@ -1,4 +1,4 @@
-// Policy events (issue 28): the one event shape `onPolicyEvent` receives, its delivery, and the
+// Policy events (docs/policy.md, "Events"): the one event shape `onPolicyEvent` receives, its delivery, and the
 // `policy`/`onPolicyEvent` options' type checks. Shared by every face; imports nothing of ours.
 
 /** An event's keys, in the order `onPolicyEvent` sees them (absent ones are left out). */

@@ -1,4 +1,4 @@
-// A hostile pi-native-ops-server for the policy log (issue 37, finding 6): it greets, answers the `policy`
+// A hostile pi-native-ops-server for the policy log's bounds (remote-hostile-log.test.js): it greets, answers the `policy`
 // call after N policy events (any other call with an empty `ok`), then sends events as fast as its
 // stdout takes them, until its input ends. Run as a `--native-remote` command: `node event-flood-server.js N`.
 import { frame, frameReader } from "./fake-server.js";

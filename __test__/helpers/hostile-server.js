@@ -1,4 +1,4 @@
-// Hostile servers for the client (issue 37): a stand-in for pi-native-ops-server that greets correctly, then
+// Hostile servers for the client (remote-hostile.test.js): a stand-in for pi-native-ops-server that greets correctly, then
 // answers calls as each test scripts it, over stdio or over a WebSocket session (the session layer's side
 // of the server: HELLO, DATA; it never acknowledges). The client runs in this process (its deadlines) or
 // in a child Node with a small heap (its memory, read from /proc by the test, never from the clock).

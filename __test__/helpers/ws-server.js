@@ -1,5 +1,5 @@
 // WebSocket servers for the suites: `pi-native-ops-server --listen` when the built server has it, else a
-// loopback fake of its side of the session contract (the WebSocket contract of issue 26: HELLO, DATA,
+// loopback fake of its side of the session contract (docs/websocket.md: HELLO, DATA,
 // ACK, replay, grace) in front of the stdio server, written apart from the client's session layer so that
 // one does not hide the other's mistakes. Also a TCP proxy that cuts its connections on demand.
 import { spawn, spawnSync } from "node:child_process";

@@ -246,7 +246,7 @@ pub enum Outgoing<'a> {
 }
 
 /// A policy event as the client hands it to `onPolicyEvent`: these keys, in this order, absent
-/// ones left out (issue 28's shape).
+/// ones left out (docs/policy.md, "Events").
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WireEvent {
     pub tool: &'static str,

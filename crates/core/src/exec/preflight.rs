@@ -340,7 +340,7 @@ pub fn check_kind(request: &ExecRequest, kind: ShellKind) -> Result<Ready> {
 }
 
 #[cfg(test)]
-mod shell_tests {
+mod tests {
     use super::*;
     use crate::ErrorKind;
 
@@ -400,13 +400,8 @@ mod shell_tests {
         );
         assert_eq!(err.kind(), ErrorKind::NoShell);
     }
-}
 
-#[cfg(all(test, unix))]
-mod tests {
-    use super::*;
-    use crate::ErrorKind;
-
+    #[cfg(unix)]
     fn request(shell: Option<&str>, cwd: &str) -> ExecRequest {
         ExecRequest {
             shell: shell.map(str::to_string),
@@ -419,6 +414,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn shells_resolve_as_pi_resolves_them() {
         let missing = resolve_shell(Some("/no/such/shell")).unwrap_err();
@@ -435,6 +431,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn cwd_under_the_runtime_root_moves_to_the_host() {
         let map = CwdMap {
@@ -457,6 +454,7 @@ mod tests {
         );
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_missing_or_unusable_cwd_is_pis_refusal_with_the_cwd_as_given() {
         let missing = check(&request(None, "/definitely/missing")).unwrap_err();
@@ -484,12 +482,14 @@ mod tests {
         assert_eq!(Path::new(&ready.cwd), dir.path().join("sub"));
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_shell_is_checked_before_the_cwd() {
         let err = check(&request(Some("/no/such/shell"), "/definitely/missing")).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ShellNotFound);
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_sandboxed_cwd_is_checked_under_the_root_and_kept_in_runtime_form() {
         let dir = tempfile::tempdir().unwrap();
