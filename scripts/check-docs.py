@@ -4,11 +4,14 @@
   names a file that exists, and its #anchor a heading of that file (GitHub's heading ids);
 - every path in backticks in those files exists: a repository path (`crates/core/src/root.rs`) as
   given, a shorter one (`notify/guard.rs`, `conn.rs`) as the end of some file's or directory's path;
+  and every repository path in their prose (crates/..., docs/..., js/...);
 - every path in DEVELOPING.md's code map (the tree under "## The layers") exists, each entry read
   beneath the directory entries it is indented under, and every source file (crates/*/src, crates/*/tests,
   src/, js/) is in it;
 - every repository path a code comment names (`// see docs/sandbox.md`, `# crates/server/src/...`), and
   every docs/*.md any source line names, exists, with its #anchor.
+A path written `path@commit` (history: `crates/core/src/exec/sandbox/guard.rs@3f661d3`) must have existed at
+that commit instead.
 Prints `file:line: missing path: X` or `file:line: missing anchor: X#a` for each and exits 1 if any.
 Usage: scripts/check-docs.py (no arguments)."""
 import pathlib
@@ -28,6 +31,19 @@ ROOT_FILES = {
 }
 SOURCE_EXTS = {".rs", ".js", ".mjs", ".cjs", ".ts", ".sh", ".py", ".toml", ".yml", ".yaml", ".json"}
 PATH_CHARS = r"[A-Za-z0-9_.\-/]"
+# A repository path where prose or a comment names one (perhaps at a commit), and a docs page named anywhere.
+REPO_PATH = re.compile(
+    r"""(?<![\w./\-"'])((?:""" + "|".join(map(re.escape, sorted(TOP))) + r")/" + PATH_CHARS + r"*(?:@[0-9a-f]{7,40}\b)?)"
+)
+DOCS_REF = re.compile(r"(?<![\w./\-])(docs/[\w\-]+\.md)(#[\w\-]+)?")
+# The source files DEVELOPING.md's code map must list.
+MAPPED_SOURCE = re.compile(r"crates/[^/]+/(src|tests)/.*\.rs|src/.*\.rs|js/.*\.(js|ts)")
+# Where a line's comment starts, per file type.
+COMMENT = {
+    ".rs": r"//(.*)", ".js": r"(?<![:\\])//(.*)|^\s*/?\*(.*)", ".mjs": r"(?<![:\\])//(.*)",
+    ".cjs": r"(?<![:\\])//(.*)", ".ts": r"(?<![:\\])//(.*)|^\s*/?\*(.*)", ".sh": r"(?:^|\s)#(.*)",
+    ".py": r"(?:^|\s)#(.*)", ".toml": r"(?:^|\s)#(.*)", ".yml": r"(?:^|\s)#(.*)", ".yaml": r"(?:^|\s)#(.*)",
+}
 
 problems = []
 
@@ -120,15 +136,25 @@ def ignored(token):
     return subprocess.run(["git", "check-ignore", "--no-index", "-q", token], cwd=ROOT).returncode == 0
 
 
+def existed(path, commit):
+    """A path as of a commit (`crates/core/src/x.rs@92b72ad`): history in bench/NOTES.md names files since
+    moved. A commit this clone does not have (a shallow CI checkout) cannot be asked, and passes."""
+    def git_has(obj):
+        return subprocess.run(["git", "cat-file", "-e", obj], cwd=ROOT, capture_output=True).returncode == 0
+    return git_has(f"{commit}:{path}") or not git_has(f"{commit}^{{commit}}")
+
+
 def path_exists(token):
     token = token.rstrip(".")
+    at = re.fullmatch(r"(.+)@([0-9a-f]{7,40})", token)
+    if at:
+        return existed(*at.groups())
     if placeholder(token) or ignored(token):
         return True
     head = token.split("/")[0]
     if head in TOP or token in ROOT_FILES:
         return (ROOT / token).exists()
-    want = token if token.endswith("/") else token
-    return any(p == want or p.endswith("/" + want) for p in ALL_PATHS)
+    return any(p == token or p.endswith("/" + token) for p in ALL_PATHS)
 
 
 def check_markdown(file):
@@ -149,6 +175,14 @@ def check_markdown(file):
         for m in re.finditer(r"`([^`\n]+)`", line):
             token = m.group(1).strip()
             if looks_like_path(token) and not path_exists(token):
+                report(file, n, f"missing path: {token}")
+        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", line))
+        for m in REPO_PATH.finditer(prose):
+            token = m.group(1).rstrip(".,;:)")
+            after = prose[m.end() : m.end() + 1]
+            if after and after in "*{<#":
+                continue  # a glob, or another project's issue (owner/repo#N)
+            if not path_exists(token):
                 report(file, n, f"missing path: {token}")
 
 
@@ -198,16 +232,6 @@ def check_code_map(file="DEVELOPING.md"):
             report(file, start + 1, f"not in the code map: {f}")
 
 
-MAPPED_SOURCE = re.compile(r"crates/[^/]+/(src|tests)/.*\.rs|src/.*\.rs|js/.*\.(js|ts)")
-COMMENT = {
-    ".rs": r"//(.*)", ".js": r"(?<![:\\])//(.*)|^\s*/?\*(.*)", ".mjs": r"(?<![:\\])//(.*)",
-    ".cjs": r"(?<![:\\])//(.*)", ".ts": r"(?<![:\\])//(.*)|^\s*/?\*(.*)", ".sh": r"(?:^|\s)#(.*)",
-    ".py": r"(?:^|\s)#(.*)", ".toml": r"(?:^|\s)#(.*)", ".yml": r"(?:^|\s)#(.*)", ".yaml": r"(?:^|\s)#(.*)",
-}
-REPO_PATH = re.compile(r"""(?<![\w./\-"'])((?:""" + "|".join(re.escape(t) for t in sorted(TOP)) + r")/" + PATH_CHARS + r"*)""")
-DOCS_REF = re.compile(r"(?<![\w./\-])(docs/[\w\-]+\.md)(#[\w\-]+)?")
-
-
 def check_source(file):
     ext = pathlib.PurePosixPath(file).suffix
     if ext not in SOURCE_EXTS or file.startswith("npm/") or file.endswith(".d.ts") and file.startswith("native"):
@@ -230,8 +254,8 @@ def check_source(file):
         for m in REPO_PATH.finditer(body):
             token = m.group(1).rstrip(".,;:)")
             after = body[m.end() : m.end() + 1]
-            if token in seen or after in "*{<\"'" and after or (test and token.split("/")[0] == "src"):
-                continue  # a glob, a string in a doc example, a test's fixture tree
+            if token in seen or after in "*{<#\"'" and after or (test and token.split("/")[0] == "src"):
+                continue  # a glob, another project's issue, a string in a doc example, a test's fixture tree
             if not path_exists(token):
                 report(file, n, f"missing path: {token}")
 
