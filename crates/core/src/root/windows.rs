@@ -1,5 +1,5 @@
 //! The bounded root on Windows: the same API and guarantee as the unix one
-//! (`root.rs`), on handles. Design notes: docs/windows.md.
+//! (`unix.rs`), on handles. Design notes: docs/windows.md.
 //!
 //! Every path is walked one component at a time from a directory handle held
 //! on the root: each name is opened relative to the handle of its parent
