@@ -1,26 +1,14 @@
-//! The bounded root: resolving and opening paths beneath a workspace root
-//! without check-then-use races.
+//! The bounded root on unix, on descriptors (the guarantee and the shared
+//! types: `mod.rs`).
 //!
-//! Every path is walked one component at a time from a directory descriptor
-//! held open on the root, with `O_NOFOLLOW` at every step. Symlinks are never
-//! followed by the kernel: we read them (`readlinkat`) and splice their target
-//! into the walk ourselves, so absolute targets that point back inside the root
-//! are honoured (openat2's `RESOLVE_BENEATH` refuses those) and any target that
-//! leaves the root is refused. `..` pops our own stack of open directories, never
-//! the kernel's `..`, so a directory renamed or swapped mid-walk cannot lead us
-//! out. The final operation is done relative to the parent descriptor, again
-//! with `O_NOFOLLOW`: what is opened, created or listed is what was checked.
-//!
-//! With a [`Policy`], every operation also asks it, on both the path as given
-//! (`.` and `..` taken lexically) and the path the resolution reached
-//! (symlinks followed): reads (open, read, `access` "r", `stat`, `exists`,
-//! listing a directory) refuse a denied-read target, writes (`write_file`,
-//! `mkdir_all`, `access` "rw") a denied-write or protected one, with
-//! [`Error::protected`] naming the rule. A listing leaves denied-read entries
-//! out. The resolved path is the one the final call is made on (relative to
-//! the descriptor the walk holds), so there is no re-lookup to race; a fast
-//! kernel resolution is taken only when it followed no symlink (then the
-//! path as given is the path reached).
+//! Each component is opened relative to its parent's descriptor with
+//! `O_NOFOLLOW`; a symlink met is read (`readlinkat`) and its target spliced
+//! into the walk (openat2's `RESOLVE_BENEATH` would refuse an absolute target
+//! that points back inside the root). The final call is made with
+//! `O_NOFOLLOW` on the descriptor the walk holds and the name it checked, so
+//! there is no re-lookup to race. A fast kernel resolution (openat2, bounded
+//! beneath the root) is taken only when it followed no symlink: then the path
+//! as given is the path reached, for the policy too.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -38,7 +26,7 @@ use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
 
-pub use crate::error::Result;
+use super::{Access, Result, Stat};
 use crate::error::{errno_of, Error, ErrorKind};
 use crate::policy::Policy;
 
@@ -50,44 +38,6 @@ const MAX_SYMLINKS: usize = 40;
 /// the terminating NUL): the walk would reach it, one component at a time,
 /// where stock pi fails.
 const PATH_MAX: usize = 4096;
-
-/// What `stat` reports (symlinks followed, still bounded).
-#[derive(Debug, Clone, Copy)]
-pub struct Stat {
-    /// A directory.
-    pub is_dir: bool,
-    /// A regular file.
-    pub is_file: bool,
-    /// The path itself is a symlink (its target is what the other fields describe).
-    pub is_symlink: bool,
-    /// Size in bytes.
-    pub size: u64,
-    /// Last modification, in milliseconds since the Unix epoch (Node's `mtimeMs`).
-    pub mtime_ms: f64,
-    /// File type and permission bits (`st_mode`).
-    pub mode: u32,
-}
-
-/// Access to check, like `R_OK` / `R_OK | W_OK`.
-#[derive(Debug, Clone, Copy)]
-pub enum Access {
-    /// Readable (`R_OK`).
-    Read,
-    /// Readable and writable (`R_OK | W_OK`).
-    ReadWrite,
-}
-
-impl Access {
-    /// The access a face's mode names: `"rw"` is R_OK | W_OK (pi's edit
-    /// tool), anything else R_OK (its read tool).
-    pub fn from_mode(mode: &str) -> Access {
-        if mode == "rw" {
-            Access::ReadWrite
-        } else {
-            Access::Read
-        }
-    }
-}
 
 /// A directory entry found by a resolution: the open parent directory and the
 /// final name inside it (`"."` when the path is that directory itself). The

@@ -68,7 +68,7 @@ use windows_sys::Win32::Storage::FileSystem::{
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
-pub use crate::error::Result;
+use super::{Access, Result, Stat};
 use crate::error::{Error, ErrorKind};
 use crate::policy::Policy;
 
@@ -95,46 +95,6 @@ const EPOCH_DIFF_100NS: i64 = 116_444_736_000_000_000;
 const MAX_COMPONENT_UNITS: usize = 255;
 /// The longest name `UNICODE_STRING` can carry (its length is a u16 in bytes).
 const MAX_NAME_UNITS: usize = (u16::MAX / 2) as usize;
-
-/// What `stat` reports (symlinks followed, still bounded).
-#[derive(Debug, Clone, Copy)]
-pub struct Stat {
-    /// A directory.
-    pub is_dir: bool,
-    /// A regular file.
-    pub is_file: bool,
-    /// The path itself is a symlink (never, after a resolution: kept for the
-    /// unix API's shape).
-    pub is_symlink: bool,
-    /// Size in bytes (0 for a directory, as libuv reports).
-    pub size: u64,
-    /// Last modification, in milliseconds since the Unix epoch (Node's `mtimeMs`).
-    pub mtime_ms: f64,
-    /// libuv's `st_mode` on Windows: the type bits, and 0o444 for a read-only
-    /// file or 0o666 otherwise.
-    pub mode: u32,
-}
-
-/// Access to check, like `R_OK` / `R_OK | W_OK`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Readable (`R_OK`).
-    Read,
-    /// Readable and writable (`R_OK | W_OK`).
-    ReadWrite,
-}
-
-impl Access {
-    /// The access a face's mode names: `"rw"` is R_OK | W_OK (pi's edit
-    /// tool), anything else R_OK (its read tool).
-    pub fn from_mode(mode: &str) -> Access {
-        if mode == "rw" {
-            Access::ReadWrite
-        } else {
-            Access::Read
-        }
-    }
-}
 
 /// A directory entry found by a resolution: the open parent directory and the
 /// final name inside it (`"."` when the path is that directory itself).
