@@ -26,7 +26,12 @@
 //! listing leaves denied-read entries out.
 
 pub use crate::error::Result;
+pub use runtime::RuntimeMap;
 
+mod runtime;
+
+#[cfg(unix)]
+mod recent;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]

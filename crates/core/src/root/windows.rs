@@ -68,7 +68,7 @@ use windows_sys::Win32::Storage::FileSystem::{
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
-use super::{Access, Result, Stat};
+use super::{Access, Result, RuntimeMap, Stat};
 use crate::error::{Error, ErrorKind};
 use crate::policy::Policy;
 
@@ -111,7 +111,9 @@ struct Entry {
 pub struct Root {
     dir: OwnedHandle,
     host: PathBuf,
-    runtime: PathBuf,
+    /// The root's final path (as `host`, in its own spelling) and the
+    /// agent's path of the root.
+    paths: RuntimeMap,
     /// The root's final path (normalized, see [`normalize`]): every handle we
     /// act on must have its own final path under it.
     final_path: String,
@@ -182,7 +184,7 @@ impl Root {
         Ok(Root {
             dir,
             host: PathBuf::from(canonical),
-            runtime,
+            paths: RuntimeMap::new(final_path.clone(), runtime),
             final_path,
             aliases,
             policy: None,
@@ -289,7 +291,7 @@ impl Root {
 
     /// The agent-visible path of the root.
     pub fn runtime(&self) -> &Path {
-        &self.runtime
+        &self.paths.runtime
     }
 
     /// The path relative to the root (`\`-separated, possibly empty), if
@@ -305,15 +307,12 @@ impl Root {
 
     /// Maps a host path inside the root to its runtime form.
     pub fn to_runtime(&self, host_path: &Path) -> PathBuf {
-        let normalized = normalize(host_path.as_os_str());
-        match normalized
-            .as_deref()
-            .and_then(|p| strip_prefix_ci(p, &self.final_path))
-        {
-            Some("") => self.runtime.clone(),
-            Some(rel) => self.runtime.join(rel),
-            None => host_path.to_path_buf(),
-        }
+        self.paths.to_runtime(host_path)
+    }
+
+    /// The root's two paths: its final host path and the agent's.
+    pub fn paths(&self) -> &RuntimeMap {
+        &self.paths
     }
 
     fn top<'a>(&'a self, stack: &'a [(OwnedHandle, String)]) -> BorrowedHandle<'a> {
