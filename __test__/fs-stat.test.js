@@ -1,7 +1,7 @@
 // ls.stat and ls.exists give what Node's statSync/existsSync give, for every shape of path pi's ls
 // passes or a caller might (a name in the root, deeper, symlinks, unclean spellings, long ones), and
 // nothing outside the root is reported.
-import { existsSync, mkdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync, statSync, symlinkSync, unlinkSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
@@ -72,6 +72,34 @@ describe("ls.stat and ls.exists", () => {
     await expect(fs.ls.stat(p)).rejects.toThrow(`path "${p}" is outside workspace`);
     await expect(fs.ls.stat(path.join(dir, "..", "outside", "secret"))).rejects.toThrow("is outside workspace");
   });
+
+  // A directory looked in is held for the next call (crates/core/src/root/recent.rs): each use rechecks
+  // that its path still names it, so a held directory moved out of the root is never looked in again.
+  it.skipIf(process.platform === "win32")(
+    "a subdirectory stated in, then moved out or replaced by a symlink out, is not looked in again",
+    async () => {
+      makeTree(top, { "elsewhere/f.txt": "outside!" });
+      for (const rel of ["moving", "two/moving"]) {
+        const held = path.join(dir, rel);
+        makeTree(held, { "f.txt": "in" });
+        const p = path.join(held, "f.txt");
+        expect((await fs.ls.stat(p)).size).toBe(2);
+        expect(await fs.ls.exists(p)).toBe(true);
+        // Moved out of the root: missing, as Node sees it, not the moved file.
+        renameSync(held, path.join(top, `moved-out-${rel.length}`));
+        await expect(fs.ls.stat(p)).rejects.toMatchObject(nodeFailure(p));
+        expect(await fs.ls.exists(p)).toBe(false);
+        // Replaced by a symlink leading outside: refused, not followed.
+        symlinkSync(path.join(top, "elsewhere"), held);
+        await expect(fs.ls.stat(p)).rejects.toThrow("is outside workspace");
+        await expect(fs.ls.exists(p)).rejects.toThrow("is outside workspace");
+        // Replaced by another directory: that one answers.
+        unlinkSync(held);
+        makeTree(held, { "f.txt": "again!" });
+        expect(shape(await fs.ls.stat(p))).toEqual(shape(statSync(p)));
+      }
+    },
+  );
 
   it("stats are Node-like: type methods on the prototype, one object per call", async () => {
     const a = await fs.ls.stat(path.join(dir, "a.txt"));

@@ -179,7 +179,11 @@ export async function lsRows({ pi, native }) {
       corpus,
       exec(lsN, { path: "sub" }),
       exec(lsS, { path: "sub" }),
-      { target: t, runs: 300, note: "a bounded open (openat2), fstat and close per entry, against one statx" },
+      {
+        target: t,
+        runs: 300,
+        note: "two fstatat per entry (the held subdirectory rechecked, then the name), against one statx",
+      },
     ),
   );
   // Per call: batches of one awaited call per entry (the times are the batch's; the ratio is per call).

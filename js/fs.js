@@ -1,5 +1,5 @@
 // boundFs: pi's Read/Write/Edit/Ls (and Find/Grep) Operations, every path resolved natively beneath
-// one workspace root (see crates/core/src/root.rs for how that stays race-free). This layer only validates
+// one workspace root (see crates/core/src/root/ for how that stays race-free). This layer only validates
 // arguments and maps runtime paths; all file work is native, and errors come Node-shaped from the
 // binding (src/error.rs). access/mkdir/readdirSmall, and stat/exists when a few syscalls answer them,
 // are synchronous natively: called inside async functions, their throws become rejections, as pi's async
@@ -82,7 +82,7 @@ const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 /**
  * Whether the next quick call may run synchronously (NOT_NOW: after the loop turns), and whether it is the
  * first of its run (CHECKED: it checks the root against its path, as every call in the pool does) or a
- * later one (TRUSTED: the root as the first found it; crates/core/src/root.rs, `Root::trusting`).
+ * later one (TRUSTED: the root as the first found it; crates/core/src/root/unix.rs, `Root::trusting`).
  */
 function syncCall() {
   if (sliceStart < 0) {

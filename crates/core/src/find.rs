@@ -472,12 +472,13 @@ impl TreeSearch for Cached<'_, '_> {
 /// symlinked `cwd`), mapped when it is under the host root, else the real
 /// directory's runtime form.
 fn runtime_base(root: &Root, cwd: &Path, real_dir: &Path) -> PathBuf {
-    if cwd.starts_with(root.runtime()) {
+    let paths = root.paths();
+    if paths.runtime_relative(cwd).is_some() {
         cwd.to_path_buf()
-    } else if let Ok(rest) = cwd.strip_prefix(root.host()) {
-        root.runtime().join(rest)
+    } else if paths.host_relative(cwd).is_some() {
+        paths.to_runtime(cwd)
     } else {
-        root.to_runtime(real_dir)
+        paths.to_runtime(real_dir)
     }
 }
 

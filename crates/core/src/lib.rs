@@ -44,15 +44,13 @@ pub mod index {
     /// Why this target keeps no index (see the Linux module's).
     pub const UNSUPPORTED: Option<&str> = Some("the index needs Linux (inotify)");
 }
-#[cfg(unix)]
+// The bounded root: descriptors on unix, handles (NtCreateFile relative to a
+// directory) on Windows, one API.
+#[cfg(any(unix, windows))]
 pub mod root;
 // Node's whole-file read of an opened file, for the root of every target.
 #[cfg(any(unix, windows))]
 mod whole_read;
-// The same API on Windows, on handles (NtCreateFile relative to a directory).
-#[cfg(windows)]
-#[path = "root_windows.rs"]
-pub mod root;
 // System-call helpers shared by the walk, grep and exec (also safe in a
 // forked child).
 #[cfg(unix)]

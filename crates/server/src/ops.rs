@@ -341,11 +341,8 @@ pub struct ExecSite<'a> {
 
 impl ExecSite<'_> {
     /// How the core maps the agent's `cwd` to the host.
-    fn cwd_map(&self) -> exec::preflight::CwdMap {
-        exec::preflight::CwdMap {
-            host: self.host_root.to_path_buf(),
-            runtime: self.runtime_root.to_path_buf(),
-        }
+    fn cwd_map(&self) -> pi_native_ops_core::root::RuntimeMap {
+        pi_native_ops_core::root::RuntimeMap::new(self.host_root, self.runtime_root)
     }
 }
 

@@ -130,7 +130,7 @@ pub struct ExecRequest {
     pub env: Option<Vec<String>>,
     /// Where the agent's root is on the host, when the agent sees it elsewhere (the remote
     /// server's `--runtime-root`); ignored with a sandbox, whose root maps `cwd`.
-    pub cwd_map: Option<preflight::CwdMap>,
+    pub cwd_map: Option<crate::root::RuntimeMap>,
     /// Run the shell sandboxed (then `env` is ignored: the sandbox's clean environment applies,
     /// and `cwd` is in the sandbox's runtime form). `None`: exactly today's unsandboxed exec.
     /// A `Sandbox` converts (`.into()`); reuse one `Prepared` for many execs.

@@ -5,10 +5,11 @@
 //! order are the same everywhere. pi's lookup is JavaScript reading its settings; it lives here, once,
 //! because the remote server runs commands without any JavaScript, and a face must not decide it again.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::ExecRequest;
 use crate::error::{Error, Result};
+use crate::root::RuntimeMap;
 
 /// The shell pi prefers on unix, when it exists.
 #[cfg(not(windows))]
@@ -16,31 +17,6 @@ const BASH: &str = "/bin/bash";
 /// The shell of last resort on unix (found on `PATH` when spawned, as `spawn("sh")` finds it).
 #[cfg(not(windows))]
 const SH: &str = "sh";
-
-/// Where an agent's paths are on the host: `runtime` (the root as the agent sees it) is `host`.
-/// A path under `runtime` is the same path under `host`; any other path is the host's own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CwdMap {
-    /// The workspace on the host.
-    pub host: PathBuf,
-    /// The workspace as the agent sees it.
-    pub runtime: PathBuf,
-}
-
-impl CwdMap {
-    /// `cwd` on the host, mapped by components (so `/workspaces` is not under `/workspace`), as
-    /// the shell would be given it locally (no `..` resolved).
-    pub fn host_path(&self, cwd: &Path) -> PathBuf {
-        if self.host == self.runtime {
-            return cwd.to_path_buf();
-        }
-        match cwd.strip_prefix(&self.runtime) {
-            Ok(rel) if rel.as_os_str().is_empty() => self.host.clone(),
-            Ok(rel) => self.host.join(rel),
-            Err(_) => cwd.to_path_buf(),
-        }
-    }
-}
 
 /// Which of pi's shell tools an exec serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -316,14 +292,11 @@ pub fn check_kind(request: &ExecRequest, kind: ShellKind) -> Result<Ready> {
     };
     let sandbox_map = request.sandbox.as_ref().map(|s| {
         let spec = s.spec();
-        CwdMap {
-            host: spec.root.clone(),
-            runtime: spec.runtime_root.clone(),
-        }
+        RuntimeMap::new(&spec.root, &spec.runtime_root)
     });
     let map = sandbox_map.as_ref().or(request.cwd_map.as_ref());
     let cwd = Path::new(&request.cwd);
-    let host = map.map_or_else(|| cwd.to_path_buf(), |m| m.host_path(cwd));
+    let host = map.map_or_else(|| cwd.to_path_buf(), |m| m.to_host(cwd));
     check_cwd_of(&request.cwd, &host, kind)?;
     let cwd = if request.sandbox.is_some() {
         request.cwd.clone()
@@ -433,29 +406,6 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn cwd_under_the_runtime_root_moves_to_the_host() {
-        let map = CwdMap {
-            host: "/home/u/proj".into(),
-            runtime: "/workspace".into(),
-        };
-        let host = |cwd: &str| map.host_path(Path::new(cwd));
-        assert_eq!(host("/workspace"), Path::new("/home/u/proj"));
-        assert_eq!(host("/workspace/"), Path::new("/home/u/proj"));
-        assert_eq!(host("/workspace/src"), Path::new("/home/u/proj/src"));
-        assert_eq!(host("/workspaces"), Path::new("/workspaces"));
-        assert_eq!(host("/tmp"), Path::new("/tmp"));
-        let same = CwdMap {
-            host: "/w".into(),
-            runtime: "/w".into(),
-        };
-        assert_eq!(
-            same.host_path(Path::new("/w/x/../y")),
-            Path::new("/w/x/../y")
-        );
-    }
-
-    #[cfg(unix)]
-    #[test]
     fn a_missing_or_unusable_cwd_is_pis_refusal_with_the_cwd_as_given() {
         let missing = check(&request(None, "/definitely/missing")).unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::WorkingDirectory);
@@ -468,10 +418,7 @@ mod tests {
         // Mapped: checked on the host, reported as the agent wrote it.
         let dir = tempfile::tempdir().unwrap();
         let mut mapped = request(None, "/workspace/sub");
-        mapped.cwd_map = Some(CwdMap {
-            host: dir.path().into(),
-            runtime: "/workspace".into(),
-        });
+        mapped.cwd_map = Some(RuntimeMap::new(dir.path(), "/workspace"));
         let err = check(&mapped).unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -2,7 +2,7 @@
 //! listed with `FileFullDirectoryInfo` and each entry opened relative to its
 //! directory's handle (`NtCreateFile` with `RootDirectory`,
 //! `FILE_OPEN_REPARSE_POINT`), with the bounded root's primitives
-//! (`root_windows.rs`).
+//! (`root/windows.rs`).
 //!
 //! The guarantee is the unix walk's: nothing outside the start directory is
 //! listed or searched. A symlink or junction is listed as a symlink and never

@@ -1,30 +1,18 @@
-//! The bounded root: resolving and opening paths beneath a workspace root
-//! without check-then-use races.
+//! The bounded root on unix, on descriptors (the guarantee and the shared
+//! types: `mod.rs`).
 //!
-//! Every path is walked one component at a time from a directory descriptor
-//! held open on the root, with `O_NOFOLLOW` at every step. Symlinks are never
-//! followed by the kernel: we read them (`readlinkat`) and splice their target
-//! into the walk ourselves, so absolute targets that point back inside the root
-//! are honoured (openat2's `RESOLVE_BENEATH` refuses those) and any target that
-//! leaves the root is refused. `..` pops our own stack of open directories, never
-//! the kernel's `..`, so a directory renamed or swapped mid-walk cannot lead us
-//! out. The final operation is done relative to the parent descriptor, again
-//! with `O_NOFOLLOW`: what is opened, created or listed is what was checked.
-//!
-//! With a [`Policy`], every operation also asks it, on both the path as given
-//! (`.` and `..` taken lexically) and the path the resolution reached
-//! (symlinks followed): reads (open, read, `access` "r", `stat`, `exists`,
-//! listing a directory) refuse a denied-read target, writes (`write_file`,
-//! `mkdir_all`, `access` "rw") a denied-write or protected one, with
-//! [`Error::protected`] naming the rule. A listing leaves denied-read entries
-//! out. The resolved path is the one the final call is made on (relative to
-//! the descriptor the walk holds), so there is no re-lookup to race; a fast
-//! kernel resolution is taken only when it followed no symlink (then the
-//! path as given is the path reached).
+//! Each component is opened relative to its parent's descriptor with
+//! `O_NOFOLLOW`; a symlink met is read (`readlinkat`) and its target spliced
+//! into the walk (openat2's `RESOLVE_BENEATH` would refuse an absolute target
+//! that points back inside the root). The final call is made with
+//! `O_NOFOLLOW` on the descriptor the walk holds and the name it checked, so
+//! there is no re-lookup to race. A fast kernel resolution (openat2, bounded
+//! beneath the root) is taken only when it followed no symlink: then the path
+//! as given is the path reached, for the policy too.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -38,7 +26,8 @@ use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{faccessat, fchown, unlinkat, AccessFlags, Gid, Uid, UnlinkatFlags};
 
-pub use crate::error::Result;
+use super::recent::{self, Recent};
+use super::{Access, Result, RuntimeMap, Stat};
 use crate::error::{errno_of, Error, ErrorKind};
 use crate::policy::Policy;
 
@@ -50,44 +39,6 @@ const MAX_SYMLINKS: usize = 40;
 /// the terminating NUL): the walk would reach it, one component at a time,
 /// where stock pi fails.
 const PATH_MAX: usize = 4096;
-
-/// What `stat` reports (symlinks followed, still bounded).
-#[derive(Debug, Clone, Copy)]
-pub struct Stat {
-    /// A directory.
-    pub is_dir: bool,
-    /// A regular file.
-    pub is_file: bool,
-    /// The path itself is a symlink (its target is what the other fields describe).
-    pub is_symlink: bool,
-    /// Size in bytes.
-    pub size: u64,
-    /// Last modification, in milliseconds since the Unix epoch (Node's `mtimeMs`).
-    pub mtime_ms: f64,
-    /// File type and permission bits (`st_mode`).
-    pub mode: u32,
-}
-
-/// Access to check, like `R_OK` / `R_OK | W_OK`.
-#[derive(Debug, Clone, Copy)]
-pub enum Access {
-    /// Readable (`R_OK`).
-    Read,
-    /// Readable and writable (`R_OK | W_OK`).
-    ReadWrite,
-}
-
-impl Access {
-    /// The access a face's mode names: `"rw"` is R_OK | W_OK (pi's edit
-    /// tool), anything else R_OK (its read tool).
-    pub fn from_mode(mode: &str) -> Access {
-        if mode == "rw" {
-            Access::ReadWrite
-        } else {
-            Access::Read
-        }
-    }
-}
 
 /// A directory entry found by a resolution: the open parent directory and the
 /// final name inside it (`"."` when the path is that directory itself). The
@@ -123,12 +74,14 @@ pub struct Root {
     /// directory (`held`), unless `pinned`.
     dir: RwLock<Held>,
     pinned: bool,
-    host: PathBuf,
-    runtime: PathBuf,
+    /// The canonical host path and the agent's path of the root.
+    paths: RuntimeMap,
     /// Prefixes mapping to the root, longest first.
     aliases: Vec<PathBuf>,
     /// What no operation may read or write, when given.
     policy: Option<Arc<Policy>>,
+    /// Directories lately looked in, held (a name in one is one `fstatat`).
+    recent: Recent,
 }
 
 thread_local! {
@@ -155,6 +108,23 @@ impl Held {
             dev: identity(&st).0,
             ino: identity(&st).1,
         })
+    }
+}
+
+/// The directory a name is looked up in directly (`Root::direct_parent`).
+enum Parent<'a> {
+    /// The root, as held for this call.
+    Root(RwLockReadGuard<'a, Held>),
+    /// A directory beneath it, held and just rechecked.
+    Recent(Arc<recent::Dir>),
+}
+
+impl Parent<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Parent::Root(held) => held.fd.as_fd(),
+            Parent::Recent(dir) => dir.fd(),
+        }
     }
 }
 
@@ -190,10 +160,10 @@ impl Root {
         Ok(Root {
             dir: RwLock::new(held),
             pinned: false,
-            host: canonical,
-            runtime,
+            paths: RuntimeMap::new(canonical, runtime),
             aliases,
             policy: None,
+            recent: Recent::default(),
         })
     }
 
@@ -220,13 +190,13 @@ impl Root {
         if self.pinned || TRUSTED.get() {
             return held;
         }
-        match nix::sys::stat::lstat(&self.host) {
+        match nix::sys::stat::lstat(&self.paths.host) {
             Ok(st) if identity(&st) == (held.dev, held.ino) => held,
             Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
                 drop(held);
                 let mut held = self.dir.write().unwrap_or_else(|e| e.into_inner());
                 // Unless another thread just did, or the path changed again.
-                if let Ok(now) = Held::open(&self.host) {
+                if let Ok(now) = Held::open(&self.paths.host) {
                     if (now.dev, now.ino) != (held.dev, held.ino) {
                         *held = now;
                     }
@@ -271,6 +241,8 @@ impl Root {
     /// The same root with `policy` asked by every operation.
     pub fn with_policy(mut self, policy: Arc<Policy>) -> Root {
         self.policy = Some(policy);
+        // Held under no rules: let the policy decide what is held.
+        self.recent = Recent::default();
         self
     }
 
@@ -344,12 +316,17 @@ impl Root {
 
     /// The canonical host path of the root.
     pub fn host(&self) -> &Path {
-        &self.host
+        &self.paths.host
     }
 
     /// The agent-visible path of the root.
     pub fn runtime(&self) -> &Path {
-        &self.runtime
+        &self.paths.runtime
+    }
+
+    /// The root's two paths: its canonical host path and the agent's.
+    pub fn paths(&self) -> &RuntimeMap {
+        &self.paths
     }
 
     /// The path relative to the root, if `path` (absolute) lies lexically
@@ -390,11 +367,7 @@ impl Root {
 
     /// Maps a host path inside the root to its runtime form.
     pub fn to_runtime(&self, host_path: &Path) -> PathBuf {
-        match host_path.strip_prefix(&self.host) {
-            Ok(rel) if rel.as_os_str().is_empty() => self.runtime.clone(),
-            Ok(rel) => self.runtime.join(rel),
-            Err(_) => host_path.to_path_buf(),
-        }
+        self.paths.to_runtime(host_path)
     }
 
     /// Walks `path` beneath the root, a symlink in the last position expanded
@@ -788,10 +761,10 @@ impl Root {
                 Err(_) => None,
             };
         }
-        match self.stat_in_root(path) {
-            Ok(Some(_)) => return Some(Ok(true)),
-            Err(_) => return None,
-            Ok(None) => {}
+        // A name that failed its `fstatat` is asked of the kernel's
+        // resolution, which tells a missing name from a refusal.
+        if let Ok(Some(_)) = self.stat_in_root(path) {
+            return Some(Ok(true));
         }
         #[cfg(target_os = "linux")]
         match self.open_beneath(path, OFlag::O_PATH)? {
@@ -807,11 +780,33 @@ impl Root {
     /// `stat` under a policy with read rules: a denied path's metadata is
     /// refused too (`ls` of a denied directory starts with it).
     fn stat_readable(&self, policy: &Policy, path: &Path, walk: bool) -> Result<Option<FileStat>> {
-        // Through no symlink (one `fstatat` in the root, or the kernel's
-        // resolution told to follow none), the path reached is the path given.
+        // Through no symlink (one `fstatat` in the root or a held directory,
+        // or the kernel's resolution told to follow none), the path reached
+        // is the path given.
         let given = self.lexical(path)?;
-        refuse_read(policy, &given, false)?;
-        let direct = match self.stat_in_root(path)? {
+        let parent = self.direct_parent(path);
+        // A direct parent's directories are all readable (the root has none
+        // above a name; a directory is held only when readable): the name's
+        // own rules decide alone.
+        let above_readable = parent.is_some();
+        let refuse = |is_dir| {
+            let denial = match above_readable {
+                true => policy.read_denial_entry(&given, is_dir),
+                false => policy.read_denial(&given, is_dir),
+            };
+            denial.map_or(Ok(()), |denial| Err(Error::protected(denial.rule)))
+        };
+        refuse(false)?;
+        // The parent (the root's lock, for the root) is let go here, before
+        // any other resolution takes it again.
+        let direct = match parent {
+            Some((parent, name)) => {
+                let st = fstatat(parent.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+                (file_type(&st) != SFlag::S_IFLNK).then_some(st)
+            }
+            None => None,
+        };
+        let direct = match direct {
             Some(st) => Some(st),
             None => {
                 #[cfg(target_os = "linux")]
@@ -826,7 +821,7 @@ impl Root {
         };
         if let Some(st) = direct {
             if file_type(&st) == SFlag::S_IFDIR {
-                refuse_read(policy, &given, true)?;
+                refuse(true)?;
             }
             return Ok(Some(st));
         }
@@ -841,18 +836,41 @@ impl Root {
         Ok(Some(st))
     }
 
-    /// One `fstatat` on the root's descriptor for a name directly in the root
-    /// (what `ls` of the root stats per entry): a name that is not a symlink
-    /// is its own answer, as the kernel looks it up in the directory we hold.
-    /// `None` (a deeper path, or a symlink to follow) leaves it to
-    /// [`Root::stat_resolved`].
+    /// One `fstatat` for a name whose directory is at hand (`direct_parent`):
+    /// a name that is not a symlink is its own answer, as the kernel looks
+    /// it up in a directory reached without a symlink. `None` (a deeper
+    /// path, or a symlink to follow) leaves it to [`Root::stat_resolved`].
     fn stat_in_root(&self, path: &Path) -> Result<Option<FileStat>> {
-        let name = match self.clean_relative(path) {
-            Some(rel) if !rel.as_os_str().as_bytes().contains(&b'/') => rel,
-            _ => return Ok(None),
+        let Some((parent, name)) = self.direct_parent(path) else {
+            return Ok(None);
         };
-        let st = fstatat(&self.current().fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let st = fstatat(parent.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
         Ok((file_type(&st) != SFlag::S_IFLNK).then_some(st))
+    }
+
+    /// The directory a name of `path` (clean, as pi's tools give it) is
+    /// looked up in with one `fstatat`, and that name: the root for a name
+    /// directly in it (what `ls` of the root stats per entry), or a directory
+    /// up to [`recent::MAX_DEPTH`] levels below, held and rechecked
+    /// (`recent`; what `ls` of a subdirectory stats). Under read rules, only
+    /// a directory the policy lets read (with all above it) is held.
+    fn direct_parent<'a>(&self, path: &'a Path) -> Option<(Parent<'_>, &'a OsStr)> {
+        let rel = self.clean_relative(path)?;
+        let root = self.current();
+        match recent::split(rel) {
+            Some((dir, name)) => {
+                let readable = |dir: &Path| {
+                    self.read_rules()
+                        .is_none_or(|policy| policy.read_denial(dir, true).is_none())
+                };
+                let held = self.recent.get(root.fd.as_fd(), dir, readable)?;
+                Some((Parent::Recent(held), name))
+            }
+            None if !rel.as_os_str().as_bytes().contains(&b'/') => {
+                Some((Parent::Root(root), rel.as_os_str()))
+            }
+            None => None,
+        }
     }
 
     /// `stat` by a bounded resolution: the kernel's (`openat2`) when it can,
@@ -902,7 +920,7 @@ impl Root {
         if let (Some(policy), true) = (policy, is_dir) {
             self.refuse_read_dir(policy, path, &e)?;
         }
-        Ok((self.host.join(&e.rel), is_dir))
+        Ok((self.paths.host.join(&e.rel), is_dir))
     }
 
     /// Opens a directory for listing (symlinks followed within the root): the
@@ -998,7 +1016,7 @@ impl Root {
     fn real_rel(&self, fd: &OwnedFd, path: &Path) -> Result<PathBuf> {
         #[cfg(target_os = "linux")]
         if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-            if let Ok(rel) = link.strip_prefix(&self.host) {
+            if let Ok(rel) = link.strip_prefix(&self.paths.host) {
                 return Ok(rel.to_path_buf());
             }
         }
@@ -1451,6 +1469,40 @@ mod tests {
             failure(r.stat(&f.root.join("x".repeat(300)))),
             os(Errno::ENAMETOOLONG)
         );
+    }
+
+    #[test]
+    fn a_held_subdirectory_moved_out_is_not_looked_in_again() {
+        let f = fixture();
+        let plain = open(&f);
+        let ruled = with_policy(&f, &["*.key"], &[]);
+        for r in [&plain, &ruled] {
+            let file = f.root.join("sub/deep/b.txt");
+            let quick = |p: &Path| r.stat_quick(p).unwrap();
+            assert_eq!(quick(&file).unwrap().size, 1);
+            assert_eq!(r.exists_quick(&file), Some(Ok(true)));
+            // Held now; moved out of the root: missing, not the moved file.
+            fs::rename(f.root.join("sub"), f.outside.join("sub")).unwrap();
+            assert_eq!(failure(quick(&file)), os(Errno::ENOENT));
+            assert_eq!(r.exists_inside(&file), Ok(false));
+            // A symlink out in its place: refused.
+            symlink(f.outside.join("sub"), f.root.join("sub")).unwrap();
+            assert_eq!(failure(r.stat(&file)), OUTSIDE);
+            assert_eq!(
+                r.exists_inside(&file).map_err(|e| e.kind()),
+                Err(ErrorKind::Outside)
+            );
+            fs::remove_file(f.root.join("sub")).unwrap();
+            fs::rename(f.outside.join("sub"), f.root.join("sub")).unwrap();
+        }
+        // Under read rules, a name in a held directory is judged by its own
+        // rules, a directory's too, as the whole path is.
+        fs::write(f.root.join("sub/deep/k.key"), "K").unwrap();
+        let denied = with_policy(&f, &["*.key", "deep/"], &[]);
+        assert!(rule(denied.stat(&f.root.join("sub/deep/b.txt"))).is_some());
+        assert!(rule(denied.stat(&f.root.join("sub/deep"))).is_some());
+        assert!(rule(ruled.stat(&f.root.join("sub/deep/k.key"))).is_some());
+        assert!(ruled.stat(&f.root.join("sub/deep")).is_ok());
     }
 
     #[test]

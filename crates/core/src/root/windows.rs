@@ -1,5 +1,5 @@
 //! The bounded root on Windows: the same API and guarantee as the unix one
-//! (`root.rs`), on handles. Design notes: docs/windows.md.
+//! (`unix.rs`), on handles. Design notes: docs/windows.md.
 //!
 //! Every path is walked one component at a time from a directory handle held
 //! on the root: each name is opened relative to the handle of its parent
@@ -68,7 +68,7 @@ use windows_sys::Win32::Storage::FileSystem::{
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
-pub use crate::error::Result;
+use super::{Access, Result, RuntimeMap, Stat};
 use crate::error::{Error, ErrorKind};
 use crate::policy::Policy;
 
@@ -96,46 +96,6 @@ const MAX_COMPONENT_UNITS: usize = 255;
 /// The longest name `UNICODE_STRING` can carry (its length is a u16 in bytes).
 const MAX_NAME_UNITS: usize = (u16::MAX / 2) as usize;
 
-/// What `stat` reports (symlinks followed, still bounded).
-#[derive(Debug, Clone, Copy)]
-pub struct Stat {
-    /// A directory.
-    pub is_dir: bool,
-    /// A regular file.
-    pub is_file: bool,
-    /// The path itself is a symlink (never, after a resolution: kept for the
-    /// unix API's shape).
-    pub is_symlink: bool,
-    /// Size in bytes (0 for a directory, as libuv reports).
-    pub size: u64,
-    /// Last modification, in milliseconds since the Unix epoch (Node's `mtimeMs`).
-    pub mtime_ms: f64,
-    /// libuv's `st_mode` on Windows: the type bits, and 0o444 for a read-only
-    /// file or 0o666 otherwise.
-    pub mode: u32,
-}
-
-/// Access to check, like `R_OK` / `R_OK | W_OK`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Readable (`R_OK`).
-    Read,
-    /// Readable and writable (`R_OK | W_OK`).
-    ReadWrite,
-}
-
-impl Access {
-    /// The access a face's mode names: `"rw"` is R_OK | W_OK (pi's edit
-    /// tool), anything else R_OK (its read tool).
-    pub fn from_mode(mode: &str) -> Access {
-        if mode == "rw" {
-            Access::ReadWrite
-        } else {
-            Access::Read
-        }
-    }
-}
-
 /// A directory entry found by a resolution: the open parent directory and the
 /// final name inside it (`"."` when the path is that directory itself).
 struct Entry {
@@ -151,7 +111,9 @@ struct Entry {
 pub struct Root {
     dir: OwnedHandle,
     host: PathBuf,
-    runtime: PathBuf,
+    /// The root's final path (as `host`, in its own spelling) and the
+    /// agent's path of the root.
+    paths: RuntimeMap,
     /// The root's final path (normalized, see [`normalize`]): every handle we
     /// act on must have its own final path under it.
     final_path: String,
@@ -222,7 +184,7 @@ impl Root {
         Ok(Root {
             dir,
             host: PathBuf::from(canonical),
-            runtime,
+            paths: RuntimeMap::new(final_path.clone(), runtime),
             final_path,
             aliases,
             policy: None,
@@ -329,7 +291,7 @@ impl Root {
 
     /// The agent-visible path of the root.
     pub fn runtime(&self) -> &Path {
-        &self.runtime
+        &self.paths.runtime
     }
 
     /// The path relative to the root (`\`-separated, possibly empty), if
@@ -345,15 +307,12 @@ impl Root {
 
     /// Maps a host path inside the root to its runtime form.
     pub fn to_runtime(&self, host_path: &Path) -> PathBuf {
-        let normalized = normalize(host_path.as_os_str());
-        match normalized
-            .as_deref()
-            .and_then(|p| strip_prefix_ci(p, &self.final_path))
-        {
-            Some("") => self.runtime.clone(),
-            Some(rel) => self.runtime.join(rel),
-            None => host_path.to_path_buf(),
-        }
+        self.paths.to_runtime(host_path)
+    }
+
+    /// The root's two paths: its final host path and the agent's.
+    pub fn paths(&self) -> &RuntimeMap {
+        &self.paths
     }
 
     fn top<'a>(&'a self, stack: &'a [(OwnedHandle, String)]) -> BorrowedHandle<'a> {
