@@ -156,7 +156,7 @@ fi
 # suites (bash, bash-tool, bash-flood, sandbox-*) do not run here: their commands are written for a unix
 # (sleep, seq, head, setsid, kill -9 $$, /proc, /dev/zero), which neither brush on Windows nor wine has;
 # exec-windows covers the same contract with Windows processes, and pi's bash tool parity with brush.
-files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,find,grep,search-windows,exec-windows}.test.js)
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,find,grep,grep-paths,search-windows,exec-windows}.test.js)
 # PI_NATIVE_OPS_WIN_SUITES: a space-separated list of test files to run instead.
 if [ -n "${PI_NATIVE_OPS_WIN_SUITES:-}" ]; then
   read -r -a files <<<"$PI_NATIVE_OPS_WIN_SUITES"
