@@ -9,9 +9,9 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { createBoundFs, createNativeTools } from "pi-native-ops";
+import { createBoundFs, createNativeTools, grep } from "pi-native-ops";
 import { isPi1, runTool } from "./helpers/pi.js";
-import { makeTree, removeTree, snapshot, tempDir, wineSwapStart } from "./helpers/tree.js";
+import { makeTree, removeTree, snapshot, tempDir, wineExchangeStart, wineSwapStart } from "./helpers/tree.js";
 import { underWine, windows } from "./helpers/windows.js";
 
 const describeWindows = windows ? describe : describe.skip;
@@ -152,6 +152,61 @@ describeWindows("the bounded fs on Windows", () => {
     expect(existsSync(path.join(outside, "escape.txt"))).toBe(false);
     expect(existsSync(path.join(outside, "made"))).toBe(false);
   });
+
+  // The same swap made atomically (renameat2's RENAME_EXCHANGE of a directory and a unix symlink out, by the
+  // Linux side at full speed): each name is always either the directory or the link, and changes between any
+  // two of our system calls. What holds it out is each directory handle's identity (docs/windows.md, "Races").
+  it.runIf(underWine)(
+    "a directory exchanged atomically with a link out: nothing outside is read, listed or written",
+    async () => {
+      const dir = path.join(root, "exchanged");
+      const link = path.join(root, "exchanged-link");
+      makeTree(dir, { "secret.txt": "inside\n", "mine.txt": "mine\n" });
+      // Its own outside, so that what a failure leaves there fails this test only.
+      const out = makeTree(path.join(base, "exchanged-outside"), {
+        "secret.txt": "SECRET\n",
+        "dir/inner.txt": "INNER\n",
+      });
+      const outBefore = snapshot(out);
+      const leaks = [];
+      const leak = (what, value) => leaks.push(`${what}: ${JSON.stringify(value)}`);
+      // Names and contents found only outside (outside/secret.txt, outside/dir/inner.txt).
+      const outsideName = (n) => /(^|[\\/])(dir|inner\.txt)$/.test(n);
+      const stop = wineExchangeStart(dir, link, out);
+      let swaps;
+      try {
+        for (let i = 0; i < 60; i++) {
+          for (const at of [dir, link]) {
+            const read = await fs.read.readFile(path.join(at, "secret.txt")).then(String, () => "");
+            if (read.includes("SECRET")) leak("read.readFile", read);
+            const names = await fs.ls.readdir(at).catch(() => []);
+            if (names.some(outsideName)) leak("ls.readdir", names);
+            if (
+              await fs.ls.stat(path.join(at, "dir")).then(
+                () => true,
+                () => false,
+              )
+            )
+              leak("ls.stat", "dir");
+            if (await fs.find.exists(path.join(at, "dir", "inner.txt")).catch(() => false))
+              leak("find.exists", "inner.txt");
+            const found = await fs.find.glob("**", at, {}).catch(() => []);
+            if (found.some(outsideName)) leak("find.glob", found);
+            const grepped = await grep({ pattern: "SECRET|INNER", path: at, fs }).catch(() => ({ matches: [] }));
+            if (grepped.matches.length > 0) leak("grep", grepped.matches);
+            await fs.write.writeFile(path.join(at, `escape-${i}.txt`), "x").catch(() => {});
+            await fs.write.writeFile(path.join(at, "secret.txt"), "inside\n").catch(() => {});
+            await fs.write.mkdir(path.join(at, `made-${i}`, "deeper")).catch(() => {});
+          }
+        }
+      } finally {
+        swaps = stop();
+      }
+      expect(swaps).toBeGreaterThan(0);
+      expect(leaks).toEqual([]);
+      expect(snapshot(out)).toEqual(outBefore);
+    },
+  );
 
   describe("names Win32 reads otherwise are refused with EINVAL, and nothing is made", () => {
     const names = [

@@ -29,6 +29,33 @@ function resolveToCwd(p, cwd) {
   return path.isAbsolute(s) ? path.normalize(s) : path.resolve(cwd, s);
 }
 
+/** Ends pi's ls tool once it has resolved its path (piResolve). */
+const RESOLVED = Symbol("resolved");
+
+/**
+ * Where pi's own grep would search `p` from `cwd` (its `resolveToCwd`, which pi's package does not export:
+ * Git Bash `/c/...` and `file://` forms on Windows, `~`, `@`, unicode spaces): asked of the same pi's ls
+ * tool, which resolves its path as its grep does and hands it first to `exists`, stopped there.
+ */
+async function piResolve(pi, cwd, p, ctx) {
+  let resolved;
+  const stop = () => Promise.reject(RESOLVED);
+  const operations = {
+    exists: (given) => {
+      resolved = given;
+      return stop();
+    },
+    stat: stop,
+    readdir: stop,
+  };
+  await pi
+    .createLsToolDefinition(cwd, { operations })
+    .execute("resolve", { path: p }, undefined, undefined, ctx)
+    .catch(() => {});
+  if (typeof resolved !== "string") throw new Error(`pi's ls tool did not resolve ${JSON.stringify(p)}`);
+  return resolved;
+}
+
 /** `Operation aborted`, with how many files the native search had begun to read when it stopped. */
 export function abortedError(filesSearched) {
   return Object.assign(new Error("Operation aborted"), { filesSearched });
@@ -133,7 +160,7 @@ export function grepToolDefinitionWith(cwd, search, pi) {
     ...stock,
     async execute(_toolCallId, params, signal, _onUpdate, ctx) {
       if (signal?.aborted) throw new Error("Operation aborted");
-      const searchPath = resolveToCwd(params?.path || ".", ctx?.cwd || cwd);
+      const searchPath = await piResolve(pi, cwd, params?.path, ctx);
       const out = await search(request(params ?? {}, searchPath, MAX_BYTES), signal);
       if (out.matchCount === 0) return { content: [{ type: "text", text: "No matches found" }], details: undefined };
       const rawOutput = out.lines

@@ -58,8 +58,36 @@ fi
 # its Linux paths: `link TARGET LINK` makes a unix symlink, `rmtree DIR` removes a fixture tree with its links
 # as links (Node's rm under wine would follow them out), `swap DIR TARGET N` swaps DIR N times between a
 # directory and a link to TARGET. Only paths under the wine user's profile (where the suites' temporary
-# directories are) are removed or swapped.
+# directories are) are removed or swapped. `exchange DIR LINK TARGET STOP` swaps the directory DIR and a unix
+# symlink LINK to TARGET atomically (renameat2 RENAME_EXCHANGE), as fast as it can, in the background until
+# the file STOP exists: answered once the swapping runs; STOP.ended appears once it has ended, DIR a
+# directory again.
 links=$(mktemp -d)
+# The exchanger, in python (ctypes: python's os module has no renameat2).
+exchanger='
+import ctypes, os, sys
+dir, link, target, stop = sys.argv[1:5]
+libc = ctypes.CDLL(None, use_errno=True)
+RENAME_EXCHANGE, AT_FDCWD = 2, -100
+def exchange():
+    if libc.renameat2(AT_FDCWD, dir.encode(), AT_FDCWD, link.encode(), RENAME_EXCHANGE) != 0:
+        sys.exit("exchange: errno %d" % ctypes.get_errno())
+if not os.path.lexists(link):
+    os.symlink(target, link)
+swaps = 0
+# Bounded, should the suite never ask it to stop (its directory gone, or 50 million swaps).
+while swaps < 50_000_000 and not os.path.exists(stop) and os.path.isdir(os.path.dirname(stop)):
+    for _ in range(256):
+        exchange()
+    swaps += 256
+    if swaps == 1024:
+        open(stop + ".running", "w").close()
+if os.path.islink(dir):
+    exchange()
+os.unlink(link)
+with open(stop + ".ended", "w") as f:
+    f.write("%d\n" % swaps)
+'
 # The suites (as the wine user) write their requests here.
 [ -n "${PI_NATIVE_OPS_WINE_AS:-}" ] && chown "$PI_NATIVE_OPS_WINE_AS" "$links"
 profile="$WINEPREFIX/drive_c/users/"
@@ -68,6 +96,7 @@ profile="$WINEPREFIX/drive_c/users/"
 "$wine_as" bash -c '
 links=$1
 profile=$2
+exchanger=$3
   # A command that fails here (an rm racing the suite'\''s own writes) must not end the helper.
   set +e
   while [ -d "$links" ]; do
@@ -87,6 +116,15 @@ profile=$2
             ln -s -- "${line[2]}" "${line[1]}" 2>/dev/null
             rm -rf -- "${line[1]}" 2>/dev/null
           done ;;
+        exchange:"$profile"?*)
+          if [[ "${line[2]:-}" == "$profile"?* && "${line[2]}" != *..* && "${line[4]:-}" == "$links"/* ]]; then
+            python3 -c "$exchanger" "${line[1]}" "${line[2]}" "${line[3]}" "${line[4]}" &
+            # Answered once it runs (or has failed).
+            while kill -0 $! 2>/dev/null && [ ! -e "${line[4]}.running" ]; do sleep 0.01; done
+            [ -e "${line[4]}.running" ] || status=1
+          else
+            status=2
+          fi ;;
         rmtree:"$profile"?*) rm -rf -- "${line[1]}" || status=$? ;;
         *) status=2 ;;
       esac
@@ -96,7 +134,7 @@ profile=$2
     done
     sleep 0.01
   done
-' wine-links "$links" "$profile" &
+' wine-links "$links" "$profile" "$exchanger" &
 linker=$!
 
 # The drop works: as root, a tree of root's that wine's Node is told to remove recursively stays.
@@ -118,7 +156,7 @@ fi
 # suites (bash, bash-tool, bash-flood, sandbox-*) do not run here: their commands are written for a unix
 # (sleep, seq, head, setsid, kill -9 $$, /proc, /dev/zero), which neither brush on Windows nor wine has;
 # exec-windows covers the same contract with Windows processes, and pi's bash tool parity with brush.
-files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,find,grep,search-windows,exec-windows}.test.js)
+files=(__test__/{fs,fs-escape,fs-parity,fs-stat,fs-stream,fs-windows,find,grep,grep-paths,search-windows,exec-windows}.test.js)
 # PI_NATIVE_OPS_WIN_SUITES: a space-separated list of test files to run instead.
 if [ -n "${PI_NATIVE_OPS_WIN_SUITES:-}" ]; then
   read -r -a files <<<"$PI_NATIVE_OPS_WIN_SUITES"

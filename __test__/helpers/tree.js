@@ -62,6 +62,25 @@ export function wineSwapStart(dir, target, count) {
   return () => existsSync(`${name}.done`);
 }
 
+/**
+ * Under wine: asks the Linux side to swap the directory `dir` and a unix symlink `link` to `target` atomically
+ * (renameat2's RENAME_EXCHANGE), as fast as it can, until told to stop; returns once the swapping runs.
+ * `stop()` ends it and waits until `dir` is the directory again; it answers how many swaps were made.
+ */
+export function wineExchangeStart(dir, link, target) {
+  const stopFile = path.join(WINE_LINKS, `${process.pid}-${wineRequests}.stop`);
+  wineRequest("exchange", dir, link, target, stopFile);
+  return () => {
+    writeFileSync(stopFile, "");
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (let waited = 0; !existsSync(`${stopFile}.ended`); waited += 5) {
+      if (waited > WINE_LINK_WAIT_MS) throw new Error(`wine links: the exchange of ${dir} did not stop`);
+      Atomics.wait(pause, 0, 0, 5);
+    }
+    return Number(readFileSync(`${stopFile}.ended`, "utf8"));
+  };
+}
+
 function makeSymlink(target, link) {
   if (WINE_LINKS) wineRequest("link", target, link);
   else symlinkSync(target, link);

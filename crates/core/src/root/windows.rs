@@ -16,6 +16,12 @@
 //! filesystem resolved behind our back (wine's unix symlinks, a filter
 //! driver's redirection) is refused too.
 //!
+//! Under wine a unix symlink is no reparse point: wine's open follows it, and
+//! a final path is looked up by name after the open, so a link swapped in and
+//! out between the two would pass that check. There every directory opened by
+//! name is also checked by identity (`verify_child`): the directory the kernel
+//! has as its `..` must be the very directory it was opened in.
+//!
 //! Names that Win32 would read differently from the filesystem are refused
 //! with `EINVAL` rather than guessed at: alternate data streams (`a.txt:s`),
 //! reserved device names (`CON`, `nul.txt`, `COM1`), trailing dots and spaces,
@@ -41,14 +47,15 @@ use std::os::windows::fs::OpenOptionsExt;
 use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
+use windows_sys::Wdk::Storage::FileSystem::FILE_ID_FULL_DIR_INFORMATION;
 use windows_sys::Wdk::Storage::FileSystem::{
-    FileDispositionInformation, FileRenameInformation, NtCreateFile, NtSetInformationFile,
-    FILE_CREATE, FILE_DIRECTORY_FILE, FILE_NON_DIRECTORY_FILE, FILE_OPEN,
-    FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_REPARSE_POINT, FILE_RENAME_INFORMATION,
-    FILE_SYNCHRONOUS_IO_NONALERT,
+    FileDispositionInformation, FileIdFullDirectoryInformation, FileRenameInformation,
+    NtCreateFile, NtQueryDirectoryFile, NtSetInformationFile, FILE_CREATE, FILE_DIRECTORY_FILE,
+    FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_REPARSE_POINT,
+    FILE_RENAME_INFORMATION, FILE_SYNCHRONOUS_IO_NONALERT,
 };
 use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, OBJ_CASE_INSENSITIVE, STATUS_NOT_A_DIRECTORY,
@@ -57,15 +64,16 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Storage::FileSystem::{
     FileAttributeTagInfo, FileBasicInfo, FileFullDirectoryInfo, FileFullDirectoryRestartInfo,
-    FileStandardInfo, GetFileInformationByHandleEx, GetFinalPathNameByHandleW, DELETE,
+    FileIdInfo, FileStandardInfo, GetFileInformationByHandleEx, GetFinalPathNameByHandleW, DELETE,
     FILE_ATTRIBUTE_ARCHIVE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_HIDDEN, FILE_ATTRIBUTE_NORMAL,
     FILE_ATTRIBUTE_NOT_CONTENT_INDEXED, FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT,
     FILE_ATTRIBUTE_SYSTEM, FILE_ATTRIBUTE_TAG_INFO, FILE_BASIC_INFO, FILE_FLAG_BACKUP_SEMANTICS,
-    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY, FILE_READ_ATTRIBUTES,
+    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_ID_INFO, FILE_LIST_DIRECTORY, FILE_READ_ATTRIBUTES,
     FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO, FILE_TRAVERSE,
     SYNCHRONIZE,
 };
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
+use windows_sys::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
 use super::{Access, Result, RuntimeMap, Stat};
@@ -100,9 +108,119 @@ const MAX_NAME_UNITS: usize = (u16::MAX / 2) as usize;
 /// final name inside it (`"."` when the path is that directory itself).
 struct Entry {
     parent: OwnedHandle,
+    /// The parent's identity (see [`verify_child`]).
+    parent_key: DirKey,
     name: String,
     /// The path of the entry relative to the root, as walked.
     rel: PathBuf,
+}
+
+/// A directory the walk of a path holds open beneath the root.
+struct Held {
+    dir: OwnedHandle,
+    /// Its name in its parent, as walked.
+    name: String,
+    /// Its identity (see [`verify_child`]).
+    key: DirKey,
+}
+
+/// A directory's identity: its volume and its file ID there. Only wine's are
+/// compared (see [`verify_child`]); elsewhere it is left zero, never asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DirKey {
+    volume: u64,
+    id: u64,
+}
+
+/// Whether this process runs under wine (its ntdll has `wine_get_version`),
+/// whose filesystem follows unix symlinks that are no reparse points.
+pub(crate) fn under_wine() -> bool {
+    static WINE: OnceLock<bool> = OnceLock::new();
+    *WINE.get_or_init(|| {
+        let ntdll: Vec<u16> = "ntdll.dll\0".encode_utf16().collect();
+        // SAFETY: both names are NUL-terminated and outlive the calls, which only look them up.
+        unsafe {
+            let module = GetModuleHandleW(ntdll.as_ptr());
+            !module.is_null()
+                && GetProcAddress(module, c"wine_get_version".as_ptr().cast()).is_some()
+        }
+    })
+}
+
+/// The identity of the directory `h` under wine; a zero key elsewhere.
+pub(crate) fn dir_key(h: BorrowedHandle<'_>) -> Result<DirKey> {
+    if !under_wine() {
+        return Ok(DirKey::default());
+    }
+    let info: FILE_ID_INFO = file_info(h, FileIdInfo)?;
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&info.FileId.Identifier[..8]);
+    Ok(DirKey {
+        volume: info.VolumeSerialNumber,
+        id: u64::from_le_bytes(id),
+    })
+}
+
+/// Under wine, refuses the directory `child`, opened by name in the directory
+/// whose identity is `parent`, unless it is that directory's own child: on its
+/// volume, with `parent` as its `..` (which wine lists as the kernel has it,
+/// whatever name led to `child`). A unix symlink swapped in while the name was
+/// opened leads to a directory whose `..` is elsewhere. Answers the child's
+/// identity. Elsewhere nothing is asked: Windows opens a link as itself
+/// (`FILE_OPEN_REPARSE_POINT`), never the directory it leads to.
+pub(crate) fn verify_child(parent: DirKey, child: BorrowedHandle<'_>) -> Result<DirKey> {
+    if !under_wine() {
+        return Ok(DirKey::default());
+    }
+    let key = dir_key(child)?;
+    // A handle of its own: a listing's name filter stays with the handle it was first given to.
+    let listing = nt_open(
+        child,
+        &[],
+        FILE_LIST_DIRECTORY | SYNCHRONIZE,
+        FILE_OPEN,
+        FILE_DIRECTORY_FILE,
+        0,
+    )
+    .map_err(nt_error)?;
+    let dotdot = [b'.' as u16; 2];
+    let mask = UNICODE_STRING {
+        Length: 4,
+        MaximumLength: 4,
+        Buffer: dotdot.as_ptr() as *mut u16,
+    };
+    // u64s: the record is 8-byte aligned; room for one entry named "..".
+    let mut buf = [0u64; 16];
+    // SAFETY: an all-zero IO_STATUS_BLOCK is a valid value.
+    let mut status_block: IO_STATUS_BLOCK = unsafe { std::mem::zeroed() };
+    // SAFETY: `buf` is writable for the length passed; `mask` and the name it points to outlive
+    // the call; no event or APC is given and the handle is synchronous, so the call has
+    // completed when it returns.
+    let status = unsafe {
+        NtQueryDirectoryFile(
+            listing.as_raw_handle() as HANDLE,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null(),
+            &mut status_block,
+            buf.as_mut_ptr().cast(),
+            std::mem::size_of_val(&buf) as u32,
+            FileIdFullDirectoryInformation,
+            true,
+            &mask,
+            true,
+        )
+    };
+    if status < 0 {
+        return Err(nt_error(status));
+    }
+    // SAFETY: the call filled the start of `buf` (8-byte aligned, large enough) with one record.
+    let entry = unsafe { buf.as_ptr().cast::<FILE_ID_FULL_DIR_INFORMATION>().read() };
+    if entry.FileNameLength != 4 || key.volume != parent.volume || entry.FileId as u64 != parent.id
+    {
+        return Err(Error::outside());
+    }
+    Ok(key)
 }
 
 /// A workspace root on Windows. Paths under the runtime root, the root as
@@ -110,6 +228,8 @@ struct Entry {
 #[derive(Debug)]
 pub struct Root {
     dir: OwnedHandle,
+    /// The root directory's identity (see [`verify_child`]).
+    key: DirKey,
     host: PathBuf,
     /// The root's final path (as `host`, in its own spelling) and the
     /// agent's path of the root.
@@ -181,8 +301,11 @@ impl Root {
             .collect();
         aliases.sort_by_key(|a| std::cmp::Reverse(a.len()));
         aliases.dedup();
+        let key = dir_key(dir.as_handle_ref())
+            .map_err(|e| Error::root_unavailable(host, e.errno().unwrap_or(libc::EIO)))?;
         Ok(Root {
             dir,
+            key,
             host: PathBuf::from(canonical),
             paths: RuntimeMap::new(final_path.clone(), runtime),
             final_path,
@@ -315,10 +438,14 @@ impl Root {
         &self.paths
     }
 
-    fn top<'a>(&'a self, stack: &'a [(OwnedHandle, String)]) -> BorrowedHandle<'a> {
+    fn top<'a>(&'a self, stack: &'a [Held]) -> BorrowedHandle<'a> {
         stack
             .last()
-            .map_or(self.dir.as_handle_ref(), |(h, _)| h.as_handle_ref())
+            .map_or(self.dir.as_handle_ref(), |held| held.dir.as_handle_ref())
+    }
+
+    fn top_key(&self, stack: &[Held]) -> DirKey {
+        stack.last().map_or(self.key, |held| held.key)
     }
 
     /// Refuses a handle whose final path is not the root or beneath it.
@@ -338,7 +465,7 @@ impl Root {
     fn resolve(&self, path: &Path, create_dirs: bool) -> Result<Entry> {
         let mut pending: VecDeque<String> = VecDeque::new();
         push_front_components(&mut pending, &self.relative(path.as_os_str())?);
-        let mut stack: Vec<(OwnedHandle, String)> = Vec::new();
+        let mut stack: Vec<Held> = Vec::new();
         let mut symlinks = 0;
         let mut retries = 0;
         while let Some(name) = pending.pop_front() {
@@ -408,7 +535,8 @@ impl Root {
                             continue;
                         }
                         self.check_inside(dir.as_handle_ref())?;
-                        stack.push((dir, name));
+                        let key = verify_child(self.top_key(&stack), dir.as_handle_ref())?;
+                        stack.push(Held { dir, name, key });
                     }
                     Err(s)
                         if (is_not_found(s) || s == STATUS_NOT_A_DIRECTORY)
@@ -432,18 +560,19 @@ impl Root {
         self.entry(top, &stack, ".".to_string())
     }
 
-    fn entry(
-        &self,
-        parent: BorrowedHandle<'_>,
-        stack: &[(OwnedHandle, String)],
-        name: String,
-    ) -> Result<Entry> {
-        let mut rel: PathBuf = stack.iter().map(|(_, n)| n.as_str()).collect();
+    fn entry(&self, parent: BorrowedHandle<'_>, stack: &[Held], name: String) -> Result<Entry> {
+        let mut rel: PathBuf = stack.iter().map(|held| held.name.as_str()).collect();
         if name != "." {
             rel.push(&name);
         }
+        let parent_key = self.top_key(stack);
         let parent = parent.try_clone_to_owned().map_err(io_error)?;
-        Ok(Entry { parent, name, rel })
+        Ok(Entry {
+            parent,
+            parent_key,
+            name,
+            rel,
+        })
     }
 
     /// Opens the entry itself (never following a reparse point) with `access`.
@@ -474,10 +603,13 @@ impl Root {
         )
         .map_err(nt_error)?;
         self.check_inside(h.as_handle_ref())?;
-        if options & FILE_NON_DIRECTORY_FILE != 0 {
+        if options & FILE_NON_DIRECTORY_FILE != 0 || under_wine() {
             let (attrs, _) = tag_info(h.as_handle_ref())?;
             if attrs & FILE_ATTRIBUTE_DIRECTORY != 0 {
-                return Err(Error::os(libc::EISDIR));
+                if options & FILE_NON_DIRECTORY_FILE != 0 {
+                    return Err(Error::os(libc::EISDIR));
+                }
+                verify_child(e.parent_key, h.as_handle_ref())?;
             }
         }
         Ok(h)
@@ -1527,6 +1659,24 @@ mod tests {
             root.read_dir(Path::new("C:\\workspace")).unwrap(),
             [OsString::from("a")]
         );
+    }
+
+    #[test]
+    fn a_directory_is_verified_as_a_child_of_the_directory_it_was_opened_in() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a").join("b")).unwrap();
+        let root = Root::open(dir.path(), None).unwrap();
+        let a = open_dir(root.dir.as_handle_ref(), &wide("a")).unwrap();
+        let a_key = verify_child(root.key, a.as_handle_ref()).unwrap();
+        let b = open_dir(a.as_handle_ref(), &wide("b")).unwrap();
+        verify_child(a_key, b.as_handle_ref()).unwrap();
+        if under_wine() {
+            // Asked of the root, `b` is refused: its `..` is `a`, as a directory reached
+            // through a link would have its own parent elsewhere.
+            let e = verify_child(root.key, b.as_handle_ref()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Outside);
+            assert_ne!(a_key, root.key);
+        }
     }
 
     #[test]

@@ -11,8 +11,12 @@
 //! directory's final path and its listed name, so whatever the filesystem
 //! resolved behind our back (a directory swapped for a junction since the
 //! listing, wine's unix symlinks, which wine shows as what they lead to) is
-//! skipped as unreadable. A directory is held without `FILE_SHARE_DELETE`, so
-//! it cannot be renamed away while the walk is beneath it.
+//! skipped as unreadable. Under wine, where that final path is looked up by
+//! name after the open, each directory entered is also checked by identity
+//! (`verify_child`: its `..` is the directory it was listed in), so a link
+//! swapped in and out between the two is refused too. A directory is held
+//! without `FILE_SHARE_DELETE`, so it cannot be renamed away while the walk is
+//! beneath it.
 //!
 //! Names are the listing's (long names in their stored case; 8.3 short names
 //! and alternate data streams are never listed), as WTF-8 bytes (the
@@ -32,8 +36,8 @@ use windows_sys::Win32::Storage::FileSystem::{
 };
 
 use crate::root::{
-    eq_ci, final_path, for_each_entry, is_link, normalize, nt_open, tag_info, DIR_ACCESS,
-    DIR_OPTIONS, PROBE_ACCESS, SHARE_ALL,
+    dir_key, eq_ci, final_path, for_each_entry, is_link, normalize, nt_open, tag_info,
+    verify_child, DirKey, DIR_ACCESS, DIR_OPTIONS, PROBE_ACCESS, SHARE_ALL,
 };
 use crate::walk::{os_str, Kind};
 
@@ -46,6 +50,8 @@ const TAG_AF_UNIX: u32 = 0x8000_0023;
 pub struct DirHandle {
     handle: OwnedHandle,
     path: String,
+    /// Its identity (under wine; see `verify_child`).
+    key: DirKey,
 }
 
 /// A directory the walk holds open, borrowed.
@@ -55,11 +61,17 @@ impl DirHandle {
     /// Holds the directory open at `handle` (which the caller has checked to
     /// be where the walk may go), with its final path.
     pub(crate) fn new(handle: OwnedHandle) -> io::Result<DirHandle> {
+        let key = dir_key(handle.as_handle()).map_err(os_error)?;
+        DirHandle::known(handle, key)
+    }
+
+    /// [`DirHandle::new`] for a directory whose identity is known already.
+    fn known(handle: OwnedHandle, key: DirKey) -> io::Result<DirHandle> {
         let path = final_path(handle.as_handle())
             .ok()
             .and_then(|p| normalize(&p))
             .ok_or_else(|| io::Error::from_raw_os_error(ERROR_ACCESS_DENIED))?;
-        Ok(DirHandle { handle, path })
+        Ok(DirHandle { handle, path, key })
     }
 
     /// The directory's final path (normalized: `C:\…`, no trailing `\`).
@@ -126,7 +138,8 @@ pub(crate) fn open_dir_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<DirHandle>
     if !is_where_listed(dir, name, h.as_handle()) {
         return Err(refused());
     }
-    DirHandle::new(h)
+    let key = verify_child(dir.key, h.as_handle()).map_err(|_| refused())?;
+    DirHandle::known(h, key)
 }
 
 /// Opens the file `name` of `dir` for reading: never a reparse point's link
@@ -236,6 +249,7 @@ mod tests {
         let forged = |d: &DirHandle| DirHandle {
             handle: d.handle.try_clone().unwrap(),
             path: format!("{}\\elsewhere", d.path),
+            key: d.key,
         };
         assert!(open_dir_at(&forged(&dir), b"sub").is_err());
         assert!(open_file_at(&forged(&sub), b"f.txt").is_err());
