@@ -78,8 +78,6 @@ const LINGER_BYTES: usize = 1 << 20;
 /// that connects in a loop must not fill the agent's queue (each event is a JS object).
 /// Connections past this are still decided, unreported.
 pub const MAX_EVENTS_PER_COMMAND: usize = 1000;
-/// The backlog of the listening sockets inside the sandbox.
-pub(super) const LISTEN_BACKLOG: i32 = 128;
 
 /// A running command whose connections this proxy reports.
 struct Active {

@@ -28,8 +28,6 @@ use super::setup::{c_path, invalid_spec};
 use super::{Sandbox, DEFAULT_MAX_PROCESSES};
 use crate::exec::child::{Action, CommandScript, TemplateScript};
 
-pub(in crate::exec) mod init;
-
 /// An empty file and directory (mode 000) in the template's `/tmp`, sources of each command's
 /// masks of `/proc` entries; the command's own tmpfs on `/tmp` then hides them.
 const EMPTY_FILE: &str = "/tmp/.pi-sandbox-empty";
@@ -585,7 +583,7 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The builder's report (`init::send_report`): its code and the descriptors it sent. End-of-file
+/// The builder's report (`helper::builder`'s `send_report`): its code and the descriptors it sent. End-of-file
 /// (the builder died without reporting) is an error.
 fn receive_report(channel: &OwnedFd) -> io::Result<(i32, Vec<OwnedFd>)> {
     let mut code = [0u8; size_of::<i32>()];
@@ -593,7 +591,7 @@ fn receive_report(channel: &OwnedFd) -> io::Result<(i32, Vec<OwnedFd>)> {
         iov_base: code.as_mut_ptr().cast(),
         iov_len: code.len(),
     };
-    let mut control = [0u64; init::REPORT_CMSG_WORDS];
+    let mut control = [0u64; crate::exec::child::REPORT_CMSG_WORDS];
     // SAFETY: `msghdr` is plain data; the pointers set below outlive the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
