@@ -111,7 +111,7 @@ pub struct Sandbox {
     /// Share the host's network (`false`: no network at all but a private loopback).
     pub network: bool,
     /// With `network` off: the hosts the sandbox may still reach, through the proxy this package
-    /// runs (`proxy.rs`; namespaces mode only, Landlock mode refuses it).
+    /// runs (`proxy/`; namespaces mode only, Landlock mode refuses it).
     pub network_allow: Option<NetworkAllow>,
     /// Host paths bound read-only at the same path.
     pub read_only: Vec<PathBuf>,
