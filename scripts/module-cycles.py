@@ -108,7 +108,7 @@ def split_use_tree(body):
 
 
 USE = re.compile(r"(?:\b(pub(?:\([^)]*\))?)\s+)?\buse\s+([^;]+);")
-info = {}  # module -> (text, children, imports {name: (path segments)}, [(path, is_reexport)])
+info = {}  # module -> (text, child modules, imports {name: [path segments]}, [(segments, pub use?, offset)])
 tests = set()
 for mod, p in files.items():
     text, test_children = strip_cfg_test(blank_literals(p.read_text()))
