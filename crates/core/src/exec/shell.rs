@@ -17,7 +17,7 @@ pub(super) enum ChildSandbox {}
 
 #[cfg(not(target_os = "linux"))]
 impl ChildSandbox {
-    fn kept_fds(&self) -> [RawFd; 4] {
+    pub(super) fn kept_fds(&self) -> [RawFd; 4] {
         match *self {}
     }
 }
@@ -134,7 +134,7 @@ pub(super) unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
 ///
 /// As on Linux: in a single-threaded forked child, `start` valid.
 #[cfg(not(target_os = "linux"))]
-unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
+pub(super) unsafe fn start_shell(start: &ShellStart) -> libc::pid_t {
     // SAFETY: we are single-threaded (our contract): the child may run on.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
