@@ -38,8 +38,9 @@ pub(in crate::exec) struct Plan {
     ruleset: Option<Ruleset>,
     seccomp: Vec<libc::sock_filter>,
     temp_dir: Option<super::TempDir>,
-    /// The calls answered by a handler thread (seccomp user notification).
-    notify: Option<super::notify::Policy>,
+    /// The calls answered by a handler thread (seccomp user notification); shared with the
+    /// handler threads of the plan's execs.
+    notify: Option<std::sync::Arc<super::notify::Policy>>,
     /// The network allow-list's proxy (namespaces mode with `network_allow`), running while the
     /// plan lives: from the first exec of its sandbox until the sandbox is dropped.
     proxy: Option<super::proxy::Proxy>,
@@ -79,8 +80,8 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
-                plan.notify =
-                    super::notify::available().then(|| super::notify::Policy::namespaces(guard));
+                plan.notify = super::notify::available()
+                    .then(|| std::sync::Arc::new(super::notify::Policy::namespaces(guard)));
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -139,11 +140,11 @@ impl Plan {
                     // SAFETY: the ruleset's open descriptor, held by `plan` (borrowed here only
                     // to be duplicated).
                     let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
-                    plan.notify = Some(
+                    plan.notify = Some(std::sync::Arc::new(
                         super::notify::Policy::landlock(writable, ruleset, guard).map_err(|e| {
                             invalid_spec(format!("cannot prepare the notification handler: {e}"))
                         })?,
-                    );
+                    ));
                 }
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
@@ -192,7 +193,7 @@ impl Plan {
     }
 
     /// What the user-notification handler allows, when the plan has one.
-    pub(in crate::exec) fn notify(&self) -> Option<&super::notify::Policy> {
+    pub(in crate::exec) fn notify(&self) -> Option<&std::sync::Arc<super::notify::Policy>> {
         self.notify.as_ref()
     }
 
