@@ -1,74 +1,187 @@
 #!/usr/bin/env python3
-"""Import cycles between the modules of a crate's src/: an edge is a path one file names (through
-crate::, super::, self:: or a child module it declares) to a module neither its ancestor nor its
-descendant; tests are left out. Prints each cycle (a strongly connected component) and its edges.
+"""Import cycles between the modules of a crate's src/.
+
+An edge A -> B is a real use in A's code of an item defined in B: every path A names (through crate::,
+super::, self::, a child module or a name A imports) is followed through `use` and `pub use` to the module
+that defines the item, so a re-export does not hide where an item lives. A child's use of an item its
+ancestor defines is an edge like any other; a module's use of its own descendants is its composition, not
+an import, and declaring a module (`mod x;`), re-exporting (`pub use`) or importing a module by name is not
+a use by itself. Tests are left out: every item under `#[cfg(test)]`
+(a test module of any name, inline or in its own file, a test-only function or import).
+Prints each cycle (a strongly connected component) and its edges, with the lines that make them.
 Usage: scripts/module-cycles.py crates/core/src [module-prefix ...] (also prints those modules' edges)."""
 import re, sys, pathlib
+
 src = pathlib.Path(sys.argv[1])
 files = {}
 for p in src.rglob("*.rs"):
-    rel = p.relative_to(src).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] in ("mod", "lib", "main"): parts = parts[:-1]
+    parts = list(p.relative_to(src).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
     files[tuple(parts)] = p
-def resolve(mod, path):
-    segs = path.split("::")
+
+
+def blank_literals(text):
+    """Comments removed and string/char literals emptied, so braces and paths in them do not count."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i): depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i): depth, i = depth - 1, i + 2
+                else:
+                    if text[i] == "\n": out.append("\n")
+                    i += 1
+        elif (m := re.compile(r'b?r(#*)"').match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            end = text.find('"' + m.group(1), m.end())
+            end = n if end < 0 else end + 1 + len(m.group(1))
+            out.append('""' + "\n" * text.count("\n", i, end)); i = end
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""' + "\n" * text.count("\n", i, j)); i = j + 1
+        elif c == "'" and (m := re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])'").match(text, i)):
+            out.append("' '"); i = m.end()
+        else:
+            out.append(c); i += 1
+    return "".join(out)
+
+
+CFG_TEST = re.compile(r"#\[cfg\((?:all\()?test\b[^\]]*\]")
+ATTR = re.compile(r"\s*#\[[^\]]*\]")
+
+
+def strip_cfg_test(text):
+    """Every item under #[cfg(test)] removed; returns the text and the child modules declared test-only."""
+    test_children = set()
+    while (m := CFG_TEST.search(text)):
+        i = m.end()
+        while (a := ATTR.match(text, i)):
+            i = a.end()
+        head = re.compile(r"\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;").match(text, i)
+        if head:
+            test_children.add(head.group(1))
+        depth, j = 0, i
+        while j < len(text):
+            ch = text[j]
+            if ch in "([": depth += 1
+            elif ch in ")]": depth -= 1
+            elif ch == ";" and depth == 0: break
+            elif ch == "{" and depth == 0:
+                d = 0
+                while j < len(text):
+                    d += text[j] == "{"; d -= text[j] == "}"
+                    if d == 0: break
+                    j += 1
+                break
+            j += 1
+        text = text[:m.start()] + "\n" * text.count("\n", m.start(), j + 1) + text[j + 1:]
+    return text, test_children
+
+
+def split_use_tree(body):
+    """`a::{b, c::{d as e}}` -> ["a::b", "a::c::d@e"]."""
+    out, stack = [], [("", re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", body)))]
+    while stack:
+        prefix, body = stack.pop()
+        i = body.find("{")
+        if i < 0:
+            out += [prefix + piece for piece in body.split(",") if piece]
+            continue
+        head, depth = body[:i], 0
+        for j in range(i, len(body)):
+            depth += body[j] == "{"; depth -= body[j] == "}"
+            if depth == 0: break
+        parts, d, cur = [], 0, ""
+        for ch in body[i + 1:j]:
+            if ch == "," and d == 0: parts.append(cur); cur = ""; continue
+            d += ch == "{"; d -= ch == "}"; cur += ch
+        parts.append(cur)
+        stack += [(prefix + head, part) for part in parts if part]
+    return out
+
+
+USE = re.compile(r"(?:\b(pub(?:\([^)]*\))?)\s+)?\buse\s+([^;]+);")
+info = {}  # module -> (text, child modules, imports {name: [path segments]}, [(segments, pub use?, offset)])
+tests = set()
+for mod, p in files.items():
+    text, test_children = strip_cfg_test(blank_literals(p.read_text()))
+    tests |= {mod + (c,) for c in test_children}
+    children = set(re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M))
+    imports, uses = {}, []
+    for m in USE.finditer(text):
+        for piece in split_use_tree(m.group(2)):
+            path, _, alias = piece.partition("@")
+            segs = [s for s in path.split("::") if s]
+            if not segs: continue
+            if segs[-1] == "self": segs = segs[:-1]
+            name = alias or segs[-1]
+            if segs[-1] != "*":  # a name imported under several cfgs leads to each of them
+                imports.setdefault(name, []).append(segs)
+            uses.append((segs, bool(m.group(1)), m.start()))
+    info[mod] = (text, children, imports, uses)
+# a module declared under #[cfg(test)], or named tests, is test code with everything below it
+tests |= {m for m in files if m and m[-1] == "tests"}
+is_test = lambda m: any(m[:k] in tests for k in range(1, len(m) + 1))
+live = [m for m in files if not is_test(m)]
+
+
+def resolve(mod, segs, call=False, seen=0):
+    """Where `segs`, named in `mod`, leads: {("module", m)} when it names a module itself, {("item", m)} for
+    an item m defines, empty outside the crate. `call`: the last segment is a function (a module may share
+    its name), so it is looked up as an item."""
+    if seen > 32: return set()
     cur = list(mod)
-    head = segs[0]
-    if head == "crate": cur, segs = [], segs[1:]
-    elif head in ("super", "self"):
+    if segs[0] == "crate": cur, segs = [], segs[1:]
+    elif segs[0] in ("super", "self"):
         while segs and segs[0] in ("super", "self"):
             if segs[0] == "super": cur = cur[:-1]
             segs = segs[1:]
-    else: segs = segs  # child module of this file
-    best = None
-    for k in range(len(segs) + 1):
-        cand = tuple(cur + segs[:k])
-        if cand in files: best = cand
-    return best
-edges = {m: set() for m in files}
-for mod, p in files.items():
-    text = p.read_text()
-    # drop test modules and tests.rs files (unit tests may name anything)
-    if mod and mod[-1] == "tests": continue
-    text = re.split(r"#\[cfg\(test\)\]\s*mod tests \{", text)[0]
-    text = re.sub(r"//.*", "", text)
-    children = set(re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M))
-    uses = []
-    # expand `use a::{b, c::{d}}` groups into paths
-    for m in re.finditer(r"\buse\s+([^;]+);", text):
-        stack = [("", m.group(1).replace(" ", "").replace("\n", ""))]
-        while stack:
-            prefix, body = stack.pop()
-            i = body.find("{")
-            if i < 0:
-                for piece in body.split(","):
-                    if piece: uses.append(prefix + piece)
-                continue
-            head = body[:i]; depth = 0
-            for j in range(i, len(body)):
-                depth += body[j] == "{"; depth -= body[j] == "}"
-                if depth == 0: break
-            inner = body[i+1:j]; parts, d, cur = [], 0, ""
-            for ch in inner:
-                if ch == "," and d == 0: parts.append(cur); cur = ""; continue
-                d += ch == "{"; d -= ch == "}"; cur += ch
-            parts.append(cur)
-            for part in parts:
-                if part: stack.append((prefix + head, part))
-    # a path followed by `(` names a function: its module is the path without the last segment
-    for m in re.finditer(r"\b(\w+(?:::\w+)+)(\s*\()?", text):
-        u = m.group(1)
-        if u.split("::")[0] not in {"crate", "super", "self"} | children: continue
-        if m.group(2): u = u.rsplit("::", 1)[0]
-        uses.append(u)
-    for u in uses:
-        u = re.sub(r"::(self|\*)$", "", u.split(" as ")[0])
-        target = resolve(mod, u)
-        # an ancestor or descendant is the module tree itself, not an import between modules
-        related = target is not None and (target[:len(mod)] == mod or mod[:len(target)] == target)
-        if target is not None and not related:
-            edges[mod].add(target)
+    elif tuple(cur + segs[:1]) not in files and segs[0] not in info[tuple(cur)][2]:
+        return set()  # another crate (std, libc, ...)
+    while segs:
+        seg, here = segs[0], tuple(cur)
+        if seg == "*": return {("module", here)}
+        last_value = call and len(segs) == 1
+        if here + (seg,) in files and not last_value:
+            cur.append(seg); segs = segs[1:]; continue
+        imported = info[here][2].get(seg) if here in info else None
+        if imported:
+            out = set()
+            for path in imported:
+                out |= resolve(here, path + segs[1:], call, seen + 1)
+            return out
+        return {("item", here)}
+    return {("module", tuple(cur))}
+
+
+PATH = re.compile(r"(?<![\w:])((?:\w+::)+\w+)(\s*\()?")
+edges = {m: {} for m in live}
+for mod in live:
+    text, children, imports, uses = info[mod]
+    line = lambda at: text.count("\n", 0, at) + 1
+    found = []
+    for segs, reexport, at in uses:
+        if reexport: continue  # a re-export is followed where it is used, not counted where it is made
+        found.append((segs, at, segs[-1] == "*", False))
+    body = USE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    for m in PATH.finditer(body):
+        segs = m.group(1).split("::")
+        if segs[0] in ("crate", "super", "self") or segs[0] in children or segs[0] in imports:
+            found.append((segs, m.start(), False, bool(m.group(2))))
+    for segs, at, glob, call in found:
+        for kind, target in resolve(mod, segs, call):
+            if kind == "module" and not glob: continue  # naming a module is not using it
+            if is_test(target) or target == mod: continue
+            if target[:len(mod)] == mod: continue  # a module composing its own children
+            if glob and mod[:len(target)] == target: continue  # `use super::*` cannot say which items
+            edges[mod].setdefault(target, []).append(f"{files[mod].relative_to(src)}:{line(at)} {'::'.join(segs)}")
 # Tarjan
 index, low, onstack, stack, sccs, n = {}, {}, set(), [], [], [0]
 def strong(v):
@@ -86,12 +199,13 @@ sys.setrecursionlimit(10000)
 for v in edges:
     if v not in index: strong(v)
 name = lambda m: "::".join(m) or "<root>"
-want = sys.argv[2:]  # optional module prefixes to show edges of
 for comp in sccs:
     print("cycle:", " <-> ".join(sorted(name(m) for m in comp)))
     for m in sorted(comp):
-        print("   ", name(m), "->", ", ".join(sorted(name(t) for t in edges[m] if t in comp)))
-for prefix in want:
+        for t in sorted(t for t in edges[m] if t in comp):
+            where = edges[m][t]
+            print(f"    {name(m)} -> {name(t)}: {where[0]}" + (f" (+{len(where) - 1} more)" if len(where) > 1 else ""))
+for prefix in sys.argv[2:]:
     for m in sorted(edges):
         if name(m).startswith(prefix):
             print(name(m), "->", ", ".join(sorted(name(t) for t in edges[m])))

@@ -18,10 +18,13 @@
 //! - The supervisor reports the shell's wait status over a status pipe and exits once the tree is
 //!   reaped, so end-of-file there means "nothing of the tree is left" after a kill.
 //!
-//! Three parts: `spawn` (Node's side: pipes, fork, the output pump), `supervisor` (everything that
-//! runs in the forked children, between `fork` and `exec`/`_exit`: raw system calls on memory
-//! prepared before the fork, no allocation, no locks) and, on Linux, `procfs` (finding the
-//! supervisor's children to kill).
+//! Node's side is `spawn` (pipes, fork, the output pump) and, on Linux, `procfs` (finding the
+//! supervisor's children to kill). What runs in the forked children, between `fork` and
+//! `exec`/`_exit`, keeps one rule: raw system calls on memory prepared before the fork, no
+//! allocation, no locks, and it reads only plain data (`child`), `sys` and the setup's step codes
+//! (`sandbox::setup`); the notification filter is installed by `sandbox::notify`. That is `supervisor`,
+//! `shell` (the shell's process until `execve`) and, for a sandbox, `helper` (confinement, and
+//! namespaces mode's builder and init), which Node's side of the sandbox (`sandbox`) never calls.
 //!
 //! On Windows, `windows` gives the same API on a Job object (the shell created suspended, assigned,
 //! resumed; kill-on-close) and one overlapped named pipe; `cmdline` quotes its command line.
@@ -61,6 +64,8 @@ pub mod preflight;
 #[cfg(target_os = "linux")]
 mod procfs;
 pub mod sandbox;
+#[cfg(unix)]
+mod shell;
 #[cfg(unix)]
 mod spawn;
 #[cfg(unix)]

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use super::preflight::{self, Ready};
 use super::sandbox::{Plan, TempDir};
-use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds, SHELL_STACK_BYTES};
+use super::shell::{Command, SHELL_STACK_BYTES};
+use super::supervisor::{raw_cloexec_pipe, supervise, SupervisorFds};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,

@@ -11,8 +11,18 @@
 //! node ─launch─▶ helper "template"  ─clone(new namespaces)─▶ builder ─▶ namespaces' fds to Node
 //! ```
 //!
-//! This module is the helper's side only: nothing of the exec depends on it (`exec::child` holds
-//! what both sides share, `exec::launch` Node's side).
+//! This module is the helper's side only: nothing of Node's side depends on it (`exec::child` holds
+//! what both sides share, `exec::launch` Node's side). Its files: `confine` (the shell's process
+//! confining itself before `execve`), and namespaces mode's `builder` (the template), `init` (each
+//! command's PID 1), `mount` (the steps of their scripts) and `net` (loopback, the proxy's
+//! listening sockets). Like `supervisor` and `shell`, everything here runs between fork and
+//! `execve`: raw system calls on the decoded plan, no allocation, no locks, nothing that may panic.
+
+mod builder;
+pub(super) mod confine;
+pub(super) mod init;
+mod mount;
+mod net;
 
 use std::io::Read;
 use std::os::fd::FromRawFd;
@@ -24,9 +34,9 @@ use super::child::{
     OUTPUT_FD, PLAN_FD, STATUS_FD,
 };
 
-use super::sandbox::{build_template_in_helper, report_template_failure, step_error, Step};
-use super::supervisor::SHELL_STACK_BYTES;
-use super::supervisor::{reset_signals, supervise, Command, SupervisorFds};
+use super::sandbox::setup::{step_error, Step};
+use super::shell::{reset_signals, Command, SHELL_STACK_BYTES};
+use super::supervisor::{supervise, SupervisorFds};
 use super::{MESSAGE_BYTES, MSG_SPAWN_ERROR};
 
 /// The most descriptors any role is handed (the supervisor: three pipes, the notify channel, the
@@ -87,10 +97,10 @@ fn run(role: Option<Role>) -> i32 {
         }
         Role::Template => match plan.and_then(|bytes| decode_template(&bytes).ok()) {
             // SAFETY: a fresh single-threaded process; `CHANNEL_FD` is the channel Node handed us.
-            Some(script) => unsafe { build_template_in_helper(&script, CHANNEL_FD) },
+            Some(script) => unsafe { builder::template(&script, CHANNEL_FD) },
             None => {
                 // SAFETY: as above.
-                unsafe { report_template_failure(CHANNEL_FD, Step::Helper, libc::EINVAL) };
+                unsafe { builder::report_failure(CHANNEL_FD, Step::Helper, libc::EINVAL) };
                 EXIT_BAD_PLAN
             }
         },

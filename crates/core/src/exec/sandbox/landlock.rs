@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,6 @@ use super::paths::{Kind, Resolved};
 use super::policy::{present_secrets, DEV, DEVICES, ETC, SECRETS, SYSTEM_DIRS};
 use super::setup::invalid_spec;
 use super::Sandbox;
-use crate::sys::errno;
 
 // Access rights (include/uapi/linux/landlock.h), by the ABI that introduced them.
 const EXECUTE: u64 = 1 << 0;
@@ -237,19 +236,4 @@ impl Ruleset {
         }
         Ok(())
     }
-}
-
-/// Confines the calling process (and what it executes) with the ruleset `fd`.
-/// Async-signal-safe; `Err` is the errno.
-///
-/// # Safety
-///
-/// Only in the shell's own process before `execve` (as `confine`): the confinement cannot be
-/// undone, and Node's process must never get it. `fd` is an open ruleset.
-pub(super) unsafe fn restrict_self(fd: RawFd) -> Result<(), i32> {
-    // SAFETY: the caller's contract: an open ruleset, the caller's process the one to confine.
-    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) } != 0 {
-        return Err(errno());
-    }
-    Ok(())
 }

@@ -111,7 +111,7 @@ pub struct Sandbox {
     /// Share the host's network (`false`: no network at all but a private loopback).
     pub network: bool,
     /// With `network` off: the hosts the sandbox may still reach, through the proxy this package
-    /// runs (`proxy.rs`; namespaces mode only, Landlock mode refuses it).
+    /// runs (`proxy/`; namespaces mode only, Landlock mode refuses it).
     pub network_allow: Option<NetworkAllow>,
     /// Host paths bound read-only at the same path.
     pub read_only: Vec<PathBuf>,
@@ -358,7 +358,17 @@ impl Prepared {
             return Ok((std::sync::Arc::clone(plan), None));
         }
         #[cfg(target_os = "linux")]
-        let mut plan = Plan::new(&self.0.spec, paths, guard)?;
+        let mode = match self.0.spec.mode {
+            Mode::Auto => {
+                let support = support();
+                support
+                    .auto()
+                    .ok_or_else(|| setup::unavailable(support.explain()))?
+            }
+            mode => mode,
+        };
+        #[cfg(target_os = "linux")]
+        let mut plan = Plan::new(&self.0.spec, paths, guard, mode)?;
         #[cfg(not(target_os = "linux"))]
         let mut plan = Plan::new(&self.0.spec)?;
         let temp = plan.take_temp_dir();
@@ -527,7 +537,6 @@ impl Support {
 }
 
 #[cfg(target_os = "linux")]
-#[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "linux")]
 mod namespaces;
@@ -544,19 +553,14 @@ pub(crate) mod proxy;
 #[cfg(target_os = "linux")]
 mod seccomp;
 #[cfg(target_os = "linux")]
-mod setup;
+pub(super) mod setup;
+#[cfg(target_os = "linux")]
+mod support;
 
 #[cfg(target_os = "linux")]
-pub(super) use namespaces::init::{
-    report_failure as report_template_failure, start as start_init,
-    template as build_template_in_helper,
-};
+pub(super) use plan::Plan;
 #[cfg(target_os = "linux")]
-pub use plan::support;
-#[cfg(target_os = "linux")]
-pub(super) use plan::{confine, Plan};
-#[cfg(target_os = "linux")]
-pub(super) use setup::{step_error, Step};
+pub use support::support;
 
 /// A private temp dir of the sandbox (Landlock mode), removed with everything in it on drop.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]

@@ -325,60 +325,6 @@ pub(super) fn mounts(areas: &[(&Path, &Path, bool)]) -> Vec<Mount> {
     out
 }
 
-/// Opens `path` (absolute) with `O_PATH`, following no symlink in any component (`..` refused);
-/// -1 with errno set on failure. Async-signal-safe (raw system calls on a stack buffer); the
-/// caller owns the descriptor returned, and closes it.
-pub(super) fn open_no_symlinks(path: &std::ffi::CStr) -> RawFd {
-    use crate::sys::{errno, set_errno};
-    /// The kernel's longest file name (`NAME_MAX`), plus its NUL.
-    const NAME_BYTES: usize = 256;
-    // SAFETY: a static NUL-terminated path.
-    let mut dir = unsafe {
-        libc::open(
-            c"/".as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if dir < 0 {
-        return -1;
-    }
-    let mut name = [0u8; NAME_BYTES];
-    for part in path.to_bytes().split(|b| *b == b'/') {
-        if part.is_empty() || part == b"." {
-            continue;
-        }
-        if part == b".." || part.len() >= NAME_BYTES {
-            // SAFETY: `dir` is ours, not used again.
-            unsafe { libc::close(dir) };
-            set_errno(if part == b".." {
-                libc::EINVAL
-            } else {
-                libc::ENAMETOOLONG
-            });
-            return -1;
-        }
-        name[..part.len()].copy_from_slice(part);
-        name[part.len()] = 0;
-        // SAFETY: `dir` is our open directory; `name` holds the NUL-terminated component.
-        let next = unsafe {
-            libc::openat(
-                dir,
-                name.as_ptr().cast(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        let failed = errno();
-        // SAFETY: `dir` is ours, replaced by `next` below.
-        unsafe { libc::close(dir) };
-        if next < 0 {
-            set_errno(failed);
-            return -1;
-        }
-        dir = next;
-    }
-    dir
-}
-
 impl Held {
     pub(super) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -1,33 +1,23 @@
-//! The sandbox of one exec prepared in Node (`Plan`), the plain data of it the sandbox helper is
-//! handed (`child_sandbox`), the confinement the shell's process applies to itself before
-//! `execve` (`confine`), and the machine's `support()`.
+//! The sandbox of one exec prepared in Node (`Plan`): the plain data of it the sandbox helper is
+//! handed (`child_sandbox`), and the services Node runs for it (the notification handler's
+//! policy, the proxy, a private temp dir).
 
 use std::io;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use super::landlock::{self, Ruleset};
 use super::namespaces::{NsPlan, TemplateError};
 use super::paths::{Kind, Resolved};
 use super::seccomp;
 use super::setup::{
-    invalid_spec, step_error, step_index, unavailable, Step, FIXED_STEPS, STEP_BASE,
+    invalid_spec, step_index, unavailable, userns_hint, Step, FIXED_STEPS, STEP_BASE,
 };
-use super::{Mode, Sandbox, Support};
-use crate::sys::errno;
+use super::{Mode, Sandbox};
 
 /// `PATH` inside the sandbox: the usual system order, `/usr/local` first.
 pub(super) const SANDBOX_PATH: &str =
     "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
-/// `seccomp(2)`'s `SECCOMP_MODE_FILTER` for `PR_SET_SECCOMP`.
-const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
-/// `capset`'s `_LINUX_CAPABILITY_VERSION_3` (two 32-bit words of each set).
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-/// Capability numbers tried when emptying the bounding set: above the highest the kernel knows
-/// (40 in 6.x), `PR_CAPBSET_DROP` fails harmlessly.
-const CAP_NUMBERS: std::ops::Range<libc::c_ulong> = 0..64;
-
 /// Why `mode` cannot hold the shell to a policy here: every rule rests on user notification.
 pub(super) fn policy_unenforceable(mode: Mode) -> String {
     format!(
@@ -48,8 +38,9 @@ pub(in crate::exec) struct Plan {
     ruleset: Option<Ruleset>,
     seccomp: Vec<libc::sock_filter>,
     temp_dir: Option<super::TempDir>,
-    /// The calls answered by a handler thread (seccomp user notification).
-    notify: Option<super::notify::Policy>,
+    /// The calls answered by a handler thread (seccomp user notification); shared with the
+    /// handler threads of the plan's execs.
+    notify: Option<std::sync::Arc<super::notify::Policy>>,
     /// The network allow-list's proxy (namespaces mode with `network_allow`), running while the
     /// plan lives: from the first exec of its sandbox until the sandbox is dropped.
     proxy: Option<super::proxy::Proxy>,
@@ -66,17 +57,9 @@ impl Plan {
         sandbox: &Sandbox,
         paths: &Resolved,
         guard: Option<super::notify::guard::Filter>,
+        mode: Mode,
     ) -> io::Result<Plan> {
         let root = paths.root().real.clone();
-        let mode = match sandbox.mode {
-            Mode::Auto => {
-                let support = support();
-                support
-                    .auto()
-                    .ok_or_else(|| unavailable(support.explain()))?
-            }
-            mode => mode,
-        };
         if guard.is_some() && !super::notify::available() {
             return Err(unavailable(policy_unenforceable(mode)));
         }
@@ -97,8 +80,8 @@ impl Plan {
                     shares_processes: false,
                     deny_xattrs: false,
                 });
-                plan.notify =
-                    super::notify::available().then(|| super::notify::Policy::namespaces(guard));
+                plan.notify = super::notify::available()
+                    .then(|| std::sync::Arc::new(super::notify::Policy::namespaces(guard)));
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -157,11 +140,11 @@ impl Plan {
                     // SAFETY: the ruleset's open descriptor, held by `plan` (borrowed here only
                     // to be duplicated).
                     let ruleset = unsafe { std::os::fd::BorrowedFd::borrow_raw(ruleset) };
-                    plan.notify = Some(
+                    plan.notify = Some(std::sync::Arc::new(
                         super::notify::Policy::landlock(writable, ruleset, guard).map_err(|e| {
                             invalid_spec(format!("cannot prepare the notification handler: {e}"))
                         })?,
-                    );
+                    ));
                 }
                 let home = temp.0.clone();
                 plan.temp_dir = Some(temp);
@@ -210,7 +193,7 @@ impl Plan {
     }
 
     /// What the user-notification handler allows, when the plan has one.
-    pub(in crate::exec) fn notify(&self) -> Option<&super::notify::Policy> {
+    pub(in crate::exec) fn notify(&self) -> Option<&std::sync::Arc<super::notify::Policy>> {
         self.notify.as_ref()
     }
 
@@ -348,192 +331,7 @@ pub(super) fn clean_env(home: &Path, extra: &[String]) -> io::Result<Vec<String>
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
-fn seccomp_available() -> bool {
+pub(super) fn seccomp_available() -> bool {
     // SAFETY: a query; EINVAL means the kernel has no seccomp.
     unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
-}
-
-/// The confinement of the shell's own process, just before `execve`: no_new_privs, no
-/// capabilities, the Landlock ruleset, the seccomp filter. Async-signal-safe; `Err` carries the
-/// encoded failed step.
-/// `notify_channel`: the socket the notification filter's listener is sent over.
-///
-/// # Safety
-///
-/// Only in the shell's own process (a clone of the sandbox helper, single-threaded) just before
-/// `execve`: what it sets cannot be undone and holds for this process and everything it runs.
-/// `plan` was decoded before; `notify_channel` is the helper's end of the plan's notification
-/// socket pair (or -1 when the plan has no handler), and `plan.ruleset` an open ruleset (or -1).
-pub(in crate::exec) unsafe fn confine(
-    plan: &crate::exec::child::ChildSandbox,
-    notify_channel: RawFd,
-) -> Result<(), i32> {
-    // SAFETY: plain integers; the caller's process is the one to confine.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(step_error(Step::NoNewPrivs, errno()));
-    }
-    // SAFETY: the caller's contract, passed on.
-    unsafe { drop_capabilities() }.map_err(|e| step_error(Step::Capabilities, e))?;
-    if plan.ruleset >= 0 {
-        // SAFETY: the caller's contract, passed on: the shell's process, before `execve`, with
-        // `plan.ruleset` an open ruleset.
-        unsafe { landlock::restrict_self(plan.ruleset) }
-            .map_err(|e| step_error(Step::Landlock, e))?;
-    }
-    let program = libc::sock_fprog {
-        len: plan.seccomp.len() as libc::c_ushort,
-        filter: plan.seccomp.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: `program` points to the plan's filter, valid for `len` instructions; the kernel
-    // copies it.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            SECCOMP_MODE_FILTER,
-            &program as *const libc::sock_fprog,
-            0,
-            0,
-        )
-    } != 0
-    {
-        return Err(step_error(Step::Seccomp, errno()));
-    }
-    if let Some(program) = &plan.notify {
-        // SAFETY: the caller's contract, passed on (`notify_channel` the plan's channel).
-        unsafe { super::notify::install(program, notify_channel) }
-            .map_err(|e| step_error(Step::Notify, e))?;
-    }
-    Ok(())
-}
-
-/// Empties the bounding, ambient, effective, permitted and inheritable sets, so neither this
-/// process nor what it executes (root included) holds a capability.
-///
-/// # Safety
-///
-/// As `confine`: only in the shell's own process before `execve` (it cannot be undone).
-unsafe fn drop_capabilities() -> Result<(), i32> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // Without CAP_SETPCAP (an unprivileged caller in Landlock mode) the bounding set cannot be
-    // changed; such a caller has no capability to lose, and no_new_privs stops setuid gains.
-    // SAFETY: plain integers, on the caller's process.
-    unsafe {
-        for cap in CAP_NUMBERS {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        );
-    }
-    let header = Header {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-        Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
-    // SAFETY: `header` and the two `data` words are the `_LINUX_CAPABILITY_VERSION_3` layout
-    // capset reads.
-    if unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) } != 0 {
-        return Err(errno());
-    }
-    Ok(())
-}
-
-/// What this machine offers; probed once per process (namespaces by running a sandboxed `:`).
-pub fn support() -> Support {
-    static SUPPORT: OnceLock<Support> = OnceLock::new();
-    SUPPORT.get_or_init(probe).clone()
-}
-
-fn probe() -> Support {
-    let (landlock_abi, landlock_error) = match landlock::abi() {
-        Ok(abi) => (abi, None),
-        Err(why) => (0, Some(why)),
-    };
-    Support {
-        platform: std::env::consts::OS,
-        kernel: kernel_release(),
-        namespaces: probe_namespaces(),
-        landlock_abi,
-        landlock_error,
-        seccomp: seccomp_available(),
-        user_notification: super::notify::available(),
-    }
-}
-
-fn kernel_release() -> Option<String> {
-    // SAFETY: `utsname` is a plain C struct: all-zero bytes are valid.
-    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uname fills the struct it is given.
-    if unsafe { libc::uname(&mut name) } != 0 {
-        return None;
-    }
-    // SAFETY: the kernel NUL-terminates the release.
-    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
-    Some(release.to_string_lossy().into_owned())
-}
-
-/// Runs `:` in a namespaces sandbox of the temp dir: the only proof that every step works here
-/// (AppArmor, seccomp profiles of container runtimes and sysctls can each refuse one).
-fn probe_namespaces() -> Result<(), String> {
-    let mut sandbox = Sandbox::new(std::env::temp_dir());
-    sandbox.mode = Mode::Namespaces;
-    let request = crate::exec::ExecRequest {
-        shell: Some("/bin/sh".into()),
-        command: ":".into(),
-        cwd: "/".into(),
-        env: None,
-        cwd_map: None,
-        sandbox: Some(sandbox.into()),
-        events: None,
-    };
-    let hint = userns_hint();
-    let mut execution = crate::exec::spawn(&request).map_err(|e| e.to_string())?;
-    let outcome = execution.pump(&mut |_| true);
-    match outcome.exit_code {
-        Some(0) => Ok(()),
-        code => Err(format!("a sandboxed `:` exited with {code:?}{hint}")),
-    }
-}
-
-/// The sysctl that restricts unprivileged user namespaces here, if one does.
-fn userns_hint() -> String {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        " (kernel.apparmor_restrict_unprivileged_userns=1)".into()
-    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        " (kernel.unprivileged_userns_clone=0)".into()
-    } else if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        " (user.max_user_namespaces=0)".into()
-    } else {
-        String::new()
-    }
 }

@@ -10,7 +10,7 @@ use crate::error::Error;
 
 /// Exit code of a sandbox process that failed during setup; nobody reads it (the error pipe
 /// carries the step and errno).
-pub(super) const EXIT_SETUP_FAILED: i32 = 127;
+pub(in crate::exec) const EXIT_SETUP_FAILED: i32 = 127;
 /// A setup failure travels as `STEP_BASE * (step + 1) + errno` where a plain spawn error is an
 /// errno: errnos stay below the kernel's `MAX_ERRNO` (4095), so the two never collide.
 pub(super) const STEP_BASE: i32 = 4096;
@@ -98,4 +98,22 @@ pub(super) fn unavailable(why: String) -> io::Error {
 pub(super) fn c_path(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| invalid_spec(format!("{} contains a NUL byte", path.display())))
+}
+
+/// The sysctl that restricts unprivileged user namespaces here, if one does.
+pub(super) fn userns_hint() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        " (kernel.apparmor_restrict_unprivileged_userns=1)".into()
+    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        " (kernel.unprivileged_userns_clone=0)".into()
+    } else if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        " (user.max_user_namespaces=0)".into()
+    } else {
+        String::new()
+    }
 }

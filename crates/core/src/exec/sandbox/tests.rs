@@ -376,7 +376,7 @@ fn setup_errors_name_the_step_and_what_to_do() {
     let dir = workspace();
     let spec = ns_sandbox(dir.path());
     let resolved = paths::Resolved::open(&spec, Some(Mode::Namespaces)).unwrap();
-    let plan = plan::Plan::new(&spec, &resolved, None).unwrap();
+    let plan = plan::Plan::new(&spec, &resolved, None, spec.mode).unwrap();
     let err = plan
         .setup_error(step_error(Step::UidMap, libc::EPERM))
         .unwrap()
@@ -780,7 +780,7 @@ fn namespaces_template_binds_only_what_was_resolved() {
     let resolved = paths::Resolved::open(&spec, Some(Mode::Namespaces)).unwrap();
     std::fs::remove_dir(docs.path()).unwrap();
     std::os::unix::fs::symlink(outside.path(), docs.path()).unwrap();
-    let err = plan::Plan::new(&spec, &resolved, None)
+    let err = plan::Plan::new(&spec, &resolved, None, spec.mode)
         .err()
         .unwrap()
         .to_string();
@@ -791,7 +791,7 @@ fn namespaces_template_binds_only_what_was_resolved() {
     );
     std::fs::remove_file(docs.path()).unwrap();
     std::fs::create_dir(docs.path()).unwrap();
-    let err = plan::Plan::new(&spec, &resolved, None)
+    let err = plan::Plan::new(&spec, &resolved, None, spec.mode)
         .err()
         .unwrap()
         .to_string();
