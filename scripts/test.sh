@@ -14,6 +14,7 @@ cargo clippy -p pi-native-ops-core --all-targets -- -D warnings
 cargo clippy -p pi-native-ops -- -D warnings
 cargo clippy -p pi-native-ops-server --all-targets -- -D warnings
 step "module cycles (none in any crate: a module and what it imports form a tree)"
+python3 scripts/module-cycles.py --self-test
 for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
