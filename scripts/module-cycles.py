@@ -9,8 +9,57 @@ an import, and declaring a module (`mod x;`), re-exporting (`pub use`) or import
 a use by itself. Tests are left out: every item under `#[cfg(test)]`
 (a test module of any name, inline or in its own file, a test-only function or import).
 Prints each cycle (a strongly connected component) and its edges, with the lines that make them.
-Usage: scripts/module-cycles.py crates/core/src [module-prefix ...] (also prints those modules' edges)."""
+Usage: scripts/module-cycles.py crates/core/src [module-prefix ...] (also prints those modules' edges);
+scripts/module-cycles.py --self-test checks the checker on small crates written to a temp dir."""
 import re, sys, pathlib
+
+
+def self_test():
+    """Each case: a crate's files, and the cycle the check must report (None: none)."""
+    import subprocess, tempfile
+    cases = {
+        "a cycle through a re-export": ({
+            "lib.rs": "mod a;\nmod b;\n",
+            "a/mod.rs": "mod inner;\npub(crate) use inner::go;\n",
+            "a/inner.rs": "pub(crate) fn go() { crate::b::stop() }\n",
+            "b.rs": "pub(crate) fn stop() {}\npub(crate) fn later() { crate::a::go() }\n",
+        }, "a::inner <-> b"),
+        "the same call from test code only": ({
+            "lib.rs": "mod a;\nmod b;\n#[cfg(test)]\nmod helpers;\n",
+            "a/mod.rs": "pub(crate) mod inner;\npub(crate) use inner::go;\n",
+            "a/inner.rs": "pub(crate) fn go() { crate::b::stop() }\n",
+            "b.rs": "pub(crate) fn stop() {}\n#[cfg(test)]\nfn t() { crate::a::inner::go(); }\n"
+                    "#[cfg(test)]\nmod checks {\n    fn u() { crate::a::inner::go(); }\n}\n",
+            "helpers.rs": "pub fn x() { crate::a::inner::go() }\n",
+        }, None),
+        "a child's use of its ancestor's item": ({
+            "lib.rs": "mod p;\nmod s;\n",
+            "p/mod.rs": "mod c;\npub(crate) struct Q;\npub(crate) fn run() { crate::s::k() }\n",
+            "p/c.rs": "pub(crate) fn h() -> super::Q { super::Q }\n",
+            "s.rs": "pub(crate) fn k() { let _ = crate::p::c::h(); }\n",
+        }, "p <-> p::c <-> s"),
+        "a call of a function named like a module": ({
+            "lib.rs": "mod exec;\nmod probe;\n",
+            "exec/mod.rs": "mod spawn;\npub(crate) use spawn::spawn;\n",
+            "exec/spawn.rs": "pub(crate) fn spawn() { crate::probe::plan() }\n",
+            "probe.rs": "pub(crate) fn plan() {}\npub(crate) fn support() { crate::exec::spawn() }\n",
+        }, "exec::spawn <-> probe"),
+    }
+    failed = 0
+    for name, (tree, cycle) in cases.items():
+        with tempfile.TemporaryDirectory() as dir:
+            for path, text in tree.items():
+                (pathlib.Path(dir) / path).parent.mkdir(parents=True, exist_ok=True)
+                (pathlib.Path(dir) / path).write_text(text)
+            run = subprocess.run([sys.executable, __file__, dir], capture_output=True, text=True)
+            ok = (run.returncode == 0) if cycle is None else (run.returncode == 1 and f"cycle: {cycle}\n" in run.stdout)
+            print(("ok  " if ok else "FAIL"), name + ("" if ok else f": exit {run.returncode}\n{run.stdout}{run.stderr}"))
+            failed += not ok
+    sys.exit(1 if failed else 0)
+
+
+if sys.argv[1:] == ["--self-test"]:
+    self_test()
 
 src = pathlib.Path(sys.argv[1])
 files = {}

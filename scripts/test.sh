@@ -12,6 +12,7 @@ step "cargo clippy --workspace --all-targets"
 # Every crate with its tests (the binding has no test or bench target: see Cargo.toml).
 cargo clippy --workspace --all-targets -- -D warnings
 step "module cycles (none in any crate: a module and what it imports form a tree)"
+python3 scripts/module-cycles.py --self-test
 for src in crates/core/src crates/server/src src; do python3 scripts/module-cycles.py "$src"; done
 step "docs: no dead references (links and anchors, paths in backticks and code comments, DEVELOPING.md's code map)"
 python3 scripts/check-docs.py
