@@ -102,14 +102,6 @@ export declare class GrepAbort {
   get filesSearched(): number
 }
 
-/** `policy` (see `pi_native_ops_core::policy::PolicySpec`). */
-export interface BashPolicy {
-  denyRead?: Array<string>
-  denyWrite?: Array<string>
-  /** The protected defaults; default true. */
-  protect?: boolean
-}
-
 /** The sandbox of a `bashSpawn` (see `pi_native_ops_core::exec::sandbox::Sandbox`). */
 export interface BashSandbox {
   /** The host workspace. */
@@ -136,7 +128,7 @@ export interface BashSandbox {
    */
   tmpSize?: number
   /** The workspace policy the shell is held to; absent: the protected defaults. */
-  policy?: BashPolicy
+  policy?: PolicyConfig
 }
 
 /**
@@ -176,6 +168,15 @@ export declare function findExists(root: BoundRoot, path: string): Promise<boole
  */
 export declare function findGlob(root: BoundRoot, pattern: string, cwd: string, ignore: Array<string>, limit?: number | undefined | null): Promise<string>
 
+/** pi's grep line cut in UTF-16 units (`GREP_MAX_LINE_LENGTH`), named in the tool's notice. */
+export declare const GREP_MAX_LINE_CHARS: number
+
+/**
+ * pi's grep tool's output cut in bytes (`DEFAULT_MAX_BYTES`): the tool asks the search to store
+ * lines only under it, and names it in its notice.
+ */
+export declare const GREP_MAX_OUTPUT_BYTES: number
+
 export interface GrepLine {
   path: string
   lineNumber: number
@@ -184,8 +185,8 @@ export interface GrepLine {
 }
 
 /**
- * grep's options as JS gives them; the core decides their defaults and
- * bounds (`Query::new`).
+ * grep's options as JS gives them: the core's `RawQuery`, field for field
+ * (the core decides their defaults and bounds).
  */
 export interface GrepOptions {
   pattern: string
@@ -251,6 +252,9 @@ export interface OpenedFile {
   isFile: boolean
 }
 
+/** The message of a cancelled operation (the core's `Aborted`). */
+export declare const OPERATION_ABORTED: string
+
 /**
  * `createBoundFs`'s `policy` option, validated by js/args.js (absent: the
  * core's defaults, the protected paths included).
@@ -261,7 +265,7 @@ export interface PolicyConfig {
   protect?: boolean
 }
 
-/** One policy event as JS sees it (keys in this order; absent ones omitted). */
+/** One policy event as JS sees it: the core's `EventFields`, field for field. */
 export interface PolicyEventObject {
   tool: string
   /** `"read"`, `"write"` or `"connect"`. */
@@ -275,6 +279,12 @@ export interface PolicyEventObject {
   time: number
   command?: string
 }
+
+/**
+ * A file tool's refusal event (the core's `PolicyEvent::refusal`): `tool` refused the `access`
+ * (`"read"`, `"write"`) of `path` by `rule`, now. JS reports it for both faces.
+ */
+export declare function policyRefusal(tool: string, access: string, path: string, rule?: string | undefined | null): PolicyEventObject
 
 /**
  * Whether `path` exists inside the root: false when missing, the
@@ -296,6 +306,9 @@ export declare function rootExists(root: ExternalObject<'BoundRoot'>, path: stri
  * before, in the same turn of the event loop (`Root::trusting`).
  */
 export declare function rootStat(root: ExternalObject<'BoundRoot'>, path: string, out: Float64Array, trusted: boolean): boolean
+
+/** Whether two `policy` options say the same, once the core has given them its defaults. */
+export declare function samePolicy(a?: PolicyConfig | undefined | null, b?: PolicyConfig | undefined | null): boolean
 
 /** What each sandbox mode confines on this machine. */
 export interface SandboxEnforces {
@@ -324,6 +337,9 @@ export interface SandboxGuarantees {
  * refused (`ESANDBOX`) with the core's reason.
  */
 export declare function sandboxHelper(path?: string | undefined | null): void
+
+/** The sandbox modes by name, as `sandbox.mode` takes them (the core's `Mode::NAMES`). */
+export declare function sandboxModes(): Array<string>
 
 /** What this machine offers for sandboxed bash (probed on the first call, then cached). */
 export declare function sandboxSupport(): SandboxSupport

@@ -4,12 +4,20 @@
 // own properties in Node's order. Each text is decided once, in the core (crates/core/src/error.rs,
 // exec/preflight.rs), so it is asserted here literally too: a change there shows in both faces alike,
 // and the missing-cwd text is pi's own (checked against pi's createLocalBashOperations).
+import { spawnSync } from "node:child_process";
 import { rmSync, truncateSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createBashOperations, createBoundFs } from "pi-native-ops";
+import {
+  createBashOperations,
+  createBoundFs,
+  createGrepTool,
+  createNativeTools,
+  createRemoteTools,
+} from "pi-native-ops";
+import { native } from "../js/native.js";
 import { serverPath, startServer } from "./helpers/face.js";
-import { pi } from "./helpers/pi.js";
+import { pi, runTool } from "./helpers/pi.js";
 import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
 
 let base;
@@ -155,6 +163,110 @@ describe.skipIf(!serverPath())("the local and the remote face fail identically",
       });
     } finally {
       rmSync(huge);
+    }
+  });
+});
+
+// What the faces say of the core's decisions: grep's caps, a cancelled call's text, the sandbox's mode
+// names, the policy's defaults and its events. Each is decided once in the core (crates/core/src/grep/
+// text.rs, error.rs, exec/sandbox/mod.rs, policy.rs) and read by both faces from there.
+describe.skipIf(!serverPath())("the core's decisions, said alike by both faces", () => {
+  it("grep's caps: the cut the core applies is the one the tool's notices name, in both faces", async () => {
+    const long = "x".repeat(native.GREP_MAX_LINE_CHARS + 100);
+    // More output than the byte cap, and one line over the line cut.
+    writeFileSync(path.join(dir, "caps.txt"), `needle ${long}\n${`needle ${"y".repeat(90)}\n`.repeat(1000)}`);
+    try {
+      const params = { pattern: "needle", path: "caps.txt", limit: 5000 };
+      const local = await runTool(createGrepTool(dir, { fs: createBoundFs(dir) }), params);
+      const remote = await runTool(createRemoteTools(dir, { connection: server.connection }).grep, params);
+      expect(remote).toEqual(local);
+      const first = local.text.split("\n")[0];
+      // The core's cut, in UTF-16 units, then pi's marker.
+      expect(first).toBe(`caps.txt:1: ${`needle ${long}`.slice(0, native.GREP_MAX_LINE_CHARS)}... [truncated]`);
+      expect(local.text).toContain(`Some lines truncated to ${native.GREP_MAX_LINE_CHARS} chars.`);
+      expect(local.text).toContain(`${pi.formatSize(native.GREP_MAX_OUTPUT_BYTES)} limit reached`);
+      expect(Buffer.byteLength(local.details.truncation.content)).toBeLessThanOrEqual(native.GREP_MAX_OUTPUT_BYTES);
+      // pi's own numbers.
+      expect([native.GREP_MAX_LINE_CHARS, native.GREP_MAX_OUTPUT_BYTES]).toEqual([500, 50 * 1024]);
+    } finally {
+      rmSync(path.join(dir, "caps.txt"));
+    }
+  });
+
+  it("a cancelled grep: the core's Operation aborted from both faces", async () => {
+    const signal = AbortSignal.abort();
+    const params = { pattern: "A" };
+    const local = await runTool(createGrepTool(dir, { fs: createBoundFs(dir) }), params, { signal });
+    const remote = await runTool(createRemoteTools(dir, { connection: server.connection }).grep, params, { signal });
+    expect(remote).toEqual(local);
+    expect(local).toEqual({ error: native.OPERATION_ABORTED });
+    expect(native.OPERATION_ABORTED).toBe("Operation aborted");
+  });
+
+  it("the sandbox's mode names: the core's list in JS's refusal and the server's", () => {
+    let thrown;
+    try {
+      createBashOperations({ sandbox: { root: dir, mode: "chroot" } });
+    } catch (err) {
+      thrown = err;
+    }
+    const names = native.sandboxModes();
+    expect(names).toEqual(["auto", "namespaces", "landlock"]);
+    expect(thrown).toBeInstanceOf(TypeError);
+    expect(thrown.message).toBe(
+      `createBashOperations: sandbox.mode must be one of ${names.map((m) => `"${m}"`).join(", ")}, got "chroot"`,
+    );
+    const run = spawnSync(serverPath(), ["--root", dir, "--sandbox=chroot"], { encoding: "utf8" });
+    expect(run.status).not.toBe(0);
+    expect(run.stderr).toContain(`--sandbox takes ${names.slice(0, -1).join(", ")} or ${names.at(-1)}, got "chroot"`);
+  });
+
+  it("the policy's defaults: protect unset is the core's default, in the tools' one-policy check", () => {
+    const sandbox = (policy) => ({ root: dir, ...(policy === undefined ? {} : { policy }) });
+    // Equal once defaulted: protect absent is protect: true; an absent list is an empty one. (The shell's
+    // sandbox may still be refused on this machine: only the one-policy check is asserted.)
+    const differs = /sandbox.policy differs/;
+    expect(() =>
+      createNativeTools(dir, {
+        policy: { denyRead: [".env"] },
+        sandbox: sandbox({ denyRead: [".env"], protect: true }),
+      }),
+    ).not.toThrow(differs);
+    expect(() => createNativeTools(dir, { policy: { denyWrite: [] }, sandbox: sandbox({}) })).not.toThrow(differs);
+    expect(() => createNativeTools(dir, { policy: {}, sandbox: sandbox({ protect: false }) })).toThrow(
+      "sandbox.policy differs from the tools' policy; give it once",
+    );
+    expect(native.samePolicy({}, { protect: true })).toBe(true);
+    expect(native.samePolicy({ protect: false }, undefined)).toBe(false);
+  });
+
+  it("a file tool's refusal: one event, the core's fields and clock, from both faces", async () => {
+    writeFileSync(path.join(dir, "key.pem"), "k\n");
+    const localEvents = [];
+    const remoteEvents = [];
+    const policy = { denyRead: ["*.pem"] };
+    const guarded = await startServer(dir, { connect: { policy, onPolicyEvent: (e) => remoteEvents.push(e) } });
+    try {
+      const before = Date.now();
+      const local = createBoundFs(dir, { policy, onPolicyEvent: (e) => localEvents.push(e) });
+      const key = path.join(dir, "key.pem");
+      await failure(local.read.readFile(key));
+      await failure(guarded.connection.fs.read.readFile(key));
+      const after = Date.now();
+      expect(localEvents).toHaveLength(1);
+      expect(remoteEvents).toHaveLength(1);
+      const [mine] = localEvents;
+      const [theirs] = remoteEvents;
+      expect({ ...theirs, time: 0 }).toEqual({ ...mine, time: 0 });
+      expect(Object.keys(mine)).toEqual(["tool", "access", "path", "rule", "allowed", "time"]);
+      expect(mine).toEqual({ tool: "read", access: "read", path: key, rule: "*.pem", allowed: false, time: mine.time });
+      for (const { time } of [mine, theirs]) {
+        // Whole milliseconds, as every event's clock (the core's) gives them.
+        expect(Number.isInteger(time) && time >= before && time <= after).toBe(true);
+      }
+    } finally {
+      await guarded.close();
+      rmSync(path.join(dir, "key.pem"));
     }
   });
 });

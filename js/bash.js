@@ -59,7 +59,6 @@ export function envEntries(env) {
   return entries;
 }
 
-const SANDBOX_MODES = ["auto", "namespaces", "landlock"];
 const SANDBOX_KEYS = [
   "root",
   "runtimeRoot",
@@ -136,9 +135,11 @@ export function checkSandboxOptions(sandbox, what = "createBashOperations: sandb
     if (typeof value !== "string") throw new TypeError(`${what}.env.${key} must be a string`);
     if (key === "" || key.includes("=")) throw new TypeError(`${what}.env: invalid name ${JSON.stringify(key)}`);
   }
-  if (!SANDBOX_MODES.includes(mode)) {
+  // The core's mode names (crates/core/src/exec/sandbox/mod.rs, `Mode::NAMES`).
+  const modes = native.sandboxModes();
+  if (!modes.includes(mode)) {
     throw new TypeError(
-      `${what}.mode must be one of ${SANDBOX_MODES.map((m) => `"${m}"`).join(", ")}, got ${JSON.stringify(mode)}`,
+      `${what}.mode must be one of ${modes.map((m) => `"${m}"`).join(", ")}, got ${JSON.stringify(mode)}`,
     );
   }
   const { maxProcesses } = sandbox;

@@ -8,8 +8,6 @@ import { piOf } from "./pi.js";
 import { boundRootOf, checkNumber, checkObject, checkOptional } from "./args.js";
 import { policyReporterOf } from "./policy-events.js";
 
-const MAX_BYTES = 50 * 1024;
-const MAX_LINE_CHARS = 500;
 const UNICODE_SPACES = /[\u00A0\u2000-\u200A\u202F\u205F\u3000]/g;
 
 /** GrepOperations for createBoundFs: bounded `isDirectory` (throws when missing or outside) and `readFile`. */
@@ -56,9 +54,9 @@ async function piResolve(pi, cwd, p, ctx) {
   return resolved;
 }
 
-/** `Operation aborted`, with how many files the native search had begun to read when it stopped. */
+/** The core's `Operation aborted`, with how many files the native search had begun to read when it stopped. */
 export function abortedError(filesSearched) {
-  return Object.assign(new Error("Operation aborted"), { filesSearched });
+  return Object.assign(new Error(native.OPERATION_ABORTED), { filesSearched });
 }
 
 /**
@@ -159,9 +157,11 @@ export function grepToolDefinitionWith(cwd, search, pi) {
   return {
     ...stock,
     async execute(_toolCallId, params, signal, _onUpdate, ctx) {
-      if (signal?.aborted) throw new Error("Operation aborted");
+      if (signal?.aborted) throw new Error(native.OPERATION_ABORTED);
       const searchPath = await piResolve(pi, cwd, params?.path, ctx);
-      const out = await search(request(params ?? {}, searchPath, MAX_BYTES), signal);
+      // The core's caps (crates/core/src/grep/text.rs): lines stored only under pi's byte cut.
+      const { GREP_MAX_OUTPUT_BYTES: maxBytes, GREP_MAX_LINE_CHARS: maxLineChars } = native;
+      const out = await search(request(params ?? {}, searchPath, maxBytes), signal);
       if (out.matchCount === 0) return { content: [{ type: "text", text: "No matches found" }], details: undefined };
       const rawOutput = out.lines
         .map((l) => (l.isMatch ? `${l.path}:${l.lineNumber}: ${l.text}` : `${l.path}-${l.lineNumber}- ${l.text}`))
@@ -177,11 +177,11 @@ export function grepToolDefinitionWith(cwd, search, pi) {
         details.matchLimitReached = out.limit;
       }
       if (truncation.truncated) {
-        notices.push(`${pi.formatSize(MAX_BYTES)} limit reached`);
+        notices.push(`${pi.formatSize(maxBytes)} limit reached`);
         details.truncation = truncation;
       }
       if (out.linesTruncated) {
-        notices.push(`Some lines truncated to ${MAX_LINE_CHARS} chars. Use read tool to see full lines`);
+        notices.push(`Some lines truncated to ${maxLineChars} chars. Use read tool to see full lines`);
         details.linesTruncated = true;
       }
       if (notices.length > 0) output += `\n\n[${notices.join(". ")}]`;

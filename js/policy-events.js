@@ -1,5 +1,7 @@
 // Policy events (docs/policy.md, "Events"): the one event shape `onPolicyEvent` receives, its delivery, and the
-// `policy`/`onPolicyEvent` options' type checks. Shared by every face; imports nothing of ours.
+// `policy`/`onPolicyEvent` options' type checks. Shared by every face; the events themselves are the
+// core's (crates/core/src/policy.rs: `EventFields`, a file tool's `PolicyEvent::refusal`).
+import { native } from "./native.js";
 
 /** An event's keys, in the order `onPolicyEvent` sees them (absent ones are left out). */
 const EVENT_KEYS = ["tool", "access", "path", "host", "port", "rule", "allowed", "time", "command"];
@@ -40,7 +42,7 @@ export function emitRefusal(onPolicyEvent, tool, access, path, error) {
   if (typeof onPolicyEvent !== "function") return;
   if (error === null || typeof error !== "object" || !Object.hasOwn(error, "rule")) return;
   const rule = typeof error.rule === "string" ? error.rule : null;
-  deliver(onPolicyEvent, { tool, access, path, rule, allowed: false, time: Date.now() });
+  deliver(onPolicyEvent, eventOf(native.policyRefusal(tool, access, path, rule)));
 }
 
 function checkRules(value, name) {
@@ -79,15 +81,6 @@ export function checkPolicy(value, name = "policy") {
 export function checkOnPolicyEvent(value, name = "onPolicyEvent") {
   if (value !== undefined && typeof value !== "function") throw new TypeError(`${name} must be a function`);
   return value;
-}
-
-/** Whether two `policy` options (as given, or absent) say the same. */
-export function samePolicy(a, b) {
-  const norm = (p) => {
-    const c = checkPolicy(p) ?? {};
-    return JSON.stringify([c.denyRead ?? [], c.denyWrite ?? [], c.protect ?? true]);
-  };
-  return norm(a) === norm(b);
 }
 
 /** Where each native root's refusals are reported (the `onPolicyEvent` of its createBoundFs). */

@@ -92,12 +92,9 @@ const wireNumber = (n) => (n === undefined || n === null ? null : Number.isFinit
 export function remoteSearch(conn) {
   return (request, signal) => {
     if (signal?.aborted) return Promise.reject(abortedError(0));
+    // grep.js's request as it is (the core's `RawQuery`), its JS numbers in their wire form.
     const { id, promise } = conn.start("grep", {
-      pattern: request.pattern,
-      path: request.path,
-      displayName: request.displayName,
-      ignoreCase: request.ignoreCase,
-      literal: request.literal,
+      ...request,
       glob: request.glob ?? null,
       context: wireNumber(request.context),
       limit: wireNumber(request.limit),

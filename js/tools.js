@@ -5,7 +5,8 @@ import { createBashOperations, createPowerShellOperations } from "./bash.js";
 import { createBoundFs } from "./fs.js";
 import { createGrepToolDefinition, grepToolOf } from "./grep.js";
 import { checkObject } from "./args.js";
-import { samePolicy } from "./policy-events.js";
+import { native } from "./native.js";
+import { checkPolicy } from "./policy-events.js";
 import { piOf } from "./pi.js";
 
 /**
@@ -53,7 +54,12 @@ function sandboxOf(options, root, runtimeRoot) {
     }
   }
   // One policy for the file tools and the shell: given once, or the same twice.
-  if (own.policy !== undefined && policy !== undefined && !samePolicy(own.policy, policy)) {
+  // The same once the core has given both its defaults (`protect` among them).
+  if (
+    own.policy !== undefined &&
+    policy !== undefined &&
+    !native.samePolicy(checkPolicy(own.policy), checkPolicy(policy))
+  ) {
     throw new TypeError("sandbox.policy differs from the tools' policy; give it once");
   }
   if (own.onPolicyEvent !== undefined && onPolicyEvent !== undefined && own.onPolicyEvent !== onPolicyEvent) {

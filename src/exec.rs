@@ -77,68 +77,36 @@ pub struct BashSandbox {
     /// `min(RAM / 8, 2 GiB)`.
     pub tmp_size: Option<i64>,
     /// The workspace policy the shell is held to; absent: the protected defaults.
-    pub policy: Option<BashPolicy>,
+    pub policy: Option<crate::fs::PolicyConfig>,
 }
 
-/// `policy` (see `pi_native_ops_core::policy::PolicySpec`).
-#[napi(object)]
-pub struct BashPolicy {
-    pub deny_read: Option<Vec<String>>,
-    pub deny_write: Option<Vec<String>>,
-    /// The protected defaults; default true.
-    pub protect: Option<bool>,
+impl From<BashSandbox> for sandbox::RawSandbox {
+    fn from(js: BashSandbox) -> sandbox::RawSandbox {
+        sandbox::RawSandbox {
+            root: js.root,
+            runtime_root: js.runtime_root,
+            network: js.network,
+            network_allow: js.network_allow,
+            network_headers: js.network_headers,
+            read_only: js.read_only,
+            read_write: js.read_write,
+            env: js.env,
+            mode: js.mode,
+            max_processes: js.max_processes,
+            tmp_size: js.tmp_size,
+            policy: js.policy.map(Into::into),
+        }
+    }
 }
 
 fn core_sandbox(js: BashSandbox) -> std::result::Result<sandbox::Sandbox, CoreError> {
-    let invalid = |why: String| CoreError::sandbox_unavailable(why);
-    let mode = match js.mode.as_deref() {
-        None => sandbox::Mode::default(),
-        Some(name) => sandbox::Mode::from_name(name)?,
-    };
-    let paths = |list: Option<Vec<String>>| {
-        list.unwrap_or_default()
-            .into_iter()
-            .map(Into::into)
-            .collect()
-    };
-    let mut spec = sandbox::Sandbox::new(js.root);
-    if let Some(runtime_root) = js.runtime_root {
-        spec.runtime_root = runtime_root.into();
-    }
-    spec.network = js.network.unwrap_or(false);
-    if js.network_allow.is_some() || js.network_headers.is_some() {
-        let mut headers = Vec::new();
-        for triple in js.network_headers.unwrap_or_default() {
-            let [host, name, value]: [String; 3] = triple.try_into().map_err(|_| {
-                invalid("network headers must be [host, name, value] triples".into())
-            })?;
-            headers.push((host, name, value));
-        }
-        spec.network_allow = Some(sandbox::NetworkAllow {
-            allow: js.network_allow.unwrap_or_default(),
-            headers,
-        });
-    }
-    spec.read_only = paths(js.read_only);
-    spec.read_write = paths(js.read_write);
-    spec.env = js.env.unwrap_or_default();
-    spec.mode = mode;
-    spec.max_processes = js.max_processes;
-    spec.tmp_size = match js.tmp_size {
-        Some(bytes) => Some(
-            u64::try_from(bytes)
-                .map_err(|_| invalid(format!("tmpSize must be a number of bytes, got {bytes}")))?,
-        ),
-        None => None,
-    };
-    if let Some(policy) = js.policy {
-        spec.policy = pi_native_ops_core::policy::PolicySpec::from_raw(
-            policy.deny_read,
-            policy.deny_write,
-            policy.protect,
-        );
-    }
-    Ok(spec)
+    sandbox::Sandbox::from_raw(js.into())
+}
+
+/// The sandbox modes by name, as `sandbox.mode` takes them (the core's `Mode::NAMES`).
+#[napi]
+pub fn sandbox_modes() -> Vec<&'static str> {
+    sandbox::Mode::NAMES.iter().map(|(_, name)| *name).collect()
 }
 
 /// What `sandboxSupport()` reports.

@@ -39,6 +39,19 @@ pub struct PolicyConfig {
     pub protect: Option<bool>,
 }
 
+impl From<PolicyConfig> for PolicySpec {
+    fn from(p: PolicyConfig) -> PolicySpec {
+        PolicySpec::from_raw(p.deny_read, p.deny_write, p.protect)
+    }
+}
+
+/// Whether two `policy` options say the same, once the core has given them its defaults.
+#[napi]
+pub fn same_policy(a: Option<PolicyConfig>, b: Option<PolicyConfig>) -> bool {
+    let spec = |p: Option<PolicyConfig>| p.map_or_else(PolicySpec::default_raw, Into::into);
+    spec(a) == spec(b)
+}
+
 /// The most entries `readdir_small` lists on the JS thread.
 const SMALL_DIR: usize = 256;
 
@@ -110,8 +123,8 @@ impl BoundRoot {
         pin_root: Option<bool>,
     ) -> Result<Self> {
         let spec = match policy {
-            Some(p) => PolicySpec::from_raw(p.deny_read, p.deny_write, p.protect),
-            None => PolicySpec::from_raw(None, None, None),
+            Some(p) => p.into(),
+            None => PolicySpec::default_raw(),
         };
         let policy = Policy::new(&spec).map_err(|e| to_js(env, &e))?;
         let root =

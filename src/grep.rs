@@ -1,13 +1,11 @@
 //! napi binding of the in-process grep (`pi_native_ops_core::grep`).
 
-use std::path::Path;
-
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 
 use crate::fs::BoundRoot;
 use crate::{blocking, Blocking};
-use pi_native_ops_core::grep::{self, Opener, PlainFs, Query, RawQuery};
+use pi_native_ops_core::grep::{self, RawQuery};
 use pi_native_ops_core::Cancel;
 
 /// A cancel flag a running search polls; `abort()` stops it promptly.
@@ -39,8 +37,8 @@ impl GrepAbort {
     }
 }
 
-/// grep's options as JS gives them; the core decides their defaults and
-/// bounds (`Query::new`).
+/// grep's options as JS gives them: the core's `RawQuery`, field for field
+/// (the core decides their defaults and bounds).
 #[napi(object)]
 pub struct GrepOptions {
     pub pattern: String,
@@ -56,6 +54,35 @@ pub struct GrepOptions {
     /// Store lines only while the output is under this many bytes.
     pub store_cap: Option<f64>,
 }
+
+impl From<GrepOptions> for RawQuery {
+    fn from(o: GrepOptions) -> RawQuery {
+        RawQuery {
+            pattern: o.pattern,
+            path: o.path,
+            display_name: o.display_name,
+            ignore_case: o.ignore_case,
+            literal: o.literal,
+            glob: o.glob,
+            context: o.context,
+            limit: o.limit,
+            store_cap: o.store_cap,
+        }
+    }
+}
+
+/// pi's grep tool's output cut in bytes (`DEFAULT_MAX_BYTES`): the tool asks the search to store
+/// lines only under it, and names it in its notice.
+#[napi]
+pub const GREP_MAX_OUTPUT_BYTES: u32 = grep::MAX_OUTPUT_BYTES as u32;
+
+/// pi's grep line cut in UTF-16 units (`GREP_MAX_LINE_LENGTH`), named in the tool's notice.
+#[napi]
+pub const GREP_MAX_LINE_CHARS: u32 = grep::MAX_LINE_UNITS as u32;
+
+/// The message of a cancelled operation (the core's `Aborted`).
+#[napi]
+pub const OPERATION_ABORTED: &str = pi_native_ops_core::error::ABORTED_MESSAGE;
 
 #[napi(object)]
 pub struct GrepLine {
@@ -88,25 +115,7 @@ pub fn grep_search(
     let root = root.map(|r| r.root.clone());
     let cancel = abort.cancel.clone();
     blocking(move || {
-        let target = grep::target(
-            root.as_deref(),
-            Path::new(&options.path),
-            options.display_name,
-        )?;
-        let query = Query::new(RawQuery {
-            pattern: options.pattern,
-            ignore_case: options.ignore_case,
-            literal: options.literal,
-            glob: options.glob,
-            context: options.context,
-            limit: options.limit,
-            store_cap: options.store_cap,
-        });
-        let opener: &dyn Opener = match &root {
-            Some(root) => root.as_ref(),
-            None => &PlainFs,
-        };
-        let out = grep::run(&target, &query, opener, &cancel, index.as_ref())?;
+        let out = grep::search(root.as_deref(), options.into(), &cancel, index.as_ref())?;
         Ok(GrepResult {
             lines: out
                 .lines

@@ -8,9 +8,9 @@ use napi::threadsafe_function::{ThreadsafeFunctionCallMode, UnknownReturnValue};
 use napi::Result;
 use napi_derive::napi;
 
-use pi_native_ops_core::policy::{EventSink, EventTarget, PolicyEvent};
+use pi_native_ops_core::policy::{EventFields, EventSink, PolicyEvent};
 
-/// One policy event as JS sees it (keys in this order; absent ones omitted).
+/// One policy event as JS sees it: the core's `EventFields`, field for field.
 #[napi(object)]
 pub struct PolicyEventObject {
     pub tool: String,
@@ -28,26 +28,41 @@ pub struct PolicyEventObject {
 
 impl From<PolicyEvent> for PolicyEventObject {
     fn from(e: PolicyEvent) -> Self {
-        let (access, path, host, port) = match e.target {
-            EventTarget::Read(path) => ("read", Some(path), None, None),
-            EventTarget::Write(path) => ("write", Some(path), None, None),
-            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port.into())),
-        };
+        let e = EventFields::from(e);
         PolicyEventObject {
             tool: e.tool.to_string(),
-            access: access.to_string(),
-            path,
-            host,
-            port,
+            access: e.access.to_string(),
+            path: e.path,
+            host: e.host,
+            port: e.port.map(Into::into),
             rule: match e.rule {
                 Some(rule) => Either::A(rule),
                 None => Either::B(Null),
             },
             allowed: e.allowed,
-            time: e.time_ms,
+            time: e.time,
             command: e.command,
         }
     }
+}
+
+/// A file tool's refusal event (the core's `PolicyEvent::refusal`): `tool` refused the `access`
+/// (`"read"`, `"write"`) of `path` by `rule`, now. JS reports it for both faces.
+#[napi]
+pub fn policy_refusal(
+    tool: String,
+    access: String,
+    path: String,
+    rule: Option<String>,
+) -> Result<PolicyEventObject> {
+    PolicyEvent::refusal(&tool, &access, path, rule)
+        .map(Into::into)
+        .ok_or_else(|| {
+            napi::Error::new(
+                napi::Status::InvalidArg,
+                format!("no policy event of tool {tool:?} and access {access:?}"),
+            )
+        })
 }
 
 /// The sink that hands each event to `callback` on Node's thread: never blocks the caller (the

@@ -62,6 +62,10 @@ pub enum ErrorKind {
 /// `ERR_FS_FILE_TOO_LARGE` (Node 20 and 22 alike).
 pub const MAX_READ_BYTES: u64 = (1 << 31) - 1;
 
+/// The message of `ErrorKind::Aborted` (pi's, for a cancelled tool call); the faces throw it too
+/// for a call cancelled before it reached the core.
+pub const ABORTED_MESSAGE: &str = "Operation aborted";
+
 /// A failure of a core operation.
 ///
 /// ```
@@ -425,7 +429,7 @@ impl fmt::Display for Error {
                 let (code, _) = errno_name(self.errno.unwrap_or(0));
                 write!(f, "spawn {subject} {code}")
             }
-            ErrorKind::Aborted => f.write_str("Operation aborted"),
+            ErrorKind::Aborted => f.write_str(ABORTED_MESSAGE),
             ErrorKind::SandboxUnavailable => write!(f, "sandbox unavailable: {text}"),
             ErrorKind::FileTooLarge => f.write_str(text),
             // pi's words (createLocalBashOperations).

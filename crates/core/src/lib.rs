@@ -30,6 +30,9 @@ mod glob_regex;
 #[cfg(any(unix, windows))]
 pub mod grep;
 pub mod image;
+// A JS number option as JSON carries it (the server's wire types).
+#[cfg(feature = "serde")]
+pub mod js_number;
 // Deny-read, deny-write and protected paths: one definition for every face.
 pub mod policy;
 // The warm search index: inotify, so Linux only (elsewhere searches walk).

@@ -89,6 +89,9 @@ pub const PROTECTED: &[&str] = &[
 /// protect every repository's whole git directory.
 pub const GITFILE: &str = "**/.git (a file)";
 
+/// Whether the protected defaults apply when `protect` is not given.
+pub const PROTECT_BY_DEFAULT: bool = true;
+
 /// A policy as given: rule lines, and whether the protected defaults apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySpec {
@@ -111,8 +114,13 @@ impl PolicySpec {
         PolicySpec {
             deny_read: deny_read.unwrap_or_default(),
             deny_write: deny_write.unwrap_or_default(),
-            protect: protect.unwrap_or(true),
+            protect: protect.unwrap_or(PROTECT_BY_DEFAULT),
         }
+    }
+
+    /// The spec of no options: no rules, the protected defaults.
+    pub fn default_raw() -> PolicySpec {
+        PolicySpec::from_raw(None, None, None)
     }
 }
 
@@ -391,16 +399,93 @@ pub struct PolicyEvent {
     pub time_ms: f64,
 }
 
+/// An event as every face hands it on (the object `onPolicyEvent` receives, the wire's `event`
+/// frame): these keys, in this order; `access` is `"read"`, `"write"` or `"connect"`; absent
+/// ones are left out, but `rule`, which is null when no rule decided.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct EventFields {
+    /// The tool, or `bash`.
+    pub tool: &'static str,
+    /// `"read"`, `"write"` or `"connect"`.
+    pub access: &'static str,
+    /// The path read or written (runtime form).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub path: Option<String>,
+    /// The host connected to.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub host: Option<String>,
+    /// The port connected to.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub port: Option<u16>,
+    /// The rule that decided; null when none did.
+    pub rule: Option<String>,
+    /// `false` for a refusal.
+    pub allowed: bool,
+    /// Milliseconds since the Unix epoch.
+    pub time: f64,
+    /// For `bash`: the command.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub command: Option<String>,
+}
+
+impl From<PolicyEvent> for EventFields {
+    fn from(e: PolicyEvent) -> EventFields {
+        let (access, path, host, port) = match e.target {
+            EventTarget::Read(path) => ("read", Some(path), None, None),
+            EventTarget::Write(path) => ("write", Some(path), None, None),
+            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port)),
+        };
+        EventFields {
+            tool: e.tool,
+            access,
+            path,
+            host,
+            port,
+            rule: e.rule,
+            allowed: e.allowed,
+            time: e.time_ms,
+            command: e.command,
+        }
+    }
+}
+
 /// Where events go: the face's callback (napi's threadsafe function, the
 /// server's outbox). Called from any thread; must not block.
 pub type EventSink = Arc<dyn Fn(PolicyEvent) + Send + Sync>;
 
-/// The current time as events carry it.
+/// The current time as events carry it: whole milliseconds since the Unix epoch, as JS's
+/// `Date.now()` gives them, so a caller can compare an event's time with its own clock.
 pub fn now_ms() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64() * 1000.0)
+        .map(|d| d.as_millis() as f64)
         .unwrap_or(0.0)
+}
+
+/// The tools an event may name: pi's file tools and `bash`.
+pub const TOOLS: [&str; 7] = ["read", "write", "edit", "ls", "find", "grep", "bash"];
+
+impl PolicyEvent {
+    /// A file tool's refusal, now: `tool` (one of `TOOLS`) was refused the `access` (`"read"` or
+    /// `"write"`) of `path` (as the tool was given it) by `rule`. `None` for a tool or access
+    /// there is no event of.
+    pub fn refusal(tool: &str, access: &str, path: String, rule: Option<String>) -> Option<Self> {
+        let tool = TOOLS.into_iter().find(|t| *t == tool)?;
+        let target = match access {
+            "read" => EventTarget::Read(path),
+            "write" => EventTarget::Write(path),
+            _ => return None,
+        };
+        Some(PolicyEvent {
+            tool,
+            command: None,
+            target,
+            rule,
+            allowed: false,
+            time_ms: now_ms(),
+        })
+    }
 }
 
 /// A compiled policy. Cheap to ask; share it behind an `Arc`.
@@ -805,5 +890,77 @@ mod tests {
     fn from_raw_protects_unless_told_not_to() {
         assert!(PolicySpec::from_raw(None, None, None).protect);
         assert!(!PolicySpec::from_raw(None, None, Some(false)).protect);
+        assert!(PROTECT_BY_DEFAULT && PolicySpec::default_raw().protect);
+        // Equal once defaulted: what the faces' "same policy" asks.
+        assert_eq!(
+            PolicySpec::default_raw(),
+            PolicySpec::from_raw(Some(vec![]), None, Some(true))
+        );
+    }
+
+    /// A file tool's refusal: its fields and time decided here, for every face.
+    #[test]
+    fn refusals_are_built_once() {
+        let before = now_ms();
+        let e = PolicyEvent::refusal("edit", "write", "/w/k.pem".into(), Some("*.pem".into()));
+        let e = EventFields::from(e.unwrap());
+        assert_eq!(
+            (
+                e.tool,
+                e.access,
+                e.path.as_deref(),
+                e.rule.as_deref(),
+                e.allowed,
+                e.command
+            ),
+            (
+                "edit",
+                "write",
+                Some("/w/k.pem"),
+                Some("*.pem"),
+                false,
+                None
+            )
+        );
+        assert!(e.time >= before && e.time <= now_ms() && e.time.fract() == 0.0);
+        assert!(PolicyEvent::refusal("rm", "read", "/w".into(), None).is_none());
+        assert!(PolicyEvent::refusal("read", "connect", "/w".into(), None).is_none());
+    }
+
+    /// Every face hands an event on in these fields (napi's object, the wire's frame).
+    #[test]
+    fn event_fields_are_decided_once() {
+        let event = |target| PolicyEvent {
+            tool: "bash",
+            command: Some("cat .env".into()),
+            target,
+            rule: None,
+            allowed: false,
+            time_ms: 1.5,
+        };
+        let read = EventFields::from(event(EventTarget::Read("/w/.env".into())));
+        assert_eq!(
+            (read.access, read.path.as_deref(), read.host, read.port),
+            ("read", Some("/w/.env"), None, None)
+        );
+        assert_eq!(
+            (read.tool, read.command.as_deref(), read.time),
+            ("bash", Some("cat .env"), 1.5)
+        );
+        let write = EventFields::from(event(EventTarget::Write("/w/x".into())));
+        assert_eq!(write.access, "write");
+        let connect = EventFields::from(event(EventTarget::Connect {
+            host: "example.com".into(),
+            port: 443,
+        }));
+        assert_eq!(
+            (
+                connect.access,
+                connect.path,
+                connect.host.as_deref(),
+                connect.port
+            ),
+            ("connect", None, Some("example.com"), Some(443))
+        );
     }
 }

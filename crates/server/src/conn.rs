@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
 
-use pi_native_ops_core::exec::sandbox::{NetworkAllow, Prepared, Sandbox};
+use pi_native_ops_core::exec::sandbox::{Prepared, RawSandbox, Sandbox};
 use pi_native_ops_core::policy::{EventSink, Policy, PolicySpec};
 use pi_native_ops_core::root::Root;
 use pi_native_ops_core::{Cancel, Error as CoreError};
@@ -181,17 +181,19 @@ impl Site {
         events: EventSink,
     ) -> Option<Result<Prepared, CoreError>> {
         let shell = self.shell.as_ref()?;
-        let mut spec = Sandbox::new(&self.host_root);
-        spec.runtime_root = workspace.root.runtime().to_path_buf();
-        spec.mode = shell.mode;
-        spec.network = shell.network;
-        spec.network_allow = shell.allow.clone().map(|allow| NetworkAllow {
-            allow,
-            headers: Vec::new(),
+        let raw = RawSandbox {
+            root: self.host_root.to_string_lossy().into_owned(),
+            runtime_root: Some(workspace.root.runtime().to_string_lossy().into_owned()),
+            mode: Some(shell.mode.name().to_string()),
+            network: Some(shell.network),
+            network_allow: shell.allow.clone(),
+            // For the record only: the compiled policy (with its floor) is the one held.
+            policy: Some(workspace.policy.spec().clone()),
+            ..RawSandbox::default()
+        };
+        let made = Sandbox::from_raw(raw).and_then(|spec| {
+            Prepared::open_with_policy(spec, Arc::clone(&workspace.policy), Some(events))
         });
-        // For the record only: the compiled policy (with its floor) is the one held.
-        spec.policy = workspace.policy.spec().clone();
-        let made = Prepared::open_with_policy(spec, Arc::clone(&workspace.policy), Some(events));
         if let Err(e) = &made {
             eprintln!("pi-native-ops-server: --sandbox: {e} (every command fails with it)");
         }
@@ -1090,7 +1092,7 @@ mod tests {
         let workspace = f.conn.workspace().unwrap();
         let grep_reads = |index| {
             let cancel = Cancel::new();
-            let request: wire::GrepRequest = serde_json::from_value(json!({
+            let request: pi_native_ops_core::grep::RawQuery = serde_json::from_value(json!({
                 "pattern": "world", "path": "/workspace", "displayName": "workspace", "limit": 100
             }))
             .unwrap();
@@ -1466,7 +1468,7 @@ mod tests {
         let mut f = fixture();
         let cancel = Cancel::new();
         cancel.cancel();
-        let request: wire::GrepRequest = serde_json::from_value(json!({
+        let request: pi_native_ops_core::grep::RawQuery = serde_json::from_value(json!({
             "pattern": "x", "path": "/workspace", "displayName": "workspace", "limit": 100
         }))
         .unwrap();

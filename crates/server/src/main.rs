@@ -38,6 +38,8 @@ mod wire;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pi_native_ops_core::exec::sandbox::Mode;
+
 const NAME: &str = "pi-native-ops-server";
 
 const USAGE: &str = "\
@@ -114,11 +116,21 @@ struct Listen {
 /// `--sandbox` and `--sandbox-network`: how every command of every connection is sandboxed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShellSandbox {
-    pub mode: pi_native_ops_core::exec::sandbox::Mode,
+    pub mode: Mode,
     /// The host's network (`--sandbox-network true`).
     pub network: bool,
     /// Hosts reachable through the proxy (`--sandbox-network '[...]'`).
     pub allow: Option<Vec<String>>,
+}
+
+/// The core's sandbox mode names as `--sandbox` lists them: `auto, namespaces or landlock`.
+fn mode_names() -> String {
+    let names: Vec<&str> = Mode::NAMES.iter().map(|(_, name)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// `--sandbox-network`'s value: `false`, `true` or a JSON array of host patterns.
@@ -192,12 +204,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             }
             "--pin-root" => return Err("--pin-root takes no value".into()),
             "--sandbox" => {
-                use pi_native_ops_core::exec::sandbox::Mode;
                 // The mode is optional: the next argument is taken only when it names one.
                 let named = |v: &str| Mode::from_name(v).ok();
                 let mode = match inline {
                     Some(value) => named(value).ok_or_else(|| {
-                        format!("--sandbox takes auto, namespaces or landlock, got \"{value}\"")
+                        format!("--sandbox takes {}, got \"{value}\"", mode_names())
                     })?,
                     None => match args.peek().and_then(|next| named(next)) {
                         Some(mode) => {

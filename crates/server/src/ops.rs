@@ -11,14 +11,14 @@ use serde_json::{json, Map, Value};
 
 use pi_native_ops_core::error::errno_of;
 use pi_native_ops_core::exec::{self, Control};
-use pi_native_ops_core::grep::{self, Query, RawQuery};
+use pi_native_ops_core::grep::{self, RawQuery};
 use pi_native_ops_core::image::{detect_image_mime, SNIFF_BYTES};
 use pi_native_ops_core::root::{Access, Root};
 use pi_native_ops_core::{find, Cancel, Error as CoreError};
 
 use crate::index::SearchIndex;
 use crate::outbox::Outbox;
-use crate::wire::{Answer, ExecRequest, Failure, GrepRequest, Op, WireError};
+use crate::wire::{Answer, ExecRequest, Failure, Op, WireError};
 
 /// `data` payload a stream may have sent and not yet had credited (docs/protocol.md, "Streams
 /// and flow control"): four of the largest chunks, so a consumer that keeps up never stalls the
@@ -130,7 +130,7 @@ pub fn simple(
 pub fn grep(
     root: &Root,
     index: SearchIndex<'_>,
-    req: GrepRequest,
+    req: RawQuery,
     cancel: &Cancel,
 ) -> Result<Answer, Failure> {
     let aborted = || {
@@ -138,20 +138,7 @@ pub fn grep(
         e.files_searched = Some(cancel.files_searched());
         Failure::from(e)
     };
-    let run = || -> Result<grep::Outcome, CoreError> {
-        let target = grep::target(Some(root), Path::new(&req.path), req.display_name)?;
-        let query = Query::new(RawQuery {
-            pattern: req.pattern,
-            ignore_case: req.ignore_case,
-            literal: req.literal,
-            glob: req.glob,
-            context: req.context,
-            limit: req.limit,
-            store_cap: req.store_cap,
-        });
-        grep::run(&target, &query, root, cancel, index)
-    };
-    let result = run();
+    let result = grep::search(Some(root), req, cancel, index);
     if cancel.is_cancelled() {
         return Err(aborted());
     }

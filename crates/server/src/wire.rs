@@ -1,10 +1,11 @@
 //! The messages of docs/protocol.md as serde types, and the one place a core error becomes a wire
 //! error (the core's `Error::node_fields`, as the napi binding's `src/error.rs` reads them).
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use pi_native_ops_core::policy::{EventTarget, PolicyEvent};
+use pi_native_ops_core::grep::RawQuery;
+use pi_native_ops_core::policy::EventFields;
 use pi_native_ops_core::{Error as CoreError, NodeClass};
 
 /// The protocol this server speaks.
@@ -78,10 +79,11 @@ pub enum Op {
         #[serde(default)]
         ignore: Vec<String>,
         /// `None` is no limit.
-        #[serde(default, deserialize_with = "js_number")]
+        #[serde(default, deserialize_with = "pi_native_ops_core::js_number::option")]
         limit: Option<f64>,
     },
-    Grep(GrepRequest),
+    /// The core's grep request, as it is (`grep::search` decides the rest).
+    Grep(RawQuery),
     Exec(ExecRequest),
     /// Starts the warm search index of the root, unless one runs already (`--index`, an earlier
     /// call): its options are then ignored. Answers its stats.
@@ -111,54 +113,6 @@ pub enum Op {
         #[serde(default)]
         events: bool,
     },
-}
-
-/// A JS number option as the client sends it (docs/protocol.md): JSON has no infinities or NaN, so
-/// those travel as the strings JS's `String()` makes of them; null or absent is `None`. The core
-/// then reads the number as the binding reads the same JS value.
-fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum JsNumber {
-        Number(f64),
-        Text(String),
-    }
-    Ok(match Option::<JsNumber>::deserialize(d)? {
-        None => None,
-        Some(JsNumber::Number(n)) => Some(n),
-        Some(JsNumber::Text(t)) => Some(match t.as_str() {
-            "Infinity" => f64::INFINITY,
-            "-Infinity" => f64::NEG_INFINITY,
-            "NaN" => f64::NAN,
-            _ => {
-                let msg =
-                    format!("expected a number, \"Infinity\", \"-Infinity\" or \"NaN\", got {t:?}");
-                return Err(serde::de::Error::custom(msg));
-            }
-        }),
-    })
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GrepRequest {
-    pub pattern: String,
-    pub path: String,
-    pub display_name: String,
-    #[serde(default)]
-    pub ignore_case: bool,
-    #[serde(default)]
-    pub literal: bool,
-    #[serde(default)]
-    pub glob: Option<String>,
-    /// Absent: none. The core decides every default and bound (`Query::new`).
-    #[serde(default, deserialize_with = "js_number")]
-    pub context: Option<f64>,
-    /// Absent: pi's default.
-    #[serde(default, deserialize_with = "js_number")]
-    pub limit: Option<f64>,
-    #[serde(default)]
-    pub store_cap: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -245,45 +199,8 @@ pub enum Outgoing<'a> {
     },
 }
 
-/// A policy event as the client hands it to `onPolicyEvent`: these keys, in this order, absent
-/// ones left out (docs/policy.md, "Events").
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct WireEvent {
-    pub tool: &'static str,
-    pub access: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port: Option<u16>,
-    pub rule: Option<String>,
-    pub allowed: bool,
-    pub time: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-}
-
-impl From<PolicyEvent> for WireEvent {
-    fn from(e: PolicyEvent) -> WireEvent {
-        let (access, path, host, port) = match e.target {
-            EventTarget::Read(path) => ("read", Some(path), None, None),
-            EventTarget::Write(path) => ("write", Some(path), None, None),
-            EventTarget::Connect { host, port } => ("connect", None, Some(host), Some(port)),
-        };
-        WireEvent {
-            tool: e.tool,
-            access,
-            path,
-            host,
-            port,
-            rule: e.rule,
-            allowed: e.allowed,
-            time: e.time_ms,
-            command: e.command,
-        }
-    }
-}
+/// A policy event as the client hands it to `onPolicyEvent`: the core's shape (`EventFields`).
+pub type WireEvent = EventFields;
 
 /// An error as the client rebuilds it (docs/protocol.md, "Errors").
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -416,6 +333,7 @@ pub fn platform() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pi_native_ops_core::policy::{EventTarget, PolicyEvent};
     use std::path::Path;
 
     fn bad(header: &str) -> BadHeader {

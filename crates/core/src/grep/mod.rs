@@ -26,7 +26,7 @@ use crate::root::Root;
 use crate::walk::{self, DirHandle, Entry, Kind, Rules, Visitor};
 
 pub use search::HEAP_LIMIT;
-pub use text::{show_line, OutLine, Outcome, Shown, MAX_OUTPUT_BYTES};
+pub use text::{show_line, OutLine, Outcome, Shown, MAX_LINE_UNITS, MAX_OUTPUT_BYTES};
 
 pub(crate) use search::{Engine, EngineOptions, Found, Worker};
 use text::Collector;
@@ -39,23 +39,49 @@ pub const DEFAULT_LIMIT: u64 = 100;
 /// reports back is exact; no file has more lines or bytes than that.
 pub const MAX_COUNT: u64 = (1 << 53) - 1;
 
-/// A grep request as a face receives it: options absent or as given, numbers
-/// as JS numbers. `Query::new` decides every default and bound.
+/// A grep request as every face receives it: the search path, and the
+/// options absent or as given, numbers as JS numbers. `Query::new` decides
+/// every default and bound, `search` runs it. The napi binding converts its
+/// `GrepOptions` into this; the server reads it off the wire as it is
+/// (`serde` feature: the keys in camelCase, numbers also as the strings
+/// `"Infinity"`, `"-Infinity"`, `"NaN"`, docs/protocol.md).
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "camelCase")
+)]
 pub struct RawQuery {
     /// The regex (or the literal text with `literal`).
     pub pattern: String,
+    /// Absolute path of the directory or file to search.
+    pub path: String,
+    /// The name a searched file's lines are shown under (when `path` is a file).
+    pub display_name: String,
     /// Case-insensitive matching (rg `-i`).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub ignore_case: bool,
     /// The pattern is a literal string, not a regex (rg `-F`).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub literal: bool,
     /// rg `--glob`; empty is none.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub glob: Option<String>,
     /// Lines of context; absent, NaN or not positive is none.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, deserialize_with = "crate::js_number::option")
+    )]
     pub context: Option<f64>,
     /// Matches at most; absent or NaN is `DEFAULT_LIMIT`, at least 1.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, deserialize_with = "crate::js_number::option")
+    )]
     pub limit: Option<f64>,
-    /// Store output lines only while the output is under this many bytes.
+    /// Store output lines only while the output is under this many bytes
+    /// (the tool gives `MAX_OUTPUT_BYTES`, pi's cut).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub store_cap: Option<f64>,
 }
 
@@ -236,28 +262,51 @@ pub fn target(root: Option<&Root>, path: &Path, display_name: String) -> Result<
     })
 }
 
-/// Runs the search. `cancel` may be raised from any thread; its progress
-/// counts the files whose contents the search began to read, so a caller can
-/// see how far a cancelled search got.
+/// The one grep entry point of every face: `raw`'s target resolved (within
+/// `root` when given, else on the host), its options given their defaults
+/// and bounds (`Query::new`), the search run (reading `index` when it can
+/// answer). `cancel` may be raised from any thread; its progress counts the
+/// files whose contents the search began to read, so a caller can see how far
+/// a cancelled search got. A cancelled search fails with `Aborted`.
 ///
 /// ```
-/// use pi_native_ops_core::grep::{self, Query, RawQuery};
+/// use pi_native_ops_core::grep::{self, RawQuery};
 /// use pi_native_ops_core::root::Root;
 /// use pi_native_ops_core::Cancel;
 ///
 /// let dir = tempfile::tempdir()?;
 /// std::fs::write(dir.path().join("a.txt"), "one\nneedle two\nthree\n")?;
 /// let root = Root::open(dir.path(), None)?;
-/// let target = grep::target(Some(&root), dir.path(), String::new())?;
-/// let query = Query::new(RawQuery { pattern: "needle".into(), ..RawQuery::default() });
+/// let request = RawQuery {
+///     pattern: "needle".into(),
+///     path: dir.path().to_string_lossy().into_owned(),
+///     ..RawQuery::default()
+/// };
 /// let cancel = Cancel::new();
-/// let outcome = grep::run(&target, &query, &root, &cancel, None)?;
+/// let outcome = grep::search(Some(&root), request, &cancel, None)?;
 /// assert_eq!((outcome.match_count, outcome.limit), (1, grep::DEFAULT_LIMIT));
 /// assert_eq!(cancel.files_searched(), 1);
 /// let line = &outcome.lines[0];
 /// assert_eq!((&*line.path, line.line_number, &*line.text), ("a.txt", 2, "needle two"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+pub fn search(
+    root: Option<&Root>,
+    raw: RawQuery,
+    cancel: &Cancel,
+    index: Option<&Index>,
+) -> Result<Outcome> {
+    let target = target(root, Path::new(&raw.path), raw.display_name.clone())?;
+    let query = Query::new(raw);
+    let opener: &dyn Opener = match root {
+        Some(root) => root,
+        None => &PlainFs,
+    };
+    run(&target, &query, opener, cancel, index)
+}
+
+/// Runs the search of a resolved `target` (`search` is the faces' entry).
+/// `cancel` as `search`'s.
 pub fn run(
     target: &Target,
     query: &Query,

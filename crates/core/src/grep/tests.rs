@@ -521,3 +521,47 @@ fn context_before_a_match_in_a_file_of_long_lines_is_held_as_shown() {
     }
     assert!(out.lines[3].is_match && out.lines_truncated);
 }
+
+/// `search`, the faces' one entry: the target resolved (bounded or plain), the defaults applied,
+/// a file target shown under its display name, a cancelled search `Aborted`.
+#[test]
+fn search_is_the_one_entry_every_face_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a.txt"), "needle\n".repeat(3)).unwrap();
+    let root = Root::open(dir.path(), None).unwrap();
+    let request = |path: &Path| RawQuery {
+        pattern: "needle".into(),
+        path: path.to_string_lossy().into_owned(),
+        display_name: "shown.txt".into(),
+        limit: Some(2.0),
+        ..RawQuery::default()
+    };
+    for bounded in [Some(&root), None] {
+        let out = search(bounded, request(dir.path()), &Cancel::new(), None).unwrap();
+        assert_eq!(
+            (out.match_count, out.limit, out.match_limit_reached),
+            (2, 2, true)
+        );
+        assert_eq!(&*out.lines[0].path, "a.txt");
+        let file = search(
+            bounded,
+            request(&dir.path().join("a.txt")),
+            &Cancel::new(),
+            None,
+        );
+        assert_eq!(&*file.unwrap().lines[0].path, "shown.txt");
+        let missing = search(
+            bounded,
+            request(&dir.path().join("no")),
+            &Cancel::new(),
+            None,
+        );
+        assert_eq!(missing.unwrap_err().kind(), ErrorKind::PathNotFound);
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let aborted = search(bounded, request(dir.path()), &cancel, None).unwrap_err();
+        assert_eq!(aborted.to_string(), crate::error::ABORTED_MESSAGE);
+    }
+    // The tool's caps are pi's.
+    assert_eq!((MAX_OUTPUT_BYTES, MAX_LINE_UNITS), (50 * 1024, 500));
+}

@@ -72,8 +72,9 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Every mode, by the name the faces take (`"auto"`, `"namespaces"`, `"landlock"`).
-    const NAMES: [(Mode, &'static str); 3] = [
+    /// Every mode, by the name the faces take (`"auto"`, `"namespaces"`, `"landlock"`), in the
+    /// order their refusals list them.
+    pub const NAMES: [(Mode, &'static str); 3] = [
         (Mode::Auto, "auto"),
         (Mode::Namespaces, "namespaces"),
         (Mode::Landlock, "landlock"),
@@ -151,6 +152,95 @@ impl Sandbox {
             policy: crate::policy::PolicySpec::from_raw(None, None, None),
         }
     }
+
+    /// The one place a face's sandbox options become a `Sandbox`: every default (`new`'s) and
+    /// every refusal of their values (ESANDBOX), for the napi binding and the server alike.
+    pub fn from_raw(raw: RawSandbox) -> Result<Sandbox, crate::error::Error> {
+        let invalid = |why: String| crate::error::Error::sandbox_unavailable(why);
+        let mode = match raw.mode.as_deref() {
+            None => Mode::default(),
+            Some(name) => Mode::from_name(name)?,
+        };
+        let paths = |list: Option<Vec<String>>| {
+            list.unwrap_or_default()
+                .into_iter()
+                .map(Into::into)
+                .collect()
+        };
+        let mut spec = Sandbox::new(raw.root);
+        if let Some(runtime_root) = raw.runtime_root {
+            spec.runtime_root = runtime_root.into();
+        }
+        spec.network = raw.network.unwrap_or(false);
+        if raw.network_allow.is_some() || raw.network_headers.is_some() {
+            let mut headers = Vec::new();
+            for triple in raw.network_headers.unwrap_or_default() {
+                let [host, name, value]: [String; 3] = triple.try_into().map_err(|_| {
+                    invalid("network headers must be [host, name, value] triples".into())
+                })?;
+                headers.push((host, name, value));
+            }
+            spec.network_allow = Some(NetworkAllow {
+                allow: raw.network_allow.unwrap_or_default(),
+                headers,
+            });
+        }
+        spec.read_only = paths(raw.read_only);
+        spec.read_write = paths(raw.read_write);
+        spec.env = raw.env.unwrap_or_default();
+        spec.mode = mode;
+        spec.max_processes = raw.max_processes;
+        spec.tmp_size =
+            match raw.tmp_size {
+                Some(bytes) => Some(u64::try_from(bytes).map_err(|_| {
+                    invalid(format!("tmpSize must be a number of bytes, got {bytes}"))
+                })?),
+                None => None,
+            };
+        if let Some(policy) = raw.policy {
+            spec.policy = policy;
+        }
+        Ok(spec)
+    }
+}
+
+/// A sandbox's options as a face receives them (JS's `sandbox` option, the server's `--sandbox`):
+/// absent is the default, `Sandbox::from_raw` decides the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawSandbox {
+    /// The host workspace.
+    pub root: String,
+    /// Where the root appears inside; absent: `DEFAULT_RUNTIME_ROOT`.
+    pub runtime_root: Option<String>,
+    /// Share the host's network; absent: no.
+    pub network: Option<bool>,
+    /// With `network` off: the hosts reachable through the sandbox's proxy (namespaces mode).
+    pub network_allow: Option<Vec<String>>,
+    /// `[host pattern, header name, value]` triples added to plain `http://` requests.
+    pub network_headers: Option<Vec<Vec<String>>>,
+    /// Host paths bound read-only.
+    pub read_only: Option<Vec<String>>,
+    /// Host paths bound read-write.
+    pub read_write: Option<Vec<String>>,
+    /// `KEY=VALUE` entries added to the sandbox's clean environment.
+    pub env: Option<Vec<String>>,
+    /// A name of `Mode::NAMES`; absent: `"auto"`.
+    pub mode: Option<String>,
+    /// Most processes at once; absent: `DEFAULT_MAX_PROCESSES`.
+    pub max_processes: Option<u32>,
+    /// Bytes of each private tmpfs; absent: `default_tmp_size()`.
+    pub tmp_size: Option<i64>,
+    /// The workspace policy the shell is held to; absent: the protected defaults.
+    pub policy: Option<crate::policy::PolicySpec>,
+}
+
+/// Why `network.allow` is refused in Landlock mode (said once, wherever it is found out).
+#[cfg(target_os = "linux")]
+pub(crate) fn network_allow_needs_namespaces() -> String {
+    "network.allow needs namespaces mode: Landlock confines connections by port, not by host, so \
+     a Landlock sandbox cannot keep the shell to the allowed hosts (use mode \"namespaces\" where \
+     user namespaces are allowed, or network: true/false)"
+        .into()
 }
 
 /// `network: { allow, headers }`: what the sandbox may reach through the proxy.
@@ -399,12 +489,7 @@ fn check_network(spec: &Sandbox) -> Result<(), crate::error::Error> {
         mode => Some(mode),
     };
     if mode == Some(Mode::Landlock) {
-        return refuse(
-            "network.allow needs namespaces mode: Landlock confines connections by port, not by \
-             host, so a Landlock sandbox cannot keep the shell to the allowed hosts (use mode \
-             \"namespaces\" where user namespaces are allowed, or network: true/false)"
-                .into(),
-        );
+        return refuse(network_allow_needs_namespaces());
     }
     Ok(())
 }

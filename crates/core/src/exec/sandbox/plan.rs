@@ -86,11 +86,7 @@ impl Plan {
             }
             Mode::Landlock => {
                 if sandbox.network_allow.is_some() {
-                    return Err(invalid_spec(
-                        "network.allow needs namespaces mode (Landlock confines connections by \
-                         port, not by host)"
-                            .into(),
-                    ));
+                    return Err(invalid_spec(super::network_allow_needs_namespaces()));
                 }
                 let runtime = std::fs::canonicalize(&sandbox.runtime_root).ok();
                 if runtime.as_deref() != Some(root.as_path()) {

@@ -1372,3 +1372,56 @@ fn open_with_policy_holds_the_compiled_policy_floor_included_not_the_specs() {
     let policy = std::sync::Arc::new(Policy::new(&PolicySpec::from_raw(None, None, None)).unwrap());
     assert!(Prepared::open_with_policy(missing, policy, None).is_err());
 }
+
+/// Every face hands its sandbox options over raw; `Sandbox::from_raw` gives each its default and
+/// refuses bad values with the texts the faces show.
+#[test]
+fn from_raw_decides_defaults_and_refusals() {
+    let raw = |f: &dyn Fn(&mut RawSandbox)| {
+        let mut raw = RawSandbox {
+            root: "/w".into(),
+            ..RawSandbox::default()
+        };
+        f(&mut raw);
+        Sandbox::from_raw(raw)
+    };
+    // Nothing given: `Sandbox::new`'s defaults, the protected paths among them.
+    let plain = raw(&|_| {}).unwrap();
+    assert_eq!(plain, Sandbox::new("/w"));
+    assert!(plain.policy.protect);
+    assert_eq!(plain.runtime_root, Path::new(DEFAULT_RUNTIME_ROOT));
+    let given = raw(&|r| {
+        r.mode = Some("landlock".into());
+        r.runtime_root = Some("/w".into());
+        r.network_allow = Some(vec!["example.com".into()]);
+        r.network_headers = Some(vec![vec!["example.com".into(), "X-A".into(), "1".into()]]);
+        r.tmp_size = Some(1 << 20);
+        r.policy = Some(crate::policy::PolicySpec::from_raw(None, None, Some(false)));
+    })
+    .unwrap();
+    assert_eq!(given.mode, Mode::Landlock);
+    assert!(!given.network && !given.policy.protect);
+    assert_eq!(given.tmp_size, Some(1 << 20));
+    assert_eq!(
+        given.network_allow.unwrap().headers,
+        [("example.com".into(), "X-A".into(), "1".into())]
+    );
+    let refused = |f: &dyn Fn(&mut RawSandbox)| {
+        let e = raw(f).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::SandboxUnavailable);
+        e.to_string()
+    };
+    assert!(refused(&|r| r.mode = Some("chroot".into()))
+        .contains(r#"mode must be "auto", "namespaces" or "landlock", got "chroot""#));
+    assert!(
+        refused(&|r| r.network_headers = Some(vec![vec!["a".into()]]))
+            .contains("network headers must be [host, name, value] triples")
+    );
+    assert!(
+        refused(&|r| r.tmp_size = Some(-1)).contains("tmpSize must be a number of bytes, got -1")
+    );
+    // The mode names the faces list are the ones `from_name` takes.
+    for (mode, name) in Mode::NAMES {
+        assert_eq!((Mode::from_name(name).unwrap(), mode.name()), (mode, name));
+    }
+}
