@@ -55,12 +55,6 @@ pub(in crate::exec) struct Plan {
     proxy: Option<super::proxy::Proxy>,
 }
 
-// SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
-// are none (it is plain data). A built plan is never changed (shared by every exec of a sandbox).
-unsafe impl Send for Plan {}
-// SAFETY: as for `Send`: shared plans are only read.
-unsafe impl Sync for Plan {}
-
 impl Plan {
     pub(in crate::exec) fn new(
         sandbox: &Sandbox,

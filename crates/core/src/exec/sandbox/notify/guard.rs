@@ -1993,9 +1993,6 @@ enum Performer {
     },
 }
 
-// SAFETY: `Resolved` holds descriptors only; a `Job` moves to the performer whole.
-unsafe impl Send for Job {}
-
 impl Performer {
     fn start(ruleset: Option<BorrowedFd<'_>>) -> io::Result<Performer> {
         // SAFETY: unshare and umask on the calling (handler) thread's own fs state, which after

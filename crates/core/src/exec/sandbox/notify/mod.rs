@@ -136,11 +136,6 @@ pub(in crate::exec) struct Policy {
     ruleset: Option<OwnedFd>,
 }
 
-// SAFETY: `sock_filter` is plain data (no pointers); descriptors are shareable.
-unsafe impl Send for Policy {}
-// SAFETY: as for `Send`; a policy is only read once built.
-unsafe impl Sync for Policy {}
-
 enum Writable {
     /// Landlock mode: beneath one of these directories (canonical path, held descriptor).
     Areas(Vec<(Vec<u8>, OwnedFd)>),
