@@ -527,6 +527,7 @@ impl Support {
 }
 
 #[cfg(target_os = "linux")]
+mod bpf;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "linux")]

@@ -90,9 +90,10 @@ impl Plan {
                     sockets: seccomp::Sockets::Isolated,
                     shares_processes: false,
                     deny_xattrs: false,
-                });
-                plan.notify =
-                    super::notify::available().then(|| super::notify::Policy::namespaces(guard));
+                })?;
+                plan.notify = super::notify::available()
+                    .then(|| super::notify::Policy::namespaces(guard))
+                    .transpose()?;
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -133,7 +134,7 @@ impl Plan {
                     sockets,
                     shares_processes: true,
                     deny_xattrs: root_caller && !super::notify::available(),
-                });
+                })?;
                 if super::notify::available() {
                     // The root and readWrite paths by the descriptors held since the sandbox
                     // was made; the private temp dir is this command's own.

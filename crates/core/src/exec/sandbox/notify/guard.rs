@@ -41,6 +41,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::super::bpf::{arg_low, Asm, Jump, NR_AT, RET_USER_NOTIF};
 use super::{self as notify, Reply, Target};
 use crate::policy::{Denial, EventSink, EventTarget, Policy, PolicyEvent};
 
@@ -109,70 +110,36 @@ pub(in crate::exec) struct Filter {
     pub(in crate::exec) reads: bool,
 }
 
-/// `SECCOMP_RET_USER_NOTIF`.
-const RET_USER_NOTIF: u32 = 0x7fc0_0000;
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-/// `seccomp_data`: the call's number, and the low 32 bits of argument `i` at `16 + 8 * i`.
-const NR_AT: u32 = 0;
-fn arg_low_at(i: u32) -> u32 {
-    16 + 8 * i + if cfg!(target_endian = "little") { 0 } else { 4 }
-}
-/// Where the guard's block goes in the notification program: after the architecture check and
-/// the load of the call's number (`notify::program`'s first four instructions).
-const SPLICE_AT: usize = 4;
-
-/// Adds the guard's calls to the notification program `program` (`notify::program`): a block
-/// that notifies them and otherwise falls through with the call's number loaded, as it found it.
-pub(super) fn splice(program: &mut Vec<libc::sock_filter>, filter: Filter) {
-    program.splice(SPLICE_AT..SPLICE_AT, block(filter));
-}
-
-/// Layout: one jeq per name call (to NOTIFY), one per open call (to its flag check), ja END; per
-/// open: load flags, jset O_PATH (to RESTORE), jset WRITE_FLAGS (with `reads`: ja) to NOTIFY, ja
-/// RESTORE; NOTIFY; RESTORE (load nr); END is the first instruction after the block.
-fn block(filter: Filter) -> Vec<libc::sock_filter> {
-    let ins = |code: u16, k: u32, jt: usize, jf: usize| libc::sock_filter {
-        code,
-        jt: u8::try_from(jt).expect("the block's jumps are short"),
-        jf: u8::try_from(jf).expect("the block's jumps are short"),
-        k,
-    };
-    let (n, o) = (NAME_CALLS.len(), OPEN_CALLS.len());
-    /// Instructions of one open's flag check.
-    const CHECK: usize = 4;
-    let checks_at = n + o + 1;
-    let notify_at = checks_at + CHECK * o;
-    let (restore_at, end_at) = (notify_at + 1, notify_at + 2);
-    // A jump's offset counts from the instruction after it.
-    let to = |from: usize, target: usize| target - from - 1;
-    let mut code = Vec::new();
-    for (i, &nr) in NAME_CALLS.iter().enumerate() {
-        code.push(ins(JEQ_K, nr as u32, to(i, notify_at), 0));
+/// The guard's block of the notification program (`notify::program`), which it enters with the
+/// call's number loaded: the name calls and the opens the guard must see are notified; every
+/// other call falls through with the number loaded again, as the block found it.
+pub(super) fn block(asm: &mut Asm, filter: Filter) {
+    let (notify, restore, end) = (asm.label(), asm.label(), asm.label());
+    for &nr in NAME_CALLS {
+        asm.jeq(nr as u32, notify, Jump::Next);
     }
-    for (j, &(nr, _)) in OPEN_CALLS.iter().enumerate() {
-        code.push(ins(JEQ_K, nr as u32, to(n + j, checks_at + CHECK * j), 0));
+    let checks: Vec<_> = OPEN_CALLS.iter().map(|_| asm.label()).collect();
+    for (&(nr, _), &check) in OPEN_CALLS.iter().zip(&checks) {
+        asm.jeq(nr as u32, check, Jump::Next);
     }
-    code.push(ins(JA, to(n + o, end_at) as u32, 0, 0));
-    for (j, &(_, arg)) in OPEN_CALLS.iter().enumerate() {
-        let at = checks_at + CHECK * j;
-        code.push(ins(LD_W_ABS, arg_low_at(arg), 0, 0));
+    asm.goto(end);
+    for (&(_, flags), &check) in OPEN_CALLS.iter().zip(&checks) {
+        asm.place(check);
+        asm.load(arg_low(flags));
         // O_PATH opens neither read nor write (the kernel ignores the other flags), and their
         // descriptors cannot be handed over (ADDFD takes no O_PATH file): the kernel's.
-        code.push(ins(JSET_K, libc::O_PATH as u32, to(at + 1, restore_at), 0));
+        asm.jset(libc::O_PATH as u32, restore, Jump::Next);
         match filter.reads {
-            true => code.push(ins(JA, to(at + 2, notify_at) as u32, 0, 0)),
-            false => code.push(ins(JSET_K, WRITE_FLAGS, to(at + 2, notify_at), 0)),
+            true => asm.goto(notify),
+            false => asm.jset(WRITE_FLAGS, notify, Jump::Next),
         }
-        code.push(ins(JA, to(at + 3, restore_at) as u32, 0, 0));
+        asm.goto(restore);
     }
-    code.push(ins(RET_K, RET_USER_NOTIF, 0, 0));
-    code.push(ins(LD_W_ABS, NR_AT, 0, 0));
-    debug_assert_eq!(code.len(), end_at);
-    code
+    asm.place(notify);
+    asm.ret(RET_USER_NOTIF);
+    asm.place(restore);
+    asm.load(NR_AT);
+    asm.place(end);
 }
 
 /// The policy of one prepared sandbox, with the workspace it is relative to.
@@ -2078,37 +2045,18 @@ mod tests {
         decide(p, None, Path::new(rel), Access::Name { kind, moves }).map(|(_, d)| d.rule)
     }
 
-    /// Runs `program` over one call as the kernel would (the instructions the filters use).
+    /// The notification program's answer to one call.
     fn verdict(program: &[libc::sock_filter], nr: u32, args: [u32; 6]) -> u32 {
-        let (mut acc, mut pc) = (0u32, 0usize);
-        loop {
-            let ins = program[pc];
-            pc += 1;
-            match ins.code {
-                LD_W_ABS => {
-                    acc = match ins.k {
-                        NR_AT => nr,
-                        4 => super::super::super::seccomp::AUDIT_ARCH,
-                        k => args[((k - 16) / 8) as usize],
-                    }
-                }
-                JEQ_K => pc += if acc == ins.k { ins.jt } else { ins.jf } as usize,
-                JSET_K => pc += if acc & ins.k != 0 { ins.jt } else { ins.jf } as usize,
-                JA => pc += ins.k as usize,
-                RET_K => return ins.k,
-                other => panic!("unexpected instruction {other:#x}"),
-            }
-        }
+        super::super::super::bpf::run(program, nr.into(), args.map(u64::from))
     }
 
     #[test]
     fn the_filter_sends_writes_and_name_changes_and_reads_only_when_asked() {
-        let allow = super::super::super::seccomp::RET_ALLOW;
+        let allow = super::super::super::bpf::RET_ALLOW;
         let openat = libc::SYS_openat as u32;
         let flags = |f: i32| [0, 0, f as u32, 0, 0, 0];
         for reads in [false, true] {
-            let mut program = notify::program(false);
-            splice(&mut program, Filter { reads });
+            let program = notify::program(false, Some(Filter { reads })).unwrap();
             for &nr in NAME_CALLS {
                 assert_eq!(verdict(&program, nr as u32, [0; 6]), RET_USER_NOTIF, "{nr}");
             }

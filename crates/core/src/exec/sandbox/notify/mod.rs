@@ -43,25 +43,12 @@ use std::time::Duration;
 
 use libc::sock_filter;
 
-use super::seccomp::{AUDIT_ARCH, RET_ALLOW, SYS_REMOVEXATTRAT, SYS_SETXATTRAT, XATTR_CALLS};
-
-/// `SECCOMP_RET_ERRNO`: the call fails with the errno in the low 16 bits.
-const RET_ERRNO: u32 = 0x0005_0000;
-use crate::sys::errno;
-
-/// `SECCOMP_RET_USER_NOTIF`: the call waits for the listener's answer.
-const RET_USER_NOTIF: u32 = 0x7fc0_0000;
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-const NR_AT: u32 = 0;
-const ARCH_AT: u32 = 4;
-/// The low 32 bits of the second argument (`fcntl`'s command).
-const ARG1_LOW_AT: u32 = if cfg!(target_endian = "little") {
-    24
-} else {
-    28
+use super::bpf::{
+    self, arg_low, ret_errno, Asm, Jump, ARCH_AT, AUDIT_ARCH, NR_AT, RET_ALLOW, RET_USER_NOTIF,
 };
+use super::seccomp::{SYS_REMOVEXATTRAT, SYS_SETXATTRAT, XATTR_CALLS};
+
+use crate::sys::errno;
 
 /// The longest path the kernel takes, terminating NUL included (`PATH_MAX`).
 pub(super) const PATH_MAX: usize = 4096;
@@ -162,10 +149,7 @@ impl Policy {
             .into_iter()
             .map(|(path, fd)| (path.into_os_string().into_vec(), fd))
             .collect();
-        let mut program = program(true);
-        if let Some(filter) = guard {
-            guard::splice(&mut program, filter);
-        }
+        let program = program(true, guard)?;
         Ok(Policy {
             writable: Writable::Areas(held),
             program,
@@ -175,16 +159,12 @@ impl Policy {
 
     /// Namespaces mode: locks only (Landlock's metadata gap does not exist there: everything
     /// outside the writable areas is mounted read-only).
-    pub(in crate::exec) fn namespaces(guard: Option<guard::Filter>) -> Policy {
-        let mut program = program(false);
-        if let Some(filter) = guard {
-            guard::splice(&mut program, filter);
-        }
-        Policy {
+    pub(in crate::exec) fn namespaces(guard: Option<guard::Filter>) -> io::Result<Policy> {
+        Ok(Policy {
             writable: Writable::Mounts,
-            program,
+            program: program(false, guard)?,
             ruleset: None,
-        }
+        })
     }
 
     /// The fast way to a path's object (Landlock mode): when the path (made absolute with the
@@ -368,63 +348,54 @@ fn openat2_path(dir: RawFd, path: &[u8], follow: bool, resolve: u64) -> Result<O
 }
 
 /// The notification filter: in Landlock mode (`metadata`) the metadata calls, in both modes
-/// `flock` and `fcntl`'s lock commands. Every other call is allowed here (the main filter of
-/// `seccomp.rs`, installed first, refuses what it refuses: an errno outranks a notification).
-pub(super) fn program(landlock: bool) -> Vec<sock_filter> {
-    let stmt = |code: u16, k: u32| sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let jeq = |k: u32, jt: usize, jf: u8| sock_filter {
-        code: JEQ_K,
-        jt: u8::try_from(jt).expect("BPF jumps reach at most 255 instructions"),
-        jf,
-        k,
-    };
-    let denied: Vec<u32> = WATCH_DENIED
-        .iter()
-        .filter(|_| landlock)
-        .map(|&nr| nr as u32)
-        .collect();
-    let calls: Vec<u32> = MODE_OWNER_TIME_CALLS
+/// `flock` and `fcntl`'s lock commands, and the guard's calls when it has a `guard` filter. Every
+/// other call is allowed here (the main filter of `seccomp.rs`, installed first, refuses what it
+/// refuses: an errno outranks a notification).
+pub(super) fn program(
+    landlock: bool,
+    guard: Option<guard::Filter>,
+) -> Result<Vec<sock_filter>, bpf::Error> {
+    let denied = WATCH_DENIED.iter().filter(|_| landlock);
+    let calls = MODE_OWNER_TIME_CALLS
         .iter()
         .chain(XATTR_CALLS)
         .chain(std::iter::once(&libc::SYS_inotify_add_watch))
         .filter(|_| landlock)
-        .chain(std::iter::once(&libc::SYS_flock))
-        .map(|&nr| nr as u32)
-        .collect();
-    // Layout: arch check, load nr, one jeq per refused call (to DENY), one per notified call (to
-    // NOTIFY), jeq fcntl (to the command check), ALLOW, NOTIFY, DENY, then the command check:
-    // load cmd, one jeq per lock command (to NOTIFY2), ALLOW, NOTIFY2.
-    let mut code = vec![stmt(LD_W_ABS, ARCH_AT)];
+        .chain(std::iter::once(&libc::SYS_flock));
+    let mut asm = Asm::new();
+    let (number, notify, deny, command) = (asm.label(), asm.label(), asm.label(), asm.label());
+    asm.load(ARCH_AT);
     // A foreign architecture's numbers mean other calls: the main filter refuses them all.
-    code.push(jeq(AUDIT_ARCH, 1, 0));
-    code.push(stmt(RET_K, RET_ALLOW));
-    code.push(stmt(LD_W_ABS, NR_AT));
-    let (d, n) = (denied.len(), calls.len());
-    for (i, nr) in denied.iter().enumerate() {
-        // The jeqs after this one, fcntl's, ALLOW and NOTIFY lie between it and DENY.
-        code.push(jeq(*nr, (d - i - 1) + n + 3, 0));
+    asm.jeq(AUDIT_ARCH, number, Jump::Next);
+    asm.ret(RET_ALLOW);
+    asm.place(number);
+    asm.load(NR_AT);
+    if let Some(filter) = guard {
+        guard::block(&mut asm, filter);
     }
-    for (i, nr) in calls.iter().enumerate() {
-        // The jeqs after this one, fcntl's and ALLOW lie between it and NOTIFY.
-        code.push(jeq(*nr, (n - i - 1) + 2, 0));
+    for &nr in denied {
+        asm.jeq(nr as u32, deny, Jump::Next);
     }
-    code.push(jeq(libc::SYS_fcntl as u32, 3, 0));
-    code.push(stmt(RET_K, RET_ALLOW));
-    code.push(stmt(RET_K, RET_USER_NOTIF));
-    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-    code.push(stmt(LD_W_ABS, ARG1_LOW_AT));
-    let m = LOCK_COMMANDS.len();
-    for (i, cmd) in LOCK_COMMANDS.iter().enumerate() {
-        code.push(jeq(*cmd as u32, (m - i - 1) + 1, 0));
+    for &nr in calls {
+        asm.jeq(nr as u32, notify, Jump::Next);
     }
-    code.push(stmt(RET_K, RET_ALLOW));
-    code.push(stmt(RET_K, RET_USER_NOTIF));
-    code
+    asm.jeq(libc::SYS_fcntl as u32, command, Jump::Next);
+    asm.ret(RET_ALLOW);
+    asm.place(notify);
+    asm.ret(RET_USER_NOTIF);
+    asm.place(deny);
+    asm.ret(ret_errno(libc::EPERM));
+    // fcntl: only its lock commands.
+    let lock = asm.label();
+    asm.place(command);
+    asm.load(arg_low(1));
+    for &cmd in LOCK_COMMANDS {
+        asm.jeq(cmd as u32, lock, Jump::Next);
+    }
+    asm.ret(RET_ALLOW);
+    asm.place(lock);
+    asm.ret(RET_USER_NOTIF);
+    asm.finish()
 }
 
 /// Installs the notification filter `program` (a `Policy`'s) on the calling process and sends
@@ -494,12 +465,11 @@ pub(in crate::exec) unsafe fn install(program: &[sock_filter], channel: RawFd) -
 pub(in crate::exec) fn available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        let allow = [sock_filter {
-            code: RET_K,
-            jt: 0,
-            jf: 0,
-            k: RET_ALLOW,
-        }];
+        let mut asm = Asm::new();
+        asm.ret(RET_ALLOW);
+        let Ok(allow) = asm.finish() else {
+            return false;
+        };
         let program = libc::sock_fprog {
             len: allow.len() as libc::c_ushort,
             filter: allow.as_ptr() as *mut sock_filter,
@@ -2523,7 +2493,7 @@ pub(super) mod tests {
     #[test]
     fn namespaces_mode_judges_the_mount() {
         let dir = Dir::new("mount");
-        let policy = Policy::namespaces(None);
+        let policy = Policy::namespaces(None).unwrap();
         assert!(
             policy.inside(o_path(&dir.0, true).as_fd()),
             "a writable mount"
@@ -2557,35 +2527,15 @@ pub(super) mod tests {
         assert_eq!((t[0].tv_sec, t[1].tv_sec, t[1].tv_nsec), (7, 8, 0));
     }
 
-    /// Runs the filter over one call, as the kernel would: the action it returns.
-    pub(in crate::exec::sandbox) fn verdict(program: &[sock_filter], nr: u32, arg1: u32) -> u32 {
-        let mut acc = 0u32;
-        let mut pc = 0usize;
-        loop {
-            let ins = program[pc];
-            match ins.code {
-                LD_W_ABS => {
-                    acc = match ins.k {
-                        NR_AT => nr,
-                        ARCH_AT => AUDIT_ARCH,
-                        ARG1_LOW_AT => arg1,
-                        other => panic!("unexpected load at {other}"),
-                    };
-                    pc += 1;
-                }
-                JEQ_K => {
-                    pc += 1 + if acc == ins.k { ins.jt } else { ins.jf } as usize;
-                }
-                RET_K => return ins.k,
-                other => panic!("unexpected instruction {other:#x}"),
-            }
-        }
+    /// The notification program's answer to one call (`arg1`: its second argument).
+    fn verdict(program: &[sock_filter], nr: u32, arg1: u32) -> u32 {
+        bpf::run(program, nr.into(), [0, arg1.into(), 0, 0, 0, 0])
     }
 
     #[test]
     fn the_filter_notifies_only_what_it_must() {
-        let landlock = program(true);
-        let namespaces = program(false);
+        let landlock = program(true, None).unwrap();
+        let namespaces = program(false, None).unwrap();
         for &nr in MODE_OWNER_TIME_CALLS.iter().chain(XATTR_CALLS) {
             assert_eq!(verdict(&landlock, nr as u32, 0), RET_USER_NOTIF, "{nr}");
             assert_eq!(verdict(&namespaces, nr as u32, 0), RET_ALLOW, "{nr}");
@@ -2594,7 +2544,7 @@ pub(super) mod tests {
         assert_eq!(verdict(&landlock, watch, 0), RET_USER_NOTIF);
         assert_eq!(verdict(&namespaces, watch, 0), RET_ALLOW);
         for &nr in WATCH_DENIED {
-            let refused = RET_ERRNO | libc::EPERM as u32;
+            let refused = ret_errno(libc::EPERM);
             assert_eq!(verdict(&landlock, nr as u32, 0), refused, "{nr}");
             assert_eq!(verdict(&namespaces, nr as u32, 0), RET_ALLOW, "{nr}");
         }
