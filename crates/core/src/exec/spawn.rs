@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use super::preflight::{self, Ready};
 use super::sandbox::{Plan, TempDir};
-use super::supervisor::{raw_cloexec_pipe, supervise, Command, SupervisorFds, SHELL_STACK_BYTES};
+use super::supervisor::{supervise, Command, SupervisorFds, SHELL_STACK_BYTES};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
 };
 use crate::error::{errno_of, Error};
-use crate::sys::read_full;
+use crate::sys::{pipe, read_full};
 
 /// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more
 /// output to join it. A pipe's default capacity: a read that size means
@@ -167,17 +167,6 @@ fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
 
 fn last_error() -> io::Error {
     io::Error::last_os_error()
-}
-
-/// A pipe whose ends close on exec: (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid two-element buffer.
-    if unsafe { raw_cloexec_pipe(&mut fds) } != 0 {
-        return Err(last_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Reads one supervisor message: (tag, value). `None` on end-of-file.

@@ -22,7 +22,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -41,6 +41,7 @@ mod rules;
 pub(crate) use rules::Rules;
 
 use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
+use crate::sys::{self, pipe, Readiness};
 use head::{upstream_head, HeadError, Parsed, Target};
 use rules::Host;
 
@@ -401,16 +402,6 @@ impl Drop for Proxy {
     }
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: a valid two-element buffer.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: plain fcntl on a descriptor the caller holds.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -591,26 +582,15 @@ fn read_head(
 
 /// Waits until `fd` is readable (true), or the proxy stops or `timeout` passes (false).
 fn wait_readable(fd: RawFd, stop: RawFd, timeout: Duration) -> bool {
-    let mut fds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: stop,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: both descriptors outlive the wait (the caller's connection, the proxy's stop pipe).
+    let (fd, stop) = unsafe { (BorrowedFd::borrow_raw(fd), BorrowedFd::borrow_raw(stop)) };
     loop {
-        // SAFETY: a valid array of two pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        match sys::wait_readable(fd, Some(stop), ms) {
+            Readiness::Interrupted => continue,
+            Readiness::Readable | Readiness::HungUp => return true,
+            Readiness::Stopped | Readiness::TimedOut => return false,
         }
-        return n > 0 && !stopped(fds[1].revents) && fds[0].revents != 0;
     }
 }
 

@@ -4,12 +4,13 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::{errno_now, Reply};
+use super::Reply;
+use crate::sys::errno;
 
 /// The reply of a system call's return value `r` (negative: the errno now).
 pub(super) fn result(r: libc::c_long) -> Reply {
     if r < 0 {
-        Reply::Errno(errno_now())
+        Reply::Errno(errno())
     } else {
         Reply::Value(r)
     }
@@ -77,6 +78,6 @@ pub(super) fn send_fd(
     };
     match r {
         r if r >= 0 => Reply::Later, // answered by the kernel
-        _ => Reply::Errno(errno_now()),
+        _ => Reply::Errno(errno()),
     }
 }

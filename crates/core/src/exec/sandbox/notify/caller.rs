@@ -9,7 +9,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::answer::id_valid;
-use super::{errno_now, PATH_MAX};
+use super::PATH_MAX;
+use crate::sys::errno;
 
 /// `pidfd_open`'s flag for a thread's pid (Linux 6.9; `O_EXCL`'s value).
 pub(super) const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
@@ -101,7 +102,7 @@ impl<'a> Target<'a> {
                 unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, flags) }
             };
             let mut fd = open(0);
-            if fd < 0 && errno_now() == libc::EINVAL {
+            if fd < 0 && errno() == libc::EINVAL {
                 fd = open(PIDFD_THREAD); // a thread of the caller, not its leader
             }
             let mut exact = true;
@@ -159,7 +160,7 @@ impl<'a> Target<'a> {
             // SAFETY: pidfd_getfd on our pidfd; the copy it makes is close-on-exec.
             let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
             if copy < 0 {
-                return Err(errno_now());
+                return Err(errno());
             }
             // SAFETY: a descriptor we just got.
             Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
@@ -287,11 +288,7 @@ impl<'a> Target<'a> {
             };
             if n <= 0 || n as usize > PATH_MAX {
                 out.truncate(start);
-                return Err(if n < 0 {
-                    errno_now()
-                } else {
-                    libc::ENAMETOOLONG
-                });
+                return Err(if n < 0 { errno() } else { libc::ENAMETOOLONG });
             }
             out.truncate(start + n as usize);
             Ok(())
@@ -313,7 +310,7 @@ impl<'a> Target<'a> {
                 )
             };
             if fd < 0 {
-                return Err(errno_now());
+                return Err(errno());
             }
             // SAFETY: just opened, ours.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })

@@ -3,7 +3,7 @@
 //! loop that answers each notification (`respond`, or a descriptor handed over with `send_fd`).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use libc::sock_filter;
@@ -13,10 +13,8 @@ use super::answer::respond;
 use super::caller::{Pidfds, Target};
 use super::decode::{decode, Call, Notified, Op};
 use super::watch::{watch, Watcher};
-use super::{
-    drop_own_capabilities, errno_now, guard, metadata, Policy, Reply, HANDLER_STACK_BYTES,
-};
-use crate::sys::errno;
+use super::{drop_own_capabilities, guard, metadata, Policy, Reply, HANDLER_STACK_BYTES};
+use crate::sys::{self, errno, Readiness};
 
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): the handler runs on the waiting caller's CPU.
 pub(super) const NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
@@ -48,38 +46,11 @@ pub(in crate::exec) unsafe fn install(program: &[sock_filter], channel: RawFd) -
         return Err(errno());
     }
     let listener = listener as RawFd;
-    /// Room for one descriptor's control message (CMSG_SPACE(4) on 64-bit Linux).
-    const CONTROL_BYTES: usize = 24;
-    let mut control = [0u64; CONTROL_BYTES / 8];
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: `msghdr` is a plain C struct: all-zero bytes are valid.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = CONTROL_BYTES as _;
-    // SAFETY: `control` (8-byte aligned, CONTROL_BYTES long) holds one header and one descriptor,
-    // so CMSG_FIRSTHDR is non-null and the header and its data lie inside it.
-    unsafe {
-        let header = libc::CMSG_FIRSTHDR(&message);
-        (*header).cmsg_level = libc::SOL_SOCKET;
-        (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), listener);
-    }
-    // SAFETY: `message` and the buffers it points to are valid; `channel` is the caller's socket.
-    let sent = unsafe { libc::sendmsg(channel, &message, libc::MSG_NOSIGNAL) };
-    let code = errno();
+    // SAFETY: `channel` is the caller's socket, `listener` ours.
+    let sent = unsafe { sys::send_fds(channel, &[0], &[listener]) };
     // SAFETY: the listener is ours; the handler got its copy.
     unsafe { libc::close(listener) };
-    if sent != 1 {
-        return Err(code);
-    }
-    Ok(())
+    sent
 }
 
 /// Whether seccomp user notification works here: a forked child installs an allow-all filter with
@@ -119,7 +90,7 @@ pub(in crate::exec) fn available() -> bool {
         loop {
             // SAFETY: waits for our own child.
             let r = unsafe { libc::waitpid(child, &mut status, 0) };
-            if r >= 0 || errno_now() != libc::EINTR {
+            if r >= 0 || errno() != libc::EINTR {
                 break;
             }
         }
@@ -171,41 +142,10 @@ pub(in crate::exec) fn serve(
 
 /// The listener sent over `channel`, or `None` at end-of-file.
 pub(super) fn receive(channel: &OwnedFd) -> Option<OwnedFd> {
-    const CONTROL_BYTES: usize = 24;
-    let mut control = [0u64; CONTROL_BYTES / 8];
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: a zeroed msghdr is valid; we point it at our buffers.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = CONTROL_BYTES as _;
-    loop {
-        // SAFETY: recvmsg into the buffers above.
-        let n = unsafe { libc::recvmsg(channel.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 {
-            return None;
-        }
-        break;
-    }
-    // SAFETY: the kernel filled `message`; the header and data lie within `control`.
-    unsafe {
-        let header = libc::CMSG_FIRSTHDR(&message);
-        if header.is_null()
-            || (*header).cmsg_level != libc::SOL_SOCKET
-            || (*header).cmsg_type != libc::SCM_RIGHTS
-        {
-            return None;
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<RawFd>());
-        Some(OwnedFd::from_raw_fd(fd))
+    match sys::recv_fds(channel.as_fd(), &mut byte) {
+        Ok(received) if received.len > 0 => received.fds.into_iter().next(),
+        _ => None,
     }
 }
 
@@ -225,9 +165,9 @@ pub(super) fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<gua
     // that, so poll says when a notification is there or the listener hung up.
     loop {
         if !sync {
-            match wait_readable(listener.as_fd(), -1) {
+            match sys::wait_readable(listener.as_fd(), None, -1) {
                 Readiness::Readable => {}
-                Readiness::Other => continue,
+                Readiness::Interrupted | Readiness::TimedOut | Readiness::Stopped => continue,
                 Readiness::HungUp => return, // no process of the tree uses the filter any more
             }
         }
@@ -246,7 +186,7 @@ pub(super) fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<gua
                 // The caller went (killed, or a signal ended its call) before we read it, or
                 // (waiting in RECV) the filter has no process left.
                 Some(libc::ENOENT) | Some(libc::EINTR) => {
-                    if sync && wait_readable(listener.as_fd(), 0) == Readiness::HungUp {
+                    if sync && sys::wait_readable(listener.as_fd(), None, 0) == Readiness::HungUp {
                         return;
                     }
                     continue;
@@ -267,42 +207,6 @@ pub(super) fn run(policy: &Policy, listener: Arc<OwnedFd>, mut guard: Option<gua
             },
         };
         respond(listener.as_fd(), notif.id, reply);
-    }
-}
-
-/// What `poll` says of the listener.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Readiness {
-    /// A notification waits.
-    Readable,
-    /// No process uses the filter any more (or the listener is unusable).
-    HungUp,
-    /// Interrupted, or nothing yet (a zero timeout).
-    Other,
-}
-
-/// Polls the listener for at most `timeout_ms` (-1: no limit).
-pub(super) fn wait_readable(listener: BorrowedFd<'_>, timeout_ms: libc::c_int) -> Readiness {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if ready < 0 {
-        return if errno_now() == libc::EINTR {
-            Readiness::Other
-        } else {
-            Readiness::HungUp
-        };
-    }
-    if pfd.revents & libc::POLLIN != 0 {
-        Readiness::Readable
-    } else if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-        Readiness::HungUp
-    } else {
-        Readiness::Other
     }
 }
 

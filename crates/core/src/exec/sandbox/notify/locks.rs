@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::answer::{id_valid, respond, result};
 use super::caller::Target;
 use super::decode::{Call, Object, Op};
-use super::{drop_own_capabilities, errno_now, Policy, Reply, HANDLER_STACK_BYTES};
+use super::{drop_own_capabilities, Policy, Reply, HANDLER_STACK_BYTES};
+use crate::sys::errno;
 
 /// A waiter for a blocking lock retries at growing intervals from the first to the second, and
 /// checks each time whether the caller still waits (a signal or a kill ends its call).
@@ -48,7 +49,7 @@ pub(super) fn lock(policy: &Policy, target: &Target<'_>, call: Call) -> Result<R
                 // SAFETY: fcntl on our copy with our flock.
                 unsafe { libc::fcntl(raw, libc::F_OFD_SETLK, &mut fl) as libc::c_long }
             };
-            if !blocking || first >= 0 || !would_block(errno_now()) {
+            if !blocking || first >= 0 || !would_block(errno()) {
                 return Ok(result(first));
             }
             let undo = fl;
@@ -76,7 +77,7 @@ pub(super) fn lock(policy: &Policy, target: &Target<'_>, call: Call) -> Result<R
             // SAFETY: flock on our copy.
             let first = unsafe { libc::flock(raw, operation | libc::LOCK_NB) } as libc::c_long;
             let blocking = operation & (libc::LOCK_NB | libc::LOCK_UN) == 0;
-            if !blocking || first >= 0 || !would_block(errno_now()) {
+            if !blocking || first >= 0 || !would_block(errno()) {
                 return Ok(result(first));
             }
             let listener = Arc::clone(target.listener);
@@ -124,7 +125,7 @@ pub(super) fn wait_for_lock(
                     return;
                 }
                 let r = attempt(copy.as_raw_fd());
-                if r < 0 && would_block(errno_now()) {
+                if r < 0 && would_block(errno()) {
                     continue;
                 }
                 let reply = result(r);

@@ -8,7 +8,8 @@ use super::caller::Target;
 use super::decode::{Call, Object, Op, Times, SYS_FCHMODAT2};
 use super::locks::lock;
 use super::objects::proc_fd;
-use super::{errno_now, Policy, Reply};
+use super::{Policy, Reply};
+use crate::sys::errno;
 
 /// The longest xattr name, NUL included (`XATTR_NAME_MAX` + 1).
 pub(super) const XATTR_NAME_BYTES: usize = 256;
@@ -108,7 +109,7 @@ pub(super) fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Resul
                     mode,
                     libc::AT_EMPTY_PATH,
                 );
-                if r < 0 && errno_now() == libc::ENOSYS {
+                if r < 0 && errno() == libc::ENOSYS {
                     libc::chmod(path().as_ptr().cast(), mode) as libc::c_long
                 } else {
                     r

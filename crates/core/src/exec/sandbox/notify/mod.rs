@@ -59,6 +59,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use libc::sock_filter;
+use nix::fcntl::ResolveFlag;
 
 use super::bpf::{
     self, arg_low, ret_errno, Asm, Jump, ARCH_AT, AUDIT_ARCH, NR_AT, RET_ALLOW, RET_USER_NOTIF,
@@ -208,7 +209,7 @@ impl Policy {
         areas.iter().find_map(|(area, fd)| {
             let rel = beneath(absolute, area)?;
             let rel_nul = &joined[joined.len() - 1 - rel.len()..];
-            open_beneath_nul(fd.as_fd(), rel_nul, follow, 0)
+            open_beneath_nul(fd.as_fd(), rel_nul, follow, ResolveFlag::empty())
         })
     }
 
@@ -315,12 +316,6 @@ pub(super) enum Reply {
     Continue,
     /// A lock waiter answers later.
     Later,
-}
-
-pub(super) fn errno_now() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// Empties this thread's capability sets (`capset` is per-thread on Linux; a raw call, since the

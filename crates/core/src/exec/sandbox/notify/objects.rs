@@ -2,18 +2,18 @@
 //! are (`stat`), the opens beneath a held directory (`openat2` with `RESOLVE_BENEATH`) that place
 //! an object in a writable area or the workspace, and whether one lies on procfs.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use super::{errno_now, PATH_MAX};
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+
+use super::PATH_MAX;
+use crate::sys::errno;
 
 /// `PROC_SUPER_MAGIC`: the file system type of `/proc`.
 pub(super) const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 /// The inode of procfs's root directory.
 pub(super) const PROC_ROOT_INO: u64 = 1;
-/// `openat2`'s `RESOLVE_*` flags.
-pub(super) const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-pub(super) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-pub(super) const RESOLVE_BENEATH: u64 = 0x08;
 
 /// `path` relative to `area` when it is `area` itself (empty) or lies beneath it.
 pub(super) fn beneath<'a>(path: &'a [u8], area: &[u8]) -> Option<&'a [u8]> {
@@ -50,16 +50,16 @@ pub(super) fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
 
 /// Opens `rel` beneath `dir`, crossing no symlink and never leaving `dir`.
 pub(super) fn reopen_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> Option<OwnedFd> {
-    open_beneath(dir, rel, false, RESOLVE_NO_SYMLINKS)
+    open_beneath(dir, rel, false, ResolveFlag::RESOLVE_NO_SYMLINKS)
 }
 
 /// Opens `rel` (`O_PATH`) beneath `dir`: symlinks are followed (the last one when `follow`) as
-/// long as the walk never leaves `dir` (`RESOLVE_BENEATH`); `extra` adds `RESOLVE_*` flags.
+/// long as the walk never leaves `dir` (`RESOLVE_BENEATH`); `extra` adds resolve flags.
 pub(super) fn open_beneath(
     dir: BorrowedFd<'_>,
     rel: &[u8],
     follow: bool,
-    extra: u64,
+    extra: ResolveFlag,
 ) -> Option<OwnedFd> {
     let mut path = rel.to_vec();
     path.push(0);
@@ -72,55 +72,18 @@ pub(super) fn open_beneath_nul(
     dir: BorrowedFd<'_>,
     rel: &[u8],
     follow: bool,
-    extra: u64,
+    extra: ResolveFlag,
 ) -> Option<OwnedFd> {
     if rel.last() != Some(&0) || rel[..rel.len() - 1].contains(&0) {
         return None;
     }
-    let path = if rel.len() == 1 { &b".\0"[..] } else { rel };
-    let resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | extra;
-    openat2_path(dir.as_raw_fd(), path, follow, resolve).ok()
-}
-
-/// `openat2(dir, path, O_PATH, resolve)`, following the last component or not; `path` ends in
-/// its NUL and holds no other.
-pub(super) fn openat2_path(
-    dir: RawFd,
-    path: &[u8],
-    follow: bool,
-    resolve: u64,
-) -> Result<OwnedFd, i32> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
+    let path = CStr::from_bytes_with_nul(if rel.len() == 1 { b".\0" } else { rel }).ok()?;
+    let mut flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     if !follow {
-        flags |= libc::O_NOFOLLOW;
+        flags |= OFlag::O_NOFOLLOW;
     }
-    let how = OpenHow {
-        flags: flags as u64,
-        mode: 0,
-        resolve,
-    };
-    // SAFETY: openat2 with a NUL-terminated path (the caller's contract) and a valid `open_how`
-    // of the size given.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            path.as_ptr(),
-            &how as *const OpenHow,
-            size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(errno_now());
-    }
-    // SAFETY: a descriptor we just got.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS | extra;
+    openat2(dir, path, OpenHow::new().flags(flags).resolve(resolve)).ok()
 }
 
 /// `openat(dir, path, O_PATH)`, following the last component or not.
@@ -139,7 +102,7 @@ pub(super) fn open_path(
     // SAFETY: openat with a NUL-terminated path.
     let fd = unsafe { libc::openat(dir, c.as_ptr().cast(), flags) };
     if fd < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     // SAFETY: just opened, ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -224,7 +187,7 @@ pub(super) fn openat(dir: BorrowedFd<'_>, name: &[u8], flags: i32) -> Result<Own
     // SAFETY: openat on our descriptor with a NUL-terminated name.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr().cast(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     // SAFETY: just opened, ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -244,7 +207,7 @@ pub(super) fn readlinkat(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Vec<u8>, i3
         )
     };
     if n < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     if n as usize >= buf.len() {
         return Err(libc::ENAMETOOLONG);

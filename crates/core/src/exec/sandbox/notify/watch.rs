@@ -5,7 +5,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use super::caller::Target;
 use super::decode::Object;
 use super::objects::proc_fd;
-use super::{drop_own_capabilities, errno_now, Policy, HANDLER_STACK_BYTES};
+use super::{drop_own_capabilities, Policy, HANDLER_STACK_BYTES};
+use crate::sys::errno;
 
 /// Refused watches: "permission denied", what the kernel answers a caller that may not read
 /// what it would watch.
@@ -66,7 +67,7 @@ pub(super) fn watch_as_shell(
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into our buffer.
     if unsafe { libc::fstat(object.as_raw_fd(), &mut st) } != 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     let flags = match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => libc::O_RDONLY | libc::O_DIRECTORY,
@@ -77,7 +78,7 @@ pub(super) fn watch_as_shell(
     // SAFETY: open of a NUL-terminated path.
     let readable = unsafe { libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC) };
     if readable < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     // SAFETY: just opened, ours.
     let readable = unsafe { OwnedFd::from_raw_fd(readable) };
@@ -91,7 +92,7 @@ pub(super) fn watch_as_shell(
         )
     };
     if wd < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     Ok(i64::from(wd))
 }
@@ -115,7 +116,7 @@ pub(super) fn watch(
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into our buffer.
     if unsafe { libc::fstat(object.as_raw_fd(), &mut st) } != 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     let kind = st.st_mode & libc::S_IFMT;
     if kind != libc::S_IFDIR && kind != libc::S_IFREG {
@@ -132,7 +133,7 @@ pub(super) fn watch(
             )
         };
         return if wd < 0 {
-            Err(errno_now())
+            Err(errno())
         } else {
             Ok(i64::from(wd))
         };

@@ -8,8 +8,9 @@ use super::super::answer::{id_valid, respond, send_fd};
 use super::super::caller::Target;
 use super::super::objects::{dup, openat, proc_fd};
 use super::super::resolve::Resolved;
-use super::super::{drop_own_capabilities, errno_now, Reply, HANDLER_STACK_BYTES};
+use super::super::{drop_own_capabilities, Reply, HANDLER_STACK_BYTES};
 use super::REFUSED;
+use crate::sys::errno;
 
 /// The FIFO `resolved` names, opened `O_PATH`, when opening it with `flags` would wait for the
 /// other end (`O_RDONLY` or `O_WRONLY` without `O_NONBLOCK`): that wait must not hold the handler.
@@ -164,8 +165,8 @@ impl FifoWait {
             if fd >= 0 {
                 // SAFETY: just opened, ours.
                 self.opened = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-            } else if errno_now() != libc::ENXIO {
-                respond(listener, self.id, Reply::Errno(errno_now()));
+            } else if errno() != libc::ENXIO {
+                respond(listener, self.id, Reply::Errno(errno()));
                 return true;
             }
         }

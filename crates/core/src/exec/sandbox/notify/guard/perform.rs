@@ -6,8 +6,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use super::super::objects::{openat, proc_fd};
 use super::super::resolve::Resolved;
-use super::super::{drop_own_capabilities, errno_now, HANDLER_STACK_BYTES};
+use super::super::{drop_own_capabilities, HANDLER_STACK_BYTES};
 use super::{Refusal, REFUSED};
+use crate::sys::errno;
 
 /// One call to perform on the performer thread.
 pub(super) enum Job {
@@ -67,7 +68,7 @@ pub(super) fn entry(resolved: &Resolved, errno: i32) -> Result<(BorrowedFd<'_>, 
 pub(super) fn check(r: libc::c_int) -> Result<(), i32> {
     match r {
         0 => Ok(()),
-        _ => Err(errno_now()),
+        _ => Err(errno()),
     }
 }
 
@@ -94,7 +95,7 @@ impl Job {
                             libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC, mode)
                         };
                         if fd < 0 {
-                            return Err(errno_now());
+                            return Err(errno());
                         }
                         // SAFETY: just opened, ours.
                         unsafe { OwnedFd::from_raw_fd(fd) }
@@ -260,7 +261,7 @@ pub(super) fn bind(
             (&sun as *const libc::sockaddr_un).cast(),
             (SUN_PATH_AT + name.len()) as libc::socklen_t,
         );
-        let code = errno_now();
+        let code = errno();
         libc::umask(0);
         libc::chdir(c"/".as_ptr());
         match r {
@@ -288,7 +289,7 @@ pub(super) fn openat_mode(
         )
     };
     if fd < 0 {
-        return Err(errno_now());
+        return Err(errno());
     }
     // SAFETY: just opened, ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
