@@ -30,7 +30,7 @@
 
 // Installing the filter, handing its listener to Node, and the handler loop that answers it.
 mod listener;
-// The caller of a notification: its descriptors, memory, cwd and root, and its /proc.
+// The caller of a notification: its pidfd, descriptors, memory and cwd.
 mod caller;
 // The notified system calls decoded from their numbers and arguments (both handlers').
 mod decode;
