@@ -13,7 +13,7 @@ use super::PATH_MAX;
 use crate::sys::errno;
 
 /// `pidfd_open`'s flag for a thread's pid (Linux 6.9; `O_EXCL`'s value).
-pub(super) const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
 
 /// The caller of one notification: its pid (in our namespace), a pidfd, the listener and id.
 pub(super) struct Target<'a> {
@@ -359,7 +359,7 @@ impl<'a> Target<'a> {
 }
 
 /// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
-pub(super) fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
+fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
     status
         .lines()

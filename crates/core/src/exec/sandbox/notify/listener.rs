@@ -17,7 +17,7 @@ use super::{drop_own_capabilities, guard, metadata, Policy, Reply, HANDLER_STACK
 use crate::sys::{self, errno, Readiness};
 
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): the handler runs on the waiting caller's CPU.
-pub(super) const NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+const NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
 
 /// Installs the notification filter `program` (a `Policy`'s) on the calling process and sends
 /// its listener over `channel`. Runs in the shell's process after `confine` (no_new_privs is
@@ -141,7 +141,7 @@ pub(in crate::exec) fn serve(
 }
 
 /// The listener sent over `channel`, or `None` at end-of-file.
-pub(super) fn receive(channel: &OwnedFd) -> Option<OwnedFd> {
+fn receive(channel: &OwnedFd) -> Option<OwnedFd> {
     let mut byte = [0u8; 1];
     match sys::recv_fds(channel.as_fd(), &mut byte) {
         Ok(received) if received.len > 0 => received.fds.into_iter().next(),

@@ -13,11 +13,11 @@ use crate::sys::errno;
 
 /// A waiter for a blocking lock retries at growing intervals from the first to the second, and
 /// checks each time whether the caller still waits (a signal or a kill ends its call).
-pub(super) const LOCK_RETRY_FIRST: Duration = Duration::from_millis(1);
-pub(super) const LOCK_RETRY_MAX: Duration = Duration::from_millis(50);
+const LOCK_RETRY_FIRST: Duration = Duration::from_millis(1);
+const LOCK_RETRY_MAX: Duration = Duration::from_millis(50);
 
 /// Refused locks outside the writable areas: "no locks available".
-pub(super) const REFUSED_LOCK: i32 = libc::ENOLCK;
+const REFUSED_LOCK: i32 = libc::ENOLCK;
 
 /// `flock` and `fcntl` locks: refused outside the writable areas; `flock` and OFD locks are
 /// taken on our copy of the open file (the same lock), classic POSIX locks are left to the kernel.
@@ -98,14 +98,14 @@ pub(super) fn lock(policy: &Policy, target: &Target<'_>, call: Call) -> Result<R
     }
 }
 
-pub(super) fn would_block(code: i32) -> bool {
+fn would_block(code: i32) -> bool {
     code == libc::EAGAIN || code == libc::EWOULDBLOCK || code == libc::EACCES
 }
 
 /// A blocking lock the handler must not wait for: a waiter thread retries it (without blocking)
 /// while the caller still waits, answers when it is taken, and gives it back if the caller is
 /// gone by then.
-pub(super) fn wait_for_lock(
+fn wait_for_lock(
     listener: Arc<OwnedFd>,
     id: u64,
     copy: OwnedFd,

@@ -12,14 +12,14 @@ use super::{Policy, Reply};
 use crate::sys::errno;
 
 /// The longest xattr name, NUL included (`XATTR_NAME_MAX` + 1).
-pub(super) const XATTR_NAME_BYTES: usize = 256;
+const XATTR_NAME_BYTES: usize = 256;
 /// The largest xattr value the kernel takes (`XATTR_SIZE_MAX`).
-pub(super) const XATTR_SIZE_MAX: usize = 65_536;
+const XATTR_SIZE_MAX: usize = 65_536;
 /// `struct xattr_args` of `setxattrat` (value pointer, size, flags): its first version's size.
-pub(super) const XATTR_ARGS_BYTES: usize = 16;
+const XATTR_ARGS_BYTES: usize = 16;
 
 /// The status flags of `fd` (`F_GETFL`), `None` when unknown.
-pub(super) fn status_flags(fd: BorrowedFd<'_>) -> Option<i32> {
+fn status_flags(fd: BorrowedFd<'_>) -> Option<i32> {
     // SAFETY: F_GETFL on our descriptor.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
     (flags >= 0).then_some(flags)
@@ -28,11 +28,11 @@ pub(super) fn status_flags(fd: BorrowedFd<'_>) -> Option<i32> {
 /// Whether status `flags` are those of a file opened for writing: setting its times to now (what
 /// every write does) needs no check then, since Landlock let the caller open it for writing
 /// (`touch` does exactly this on each file). `O_PATH` descriptors are not.
-pub(super) fn for_writing(flags: i32) -> bool {
+fn for_writing(flags: i32) -> bool {
     flags & libc::O_PATH == 0 && matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
 }
 
-pub(super) fn is_symlink(fd: BorrowedFd<'_>) -> bool {
+fn is_symlink(fd: BorrowedFd<'_>) -> bool {
     // SAFETY: a zeroed stat is a valid buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into our buffer.
@@ -42,7 +42,7 @@ pub(super) fn is_symlink(fd: BorrowedFd<'_>) -> bool {
 
 /// Refused metadata changes outside the writable areas: "operation not permitted", what the
 /// kernel answers a caller that may not change a file's attributes.
-pub(super) const REFUSED_METADATA: i32 = libc::EPERM;
+const REFUSED_METADATA: i32 = libc::EPERM;
 
 pub(super) fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Result<Reply, i32> {
     if let Op::Flock(_) | Op::Lock(..) = call.op {
@@ -173,7 +173,7 @@ pub(super) fn perform(policy: &Policy, target: &Target<'_>, call: Call) -> Resul
 }
 
 /// What a call needs from the caller's memory besides the path.
-pub(super) enum Arguments {
+enum Arguments {
     None,
     /// `utimensat`'s times (`None`: now).
     Times(Option<[libc::timespec; 2]>),
@@ -182,7 +182,7 @@ pub(super) enum Arguments {
     Name(Vec<u8>),
 }
 
-pub(super) fn xattr_name(target: &Target<'_>, ptr: u64) -> Result<Vec<u8>, i32> {
+fn xattr_name(target: &Target<'_>, ptr: u64) -> Result<Vec<u8>, i32> {
     let mut name = target.string(ptr, XATTR_NAME_BYTES, libc::ERANGE)?;
     if name.is_empty() {
         return Err(libc::ERANGE);
@@ -191,7 +191,7 @@ pub(super) fn xattr_name(target: &Target<'_>, ptr: u64) -> Result<Vec<u8>, i32> 
     Ok(name)
 }
 
-pub(super) fn read_arguments(target: &Target<'_>, op: Op) -> Result<Arguments, i32> {
+fn read_arguments(target: &Target<'_>, op: Op) -> Result<Arguments, i32> {
     Ok(match op {
         Op::Utimes(kind, 0) => {
             let _ = kind;
@@ -228,7 +228,7 @@ pub(super) fn read_arguments(target: &Target<'_>, op: Op) -> Result<Arguments, i
     })
 }
 
-pub(super) fn xattr_value(target: &Target<'_>, ptr: u64, size: u64) -> Result<Vec<u8>, i32> {
+fn xattr_value(target: &Target<'_>, ptr: u64, size: u64) -> Result<Vec<u8>, i32> {
     if size as usize > XATTR_SIZE_MAX || size > usize::MAX as u64 {
         return Err(libc::E2BIG);
     }
@@ -238,7 +238,7 @@ pub(super) fn xattr_value(target: &Target<'_>, ptr: u64, size: u64) -> Result<Ve
     target.read(ptr, size as usize)
 }
 
-pub(super) fn times_bytes(kind: Times) -> usize {
+fn times_bytes(kind: Times) -> usize {
     match kind {
         Times::Utimbuf => 2 * size_of::<libc::time_t>(),
         Times::Timeval => 2 * size_of::<libc::timeval>(),

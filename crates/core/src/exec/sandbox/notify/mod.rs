@@ -74,7 +74,7 @@ pub(in crate::exec) use listener::{available, channel, install, serve};
 /// The longest path the kernel takes, terminating NUL included (`PATH_MAX`).
 pub(super) const PATH_MAX: usize = 4096;
 /// `capset`'s `_LINUX_CAPABILITY_VERSION_3`.
-pub(super) const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Stack of the handler thread and of a lock waiter: a few frames and path buffers.
 pub(super) const HANDLER_STACK_BYTES: usize = 256 << 10;
 

@@ -11,9 +11,9 @@ use super::PATH_MAX;
 use crate::sys::errno;
 
 /// `PROC_SUPER_MAGIC`: the file system type of `/proc`.
-pub(super) const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 /// The inode of procfs's root directory.
-pub(super) const PROC_ROOT_INO: u64 = 1;
+const PROC_ROOT_INO: u64 = 1;
 
 /// `path` relative to `area` when it is `area` itself (empty) or lies beneath it.
 pub(super) fn beneath<'a>(path: &'a [u8], area: &[u8]) -> Option<&'a [u8]> {

@@ -15,9 +15,9 @@ use super::objects::{
 use super::PATH_MAX;
 
 /// Symlinks followed in one path before `ELOOP` (the kernel's `MAXSYMLINKS`).
-pub(super) const MAX_SYMLINKS: usize = 40;
+const MAX_SYMLINKS: usize = 40;
 /// What a walk into another process's `/proc/<pid>` (or anywhere it cannot place) fails with.
-pub(super) const OUT_OF_REACH: i32 = libc::EACCES;
+const OUT_OF_REACH: i32 = libc::EACCES;
 
 /// The caller of one notification, for path walks: its root, and its pid as its `/proc` shows it.
 pub(super) struct Caller<'a, 'b> {
@@ -38,7 +38,7 @@ impl<'a, 'b> Caller<'a, 'b> {
     }
 
     /// The caller's own process and thread directories as `/proc` names them.
-    pub(super) fn ids(&self) -> Result<(&str, &str), i32> {
+    fn ids(&self) -> Result<(&str, &str), i32> {
         match self.ids.get_or_init(|| self.ns_ids()) {
             Some((pid, tid)) => Ok((pid, tid)),
             None => Err(libc::ESRCH),
@@ -49,7 +49,7 @@ impl<'a, 'b> Caller<'a, 'b> {
     /// or another of its threads (`<pid>/task/<name>`). Every other process's is refused. The
     /// caller's procfs is mounted for its own PID namespace (the sandbox's, or the host's in
     /// Landlock mode), and the shell can mount no other, so its pids there are `ns_ids`.
-    pub(super) fn owns_proc_entry(&self, root: BorrowedFd<'_>, name: &[u8]) -> Result<(), i32> {
+    fn owns_proc_entry(&self, root: BorrowedFd<'_>, name: &[u8]) -> Result<(), i32> {
         let (pid, tid) = self.ids()?;
         if name == pid.as_bytes() || name == tid.as_bytes() {
             return Ok(());
@@ -66,7 +66,7 @@ impl<'a, 'b> Caller<'a, 'b> {
     /// where a `/proc` magic link led): the guard never looks up, opens or follows anything
     /// there. Outside procfs, procfs's root and its other directories (`sys`, `bus`) pass;
     /// a non-directory on procfs is refused (which process it belongs to cannot be told).
-    pub(super) fn proc_allowed(&self, fd: BorrowedFd<'_>) -> Result<(), i32> {
+    fn proc_allowed(&self, fd: BorrowedFd<'_>) -> Result<(), i32> {
         if !on_proc(fd) {
             return Ok(());
         }
@@ -266,7 +266,7 @@ impl Caller<'_, '_> {
 
 /// Directories between a procfs directory and procfs's root (`/proc/<pid>/task/<tid>/net/dev_snmp6`
 /// is five): a walk up that takes more is refused.
-pub(super) const MAX_PROC_DEPTH: usize = 16;
+const MAX_PROC_DEPTH: usize = 16;
 
 /// What a descriptor or name on procfs is, for `proc_decision`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::sys::errno;
 
 /// Refused watches: "permission denied", what the kernel answers a caller that may not read
 /// what it would watch.
-pub(super) const REFUSED_WATCH: i32 = libc::EACCES;
+const REFUSED_WATCH: i32 = libc::EACCES;
 
 /// A thread confined by the shell's own Landlock ruleset (`landlock_restrict_self` is
 /// per-thread), which opens what a watch names as the shell would: a watch is added only on what
@@ -58,7 +58,7 @@ impl Watcher {
 /// Opens `object` for reading as the confined thread may (Landlock decides), and watches what it
 /// opened on the caller's inotify instance. Directories and regular files only: opening anything
 /// else can have effects (a FIFO, a device).
-pub(super) fn watch_as_shell(
+fn watch_as_shell(
     object: BorrowedFd<'_>,
     inotify: BorrowedFd<'_>,
     mask: u32,

@@ -52,7 +52,7 @@ pub(super) struct FifoWaiter {
 }
 
 /// One FIFO open that waits.
-pub(super) struct FifoWait {
+struct FifoWait {
     listener: Arc<OwnedFd>,
     pub(super) id: u64,
     /// The FIFO, `O_PATH`.

@@ -75,7 +75,7 @@ pub(super) const PROBE: &str = "\u{1}pi-native-ops-probe";
 
 /// Events one command may report: a command that runs into the policy in a loop must not fill the
 /// agent's queue (each event is a JS object); refusals past this are still refused, unreported.
-pub(super) const MAX_EVENTS_PER_COMMAND: usize = 1000;
+const MAX_EVENTS_PER_COMMAND: usize = 1000;
 
 /// The policy of one prepared sandbox, with the workspace it is relative to.
 pub(in crate::exec) struct Guard {
@@ -525,10 +525,10 @@ impl From<i32> for Refusal {
 }
 
 /// `/dev/tty`'s device number (5, 0): whoever opens it gets their own controlling terminal.
-pub(super) const TTY_DEVICE: (u32, u32) = (5, 0);
+const TTY_DEVICE: (u32, u32) = (5, 0);
 
 /// Whether `resolved` is `/dev/tty` (any node of its number).
-pub(super) fn is_controlling_tty(resolved: &Resolved) -> bool {
+fn is_controlling_tty(resolved: &Resolved) -> bool {
     resolved.stat().is_some_and(|st| {
         st.mode & libc::S_IFMT == libc::S_IFCHR
             && (libc::major(st.rdev), libc::minor(st.rdev)) == TTY_DEVICE

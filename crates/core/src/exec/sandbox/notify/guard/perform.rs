@@ -208,7 +208,7 @@ impl Job {
 }
 
 /// `sun_path`'s offset in `sockaddr_un` (after `sun_family`).
-pub(super) const SUN_PATH_AT: usize = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+const SUN_PATH_AT: usize = std::mem::offset_of!(libc::sockaddr_un, sun_path);
 
 /// The path of a Unix socket address as the kernel reads it (up to its first NUL), when it names
 /// one in the file system: not an abstract name (a leading NUL), not autobind (no path at all).
@@ -271,7 +271,7 @@ pub(super) fn bind(
     }
 }
 
-pub(super) fn openat_mode(
+fn openat_mode(
     dir: BorrowedFd<'_>,
     name: &[u8],
     flags: i32,
@@ -295,7 +295,7 @@ pub(super) fn openat_mode(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-pub(super) type Answer = Result<Option<OwnedFd>, i32>;
+type Answer = Result<Option<OwnedFd>, i32>;
 
 /// Where the guard's calls are performed: with umask 0 (the caller's is applied to each mode) and,
 /// in Landlock mode, under the shell's own ruleset.
