@@ -58,11 +58,7 @@ impl Watcher {
 /// Opens `object` for reading as the confined thread may (Landlock decides), and watches what it
 /// opened on the caller's inotify instance. Directories and regular files only: opening anything
 /// else can have effects (a FIFO, a device).
-fn watch_as_shell(
-    object: BorrowedFd<'_>,
-    inotify: BorrowedFd<'_>,
-    mask: u32,
-) -> Result<i64, i32> {
+fn watch_as_shell(object: BorrowedFd<'_>, inotify: BorrowedFd<'_>, mask: u32) -> Result<i64, i32> {
     // SAFETY: a zeroed stat is a valid buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into our buffer.

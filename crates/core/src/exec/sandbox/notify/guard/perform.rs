@@ -271,12 +271,7 @@ pub(super) fn bind(
     }
 }
 
-fn openat_mode(
-    dir: BorrowedFd<'_>,
-    name: &[u8],
-    flags: i32,
-    mode: u32,
-) -> Result<OwnedFd, i32> {
+fn openat_mode(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> Result<OwnedFd, i32> {
     let mut c = name.to_vec();
     c.push(0);
     // SAFETY: openat on our descriptor with a NUL-terminated name.
