@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,13 +13,13 @@ use std::time::Instant;
 use super::preflight::{self, Ready};
 use super::sandbox::{Plan, TempDir};
 use super::shell::{Command, SHELL_STACK_BYTES};
-use super::supervisor::{raw_cloexec_pipe, supervise, SupervisorFds};
+use super::supervisor::{supervise, SupervisorFds};
 use super::{
     exit_code_of, find_on_path, ExecRequest, Outcome, CMD_DETACH, CMD_KILL, MAX_CHUNK,
     MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED, OUTPUT_IDLE_GRACE,
 };
 use crate::error::{errno_of, Error};
-use crate::sys::read_full;
+use crate::sys::{pipe, read_full};
 
 /// A read shorter than this waits (at most `BATCH_LINGER_MS`) for more
 /// output to join it. A pipe's default capacity: a read that size means
@@ -168,17 +168,6 @@ fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
 
 fn last_error() -> io::Error {
     io::Error::last_os_error()
-}
-
-/// A pipe whose ends close on exec: (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid two-element buffer.
-    if unsafe { raw_cloexec_pipe(&mut fds) } != 0 {
-        return Err(last_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Reads one supervisor message: (tag, value). `None` on end-of-file.
@@ -383,7 +372,10 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
         _proxy: prepared.proxy.take(),
     };
     #[cfg(target_os = "linux")]
-    if let (Some((node_end, child_end)), Some(plan)) = (notify, prepared.sandbox.as_ref()) {
+    if let (Some((node_end, child_end)), Some(policy)) = (
+        notify,
+        prepared.sandbox.as_ref().and_then(|plan| plan.notify()),
+    ) {
         drop(child_end);
         // Without its handler the shell would wait forever on its first notified call: a thread
         // that cannot start fails the spawn (dropping the execution kills the tree and reaps).
@@ -391,7 +383,7 @@ fn start(request: &ExecRequest, ready: &Ready) -> io::Result<Execution> {
             .sandbox
             .as_ref()
             .and_then(|sandbox| sandbox.guard_session(&request.command));
-        super::sandbox::notify::serve(Arc::clone(plan), node_end, guard)?;
+        super::sandbox::notify::serve(Arc::clone(policy), node_end, guard)?;
     }
     #[cfg(not(target_os = "linux"))]
     drop(notify);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::shell::{reset_signals, start_shell, Command, ShellStart};
 use super::{CMD_DETACH, MESSAGE_BYTES, MSG_EXITED, MSG_SPAWN_ERROR, MSG_STARTED, MSG_TREE_REAPED};
-use crate::sys::{close_all_except, errno, read_full};
+use crate::sys::{close_all_except, errno, raw_cloexec_pipe, read_full};
 
 /// The supervisor's exit code when it could not start the shell; nobody
 /// reads it (the status pipe carries the errno).
@@ -46,34 +46,6 @@ unsafe fn report(fd: RawFd, tag: u8, value: i32) {
     message[4..].copy_from_slice(&value.to_ne_bytes());
     // SAFETY: `message` is valid for its length; a write to a closed status pipe only fails.
     unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
-}
-
-/// `pipe2(O_CLOEXEC)` where it exists; async-signal-safe.
-///
-/// # Safety
-///
-/// None beyond the call's: `fds` is a valid buffer the kernel fills with two new descriptors,
-/// which the caller then owns. Unsafe only because a forked child calls it where std's pipe would
-/// allocate.
-pub(super) unsafe fn raw_cloexec_pipe(fds: &mut [RawFd; 2]) -> libc::c_int {
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-    {
-        // SAFETY: `fds` is a valid two-element buffer.
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-    {
-        // SAFETY: `fds` is a valid two-element buffer.
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-            return -1;
-        }
-        // SAFETY: flags of the two descriptors just created, which nobody else owns yet.
-        unsafe {
-            libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC);
-            libc::fcntl(fds[1], libc::F_SETFD, libc::FD_CLOEXEC);
-        }
-        0
-    }
 }
 
 /// The supervisor: starts the shell, reports its exit, and kills the tree on

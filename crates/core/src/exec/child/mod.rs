@@ -51,8 +51,5 @@ impl Role {
     }
 }
 
-/// The control buffer of the builder's report, in 8-byte words: room for
-/// `CMSG_SPACE(REPORT_MAX_FDS * sizeof(int))` (40 bytes on 64-bit Linux), aligned as `cmsghdr`.
-pub(in crate::exec) const REPORT_CMSG_WORDS: usize = 6;
 /// The most descriptors a report carries: three namespaces and two listening sockets.
 pub(in crate::exec) const REPORT_MAX_FDS: usize = 5;

@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 
 use super::mount::perform;
 use super::net::{listen_for_proxy, loopback_up};
-use crate::exec::child::{TemplateScript, REPORT_CMSG_WORDS, REPORT_MAX_FDS};
+use crate::exec::child::{TemplateScript, REPORT_MAX_FDS};
 use crate::exec::sandbox::setup::{step_error, Step, EXIT_SETUP_FAILED};
 use crate::sys::errno;
 
@@ -204,35 +204,9 @@ pub(in crate::exec) unsafe fn builder(script: &TemplateScript, channel: RawFd) -
 ///
 /// `channel` is an open socket of this process and `fds` open descriptors of it.
 unsafe fn send_report(channel: RawFd, code: i32, fds: &[RawFd]) -> bool {
-    let mut payload = code.to_ne_bytes();
-    let mut iov = libc::iovec {
-        iov_base: payload.as_mut_ptr().cast(),
-        iov_len: payload.len(),
-    };
-    let mut control = [0u64; REPORT_CMSG_WORDS];
     let count = fds.len().min(REPORT_MAX_FDS);
-    // SAFETY: `msghdr` and the control buffer are plain data on our stack; the CMSG macros stay
-    // within `control` (sized for `REPORT_MAX_FDS` descriptors); `sendmsg` copies what it is given.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if count > 0 {
-            msg.msg_control = control.as_mut_ptr().cast();
-            let bytes = (count * size_of::<libc::c_int>()) as libc::c_uint;
-            msg.msg_controllen = libc::CMSG_SPACE(bytes) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(bytes) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr(),
-                libc::CMSG_DATA(cmsg).cast::<libc::c_int>(),
-                count,
-            );
-        }
-        libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) == payload.len() as isize
-    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { crate::sys::send_fds(channel, &code.to_ne_bytes(), &fds[..count]) }.is_ok()
 }
 
 /// The helper's template role: creates the builder in the template's new namespaces (`flags`),

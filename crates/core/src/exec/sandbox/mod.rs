@@ -131,7 +131,7 @@ pub struct Sandbox {
     /// The workspace policy the shell is held to (`crate::policy`): its denied-read and
     /// denied-write paths, and the protected defaults unless `protect` is false. Compiled when the
     /// sandbox is prepared (a bad rule is refused then); enforced in both modes by the
-    /// notification handler (`guard.rs`).
+    /// notification handler (`notify/guard/`).
     pub policy: crate::policy::PolicySpec,
 }
 
@@ -621,6 +621,8 @@ impl Support {
     }
 }
 
+#[cfg(target_os = "linux")]
+mod bpf;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "linux")]

@@ -46,12 +46,6 @@ pub(in crate::exec) struct Plan {
     proxy: Option<super::proxy::Proxy>,
 }
 
-// SAFETY: nothing in the plan refers to thread-local state; the raw pointers in `sock_filter`
-// are none (it is plain data). A built plan is never changed (shared by every exec of a sandbox).
-unsafe impl Send for Plan {}
-// SAFETY: as for `Send`: shared plans are only read.
-unsafe impl Sync for Plan {}
-
 impl Plan {
     pub(in crate::exec) fn new(
         sandbox: &Sandbox,
@@ -79,9 +73,11 @@ impl Plan {
                     sockets: seccomp::Sockets::Isolated,
                     shares_processes: false,
                     deny_xattrs: false,
-                });
+                })?;
                 plan.notify = super::notify::available()
-                    .then(|| std::sync::Arc::new(super::notify::Policy::namespaces(guard)));
+                    .then(|| super::notify::Policy::namespaces(guard))
+                    .transpose()?
+                    .map(std::sync::Arc::new);
                 PathBuf::from("/tmp")
             }
             Mode::Landlock => {
@@ -118,7 +114,7 @@ impl Plan {
                     sockets,
                     shares_processes: true,
                     deny_xattrs: root_caller && !super::notify::available(),
-                });
+                })?;
                 if super::notify::available() {
                     // The root and readWrite paths by the descriptors held since the sandbox
                     // was made; the private temp dir is this command's own.

@@ -9,23 +9,10 @@
 
 use libc::sock_filter;
 
-pub(super) const RET_ALLOW: u32 = 0x7fff_0000;
-const RET_ERRNO: u32 = 0x0005_0000;
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
-const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-/// Offsets in `struct seccomp_data`: nr (u32), arch (u32), instruction pointer (u64), args (u64 × 6).
-const NR_AT: u32 = 0;
-const ARCH_AT: u32 = 4;
-/// Where the arguments start in `struct seccomp_data` (six u64 after nr, arch and the instruction pointer).
-const ARGS_AT: u32 = 16;
+use super::bpf::{
+    self, arg_high, arg_low, ret_errno, Asm, Jump, Label, ARCH_AT, AUDIT_ARCH, NR_AT, RET_ALLOW,
+};
 
-#[cfg(target_arch = "x86_64")]
-pub(super) const AUDIT_ARCH: u32 = 0xc000_003e;
-#[cfg(target_arch = "aarch64")]
-pub(super) const AUDIT_ARCH: u32 = 0xc000_00b7;
 /// x32 system calls carry this bit on x86_64; the filter refuses them all rather than list twice.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -265,186 +252,97 @@ fn rules(options: Options) -> Vec<(libc::c_long, Rule)> {
     rules
 }
 
-/// Where a jump goes: resolved to a relative offset once the program is laid out.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Label {
-    Next,
-    Deny,
-    NoSys,
-    /// The body of the n-th distinct check.
-    Check(usize),
-}
-
-type Insn = (sock_filter, Label, Label);
-
-fn stmt(code: u16, k: u32) -> Insn {
-    (
-        sock_filter {
-            code,
-            jt: 0,
-            jf: 0,
-            k,
-        },
-        Label::Next,
-        Label::Next,
-    )
-}
-
-fn jump(code: u16, k: u32, jt: Label, jf: Label) -> Insn {
-    (
-        sock_filter {
-            code,
-            jt: 0,
-            jf: 0,
-            k,
-        },
-        jt,
-        jf,
-    )
-}
-
-/// A jump inside a check's body, by instruction counts (BPF only jumps forward).
-fn skip(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
-fn load(at: u32) -> sock_filter {
-    stmt(LD_W_ABS, at).0
-}
-
-/// Where the low and high 32 bits of argument `n` lie in `struct seccomp_data`.
-fn arg_low(n: u32) -> u32 {
-    ARGS_AT + 8 * n + if cfg!(target_endian = "little") { 0 } else { 4 }
-}
-
-fn arg_high(n: u32) -> u32 {
-    ARGS_AT + 8 * n + if cfg!(target_endian = "little") { 4 } else { 0 }
-}
-
-const ALLOW: sock_filter = sock_filter {
-    code: RET_K,
-    jt: 0,
-    jf: 0,
-    k: RET_ALLOW,
-};
-const DENY: sock_filter = sock_filter {
-    code: RET_K,
-    jt: 0,
-    jf: 0,
-    k: RET_ERRNO | libc::EPERM as u32,
-};
-
-/// A check's instructions, each ending in its own return. Every argument the kernel reads as an
-/// `int` is checked in its low 32 bits; a pointer in both halves.
-fn body(check: Check) -> Vec<sock_filter> {
+/// A check's instructions, each path ending in its own return. Every argument the
+/// kernel reads as an `int` is checked in its low 32 bits; a pointer in both halves.
+fn body(asm: &mut Asm, check: Check) {
+    let (allow, deny) = (asm.label(), asm.label());
     match check {
-        Check::NoNamespaces => vec![
-            load(arg_low(0)),
-            skip(JSET_K, NAMESPACE_FLAGS, 1, 0),
-            ALLOW,
-            DENY,
-        ],
-        Check::NoSetId { mode } => vec![
-            load(arg_low(mode)),
-            skip(JSET_K, SET_ID_BITS, 1, 0),
-            ALLOW,
-            DENY,
-        ],
-        Check::NoSetIdCreate { flags, mode } => vec![
-            load(arg_low(flags)),
-            skip(JSET_K, CREATE_FLAGS, 0, 2),
-            load(arg_low(mode)),
-            skip(JSET_K, SET_ID_BITS, 1, 0),
-            ALLOW,
-            DENY,
-        ],
-        Check::Family(families) => {
-            let n = u8::try_from(families.len()).expect("a few families");
-            let mut code = vec![load(arg_low(0))];
-            for (i, &family) in (1..).zip(families) {
-                code.push(skip(JEQ_K, family, n + 1 - i, 0));
-            }
-            code.extend([DENY, ALLOW]);
-            code
+        Check::NoNamespaces => {
+            asm.load(arg_low(0));
+            asm.jset(NAMESPACE_FLAGS, deny, Jump::Next);
         }
-        Check::Caller { pid } => vec![load(arg_low(pid)), skip(JEQ_K, 0, 0, 1), ALLOW, DENY],
-        Check::OwnLimits => vec![
-            load(arg_low(0)),
-            skip(JEQ_K, 0, 4, 0),
-            load(arg_low(2)),
-            skip(JEQ_K, 0, 0, 3),
-            load(arg_high(2)),
-            skip(JEQ_K, 0, 0, 1),
-            ALLOW,
-            DENY,
-        ],
-        Check::OwnPriority { user } => vec![
-            load(arg_low(1)),
-            skip(JEQ_K, 0, 0, 3),
-            load(arg_low(0)),
-            skip(JEQ_K, user, 1, 0),
-            ALLOW,
-            DENY,
-        ],
+        Check::NoSetId { mode } => {
+            asm.load(arg_low(mode));
+            asm.jset(SET_ID_BITS, deny, Jump::Next);
+        }
+        Check::NoSetIdCreate { flags, mode } => {
+            asm.load(arg_low(flags));
+            asm.jset(CREATE_FLAGS, Jump::Next, allow);
+            asm.load(arg_low(mode));
+            asm.jset(SET_ID_BITS, deny, Jump::Next);
+        }
+        Check::Family(families) => {
+            asm.load(arg_low(0));
+            for &family in families {
+                asm.jeq(family, allow, Jump::Next);
+            }
+            // No family matched: DENY before ALLOW.
+            asm.ret(DENY);
+            asm.place(allow);
+            asm.ret(RET_ALLOW);
+            return;
+        }
+        Check::Caller { pid } => {
+            asm.load(arg_low(pid));
+            asm.jeq(0, Jump::Next, deny);
+        }
+        Check::OwnLimits => {
+            asm.load(arg_low(0));
+            asm.jeq(0, allow, Jump::Next);
+            asm.load(arg_low(2));
+            asm.jeq(0, Jump::Next, deny);
+            asm.load(arg_high(2));
+            asm.jeq(0, Jump::Next, deny);
+        }
+        Check::OwnPriority { user } => {
+            asm.load(arg_low(1));
+            asm.jeq(0, Jump::Next, deny);
+            asm.load(arg_low(0));
+            asm.jeq(user, deny, Jump::Next);
+        }
     }
+    asm.place(allow);
+    asm.ret(RET_ALLOW);
+    asm.place(deny);
+    asm.ret(DENY);
 }
+
+const DENY: u32 = ret_errno(libc::EPERM);
 
 /// The filter program: the architecture, then each rule's system call in turn, then the checks.
-pub(super) fn program(options: Options) -> Vec<sock_filter> {
-    let mut code = vec![
-        stmt(LD_W_ABS, ARCH_AT),
-        jump(JEQ_K, AUDIT_ARCH, Label::Next, Label::Deny),
-        stmt(LD_W_ABS, NR_AT),
-    ];
+pub(super) fn program(options: Options) -> Result<Vec<sock_filter>, bpf::Error> {
+    let mut asm = Asm::new();
+    let (deny, no_sys) = (asm.label(), asm.label());
+    asm.load(ARCH_AT);
+    asm.jeq(AUDIT_ARCH, Jump::Next, deny);
+    asm.load(NR_AT);
     #[cfg(target_arch = "x86_64")]
-    code.push(jump(JGE_K, X32_SYSCALL_BIT, Label::Deny, Label::Next));
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = JGE_K;
-    let mut checks: Vec<Check> = Vec::new();
+    asm.jump(bpf::JGE_K, X32_SYSCALL_BIT, deny, Jump::Next);
+    // Each distinct check once, with its label.
+    let mut checks: Vec<(Check, Label)> = Vec::new();
     for (nr, rule) in rules(options) {
         let target = match rule {
-            Rule::Deny => Label::Deny,
-            Rule::NoSys => Label::NoSys,
-            Rule::Check(check) => Label::Check(match checks.iter().position(|c| *c == check) {
-                Some(at) => at,
+            Rule::Deny => deny,
+            Rule::NoSys => no_sys,
+            Rule::Check(check) => match checks.iter().find(|(c, _)| *c == check) {
+                Some(&(_, label)) => label,
                 None => {
-                    checks.push(check);
-                    checks.len() - 1
+                    let label = asm.label();
+                    checks.push((check, label));
+                    label
                 }
-            }),
+            },
         };
-        code.push(jump(JEQ_K, nr as u32, target, Label::Next));
+        asm.jeq(nr as u32, target, Jump::Next);
     }
-    code.push(stmt(RET_K, RET_ALLOW));
-    let mut labels = vec![(Label::Deny, code.len())];
-    code.push(stmt(RET_K, RET_ERRNO | libc::EPERM as u32));
-    labels.push((Label::NoSys, code.len()));
-    code.push(stmt(RET_K, RET_ERRNO | libc::ENOSYS as u32));
-    for (i, check) in checks.into_iter().enumerate() {
-        labels.push((Label::Check(i), code.len()));
-        code.extend(
-            body(check)
-                .into_iter()
-                .map(|insn| (insn, Label::Next, Label::Next)),
-        );
+    asm.ret(RET_ALLOW);
+    asm.place(deny);
+    asm.ret(DENY);
+    asm.place(no_sys);
+    asm.ret(ret_errno(libc::ENOSYS));
+    for (check, label) in checks {
+        asm.place(label);
+        body(&mut asm, check);
     }
-    let at = |label: Label, from: usize, own: u8| -> u8 {
-        if label == Label::Next {
-            return own;
-        }
-        let target = labels
-            .iter()
-            .find(|(l, _)| *l == label)
-            .map(|(_, at)| *at)
-            .expect("every label is placed");
-        u8::try_from(target - from - 1).expect("BPF jumps reach at most 255 instructions")
-    };
-    code.iter()
-        .enumerate()
-        .map(|(i, (filter, jt, jf))| sock_filter {
-            jt: at(*jt, i, filter.jt),
-            jf: at(*jf, i, filter.jf),
-            ..*filter
-        })
-        .collect()
+    asm.finish()
 }

@@ -83,40 +83,6 @@ fn ns_sandbox(root: &Path) -> Sandbox {
     }
 }
 
-/// Runs a seccomp program on one call, as the kernel would: its return value.
-fn filter(program: &[libc::sock_filter], nr: libc::c_long, args: [u64; 6]) -> u32 {
-    let mut data = [0u8; 64];
-    data[0..4].copy_from_slice(&(nr as u32).to_ne_bytes());
-    #[cfg(target_arch = "x86_64")]
-    data[4..8].copy_from_slice(&0xc000_003eu32.to_ne_bytes());
-    #[cfg(target_arch = "aarch64")]
-    data[4..8].copy_from_slice(&0xc000_00b7u32.to_ne_bytes());
-    for (i, arg) in args.iter().enumerate() {
-        data[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_ne_bytes());
-    }
-    let (mut pc, mut acc) = (0usize, 0u32);
-    loop {
-        let insn = program[pc];
-        pc += 1;
-        match insn.code as u32 {
-            c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                let at = insn.k as usize;
-                acc = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
-            }
-            c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
-            c => {
-                let taken = match c & 0xf0 {
-                    0x10 => acc == insn.k,     // JEQ
-                    0x30 => acc >= insn.k,     // JGE
-                    0x40 => acc & insn.k != 0, // JSET
-                    op => panic!("unexpected BPF op {op:#x}"),
-                };
-                pc += usize::from(if taken { insn.jt } else { insn.jf });
-            }
-        }
-    }
-}
-
 const ALLOWED: u32 = 0x7fff_0000;
 const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
 const ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
@@ -131,7 +97,7 @@ fn options(sockets: seccomp::Sockets, shares_processes: bool) -> seccomp::Option
 
 #[test]
 fn seccomp_program_jumps_stay_inside_and_deny_with_eperm() {
-    let program = seccomp::program(options(seccomp::Sockets::NoUnix, true));
+    let program = seccomp::program(options(seccomp::Sockets::NoUnix, true)).unwrap();
     assert_eq!(program[0].k, 4, "loads seccomp_data.arch first");
     for (i, insn) in program.iter().enumerate() {
         let is_jump = insn.code & 0x07 == libc::BPF_JMP as u16;
@@ -146,19 +112,19 @@ fn seccomp_program_jumps_stay_inside_and_deny_with_eperm() {
         libc::SYS_ptrace,
         libc::SYS_bpf,
     ] {
-        assert_eq!(filter(&program, nr, [0; 6]), EPERM, "{nr}");
+        assert_eq!(bpf::run(&program, nr, [0; 6]), EPERM, "{nr}");
     }
-    assert_eq!(filter(&program, libc::SYS_read, [0; 6]), ALLOWED);
-    assert_eq!(filter(&program, libc::SYS_clone3, [0; 6]), ENOSYS);
-    assert_eq!(filter(&program, libc::SYS_openat2, [0; 6]), ENOSYS);
+    assert_eq!(bpf::run(&program, libc::SYS_read, [0; 6]), ALLOWED);
+    assert_eq!(bpf::run(&program, libc::SYS_clone3, [0; 6]), ENOSYS);
+    assert_eq!(bpf::run(&program, libc::SYS_openat2, [0; 6]), ENOSYS);
     let newuser = libc::CLONE_NEWUSER as u64;
     assert_eq!(
-        filter(&program, libc::SYS_clone, [newuser, 0, 0, 0, 0, 0]),
+        bpf::run(&program, libc::SYS_clone, [newuser, 0, 0, 0, 0, 0]),
         EPERM
     );
     let thread = (libc::CLONE_VM | libc::CLONE_THREAD) as u64;
     assert_eq!(
-        filter(&program, libc::SYS_clone, [thread, 0, 0, 0, 0, 0]),
+        bpf::run(&program, libc::SYS_clone, [thread, 0, 0, 0, 0, 0]),
         ALLOWED
     );
 }
@@ -166,8 +132,8 @@ fn seccomp_program_jumps_stay_inside_and_deny_with_eperm() {
 #[test]
 fn seccomp_refuses_set_id_bits_in_every_mode_set() {
     for program in [
-        seccomp::program(options(seccomp::Sockets::Isolated, false)),
-        seccomp::program(options(seccomp::Sockets::None, true)),
+        seccomp::program(options(seccomp::Sockets::Isolated, false)).unwrap(),
+        seccomp::program(options(seccomp::Sockets::None, true)).unwrap(),
     ] {
         let calls: &[(libc::c_long, usize)] = &[
             (libc::SYS_fchmod, 1),
@@ -193,7 +159,7 @@ fn seccomp_refuses_set_id_bits_in_every_mode_set() {
             ] {
                 let mut args = [0u64; 6];
                 args[at] = mode;
-                assert_eq!(filter(&program, nr, args), want, "{nr} mode {mode:o}");
+                assert_eq!(bpf::run(&program, nr, args), want, "{nr} mode {mode:o}");
             }
         }
         // open and openat: the mode counts only when a file is created.
@@ -204,16 +170,16 @@ fn seccomp_refuses_set_id_bits_in_every_mode_set() {
         let openat = |flags: u64, mode: u64| [libc::AT_FDCWD as u64, 0, flags, mode, 0, 0];
         for flags in creates {
             assert_eq!(
-                filter(&program, libc::SYS_openat, openat(flags, 0o6755)),
+                bpf::run(&program, libc::SYS_openat, openat(flags, 0o6755)),
                 EPERM
             );
             assert_eq!(
-                filter(&program, libc::SYS_openat, openat(flags, 0o644)),
+                bpf::run(&program, libc::SYS_openat, openat(flags, 0o644)),
                 ALLOWED
             );
         }
         assert_eq!(
-            filter(&program, libc::SYS_openat, openat(0, 0o4755)),
+            bpf::run(&program, libc::SYS_openat, openat(0, 0o4755)),
             ALLOWED,
             "without O_CREAT the mode is unused"
         );
@@ -221,11 +187,11 @@ fn seccomp_refuses_set_id_bits_in_every_mode_set() {
         {
             let creat = (libc::O_WRONLY | libc::O_CREAT) as u64;
             assert_eq!(
-                filter(&program, libc::SYS_open, [0, creat, 0o4755, 0, 0, 0]),
+                bpf::run(&program, libc::SYS_open, [0, creat, 0o4755, 0, 0, 0]),
                 EPERM
             );
             assert_eq!(
-                filter(&program, libc::SYS_open, [0, creat, 0o644, 0, 0, 0]),
+                bpf::run(&program, libc::SYS_open, [0, creat, 0o644, 0, 0, 0]),
                 ALLOWED
             );
         }
@@ -235,7 +201,7 @@ fn seccomp_refuses_set_id_bits_in_every_mode_set() {
 #[test]
 fn seccomp_allows_only_listed_socket_families() {
     let family = |program: &[libc::sock_filter], nr, family: i32| {
-        filter(
+        bpf::run(
             program,
             nr,
             [family as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
@@ -258,7 +224,8 @@ fn seccomp_allows_only_listed_socket_families() {
         (seccomp::Sockets::None, &[][..]),
     ];
     for (sockets, allowed) in cases {
-        let program = seccomp::program(options(sockets, sockets != seccomp::Sockets::Isolated));
+        let program =
+            seccomp::program(options(sockets, sockets != seccomp::Sockets::Isolated)).unwrap();
         for f in [
             libc::AF_UNIX,
             libc::AF_INET,
@@ -290,8 +257,8 @@ fn seccomp_allows_only_listed_socket_families() {
 
 #[test]
 fn seccomp_keeps_other_processes_out_of_reach_where_they_are_shared() {
-    let shared = seccomp::program(options(seccomp::Sockets::None, true));
-    let isolated = seccomp::program(options(seccomp::Sockets::Isolated, false));
+    let shared = seccomp::program(options(seccomp::Sockets::None, true)).unwrap();
+    let isolated = seccomp::program(options(seccomp::Sockets::Isolated, false)).unwrap();
     let other = 4242u64;
     let limit_ptr = 0x7fff_0000_1000u64;
     let calls: &[(libc::c_long, [u64; 6], [u64; 6])] = &[
@@ -346,10 +313,14 @@ fn seccomp_keeps_other_processes_out_of_reach_where_they_are_shared() {
         ),
     ];
     for (nr, own, others) in calls {
-        assert_eq!(filter(&shared, *nr, *own), ALLOWED, "{nr} {own:?}");
-        assert_eq!(filter(&shared, *nr, *others), EPERM, "{nr} {others:?}");
+        assert_eq!(bpf::run(&shared, *nr, *own), ALLOWED, "{nr} {own:?}");
+        assert_eq!(bpf::run(&shared, *nr, *others), EPERM, "{nr} {others:?}");
         // A PID namespace already keeps them apart: nothing to refuse.
-        assert_eq!(filter(&isolated, *nr, *others), ALLOWED, "{nr} {others:?}");
+        assert_eq!(
+            bpf::run(&isolated, *nr, *others),
+            ALLOWED,
+            "{nr} {others:?}"
+        );
     }
     for nr in [
         libc::SYS_shmget,
@@ -357,8 +328,8 @@ fn seccomp_keeps_other_processes_out_of_reach_where_they_are_shared() {
         libc::SYS_msgget,
         libc::SYS_mq_open,
     ] {
-        assert_eq!(filter(&shared, nr, [0; 6]), EPERM, "{nr}");
-        assert_eq!(filter(&isolated, nr, [0; 6]), ALLOWED, "{nr}");
+        assert_eq!(bpf::run(&shared, nr, [0; 6]), EPERM, "{nr}");
+        assert_eq!(bpf::run(&isolated, nr, [0; 6]), ALLOWED, "{nr}");
     }
 }
 

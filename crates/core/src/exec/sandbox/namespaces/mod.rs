@@ -138,44 +138,10 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// (the builder died without reporting) is an error.
 fn receive_report(channel: &OwnedFd) -> io::Result<(i32, Vec<OwnedFd>)> {
     let mut code = [0u8; size_of::<i32>()];
-    let mut iov = libc::iovec {
-        iov_base: code.as_mut_ptr().cast(),
-        iov_len: code.len(),
-    };
-    let mut control = [0u64; crate::exec::child::REPORT_CMSG_WORDS];
-    // SAFETY: `msghdr` is plain data; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of_val(&control) as _;
-    let n = loop {
-        // SAFETY: `msg` describes valid buffers; received descriptors get close-on-exec.
-        let n = unsafe { libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    let mut fds = Vec::new();
-    // SAFETY: walks the control messages the kernel wrote into `control` (`msg` says how many
-    // bytes); each SCM_RIGHTS payload is an array of descriptors now ours.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count =
-                    ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
+    let died = || io::Error::other("the sandbox's template builder died");
+    let report = crate::sys::recv_fds(channel.as_fd(), &mut code).map_err(|_| died())?;
+    if report.len != code.len() || report.truncated {
+        return Err(died());
     }
-    if n != code.len() as isize || msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(io::Error::other("the sandbox's template builder died"));
-    }
-    Ok((i32::from_ne_bytes(code), fds))
+    Ok((i32::from_ne_bytes(code), report.fds))
 }

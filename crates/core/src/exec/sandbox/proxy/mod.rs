@@ -41,9 +41,10 @@ mod serve;
 pub(crate) use rules::Rules;
 
 use crate::policy::{now_ms, EventSink, EventTarget, PolicyEvent};
+use crate::sys::pipe;
 use attribution::{peer_inode, tree_holds};
 use head::{upstream_head, HeadError, Parsed, Target};
-use relay::{pipe, set_nonblocking};
+use relay::set_nonblocking;
 use rules::Host;
 use serve::{accept_loop, local_port};
 

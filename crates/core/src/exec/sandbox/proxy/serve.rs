@@ -4,13 +4,15 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::relay::relay;
 use super::*;
+use crate::sys::{self, Readiness};
 
 /// The port a bound socket listens on.
 pub(crate) fn local_port(fd: RawFd) -> io::Result<u16> {
@@ -177,26 +179,15 @@ fn read_head(
 
 /// Waits until `fd` is readable (true), or the proxy stops or `timeout` passes (false).
 fn wait_readable(fd: RawFd, stop: RawFd, timeout: Duration) -> bool {
-    let mut fds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: stop,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: both descriptors outlive the wait (the caller's connection, the proxy's stop pipe).
+    let (fd, stop) = unsafe { (BorrowedFd::borrow_raw(fd), BorrowedFd::borrow_raw(stop)) };
     loop {
-        // SAFETY: a valid array of two pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        match sys::wait_readable(fd, Some(stop), ms) {
+            Readiness::Interrupted => continue,
+            Readiness::Readable | Readiness::HungUp => return true,
+            Readiness::Stopped | Readiness::TimedOut => return false,
         }
-        return n > 0 && !stopped(fds[1].revents) && fds[0].revents != 0;
     }
 }
 
