@@ -15,10 +15,17 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
+
+/// Lookups sent straight to the caller's own resolution after a name in a
+/// directory turned out to be a symlink: a link costs the recheck and the
+/// `fstatat` before that resolution, so a directory of links (such as
+/// `node_modules/.bin`) is looked in again only now and then.
+const AFTER_A_LINK: u32 = 15;
 
 /// How many directories a root holds, the most recently used first.
 const HELD: usize = 4;
@@ -45,12 +52,27 @@ pub(super) struct Dir {
     above: Vec<Level>,
     /// The directory itself.
     last: Level,
+    /// Lookups still to leave to the caller (see [`AFTER_A_LINK`]).
+    skip: AtomicU32,
 }
 
 impl Dir {
     /// The directory, for a lookup of a name in it.
     pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.last.fd.as_fd()
+    }
+
+    /// A name looked up in it was a symlink: leave the next lookups to the
+    /// caller's resolution, which follows it.
+    pub(super) fn met_a_link(&self) {
+        self.skip.store(AFTER_A_LINK, Ordering::Relaxed);
+    }
+
+    /// Whether this lookup is one to leave to the caller (counting it).
+    fn skipping(&self) -> bool {
+        self.skip
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Whether every level is still the directory at its name, from `root`.
@@ -89,6 +111,9 @@ impl Recent {
             dirs.iter().find(|d| d.rel == rel).cloned()
         };
         if let Some(dir) = held {
+            if dir.skipping() {
+                return None;
+            }
             if dir.still_there(root) {
                 return Some(dir);
             }
@@ -134,6 +159,7 @@ impl Dir {
             rel: rel.to_path_buf(),
             above: levels,
             last,
+            skip: AtomicU32::new(0),
         })
     }
 }
@@ -204,6 +230,21 @@ mod tests {
                 std::os::unix::fs::MetadataExt::ino(&real)
             )
         );
+    }
+
+    #[test]
+    fn after_a_link_a_directory_is_left_alone_for_a_few_lookups() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("d")).unwrap();
+        let root = root_fd(tmp.path());
+        let recent = Recent::default();
+        let get = || recent.get(root.as_fd(), Path::new("d"), |_| true);
+        get().unwrap().met_a_link();
+        for _ in 0..AFTER_A_LINK {
+            assert!(get().is_none());
+        }
+        assert!(get().is_some());
+        assert!(get().is_some());
     }
 
     #[test]

@@ -134,3 +134,29 @@ mod tests {
         assert_eq!(same.to_runtime(Path::new("/w/x")), Path::new("/w/x"));
     }
 }
+
+#[cfg(all(test, windows))]
+mod windows_tests {
+    use super::*;
+
+    #[test]
+    fn names_compare_as_the_filesystem_compares_them() {
+        let map = RuntimeMap::new(r"C:\Users\u\proj", r"C:\workspace");
+        assert_eq!(
+            map.to_host(Path::new("c:/Workspace/src")),
+            Path::new(r"C:\Users\u\proj\src")
+        );
+        assert_eq!(
+            map.to_runtime(Path::new(r"\\?\C:\users\U\PROJ\a")),
+            Path::new(r"C:\workspace\a")
+        );
+        assert_eq!(
+            map.to_host(Path::new(r"C:\workspaces")),
+            Path::new(r"C:\workspaces")
+        );
+        assert_eq!(
+            map.host_relative(Path::new(r"C:\Users\u\proj")),
+            Some(PathBuf::new())
+        );
+    }
+}

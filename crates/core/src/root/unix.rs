@@ -120,11 +120,20 @@ enum Parent<'a> {
 }
 
 impl Parent<'_> {
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
+    /// `name`'s status, unless it is a symlink (`None`: to be followed).
+    fn stat(&self, name: &OsStr) -> Result<Option<FileStat>> {
+        let fd = match self {
             Parent::Root(held) => held.fd.as_fd(),
             Parent::Recent(dir) => dir.fd(),
+        };
+        let st = fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        if file_type(&st) != SFlag::S_IFLNK {
+            return Ok(Some(st));
         }
+        if let Parent::Recent(dir) = self {
+            dir.met_a_link();
+        }
+        Ok(None)
     }
 }
 
@@ -800,10 +809,7 @@ impl Root {
         // The parent (the root's lock, for the root) is let go here, before
         // any other resolution takes it again.
         let direct = match parent {
-            Some((parent, name)) => {
-                let st = fstatat(parent.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-                (file_type(&st) != SFlag::S_IFLNK).then_some(st)
-            }
+            Some((parent, name)) => parent.stat(name)?,
             None => None,
         };
         let direct = match direct {
@@ -841,11 +847,10 @@ impl Root {
     /// it up in a directory reached without a symlink. `None` (a deeper
     /// path, or a symlink to follow) leaves it to [`Root::stat_resolved`].
     fn stat_in_root(&self, path: &Path) -> Result<Option<FileStat>> {
-        let Some((parent, name)) = self.direct_parent(path) else {
-            return Ok(None);
-        };
-        let st = fstatat(parent.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-        Ok((file_type(&st) != SFlag::S_IFLNK).then_some(st))
+        match self.direct_parent(path) {
+            Some((parent, name)) => parent.stat(name),
+            None => Ok(None),
+        }
     }
 
     /// The directory a name of `path` (clean, as pi's tools give it) is
