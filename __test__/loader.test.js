@@ -217,6 +217,92 @@ describe("pi loading", () => {
   });
 });
 
+// The WebSocket face and the cloud adapters (and `ws` under them) load at their first call, not at
+// import: a resolve hook in the child records every module the package's import resolves.
+const RESOLVE_LOG_HOOK = `
+import { appendFileSync } from "node:fs";
+let log;
+export function initialize(data) { log = data.log; }
+export async function resolve(specifier, context, next) {
+  const result = await next(specifier, context);
+  appendFileSync(log, result.url + "\\n");
+  return result;
+}
+`;
+
+describe("remote faces loading", () => {
+  let scratch;
+  beforeAll(() => {
+    scratch = realpathSync(mkdtempSync(join(tmpdir(), "pi-native-ops-lazy-faces-")));
+    writeFileSync(join(scratch, "hooks.mjs"), RESOLVE_LOG_HOOK);
+    writeFileSync(
+      join(scratch, "register.mjs"),
+      `import { register } from "node:module";
+register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(scratch, "resolved.log"))} } });`,
+    );
+    mkdirSync(join(scratch, "app", "node_modules"), { recursive: true });
+    symlinkSync(repo, join(scratch, "app", "node_modules", "pi-native-ops"));
+  });
+  afterAll(() => {
+    if (scratch) rmSync(scratch, { recursive: true, force: true });
+  });
+
+  it("importing the package loads neither ws nor the WebSocket face nor the cloud adapters; each call loads its face", () => {
+    const script = `
+      import { readFileSync } from "node:fs";
+      const log = ${JSON.stringify(join(scratch, "resolved.log"))};
+      const loaded = () => {
+        const urls = readFileSync(log, "utf8");
+        return {
+          ws: urls.includes("/node_modules/ws/"),
+          websocket: urls.includes("/js/websocket.js"),
+          sandboxes: urls.includes("/js/sandboxes.js"),
+          remote: urls.includes("/js/remote.js"),
+        };
+      };
+      const m = await import("pi-native-ops");
+      const atImport = loaded();
+      const errors = {};
+      for (const [name, arg] of [["connectWebSocket", 42], ["connectE2B", null], ["connectDaytona", {}], ["connectVercelSandbox", {}]]) {
+        await m[name](arg).catch((e) => { errors[name] = e.constructor.name + ": " + e.message; });
+      }
+      console.log(JSON.stringify({ atImport, afterCalls: loaded(), errors }));
+    `;
+    const child = spawnSync(
+      process.execPath,
+      ["--import", join(scratch, "register.mjs"), "--input-type=module", "-e", script],
+      { cwd: join(scratch, "app"), encoding: "utf8", timeout: 60_000 },
+    );
+    expect(child.status, child.stderr).toBe(0);
+    expect(JSON.parse(child.stdout.trim().split("\n").pop())).toEqual({
+      atImport: { ws: false, websocket: false, sandboxes: false, remote: true },
+      afterCalls: { ws: true, websocket: true, sandboxes: true, remote: true },
+      errors: {
+        connectWebSocket: "TypeError: url must be a string or a URL",
+        connectE2B: "TypeError: E2B: the sandbox object has no files.write() (not a E2B sandbox?)",
+        connectDaytona: "TypeError: Daytona: the sandbox object has no fs.uploadFile() (not a Daytona sandbox?)",
+        connectVercelSandbox: "TypeError: Vercel: the sandbox object has no writeFiles() (not a Vercel sandbox?)",
+      },
+    });
+  });
+
+  it("the package's named exports are the same functions' names and arities as the modules behind them", async () => {
+    const pkg = await import("pi-native-ops");
+    const websocket = await import("../js/websocket.js");
+    const sandboxes = await import("../js/sandboxes.js");
+    for (const [name, impl] of [
+      ["connectWebSocket", websocket.connectWebSocket],
+      ["connectE2B", sandboxes.connectE2B],
+      ["connectDaytona", sandboxes.connectDaytona],
+      ["connectVercelSandbox", sandboxes.connectVercelSandbox],
+    ]) {
+      expect(pkg[name].name, name).toBe(impl.name);
+      expect(pkg[name].length, name).toBe(impl.length);
+      expect(pkg[name].constructor.name, name).toBe("AsyncFunction");
+    }
+  });
+});
+
 describe("module structure", () => {
   it("the JS modules import each other without cycles, argument checks from js/args.js", () => {
     const dir = join(repo, "js");

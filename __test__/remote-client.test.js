@@ -469,6 +469,30 @@ describe("exec", () => {
     await conn.close();
   });
 
+  it("hands a data frame's bytes to onData as they arrive, before the rest of the frame, and credits them", async () => {
+    let call;
+    const server = fakeServer(dir, {
+      exec: (c) => {
+        call = c;
+      },
+    });
+    const conn = await connect(server.transport);
+    const seen = [];
+    const run = conn.bash.exec("x", "/workspace", { onData: (b) => seen.push(b.toString()) });
+    await until(() => call !== undefined);
+    const bytes = frame({ t: "data", id: call.id }, Buffer.from("first half|second half"));
+    const cut = bytes.length - "second half".length;
+    server.transport.readable.write(bytes.subarray(0, cut));
+    await until(() => seen.join("") === "first half|");
+    await until(() => server.streams.get(call.id).credited === "first half|".length);
+    server.transport.readable.write(bytes.subarray(cut));
+    await until(() => seen.join("") === "first half|second half");
+    server.ok(call.id, { exitCode: 0 });
+    expect(await run).toEqual({ exitCode: 0 });
+    await until(() => server.streams.get(call.id).credited === "first half|second half".length);
+    await conn.close();
+  });
+
   it("abort sends cancel and rejects with `aborted` once the server reports the tree gone", async () => {
     const server = fakeServer(dir, { exec: scripted(Infinity, 64 * 1024) });
     const conn = await connect(server.transport);

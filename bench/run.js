@@ -43,6 +43,7 @@ for (const capability of [
   "websocket",
   "index",
   "pi-extension",
+  "import",
   "windows",
 ]) {
   if (only.length && !only.includes(capability)) continue;

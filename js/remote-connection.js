@@ -385,17 +385,27 @@ export class Connection {
         frame.header = header;
         frame.keep = this.admit(header, payloadBytes);
         if (this.closedReason !== null) return;
+        // A stream's data (admitted within its window) goes on as it arrives, and a dropped payload is
+        // dropped as it arrives: both count down what is left of the frame.
+        if (!frame.keep || (header.t === "data" && payloadBytes > 0)) frame.left = payloadBytes;
         if (!frame.keep) {
-          frame.left = payloadBytes;
           // An answer's stray payload is dropped; the answer itself still settles its call.
           if (header.t !== "data") this.dispatch(header, Buffer.alloc(0));
           if (this.closedReason !== null) return;
         }
       }
-      if (!frame.keep) {
+      if (frame.left !== undefined) {
+        // Stream data goes to its consumer in the pieces it arrives in, before the rest of its frame:
+        // no byte is copied to join them, and each piece is credited back as soon as it is consumed.
         const n = Math.min(frame.left, this.buffered);
-        if (n > 0) this.takePieces(n);
+        const pieces = n > 0 ? this.takePieces(n) : [];
         frame.left -= n;
+        if (frame.keep) {
+          for (const piece of pieces) {
+            this.dispatch(frame.header, piece);
+            if (this.closedReason !== null) return;
+          }
+        }
         if (frame.left > 0) return;
         this.frame = null;
         continue;
@@ -417,11 +427,7 @@ export class Connection {
         if (this.closedReason !== null) return;
         continue;
       }
-      // Stream data goes to its consumer in the pieces it arrived in: joining a 1 MiB frame from the
-      // transport's 64 KiB reads would copy every byte of a flood once more.
-      if (header.t === "data" && payloadBytes > 0) {
-        for (const piece of this.takePieces(payloadBytes)) this.dispatch(header, piece);
-      } else this.dispatch(header, this.take(payloadBytes, true));
+      this.dispatch(header, this.take(payloadBytes, true));
       if (this.closedReason !== null) return;
     }
   }

@@ -172,7 +172,8 @@ impl Engine {
             .map_err(Clone::clone)
     }
 
-    /// The lines of a walked file pi may show, bounded (`FileHits`).
+    /// The lines of a walked file pi may show, bounded (`FileHits`). `file`
+    /// is freshly opened: read from where it stands, its start.
     pub fn search_walked(
         &self,
         worker: &mut Worker,
@@ -180,7 +181,7 @@ impl Engine {
         halted: &dyn Fn() -> bool,
     ) -> Found {
         let mut hits = FileHits::new(self.options.store_cap);
-        self.stream_walked(worker, &file, halted, &mut |hit| {
+        self.stream_opened(worker, &file, halted, &mut |hit| {
             hits.push(hit);
             true
         });
@@ -188,18 +189,33 @@ impl Engine {
         Found { hits, file }
     }
 
-    /// The lines of a walked file pi may show, each handed to `on_hit` (which
-    /// says whether to go on), read through the worker's
-    /// buffer: a file that fits is read whole with two reads, the data and
+    /// `stream_opened` over a walked file read before (`Found::file`), from
+    /// its start again.
+    pub fn stream_walked(
+        &self,
+        worker: &mut Worker,
+        mut file: &File,
+        halted: &dyn Fn() -> bool,
+        on_hit: &mut dyn FnMut(Hit) -> bool,
+    ) {
+        if file.rewind().is_ok() {
+            self.stream_opened(worker, file, halted, on_hit);
+        }
+    }
+
+    /// The lines of a walked file pi may show, from its current position
+    /// (a fresh file's start: no seek, one system call less per file), each
+    /// handed to `on_hit` (which says whether to go on), read through the
+    /// worker's buffer: a file that fits is read whole with two reads, the data and
     /// the end (ripgrep's reader adds a third, its BOM peek) and, without a
     /// NUL byte, searched as a slice, which yields the same lines as the
     /// reader. A file with a NUL is searched as a reader over the same
     /// bytes, so binary detection behaves exactly as on the file; a larger
     /// file streams on from where the buffer ends.
-    pub fn stream_walked(
+    fn stream_opened(
         &self,
         worker: &mut Worker,
-        mut file: &File,
+        file: &File,
         halted: &dyn Fn() -> bool,
         on_hit: &mut dyn FnMut(Hit) -> bool,
     ) {
@@ -208,9 +224,6 @@ impl Engine {
             buf,
             matcher,
         } = worker;
-        if file.stream_position().is_ok_and(|at| at > 0) && file.rewind().is_err() {
-            return;
-        }
         let Ok(filled) = read_full(file, buf) else {
             return;
         };
