@@ -37,6 +37,8 @@ mod unix;
 #[cfg(unix)]
 pub use unix::*;
 #[cfg(windows)]
+mod names;
+#[cfg(windows)]
 mod windows;
 #[cfg(windows)]
 pub use windows::*;

@@ -92,7 +92,7 @@ fn beneath(path: &Path, root: &Path) -> Option<PathBuf> {
 /// case-insensitively (as the bounded root compares them).
 #[cfg(windows)]
 fn beneath(path: &Path, root: &Path) -> Option<PathBuf> {
-    use super::windows::{normalize, strip_prefix_ci};
+    use super::names::{normalize, strip_prefix_ci};
     let path = normalize(path.as_os_str())?;
     let root = normalize(root.as_os_str())?;
     strip_prefix_ci(&path, &root).map(PathBuf::from)
