@@ -61,6 +61,12 @@ impl RuntimeMap {
         }
     }
 
+    /// The agent's form of `rel`, a path relative to the workspace (the
+    /// runtime root itself when empty).
+    pub fn runtime_path(&self, rel: &Path) -> PathBuf {
+        join(&self.runtime, rel)
+    }
+
     /// `path` relative to the runtime root (empty for the root itself), if
     /// it lies under it.
     pub fn runtime_relative(&self, path: &Path) -> Option<PathBuf> {

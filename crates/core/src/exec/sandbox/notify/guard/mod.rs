@@ -53,11 +53,12 @@ use std::sync::{Arc, Mutex};
 
 use super::answer::send_fd;
 use super::decode::{At, GuardCall};
-use super::objects::{beneath, dup, fd_path, identity, openat, reopen_beneath};
+use super::objects::{dup, fd_path, identity, openat, reopen_beneath};
 use super::resolve::{Caller, Kind, Resolved};
 use super::PATH_MAX;
 use super::{Reply, Target};
 use crate::policy::{Denial, EventSink, EventTarget, Policy, PolicyEvent};
+use crate::root::RuntimeMap;
 use fifo::{blocking_fifo, FifoWaiter};
 pub(super) use filter::block;
 pub(in crate::exec) use filter::Filter;
@@ -84,10 +85,9 @@ pub(in crate::exec) struct Guard {
     root: OwnedFd,
     /// Its identity (device, inode): a held descriptor's object does not change.
     root_id: (u64, u64),
-    /// Its real path on the host.
-    host: Vec<u8>,
-    /// Where the shell sees it (`runtime_root`; the host path in Landlock mode).
-    runtime: Vec<u8>,
+    /// Its real path on the host, and where the shell sees it (`runtime_root`; the host path in
+    /// Landlock mode).
+    paths: RuntimeMap,
     events: Option<EventSink>,
     /// Held while a name-changing call is checked and performed (see the module docs).
     names: Mutex<()>,
@@ -118,8 +118,7 @@ impl Guard {
             policy,
             root_id,
             root: root.1.try_clone_to_owned()?,
-            host: root.0.as_os_str().as_bytes().to_vec(),
-            runtime: runtime.as_os_str().as_bytes().to_vec(),
+            paths: RuntimeMap::new(root.0, runtime),
             events,
             names: Mutex::new(()),
         }))
@@ -134,11 +133,7 @@ impl Guard {
 
     /// The runtime form of `rel`, as events name it.
     fn runtime_path(&self, rel: &Path) -> String {
-        let mut path = PathBuf::from(OsStr::from_bytes(&self.runtime));
-        if !rel.as_os_str().is_empty() {
-            path.push(rel);
-        }
-        path.to_string_lossy().into_owned()
+        self.paths.runtime_path(rel).to_string_lossy().into_owned()
     }
 
     /// Where `fd`'s object lies: `rel` beneath the workspace, outside it, or somewhere that
@@ -155,20 +150,25 @@ impl Guard {
         let Some(at) = fd_path(fd) else {
             return Place::Outside;
         };
+        let at = Path::new(OsStr::from_bytes(&at));
         let mut named = false;
-        for prefix in [&self.runtime, &self.host] {
-            let Some(rel) = beneath(&at, prefix) else {
+        for rel in [
+            self.paths.runtime_relative(at),
+            self.paths.host_relative(at),
+        ] {
+            let Some(rel) = rel else {
                 continue;
             };
             named = true;
-            let same = if rel.is_empty() {
+            let same = if rel.as_os_str().is_empty() {
                 self.root_id == object
             } else {
-                reopen_beneath(self.root.as_fd(), rel).and_then(|again| identity(again.as_fd()))
+                reopen_beneath(self.root.as_fd(), rel.as_os_str().as_bytes())
+                    .and_then(|again| identity(again.as_fd()))
                     == Some(object)
             };
             if same {
-                return Place::Inside(PathBuf::from(OsStr::from_bytes(rel)));
+                return Place::Inside(rel);
             }
         }
         match named {
@@ -215,7 +215,7 @@ impl Session {
             ruleset: None,
             events: 0,
             hooks: match guard.policy.protects() {
-                true => super::hooks_path::hooks_dir(Path::new(OsStr::from_bytes(&guard.host))),
+                true => super::hooks_path::hooks_dir(&guard.paths.host),
                 false => None,
             },
             fifo: std::cell::OnceCell::new(),
