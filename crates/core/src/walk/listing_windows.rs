@@ -62,11 +62,6 @@ impl DirHandle {
     /// be where the walk may go), with its final path.
     pub(crate) fn new(handle: OwnedHandle) -> io::Result<DirHandle> {
         let key = dir_key(handle.as_handle()).map_err(os_error)?;
-        DirHandle::known(handle, key)
-    }
-
-    /// [`DirHandle::new`] for a directory whose identity is known already.
-    fn known(handle: OwnedHandle, key: DirKey) -> io::Result<DirHandle> {
         let path = final_path(handle.as_handle())
             .ok()
             .and_then(|p| normalize(&p))
@@ -104,19 +99,20 @@ fn wide(name: &[u8]) -> Vec<u16> {
 /// Whether `h`, opened as `name` in `dir`, is that very entry: its final path
 /// is the directory's and the name, as the filesystem compares names.
 fn is_where_listed(dir: &DirHandle, name: &[u8], h: BorrowedHandle<'_>) -> bool {
-    let Some(name) = os_str(name).to_str() else {
-        return false;
-    };
-    let Some(reached) = final_path(h).ok().and_then(|p| normalize(&p)) else {
-        return false;
-    };
+    where_listed(dir, name, h).is_some()
+}
+
+/// [`is_where_listed`]: the entry's final path (normalized) when it is.
+fn where_listed(dir: &DirHandle, name: &[u8], h: BorrowedHandle<'_>) -> Option<String> {
+    let name = os_str(name).to_str()?;
+    let reached = final_path(h).ok().and_then(|p| normalize(&p))?;
     let mut expected = String::with_capacity(dir.path.len() + 1 + name.len());
     expected.push_str(&dir.path);
     if !expected.ends_with('\\') {
         expected.push('\\');
     }
     expected.push_str(name);
-    eq_ci(&reached, &expected)
+    eq_ci(&reached, &expected).then_some(reached)
 }
 
 /// Opens the subdirectory `name` of `dir`: never through a reparse point, and
@@ -135,11 +131,13 @@ pub(crate) fn open_dir_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<DirHandle>
     if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 && is_link(attrs, tag) {
         return Err(refused());
     }
-    if !is_where_listed(dir, name, h.as_handle()) {
-        return Err(refused());
-    }
-    let key = verify_child(dir.key, h.as_handle()).map_err(|_| refused())?;
-    DirHandle::known(h, key)
+    let path = where_listed(dir, name, h.as_handle()).ok_or_else(refused)?;
+    let key = verify_child(dir.key, h.as_handle(), true).map_err(|_| refused())?;
+    Ok(DirHandle {
+        handle: h,
+        path,
+        key,
+    })
 }
 
 /// Opens the file `name` of `dir` for reading: never a reparse point's link
