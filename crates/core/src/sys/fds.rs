@@ -3,7 +3,9 @@
 //! async-signal-safe (no allocation, no lock), for a forked child or the sandbox helper.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+#[cfg(target_os = "linux")]
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// A pipe whose ends close on exec: (read, write).
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -46,9 +48,11 @@ pub(crate) unsafe fn raw_cloexec_pipe(fds: &mut [RawFd; 2]) -> libc::c_int {
 }
 
 /// The most descriptors one message carries.
+#[cfg(target_os = "linux")]
 pub(crate) const MAX_FDS_PER_MESSAGE: usize = 8;
 /// A control buffer for `MAX_FDS_PER_MESSAGE` descriptors, in 8-byte words (aligned as
 /// `cmsghdr`): `CMSG_SPACE(8 * sizeof(int))` is 48 bytes on 64-bit Linux, less on 32-bit.
+#[cfg(target_os = "linux")]
 const CONTROL_WORDS: usize = 8;
 
 /// Sends `payload` (at least one byte) and `fds` in one message over the socket `channel`; the
@@ -57,6 +61,7 @@ const CONTROL_WORDS: usize = 8;
 /// # Safety
 ///
 /// `channel` is an open socket of this process and `fds` open descriptors of it.
+#[cfg(target_os = "linux")]
 pub(crate) unsafe fn send_fds(channel: RawFd, payload: &[u8], fds: &[RawFd]) -> Result<(), i32> {
     if payload.is_empty() || fds.len() > MAX_FDS_PER_MESSAGE {
         return Err(libc::EINVAL);
@@ -100,6 +105,7 @@ pub(crate) unsafe fn send_fds(channel: RawFd, payload: &[u8], fds: &[RawFd]) -> 
 
 /// One message received by `recv_fds`.
 #[derive(Debug)]
+#[cfg(target_os = "linux")]
 pub(crate) struct Received {
     /// Payload bytes read (0: end of file).
     pub(crate) len: usize,
@@ -111,7 +117,7 @@ pub(crate) struct Received {
 
 /// Receives one message into `payload` with the descriptors it carries (at most
 /// `MAX_FDS_PER_MESSAGE`), retrying an interrupted wait.
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+#[cfg(target_os = "linux")]
 pub(crate) fn recv_fds(channel: BorrowedFd<'_>, payload: &mut [u8]) -> io::Result<Received> {
     let mut control = [0u64; CONTROL_WORDS];
     let mut iov = libc::iovec {
@@ -162,6 +168,7 @@ pub(crate) fn recv_fds(channel: BorrowedFd<'_>, payload: &mut [u8]) -> io::Resul
 
 /// What `wait_readable` saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg(target_os = "linux")]
 pub(crate) enum Readiness {
     /// Data waits.
     Readable,
@@ -177,6 +184,7 @@ pub(crate) enum Readiness {
 
 /// Waits up to `timeout_ms` (-1: no limit) until `fd` is readable or hung up, or `stop` (when
 /// given) is readable or hung up (`stop` wins when both are).
+#[cfg(target_os = "linux")]
 pub(crate) fn wait_readable(
     fd: BorrowedFd<'_>,
     stop: Option<BorrowedFd<'_>>,
@@ -212,7 +220,7 @@ pub(crate) fn wait_readable(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use std::io::{Read, Write};

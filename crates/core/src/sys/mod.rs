@@ -47,9 +47,9 @@ pub(crate) use dirent::{getdents, DirentBuf};
 
 // Pipes, descriptors passed over sockets, waiting until readable.
 mod fds;
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-pub(crate) use fds::recv_fds;
-pub(crate) use fds::{pipe, raw_cloexec_pipe, send_fds, wait_readable, Readiness};
+pub(crate) use fds::{pipe, raw_cloexec_pipe};
+#[cfg(target_os = "linux")]
+pub(crate) use fds::{recv_fds, send_fds, wait_readable, Readiness};
 
 /// `getdents64` and its records, bounds-checked: a record is only read
 /// within the bytes the kernel returned, and a malformed one ends the batch.
