@@ -3,18 +3,18 @@
 //! during the build, marked dirty on a refresh).
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
+use super::cache::{SavedFile, Stamp};
 use super::grams::{Postings, RawBloom, SegmentBuilder};
 use super::query;
 use super::reader::{Read_, Reader};
-use super::tree::Contents;
 use super::tree::FileState;
+use super::tree::{Contents, NewFile};
 
 /// Content ids: the bytes each stood for, or `DEAD` once retired.
 #[derive(Default)]
@@ -75,7 +75,7 @@ impl Content {
 pub(super) struct Refresh<'a>(pub(super) &'a mut Ids);
 
 impl Contents for Refresh<'_> {
-    fn index_now(&mut self, _: BorrowedFd<'_>, _: &[u8], _: bool) -> Option<FileState> {
+    fn index_now(&mut self, _: NewFile<'_>) -> Option<FileState> {
         None
     }
     fn retire(&mut self, id: u32) {
@@ -95,16 +95,16 @@ pub(super) struct Building<'a> {
 }
 
 impl Contents for Building<'_> {
-    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState> {
+    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let name = std::ffi::OsStr::from_bytes(name);
+        let name = std::ffi::OsStr::from_bytes(file.name);
         if self.cancel.load(Ordering::Relaxed) {
             return Some(FileState::Always);
         }
-        let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
+        let Ok(fd) = openat(file.dir, name, flags, Mode::empty()) else {
             return Some(FileState::Always);
         };
-        Some(match self.reader.read(fd.into(), linked) {
+        Some(match self.reader.read(fd.into(), file.linked) {
             Read_::Read(_) => {
                 let bytes = self.reader.buf.len() as u64;
                 let id = self.ids.assign(bytes);
@@ -117,5 +117,38 @@ impl Contents for Building<'_> {
     }
     fn retire(&mut self, id: u32) {
         self.ids.retire(id);
+    }
+}
+
+/// A build from the cache file: a file whose stamp (inode, size, mtime and
+/// ctime to the nanosecond) is the one saved with its content id keeps
+/// that id; any other is read as `Building` reads it.
+pub(super) struct Restoring<'a> {
+    pub(super) building: Building<'a>,
+    pub(super) files: &'a HashMap<Box<[u8]>, SavedFile>,
+    /// Saved ids a file kept (the others are retired after the build).
+    pub(super) kept: Vec<bool>,
+    pub(super) restored: u64,
+}
+
+impl Contents for Restoring<'_> {
+    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
+        if let (Some(st), Some(saved)) = (file.stat, self.files.get(file.rel)) {
+            let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+            // A hard-linked file is indexed only with its inode watched.
+            let linkable = st.st_nlink <= 1 || file.linked;
+            let kept = self.kept.get_mut(saved.id as usize);
+            if regular && linkable && Stamp::of(st) == saved.stamp {
+                if let Some(kept @ false) = kept {
+                    *kept = true;
+                    self.restored += 1;
+                    return Some(FileState::Indexed(saved.id));
+                }
+            }
+        }
+        self.building.index_now(file)
+    }
+    fn retire(&mut self, id: u32) {
+        self.building.retire(id);
     }
 }

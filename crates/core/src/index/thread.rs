@@ -2,14 +2,14 @@
 //! files, step aside and rebuild after a backoff; and the shared state's
 //! lock, refresh and close, which searches use too.
 
-use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::content::{Building, Content, Ids, Refresh};
-use super::grams::{file_grams, Gram, Postings, RawBloom, SegmentBuilder};
+use super::cache::{self, Key, Saved};
+use super::content::{Building, Content, Refresh, Restoring};
+use super::grams::{file_grams, Gram, RawBloom, SegmentBuilder};
 use super::reader::{Read_, Reader};
 use super::tree::{open_beneath, DirtyRef, Tree};
 use super::tree::{Child, DirNode, FileState, Node, TreeSearch};
@@ -64,9 +64,53 @@ impl Inner {
             let _ = handle.join();
         }
         let mut shared = self.lock();
+        if shared.state == IndexState::Ready {
+            if let Some(dir) = &self.options.cache_dir {
+                // A cache not written is only a cold start next time.
+                let _ = self.save(&mut shared, dir);
+            }
+        }
         shared.state = IndexState::Closed;
         shared.live = None;
         self.changed.notify_all();
+    }
+
+    fn key(&self, root_id: (u64, u64)) -> Key<'_> {
+        Key {
+            root: self.root.host(),
+            root_id,
+            max_file_bytes: self.options.max_file_bytes,
+            exact_min_bytes: self.options.exact_min_bytes,
+        }
+    }
+
+    /// Writes the index to the cache directory `dir`: the stat pass, then,
+    /// only if no event arrived meanwhile (nor was pending), the file.
+    fn save(&self, shared: &mut Shared, dir: &std::path::Path) -> Result<(), String> {
+        let live = shared.live.as_mut().ok_or("not built")?;
+        if live.root_id != self.root.identity() {
+            return Err("the workspace directory was replaced".into());
+        }
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| e.to_string())?
+            .as_nanos() as i128;
+        let key = self.key(live.root_id);
+        let bytes = cache::encode(&key, &live.tree, &live.content, now_ns)?;
+        if let Some(mounts) = live.tree.mounts.as_mut() {
+            if mounts.changed_inside().unwrap_or(true) {
+                return Err("mounts changed".into());
+            }
+        }
+        let mut events = Vec::new();
+        live.tree
+            .inotify
+            .drain(&mut events)
+            .map_err(|e| e.to_string())?;
+        if !events.is_empty() {
+            return Err("the tree changed while it was saved".into());
+        }
+        cache::store(dir, &key, &bytes, self.options.cache_max_bytes)
     }
 
     /// Drains the inotify queue and applies it (under the lock).
@@ -171,13 +215,28 @@ impl Inner {
         let root_id = nix::sys::stat::fstat(&root_fd)
             .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
-        let mut ids = Ids::default();
-        let mut building = Building {
-            reader: Reader::new(self.options.max_file_bytes),
-            builder: SegmentBuilder::new(),
-            ids: &mut ids,
-            bytes: 0,
-            cancel: &self.closing,
+        let loaded = (self.options.cache_dir.as_deref())
+            .map(|dir| cache::load(dir, &self.key(root_id), self.options.cache_max_bytes));
+        let (note, saved) = match loaded {
+            None => (None, None),
+            Some(Ok(saved)) => (Some("restored".to_string()), Some(saved)),
+            Some(Err(why)) => (Some(why), None),
+        };
+        let (files, mut ids, mut postings, mut exact) = match saved {
+            Some(Saved { files, content }) => (files, content.ids, content.postings, content.exact),
+            None => Default::default(),
+        };
+        let mut restoring = Restoring {
+            kept: vec![false; ids.sizes.len()],
+            building: Building {
+                reader: Reader::new(self.options.max_file_bytes),
+                builder: SegmentBuilder::new(),
+                ids: &mut ids,
+                bytes: 0,
+                cancel: &self.closing,
+            },
+            files: &files,
+            restored: 0,
         };
         let mut pending = Vec::new();
         let mut tree = Tree::build(
@@ -185,13 +244,26 @@ impl Inner {
             self.root.host().to_path_buf(),
             self.root.policy().cloned(),
             self.options.max_watches.unwrap_or(usize::MAX),
-            &mut building,
+            &mut restoring,
             &self.closing,
             &mut pending,
         )?;
+        let Restoring {
+            building,
+            kept,
+            restored,
+            ..
+        } = restoring;
         let segment = building.builder.finish();
-        let mut postings = Postings::new();
-        postings.push(segment);
+        // Saved ids no file kept: their files changed or went.
+        for (id, _) in kept.iter().enumerate().filter(|(_, kept)| !**kept) {
+            ids.retire(id as u32);
+        }
+        if postings.segments().is_empty() || !segment.id_range().is_empty() {
+            postings.push(segment);
+        }
+        exact.retain(|&id, _| ids.is_live(id));
+        postings.merge_small(&|id| ids.is_live(id));
         tree.inotify
             .drain(&mut pending)
             .map_err(|e| format!("inotify read failed: {e}"))?;
@@ -203,10 +275,12 @@ impl Inner {
         let content = Content {
             postings,
             ids,
-            exact: HashMap::new(),
+            exact,
         };
         let unfiltered = large_files(&tree, &content, self.options.exact_min_bytes);
         shared.unfiltered_files = unfiltered.len() as u64;
+        shared.restored_files = restored;
+        shared.cache = note;
         shared.live = Some(Live {
             tree,
             content,
