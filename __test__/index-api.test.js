@@ -29,6 +29,8 @@ const STATS_KEYS = [
   "dirtyFiles",
   "unfilteredFiles",
   "watches",
+  "restoredFiles",
+  "cache",
 ].sort();
 
 // The tree: 5 files of known sizes in 3 directories (the root, src, src/deep), nothing ignored.

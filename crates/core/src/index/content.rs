@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
-use super::cache::{SavedFile, Stamp};
 use super::grams::{Postings, RawBloom, SegmentBuilder};
 use super::query;
 use super::reader::{Read_, Reader};
@@ -117,38 +116,5 @@ impl Contents for Building<'_> {
     }
     fn retire(&mut self, id: u32) {
         self.ids.retire(id);
-    }
-}
-
-/// A build from the cache file: a file whose stamp (inode, size, mtime and
-/// ctime to the nanosecond) is the one saved with its content id keeps
-/// that id; any other is read as `Building` reads it.
-pub(super) struct Restoring<'a> {
-    pub(super) building: Building<'a>,
-    pub(super) files: &'a HashMap<Box<[u8]>, SavedFile>,
-    /// Saved ids a file kept (the others are retired after the build).
-    pub(super) kept: Vec<bool>,
-    pub(super) restored: u64,
-}
-
-impl Contents for Restoring<'_> {
-    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
-        if let (Some(st), Some(saved)) = (file.stat, self.files.get(file.rel)) {
-            let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-            // A hard-linked file is indexed only with its inode watched.
-            let linkable = st.st_nlink <= 1 || file.linked;
-            let kept = self.kept.get_mut(saved.id as usize);
-            if regular && linkable && Stamp::of(st) == saved.stamp {
-                if let Some(kept @ false) = kept {
-                    *kept = true;
-                    self.restored += 1;
-                    return Some(FileState::Indexed(saved.id));
-                }
-            }
-        }
-        self.building.index_now(file)
-    }
-    fn retire(&mut self, id: u32) {
-        self.building.retire(id);
     }
 }

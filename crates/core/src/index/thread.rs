@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::cache::{self, Key, Saved};
-use super::content::{Building, Content, Refresh, Restoring};
+use super::cache::{self, Key, Restoring, Saved};
+use super::content::{Building, Content, Refresh};
 use super::grams::{file_grams, Gram, RawBloom, SegmentBuilder};
 use super::reader::{Read_, Reader};
 use super::tree::{open_beneath, DirtyRef, Tree};

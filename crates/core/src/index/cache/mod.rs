@@ -33,9 +33,9 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use sha2::{Digest, Sha256};
 
-use super::content::{Content, Ids};
+use super::content::{Building, Content, Ids};
 use super::grams::{Postings, RawBloom};
-use super::tree::{open_beneath, FileState, Node, Tree};
+use super::tree::{open_beneath, Contents, FileState, NewFile, Node, Tree};
 use codec::{Cursor, Writer};
 
 const MAGIC: &[u8; 8] = b"piindex\0";
@@ -312,6 +312,39 @@ fn decode_content(c: &mut Cursor<'_>) -> Option<Saved> {
     })
 }
 
+/// A build from the cache file: a file whose stamp (inode, size, mtime and
+/// ctime to the nanosecond) is the one saved with its content id keeps
+/// that id; any other is read as `Building` reads it.
+pub(super) struct Restoring<'a> {
+    pub(super) building: Building<'a>,
+    pub(super) files: &'a HashMap<Box<[u8]>, SavedFile>,
+    /// Saved ids a file kept (the others are retired after the build).
+    pub(super) kept: Vec<bool>,
+    pub(super) restored: u64,
+}
+
+impl Contents for Restoring<'_> {
+    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
+        if let (Some(st), Some(saved)) = (file.stat, self.files.get(file.rel)) {
+            let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+            // A hard-linked file is indexed only with its inode watched.
+            let linkable = st.st_nlink <= 1 || file.linked;
+            let kept = self.kept.get_mut(saved.id as usize);
+            if regular && linkable && Stamp::of(st) == saved.stamp {
+                if let Some(kept @ false) = kept {
+                    *kept = true;
+                    self.restored += 1;
+                    return Some(FileState::Indexed(saved.id));
+                }
+            }
+        }
+        self.building.index_now(file)
+    }
+    fn retire(&mut self, id: u32) {
+        self.building.retire(id);
+    }
+}
+
 /// The cache directory at `dir`, made private (0700) if it is ours; `Err`
 /// when it is not a directory we own (then nothing is read or written).
 fn private_dir(dir: &Path, create: bool) -> Result<fs::File, String> {
@@ -344,6 +377,9 @@ fn private_dir(dir: &Path, create: bool) -> Result<fs::File, String> {
 /// Reads the cache file for `key` from `dir` (at most `max_bytes`) and
 /// checks it; `Err` says why there is none to use.
 pub(crate) fn load(dir: &Path, key: &Key<'_>, max_bytes: u64) -> Result<Saved, String> {
+    if fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Err("none saved".into());
+    }
     let handle = private_dir(dir, false)?;
     let path = dir.join(key.file_name());
     let mut file = fs::OpenOptions::new()
