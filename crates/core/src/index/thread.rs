@@ -2,14 +2,15 @@
 //! files, step aside and rebuild after a backoff; and the shared state's
 //! lock, refresh and close, which searches use too.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::cache::{self, Key, Restoring, Saved};
-use super::content::{Building, Content, Refresh};
-use super::grams::{file_grams, Gram, RawBloom, SegmentBuilder};
+use super::cache::{self, Key, Listed};
+use super::content::{Building, Content, Ids, Refresh};
+use super::grams::{file_grams, Gram, Postings, RawBloom, SegmentBuilder};
 use super::reader::{Read_, Reader};
 use super::tree::{open_beneath, DirtyRef, Tree};
 use super::tree::{Child, DirNode, FileState, Node, TreeSearch};
@@ -107,7 +108,7 @@ impl Inner {
             .inotify
             .drain(&mut events)
             .map_err(|e| e.to_string())?;
-        if !events.is_empty() {
+        if !live.tree.passes_by(&events) {
             return Err("the tree changed while it was saved".into());
         }
         cache::store(dir, &key, &bytes, self.options.cache_max_bytes)
@@ -215,55 +216,27 @@ impl Inner {
         let root_id = nix::sys::stat::fstat(&root_fd)
             .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
-        let loaded = (self.options.cache_dir.as_deref())
-            .map(|dir| cache::load(dir, &self.key(root_id), self.options.cache_max_bytes));
-        let (note, saved) = match loaded {
-            None => (None, None),
-            Some(Ok(saved)) => (Some("restored".to_string()), Some(saved)),
-            Some(Err(why)) => (Some(why), None),
-        };
-        let (files, mut ids, mut postings, mut exact) = match saved {
-            Some(Saved { files, content }) => (files, content.ids, content.postings, content.exact),
-            None => Default::default(),
-        };
-        let mut restoring = Restoring {
-            kept: vec![false; ids.sizes.len()],
-            building: Building {
-                reader: Reader::new(self.options.max_file_bytes),
-                builder: SegmentBuilder::new(),
-                ids: &mut ids,
-                bytes: 0,
-                cancel: &self.closing,
-            },
-            files: &files,
-            restored: 0,
-        };
         let mut pending = Vec::new();
-        let mut tree = Tree::build(
-            root_fd,
-            self.root.host().to_path_buf(),
-            self.root.policy().cloned(),
-            self.options.max_watches.unwrap_or(usize::MAX),
-            &mut restoring,
-            &self.closing,
-            &mut pending,
-        )?;
-        let Restoring {
-            building,
-            kept,
-            restored,
-            ..
-        } = restoring;
-        let segment = building.builder.finish();
-        // Saved ids no file kept: their files changed or went.
-        for (id, _) in kept.iter().enumerate().filter(|(_, kept)| !**kept) {
-            ids.retire(id as u32);
-        }
-        if postings.segments().is_empty() || !segment.id_range().is_empty() {
-            postings.push(segment);
-        }
-        exact.retain(|&id, _| ids.is_live(id));
-        postings.merge_small(&|id| ids.is_live(id));
+        let key = self.key(root_id);
+        let (mut tree, content, restored, note) = match self.options.cache_dir.as_deref() {
+            None => {
+                let (tree, content) = self.cold_build(root_fd, &mut pending)?;
+                (tree, content, 0, None)
+            }
+            Some(dir) => match self.warm_start(dir, &key, root_fd, &mut pending)? {
+                Ok((tree, content, restored)) => (tree, content, restored, Some("restored".into())),
+                Err(why) => {
+                    // The cache could not be used: a build from the tree, as without one.
+                    pending.clear();
+                    let root_fd = self
+                        .root
+                        .open_dir(self.root.host())
+                        .map_err(|e| format!("the root cannot be opened: {e}"))?;
+                    let (tree, content) = self.cold_build(root_fd, &mut pending)?;
+                    (tree, content, 0, Some(why))
+                }
+            },
+        };
         tree.inotify
             .drain(&mut pending)
             .map_err(|e| format!("inotify read failed: {e}"))?;
@@ -271,12 +244,8 @@ impl Inner {
         if self.closing.load(Ordering::SeqCst) {
             return Err("closed".into());
         }
-        tree.apply(&pending, &mut Refresh(&mut ids))?;
-        let content = Content {
-            postings,
-            ids,
-            exact,
-        };
+        let mut content = content;
+        tree.apply(&pending, &mut Refresh(&mut content.ids))?;
         let unfiltered = large_files(&tree, &content, self.options.exact_min_bytes);
         shared.unfiltered_files = unfiltered.len() as u64;
         shared.restored_files = restored;
@@ -292,6 +261,88 @@ impl Inner {
         shared.last_refresh_unix_ms = Some(now_unix_ms());
         self.changed.notify_all();
         Ok(unfiltered)
+    }
+
+    /// Tree::build from the root with `contents`.
+    fn tree_build(
+        &self,
+        root_fd: std::os::fd::OwnedFd,
+        contents: &mut dyn super::tree::Contents,
+        pending: &mut Vec<Event>,
+    ) -> Result<Tree, String> {
+        Tree::build(
+            root_fd,
+            self.root.host().to_path_buf(),
+            self.root.policy().cloned(),
+            self.options.max_watches.unwrap_or(usize::MAX),
+            contents,
+            &self.closing,
+            pending,
+        )
+    }
+
+    /// A build from the tree: every file read as it is listed, one segment.
+    fn cold_build(
+        &self,
+        root_fd: std::os::fd::OwnedFd,
+        pending: &mut Vec<Event>,
+    ) -> Result<(Tree, Content), String> {
+        let mut ids = Ids::default();
+        let mut building = Building {
+            reader: Reader::new(self.options.max_file_bytes),
+            builder: SegmentBuilder::new(),
+            ids: &mut ids,
+            bytes: 0,
+            cancel: &self.closing,
+        };
+        let tree = self.tree_build(root_fd, &mut building, pending)?;
+        let mut postings = Postings::default();
+        postings.push(building.builder.finish());
+        let content = Content {
+            postings,
+            ids,
+            exact: HashMap::new(),
+        };
+        Ok((tree, content))
+    }
+
+    /// A start from the cache file in `dir`: the file read and checked on
+    /// a second thread while this one lists and watches the tree, leaving
+    /// every file dirty with its stamp noted (`Listed`); then the files
+    /// whose stamp is the saved one get their saved ids (`cache::restore`).
+    /// `Ok(Err(why))`: the cache cannot be used (build from the tree);
+    /// `Err`: the build itself failed.
+    #[allow(clippy::type_complexity)]
+    fn warm_start(
+        &self,
+        dir: &std::path::Path,
+        key: &Key<'_>,
+        root_fd: std::os::fd::OwnedFd,
+        pending: &mut Vec<Event>,
+    ) -> Result<Result<(Tree, Content, u64), String>, String> {
+        if let Err(why) = cache::saved_exists(dir, key) {
+            return Ok(Err(why));
+        }
+        std::thread::scope(|scope| {
+            let loader = std::thread::Builder::new()
+                .name("pi-index-load".into())
+                .spawn_scoped(scope, || {
+                    cache::load(dir, key, self.options.cache_max_bytes)
+                });
+            let mut listed = Listed::default();
+            let tree = self.tree_build(root_fd, &mut listed, pending);
+            let loaded = match loader {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Err("the loader failed".into())),
+                Err(e) => Err(format!("no loader thread: {e}")),
+            };
+            let mut tree = tree?;
+            Ok(loaded.map(|saved| {
+                let (content, restored) = cache::restore(&mut tree, &listed, saved);
+                (tree, content, restored)
+            }))
+        })
     }
 
     /// While ready: waits for events or wakes, applies events, re-indexes

@@ -33,7 +33,7 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use sha2::{Digest, Sha256};
 
-use super::content::{Building, Content, Ids};
+use super::content::{Content, Ids};
 use super::grams::{Postings, RawBloom};
 use super::tree::{open_beneath, Contents, FileState, NewFile, Node, Tree};
 use codec::{Cursor, Writer};
@@ -312,36 +312,68 @@ fn decode_content(c: &mut Cursor<'_>) -> Option<Saved> {
     })
 }
 
-/// A build from the cache file: a file whose stamp (inode, size, mtime and
-/// ctime to the nanosecond) is the one saved with its content id keeps
-/// that id; any other is read as `Building` reads it.
-pub(super) struct Restoring<'a> {
-    pub(super) building: Building<'a>,
-    pub(super) files: &'a HashMap<Box<[u8]>, SavedFile>,
-    /// Saved ids a file kept (the others are retired after the build).
-    pub(super) kept: Vec<bool>,
-    pub(super) restored: u64,
+/// The walk of a warm start: every file left dirty (as a refresh leaves a
+/// changed one), the stamp it had when listed kept by path, for `restore`
+/// to match with the saved ones once the cache file is read. Only files
+/// the index may hold: regular, and hard-linked only with a watched inode.
+#[derive(Default)]
+pub(crate) struct Listed {
+    stamps: HashMap<Box<[u8]>, Stamp>,
 }
 
-impl Contents for Restoring<'_> {
+impl Contents for Listed {
     fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
-        if let (Some(st), Some(saved)) = (file.stat, self.files.get(file.rel)) {
+        if let Some(st) = file.stat {
             let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-            // A hard-linked file is indexed only with its inode watched.
-            let linkable = st.st_nlink <= 1 || file.linked;
-            let kept = self.kept.get_mut(saved.id as usize);
-            if regular && linkable && Stamp::of(st) == saved.stamp {
-                if let Some(kept @ false) = kept {
-                    *kept = true;
-                    self.restored += 1;
-                    return Some(FileState::Indexed(saved.id));
-                }
+            if regular && (st.st_nlink <= 1 || file.linked) {
+                self.stamps.insert(file.rel.into(), Stamp::of(st));
             }
         }
-        self.building.index_now(file)
+        None
     }
-    fn retire(&mut self, id: u32) {
-        self.building.retire(id);
+    fn retire(&mut self, _: u32) {}
+}
+
+/// Gives each dirty file of `tree` listed with the stamp saved for its path
+/// the saved content id (one file per id); the others stay dirty, searched
+/// directly until the thread re-reads them. Returns the saved content with
+/// the ids no file kept retired, and how many files kept theirs.
+pub(crate) fn restore(tree: &mut Tree, listed: &Listed, saved: Saved) -> (Content, u64) {
+    let Saved { files, mut content } = saved;
+    let mut kept = vec![false; content.ids.sizes.len()];
+    let mut restored = 0;
+    let mut left = Vec::new();
+    for r in std::mem::take(&mut tree.dirty) {
+        let id = tree.dirty_path(&r).and_then(|path| {
+            let saved = files.get(&path[..])?;
+            let unchanged = listed.stamps.get(&path[..]) == Some(&saved.stamp);
+            (unchanged && !kept[saved.id as usize]).then_some(saved.id)
+        });
+        match id {
+            Some(id) if tree.settle(&r, FileState::Indexed(id), false) => {
+                kept[id as usize] = true;
+                restored += 1;
+            }
+            _ => left.push(r),
+        }
+    }
+    tree.dirty = left;
+    for (id, _) in kept.iter().enumerate().filter(|(_, kept)| !**kept) {
+        content.ids.retire(id as u32);
+    }
+    let ids = &content.ids;
+    content.exact.retain(|&id, _| ids.is_live(id));
+    content.postings.merge_small(&|id| ids.is_live(id));
+    (content, restored)
+}
+
+/// Whether a cache file for `key` is in `dir` at all (else why not), before
+/// a warm start is tried.
+pub(crate) fn saved_exists(dir: &Path, key: &Key<'_>) -> Result<(), String> {
+    match fs::symlink_metadata(dir.join(key.file_name())) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("none saved".into()),
+        Err(e) => Err(format!("cannot open: {e}")),
     }
 }
 
