@@ -166,12 +166,12 @@ fn changes_made_while_no_session_ran_are_seen() {
             Some("restored"),
             "{what}: {stats:?}"
         );
+        assert_parity(&root, &index, t.path(), &["odd", "changed", "needle"], what);
         assert!(stats.restored_files > 0, "{what}: {stats:?}");
         assert!(
             stats.restored_files < built.files,
             "{what}: {stats:?} {built:?}"
         );
-        assert_parity(&root, &index, t.path(), &["odd", "changed", "needle"], what);
     }
 }
 
