@@ -38,6 +38,12 @@ describe.runIf(linux)("the persisted index", () => {
     expect(() => pno.createBoundFs(root, { index: { cacheMaxBytes: 0 } })).toThrow(TypeError);
   });
 
+  it("is refused for a remote connection, whose server keeps no cache", async () => {
+    await expect(pno.connect({}, { index: { cache: true } })).rejects.toThrow(
+      new TypeError("options.index.cache: a remote server's index is not kept between sessions"),
+    );
+  });
+
   it("is saved at close in a private directory and restored at the next start; offline changes are seen", async () => {
     const root = oldTree();
     const cache = path.join(tempDir("pno-index-cachedir-"), "nested", "cache");

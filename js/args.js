@@ -74,7 +74,7 @@ function checkIndexCount(value, what, min) {
  * cacheMaxBytes? }` (`cache`: `true` for the default cache directory, or an absolute directory). Returns
  * the options with only the given ones (the core's defaults fill the rest).
  */
-export function checkIndexOption(value, what = "index") {
+export function checkIndexOption(value, what = "index", { cache: cacheAllowed = true } = {}) {
   if (value === undefined || value === false) return null;
   if (value === true) return {};
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
@@ -96,6 +96,7 @@ export function checkIndexOption(value, what = "index") {
   if (maxFileBytes !== undefined) options.maxFileBytes = maxFileBytes;
   const { cache } = value;
   if (cache !== undefined && cache !== false) {
+    if (!cacheAllowed) throw new TypeError(`${what}.cache: a remote server's index is not kept between sessions`);
     if (cache !== true && !(typeof cache === "string" && path.isAbsolute(cache))) {
       throw new TypeError(`${what}.cache must be true, false or an absolute directory, got ${JSON.stringify(cache)}`);
     }
