@@ -87,7 +87,7 @@ impl Inner {
 
     /// Writes the index to the cache directory `dir`: the stat pass, then,
     /// only if no event arrived meanwhile (nor was pending), the file.
-    fn save(&self, shared: &mut Shared, dir: &std::path::Path) -> Result<(), String> {
+    pub(super) fn save(&self, shared: &mut Shared, dir: &std::path::Path) -> Result<(), String> {
         let live = shared.live.as_mut().ok_or("not built")?;
         if live.root_id != self.root.identity() {
             return Err("the workspace directory was replaced".into());
