@@ -221,6 +221,9 @@ export declare function grepSearch(root: BoundRoot | undefined | null, options: 
 export interface IndexConfig {
   maxWatches?: number
   maxFileBytes?: number
+  /** `true`: the default cache directory; a string: that directory. */
+  cache?: boolean | string
+  cacheMaxBytes?: number
 }
 
 /** What `fs.index.stats()` reads (js/search-index.js gives every field, `null` when absent). */
@@ -237,6 +240,9 @@ export interface IndexStats {
   dirtyFiles: number
   unfilteredFiles: number
   watches: number
+  restoredFiles: number
+  /** What the last build made of the cache: "restored", or why not. */
+  cache?: string
 }
 
 /**

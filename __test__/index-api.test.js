@@ -29,6 +29,8 @@ const STATS_KEYS = [
   "dirtyFiles",
   "unfilteredFiles",
   "watches",
+  "restoredFiles",
+  "cache",
 ].sort();
 
 // The tree: 5 files of known sizes in 3 directories (the root, src, src/deep), nothing ignored.
@@ -86,11 +88,20 @@ describe("the index option", () => {
   it("refuses bad values with a TypeError naming the option", () => {
     const root = tree();
     const cases = [
-      [1, "index must be true, false or an object { maxWatches?, maxFileBytes? }, got number"],
-      ["yes", "index must be true, false or an object { maxWatches?, maxFileBytes? }, got string"],
-      [null, "index must be true, false or an object { maxWatches?, maxFileBytes? }, got null"],
-      [[], "index must be true, false or an object { maxWatches?, maxFileBytes? }, got an array"],
-      [{ maxWatch: 5 }, "index.maxWatch is not an index option (the options are maxWatches, maxFileBytes)"],
+      [1, "index must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got number"],
+      [
+        "yes",
+        "index must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got string",
+      ],
+      [null, "index must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got null"],
+      [
+        [],
+        "index must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got an array",
+      ],
+      [
+        { maxWatch: 5 },
+        "index.maxWatch is not an index option (the options are maxWatches, maxFileBytes, cache, cacheMaxBytes)",
+      ],
       [{ maxWatches: 0 }, "index.maxWatches must be an integer >= 1, got 0"],
       [{ maxWatches: 1.5 }, "index.maxWatches must be an integer >= 1, got 1.5"],
       [{ maxWatches: "8" }, "index.maxWatches must be an integer >= 1, got string"],
@@ -322,6 +333,8 @@ describe("where there is no inotify", () => {
       dirtyFiles: 0,
       unfilteredFiles: 0,
       watches: 0,
+      restoredFiles: 0,
+      cache: null,
     };
     expect(await fs.index.ready).toEqual(aside);
     expect(await fs.index.stats()).toEqual(aside);
@@ -347,6 +360,8 @@ describe("remote: a server that cannot index", () => {
       dirtyFiles: 0,
       unfilteredFiles: 0,
       watches: 0,
+      restoredFiles: 0,
+      cache: null,
     };
     expect(await connection.fs.index.ready).toEqual(aside);
     expect(await connection.fs.index.stats()).toEqual(aside);
@@ -389,7 +404,9 @@ describe.runIf(linux && serverPath())("remote: connect's index option and the se
 
   it("refuses a bad index option before connecting", async () => {
     await expect(pno.connect({}, { index: 1 })).rejects.toThrow(
-      new TypeError("options.index must be true, false or an object { maxWatches?, maxFileBytes? }, got number"),
+      new TypeError(
+        "options.index must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got number",
+      ),
     );
     await expect(pno.connect({}, { index: { maxFileBytes: -2 } })).rejects.toThrow(
       "options.index.maxFileBytes must be an integer >= 0, got -2",

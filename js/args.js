@@ -56,7 +56,7 @@ export function boundRootOf(fs) {
 }
 
 /** The options the `index` option may hold (crates/core/src/index's IndexOptions). */
-const INDEX_KEYS = ["maxWatches", "maxFileBytes"];
+const INDEX_KEYS = ["maxWatches", "maxFileBytes", "cache", "cacheMaxBytes"];
 
 /** A count option of the index: absent, or an integer >= `min`. */
 function checkIndexCount(value, what, min) {
@@ -70,15 +70,18 @@ function checkIndexCount(value, what, min) {
 
 /**
  * Validates the `index` option of createBoundFs(), createNativeTools() and connect(): `undefined` or
- * `false` (no index, returns null), `true` (the defaults) or `{ maxWatches?, maxFileBytes? }`. Returns
- * the options with only the given counts (the core's defaults fill the rest).
+ * `false` (no index, returns null), `true` (the defaults) or `{ maxWatches?, maxFileBytes?, cache?,
+ * cacheMaxBytes? }` (`cache`: `true` for the default cache directory, or an absolute directory). Returns
+ * the options with only the given ones (the core's defaults fill the rest).
  */
-export function checkIndexOption(value, what = "index") {
+export function checkIndexOption(value, what = "index", { cache: cacheAllowed = true } = {}) {
   if (value === undefined || value === false) return null;
   if (value === true) return {};
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
     const shown = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
-    throw new TypeError(`${what} must be true, false or an object { maxWatches?, maxFileBytes? }, got ${shown}`);
+    throw new TypeError(
+      `${what} must be true, false or an object { maxWatches?, maxFileBytes?, cache?, cacheMaxBytes? }, got ${shown}`,
+    );
   }
   for (const key of Object.keys(value)) {
     if (!INDEX_KEYS.includes(key)) {
@@ -91,5 +94,15 @@ export function checkIndexOption(value, what = "index") {
   const maxFileBytes = checkIndexCount(value.maxFileBytes, `${what}.maxFileBytes`, 0);
   if (maxWatches !== undefined) options.maxWatches = maxWatches;
   if (maxFileBytes !== undefined) options.maxFileBytes = maxFileBytes;
+  const { cache } = value;
+  if (cache !== undefined && cache !== false) {
+    if (!cacheAllowed) throw new TypeError(`${what}.cache: a remote server's index is not kept between sessions`);
+    if (cache !== true && !(typeof cache === "string" && path.isAbsolute(cache))) {
+      throw new TypeError(`${what}.cache must be true, false or an absolute directory, got ${JSON.stringify(cache)}`);
+    }
+    options.cache = cache;
+  }
+  const cacheMaxBytes = checkIndexCount(value.cacheMaxBytes, `${what}.cacheMaxBytes`, 1);
+  if (cacheMaxBytes !== undefined) options.cacheMaxBytes = cacheMaxBytes;
   return options;
 }

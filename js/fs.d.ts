@@ -38,6 +38,14 @@ export interface IndexOptions {
   maxWatches?: number;
   /** Files larger than this many bytes are not indexed, and every grep reads them. Default 64 MiB. */
   maxFileBytes?: number;
+  /**
+   * Keep the index between sessions: saved when it closes, read back and checked against the tree when it
+   * next starts (docs/index.md, "Persisted index"). `true`: `$XDG_CACHE_HOME/pi-native-ops/index` (else
+   * `~/.cache/pi-native-ops/index`); a string: that absolute directory. Default `false`.
+   */
+  cache?: boolean | string;
+  /** The cache directory's files add up to at most this many bytes (oldest removed first). Default 2 GiB. */
+  cacheMaxBytes?: number;
 }
 
 /**
@@ -71,6 +79,10 @@ export interface IndexStats {
   unfilteredFiles: number;
   /** inotify watches held. */
   watches: number;
+  /** Files of the last build taken from the cache (unchanged since it was saved), not read. */
+  restoredFiles: number;
+  /** What the last build made of the cache: "restored", or why it was not used; null without a cache. */
+  cache: string | null;
 }
 
 /** `fs.index`: the warm search index's lifecycle and figures. */

@@ -38,7 +38,7 @@ function checkForwardEnv(value) {
 export async function connect(transport, options = {}) {
   checkObject(options);
   const forwardEnv = checkForwardEnv(options.forwardEnv);
-  const index = checkIndexOption(options.index, "options.index");
+  const index = checkIndexOption(options.index, "options.index", { cache: false });
   const policy = checkPolicy(options.policy, "options.policy");
   const onPolicyEvent = checkOnPolicyEvent(options.onPolicyEvent, "options.onPolicyEvent");
   const { signal, requireSandbox = false } = options;

@@ -16,6 +16,8 @@ export function indexStatsOf(raw) {
     dirtyFiles: raw.dirtyFiles,
     unfilteredFiles: raw.unfilteredFiles ?? 0,
     watches: raw.watches,
+    restoredFiles: raw.restoredFiles ?? 0,
+    cache: raw.cache ?? null,
   };
 }
 

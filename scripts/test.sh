@@ -18,6 +18,8 @@ step "docs: no dead references (links and anchors, paths in backticks and code c
 python3 scripts/check-docs.py
 step "cargo test (the core, without Node)"
 cargo test -p pi-native-ops-core
+step "cargo test (the core's index suites against a persisted index: built, saved, restored from its cache)"
+PI_INDEX_PERSISTED=1 cargo test -p pi-native-ops-core index::
 step "cargo test (the remote server: codec, dispatch, the built binary over pipes and a WebSocket)"
 cargo test -p pi-native-ops-server
 step "cargo machete (every declared dependency is used)"
@@ -87,6 +89,11 @@ step "vitest, index on: Node $("$NODE22" --version) + @earendil-works/pi-coding-
 PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
 step "vitest, index on: Node $("$NODE20" --version) + @mariozechner/pi-coding-agent@0.73.1"
 PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_PI=@mariozechner/pi-coding-agent "$NODE20" node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}"
+# Once more against the persisted index (helpers/face.js, helpers/indexed.js): each index built, saved at
+# close, and started again from its cache file, which must be restored.
+step "vitest, persisted index: Node $("$NODE22" --version) + @earendil-works/pi-coding-agent@1.6.0"
+PI_NATIVE_OPS_INDEX=1 PI_NATIVE_OPS_INDEX_CACHE=1 PI_NATIVE_OPS_PI=@earendil-works/pi-coding-agent "$NODE22" \
+  node_modules/vitest/vitest.mjs run "${INDEX_FILES[@]}" __test__/index-freshness.test.js
 
 # The suites that run pieces as nobody once more, from a copy of the checkout in a 0700 directory (as a
 # clone in root's home is): nobody must load only what they stage for it, never the checkout. The wine leg

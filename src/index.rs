@@ -13,12 +13,22 @@ use pi_native_ops_core::index::{IndexOptions, Stats};
 pub struct IndexConfig {
     pub max_watches: Option<f64>,
     pub max_file_bytes: Option<f64>,
+    /// `true`: the default cache directory; a string: that directory.
+    pub cache: Option<napi::Either<bool, String>>,
+    pub cache_max_bytes: Option<f64>,
 }
 
 #[cfg(target_os = "linux")]
 impl From<IndexConfig> for IndexOptions {
     fn from(config: IndexConfig) -> IndexOptions {
+        use pi_native_ops_core::index::CacheAt;
+        let cache = match &config.cache {
+            Some(napi::Either::A(true)) => Some(CacheAt::Default),
+            Some(napi::Either::B(dir)) => Some(CacheAt::Dir(std::path::Path::new(dir))),
+            _ => None,
+        };
         IndexOptions::from_raw(config.max_watches, config.max_file_bytes)
+            .with_cache(cache, config.cache_max_bytes)
     }
 }
 
@@ -45,6 +55,9 @@ pub struct IndexStats {
     pub dirty_files: f64,
     pub unfiltered_files: f64,
     pub watches: f64,
+    pub restored_files: f64,
+    /// What the last build made of the cache: "restored", or why not.
+    pub cache: Option<String>,
 }
 
 #[cfg(target_os = "linux")]
@@ -62,6 +75,8 @@ impl From<Stats> for IndexStats {
             dirty_files: s.dirty_files as f64,
             unfiltered_files: s.unfiltered_files as f64,
             watches: s.watches as f64,
+            restored_files: s.restored_files as f64,
+            cache: s.cache,
         }
     }
 }

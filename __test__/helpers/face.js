@@ -10,8 +10,12 @@
 // search made through it: the index must still be ready afterwards (one that stepped aside would make the
 // re-run prove nothing), and its result must equal, byte for byte, that of the same search through an fs
 // without an index over the same tree. Indexes made here are closed in the calling file's afterAll.
+// PI_NATIVE_OPS_INDEX_CACHE=1 besides makes each such index the persisted one: built with a cache
+// directory, closed (saved), and started again from its cache file, which must be restored.
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { afterAll } from "vitest";
 import * as pno from "pi-native-ops";
@@ -72,8 +76,18 @@ function indexedFs(root, opts) {
 }
 
 async function makeIndexedFs(root, opts) {
-  const fs = pno.createBoundFs(root, { ...opts, index: true });
+  let index = true;
+  if (process.env.PI_NATIVE_OPS_INDEX_CACHE === "1") {
+    index = { cache: mkdtempSync(path.join(tmpdir(), "pno-index-cache-")) };
+    const first = pno.createBoundFs(root, { ...opts, index });
+    await first.index.ready;
+    await first.index.close();
+  }
+  const fs = pno.createBoundFs(root, { ...opts, index });
   const stats = await fs.index.ready;
+  if (index !== true && stats.state === "ready" && stats.cache !== "restored") {
+    throw new Error(`index cache mode: the index of ${root} was not restored (${stats.cache})`);
+  }
   if (stats.state !== "ready") {
     await fs.index.close();
     throw new Error(`index mode: the index of ${root} is ${stats.state} (${stats.reason})`);

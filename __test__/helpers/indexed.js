@@ -1,6 +1,9 @@
 // Workspaces with the warm search index on, for the index suites (__test__/index-*.test.js): searches run
 // through pi's find tool and our grep tool, compared byte for byte with the same searches through a fresh
 // fs without an index over the same tree. Workspaces made here are closed and removed in afterEach.
+// PI_NATIVE_OPS_INDEX_CACHE=1 (the persisted leg): a workspace made ready is given the persisted index,
+// built with a cache directory, closed (saved) and started again from its cache file, which must be
+// restored.
 import { spawnSync } from "node:child_process";
 import { rmSync } from "node:fs";
 import { afterEach, expect } from "vitest";
@@ -16,6 +19,7 @@ afterEach(async () => {
     // A test may leave modes that stop rm (chmod 000): open them again first.
     spawnSync("chmod", ["-R", "u+rwX", ws.base], { stdio: "ignore" });
     rmSync(ws.base, { recursive: true, force: true });
+    rmSync(`${ws.base}.cache`, { recursive: true, force: true });
   }
 });
 
@@ -31,12 +35,20 @@ export async function workspace(spec, { index = true, ready = true, sub = "", pr
   makeTree(root, spec);
   // What makeTree cannot make (hard links), before the index starts.
   setup?.(root);
+  const persisted = ready && index !== false && process.env.PI_NATIVE_OPS_INDEX_CACHE === "1";
+  if (persisted) {
+    index = { ...(index === true ? {} : index), cache: `${base}.cache` };
+    const first = pno.createBoundFs(root, { index });
+    await first.index.ready;
+    await first.index.close();
+  }
   const fs = pno.createBoundFs(root, { index });
   const ws = { base, root, fs, stats: null };
   made.push(ws);
   if (ready) {
     ws.stats = await fs.index.ready;
     expect(ws.stats.state, ws.stats.reason ?? "").toBe("ready");
+    if (persisted) expect(ws.stats.cache).toBe("restored");
   }
   return ws;
 }

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::glob_regex::{named, GlobRegex};
 use crate::index::Index;
 #[cfg(target_os = "linux")]
-use crate::index::{Child, DirNode, NameEnds, TreeSearch};
+use crate::index::{Child, DirNode, NameFilter, TreeSearch};
 use crate::root::Root;
 use crate::walk::{self, Entry, Kind, Rules, Visitor};
 
@@ -73,6 +73,9 @@ struct Pattern {
     /// The literal every match of a relative pattern ends with, checked
     /// before the glob's regex (most entries fail it).
     tail: Option<Tail>,
+    /// Literal runs every match's last component holds (`nothing_like_`
+    /// of `nothing_like_*`), checked before the regex as the tail is.
+    pieces: Option<Pieces>,
     /// The literal directories every match of a relative path pattern lies
     /// below: the walk does not enter others.
     prefix: Option<Prefix>,
@@ -109,6 +112,44 @@ impl Tail {
         } else {
             end == self.bytes
         }
+    }
+}
+
+/// The literal runs of a glob's last component between its `*` and `?`
+/// (only those: a class or alternation may stand for text of its own, and
+/// `**` may cross `/`). A match's name holds each of them (in any ASCII
+/// case when the glob ignores case); when the component has no wildcard at
+/// all and keeps case, the name is exactly it (`Kconfig`).
+#[derive(Debug)]
+struct Pieces {
+    runs: Vec<Vec<u8>>,
+    ignore_case: bool,
+    whole: bool,
+}
+
+impl Pieces {
+    fn of(glob: &str, ignore_case: bool) -> Option<Pieces> {
+        let last = glob.rsplit('/').next().unwrap_or(glob);
+        if last.contains(['[', ']', '{', '}', '\\']) || last.contains("**") {
+            return None;
+        }
+        let runs: Vec<Vec<u8>> = (last.split(['*', '?']))
+            .filter(|run| !run.is_empty())
+            .map(|run| run.as_bytes().to_vec())
+            .collect();
+        let whole = !ignore_case && runs.len() == 1 && runs[0].len() == last.len();
+        (!runs.is_empty()).then_some(Pieces {
+            runs,
+            ignore_case,
+            whole,
+        })
+    }
+
+    fn held_by(&self, name: &[u8]) -> bool {
+        self.runs.iter().all(|run| match self.ignore_case {
+            true => name.windows(run.len()).any(|w| w.eq_ignore_ascii_case(run)),
+            false => memchr::memmem::find(name, run).is_some(),
+        })
     }
 }
 
@@ -160,6 +201,7 @@ impl Pattern {
                 target: Target::All,
                 base,
                 tail: None,
+                pieces: None,
                 prefix: None,
             });
         }
@@ -184,6 +226,10 @@ impl Pattern {
             Target::FileName(_) | Target::RelativePath(_) => Tail::of(effective, ignore_case),
             _ => None,
         };
+        let pieces = match target {
+            Target::FileName(_) | Target::RelativePath(_) => Pieces::of(effective, ignore_case),
+            _ => None,
+        };
         let prefix = match target {
             Target::RelativePath(_) => Prefix::of(effective, ignore_case),
             _ => None,
@@ -192,6 +238,7 @@ impl Pattern {
             target,
             base,
             tail,
+            pieces,
             prefix,
         })
     }
@@ -208,11 +255,17 @@ impl Pattern {
     #[cfg(target_os = "linux")]
     fn may_match_name(&self, name: &[u8]) -> bool {
         self.tail.as_ref().is_none_or(|t| t.ends(name))
+            && self.pieces.as_ref().is_none_or(|p| p.held_by(name))
     }
 
     fn is_match(&self, rel: &Path) -> bool {
         if let Some(tail) = &self.tail {
             if !tail.ends(rel.as_os_str().as_encoded_bytes()) {
+                return false;
+            }
+        }
+        if let Some(pieces) = &self.pieces {
+            if !pieces.held_by(file_name(rel)) {
                 return false;
             }
         }
@@ -453,8 +506,15 @@ impl TreeSearch for Cached<'_, '_> {
         self.matches.pattern.may_match_name(&child.name)
     }
 
-    fn wants_any(&mut self, ends: &NameEnds) -> bool {
-        (self.matches.pattern.tail.as_ref()).is_none_or(|t| ends.may_end_with(&t.bytes))
+    fn wants_any(&mut self, names: &NameFilter) -> bool {
+        let pattern = self.matches.pattern;
+        (pattern.tail.as_ref()).is_none_or(|t| names.may_end_with(&t.bytes))
+            && (pattern.pieces.as_ref()).is_none_or(|p| p.runs.iter().all(|r| names.may_hold(r)))
+    }
+
+    fn only_name(&mut self) -> Option<Vec<u8>> {
+        let pieces = self.matches.pattern.pieces.as_ref()?;
+        pieces.whole.then(|| pieces.runs[0].clone())
     }
 
     fn visit(&mut self, rel: &[u8], child: &Child, _: &DirNode) -> bool {
@@ -690,7 +750,7 @@ mod tests {
     }
 
     #[test]
-    fn literal_tail_never_changes_an_answer() {
+    fn literal_tails_and_pieces_never_change_an_answer() {
         let patterns = [
             "*.c",
             "*.C",
@@ -709,8 +769,23 @@ mod tests {
             "*.tar.gz",
             "**",
             "*",
+            "nothing_like_*",
+            "*oo*",
+            "f*o",
+            "Foo",
+            "a/Foo",
+            "*A*",
+            "?oo",
+            "x*.c",
+            "*a*b*",
         ];
         let candidates = [
+            "Foo",
+            "a/Foo",
+            "a/xFoo",
+            "nothing_like_x",
+            "Nothing_Like_x",
+            "a/nothing_like_/b",
             "foo",
             "a/foo",
             "xfoo",

@@ -3,7 +3,6 @@
 //! during the build, marked dirty on a refresh).
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,8 +12,8 @@ use nix::sys::stat::Mode;
 use super::grams::{Postings, RawBloom, SegmentBuilder};
 use super::query;
 use super::reader::{Read_, Reader};
-use super::tree::Contents;
 use super::tree::FileState;
+use super::tree::{Contents, NewFile};
 
 /// Content ids: the bytes each stood for, or `DEAD` once retired.
 #[derive(Default)]
@@ -75,7 +74,7 @@ impl Content {
 pub(super) struct Refresh<'a>(pub(super) &'a mut Ids);
 
 impl Contents for Refresh<'_> {
-    fn index_now(&mut self, _: BorrowedFd<'_>, _: &[u8], _: bool) -> Option<FileState> {
+    fn index_now(&mut self, _: NewFile<'_>) -> Option<FileState> {
         None
     }
     fn retire(&mut self, id: u32) {
@@ -95,16 +94,16 @@ pub(super) struct Building<'a> {
 }
 
 impl Contents for Building<'_> {
-    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState> {
+    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let name = std::ffi::OsStr::from_bytes(name);
+        let name = std::ffi::OsStr::from_bytes(file.name);
         if self.cancel.load(Ordering::Relaxed) {
             return Some(FileState::Always);
         }
-        let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
+        let Ok(fd) = openat(file.dir, name, flags, Mode::empty()) else {
             return Some(FileState::Always);
         };
-        Some(match self.reader.read(fd.into(), linked) {
+        Some(match self.reader.read(fd.into(), file.linked) {
             Read_::Read(_) => {
                 let bytes = self.reader.buf.len() as u64;
                 let id = self.ids.assign(bytes);

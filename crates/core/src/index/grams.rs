@@ -14,6 +14,8 @@
 //! Posting lists live in immutable *segments*, each over a range of content
 //! ids; `Postings` is the list of segments.
 
+use super::cache::codec::{Cursor, Writer};
+
 /// A folded trigram `c0 c1 c2`: `c0 | c1 << 6 | c2 << 12`.
 pub(crate) type Gram = u32;
 
@@ -389,6 +391,12 @@ impl Segment {
         Some(self.list_at(i))
     }
 
+    /// Every list, in gram order.
+    #[cfg(test)]
+    pub(crate) fn lists(&self) -> impl Iterator<Item = List<'_>> {
+        (0..self.grams.len()).map(|i| self.list_at(i))
+    }
+
     fn list_at(&self, i: usize) -> List<'_> {
         let start = if i == 0 {
             0
@@ -401,6 +409,117 @@ impl Segment {
             bitmap: end & BITMAP != 0,
             data: &self.data[start..(end & !BITMAP) as usize],
         }
+    }
+}
+
+impl Segment {
+    /// Appends the segment for the cache file (`decode` reads it back).
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.u32(self.lo);
+        w.u32(self.hi);
+        w.u64s(&self.held);
+        w.u32s(&self.grams);
+        w.u32s(&self.ends);
+        w.bytes(&self.data);
+    }
+
+    /// A segment from the cache file, only if it is one `encode` could have
+    /// written: grams in the gram space and increasing, ends within the
+    /// data, each list a bitmap of the id range or varints of increasing ids
+    /// inside it. Its counts are recomputed, not read. `lo` at least `from`
+    /// (segments come in id order), `hi` at most `ids`.
+    pub(crate) fn decode(c: &mut Cursor<'_>, from: u32, ids: u32) -> Option<Segment> {
+        let (lo, hi) = (c.u32()?, c.u32()?);
+        if lo < from || hi < lo || hi > ids {
+            return None;
+        }
+        let held = c.u64s()?;
+        let grams = c.u32s()?;
+        let ends = c.u32s()?;
+        let data = c.bytes()?;
+        let span = (hi - lo) as usize;
+        let bits_past = |words: &[u64]| match span % 64 {
+            0 => false,
+            used => words.last().is_some_and(|&w| w >> used != 0),
+        };
+        if held.len() != span.div_ceil(64) || bits_past(&held) || ends.len() != grams.len() {
+            return None;
+        }
+        if grams.windows(2).any(|w| w[0] >= w[1]) || grams.last().is_some_and(|&g| g >> 18 != 0) {
+            return None;
+        }
+        let mut postings = 0u64;
+        let mut start = 0usize;
+        for &end in ends.iter() {
+            let stop = (end & !BITMAP) as usize;
+            let list = data.get(start..stop)?;
+            postings += if end & BITMAP != 0 {
+                let past = span % 8;
+                if list.len() != span.div_ceil(8) || (past != 0 && list.last()? >> past != 0) {
+                    return None;
+                }
+                list.iter().map(|b| u64::from(b.count_ones())).sum::<u64>()
+            } else {
+                checked_ids(list, lo, hi)?
+            };
+            start = stop;
+        }
+        if start != data.len() {
+            return None;
+        }
+        let files = held.iter().map(|w| w.count_ones()).sum();
+        Some(Segment {
+            lo,
+            hi,
+            files,
+            held: held.into_boxed_slice(),
+            grams: grams.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
+            data: data.into(),
+            postings,
+        })
+    }
+}
+
+/// How many ids a varint list holds, if every varint ends inside it, fits
+/// 32 bits, and the ids increase inside `lo..hi` (the first may be `lo`).
+fn checked_ids(list: &[u8], lo: u32, hi: u32) -> Option<u64> {
+    let (mut pos, mut id, mut n) = (0, lo, 0u64);
+    while pos < list.len() {
+        let mut delta = 0u32;
+        let mut shift = 0;
+        loop {
+            let b = *list.get(pos)?;
+            pos += 1;
+            if shift == 28 && b > 0x0f {
+                return None;
+            }
+            delta |= u32::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                break;
+            }
+            shift += 7;
+        }
+        if n > 0 && delta == 0 {
+            return None;
+        }
+        id = id.checked_add(delta).filter(|&id| id < hi)?;
+        n += 1;
+    }
+    Some(n)
+}
+
+impl RawBloom {
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.u64s(&self.bits);
+    }
+
+    /// A filter from the cache file: a power of two of words, as `of` makes.
+    pub(crate) fn decode(c: &mut Cursor<'_>) -> Option<RawBloom> {
+        let bits = c.u64s()?;
+        bits.len().is_power_of_two().then(|| RawBloom {
+            bits: bits.into_boxed_slice(),
+        })
     }
 }
 
@@ -822,6 +941,7 @@ pub(crate) struct Postings {
 const SMALL_FILES: u32 = 4096;
 
 impl Postings {
+    #[cfg(test)]
     pub(crate) fn new() -> Postings {
         Postings::default()
     }
@@ -832,6 +952,26 @@ impl Postings {
             assert!(segment.lo >= last.hi, "segments must come in id order");
         }
         self.segments.push(segment);
+    }
+
+    /// The segments from the cache file, in id order, below `ids`.
+    pub(crate) fn decode(c: &mut Cursor<'_>, ids: u32) -> Option<Postings> {
+        let n = c.count(8)?;
+        let mut segments = Vec::with_capacity(n);
+        let mut from = 0;
+        for _ in 0..n {
+            let segment = Segment::decode(c, from, ids)?;
+            from = segment.hi;
+            segments.push(segment);
+        }
+        Some(Postings { segments })
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.u64(self.segments.len() as u64);
+        for segment in &self.segments {
+            segment.encode(w);
+        }
     }
 
     pub(crate) fn segments(&self) -> &[Segment] {

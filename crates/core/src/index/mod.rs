@@ -14,6 +14,7 @@
 //! file, `grams` and `content` keep its n-grams; `query` turns a pattern into
 //! a query over them and `grep_scope` into grep's files.
 
+mod cache;
 mod content;
 mod grams;
 mod grep_scope;
@@ -33,11 +34,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::root::Root;
+pub use cache::{default_cache_dir, DEFAULT_CACHE_MAX_BYTES};
 use content::Content;
 use grams::RawBloom;
 pub(crate) use grep_scope::GrepFile;
 use tree::Tree;
-pub(crate) use tree::{Child, DirNode, NameEnds, TreeSearch};
+pub(crate) use tree::{Child, DirNode, NameFilter, TreeSearch};
 use watch::Waker;
 
 /// How an index is built.
@@ -51,6 +53,12 @@ pub struct IndexOptions {
     /// Files at least this large also get an exact 5-gram filter
     /// (`RawBloom`), after the build.
     pub exact_min_bytes: u64,
+    /// Where the index is saved when it closes and read back (checked
+    /// against the tree) when it starts: `None`, never saved.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// The cache directory's files add up to at most this many bytes (the
+    /// least recently saved go first).
+    pub cache_max_bytes: u64,
 }
 
 /// Files larger than this are always searched instead of indexed, so read
@@ -84,12 +92,44 @@ impl IndexOptions {
     }
 }
 
+/// Where a face asks the index to be kept between sessions.
+#[derive(Debug, Clone, Copy)]
+pub enum CacheAt<'a> {
+    /// `default_cache_dir()`.
+    Default,
+    /// This directory.
+    Dir(&'a Path),
+}
+
+impl IndexOptions {
+    /// The options with the index kept in `cache` between sessions (`None`:
+    /// not kept), the cache directory holding at most `max_bytes` (absent:
+    /// the default; a JS number, saturated).
+    pub fn with_cache(
+        mut self,
+        cache: Option<CacheAt<'_>>,
+        max_bytes: Option<f64>,
+    ) -> IndexOptions {
+        self.cache_dir = match cache {
+            None => None,
+            Some(CacheAt::Default) => default_cache_dir(),
+            Some(CacheAt::Dir(dir)) => Some(dir.to_path_buf()),
+        };
+        if let Some(max) = max_bytes {
+            self.cache_max_bytes = max as u64;
+        }
+        self
+    }
+}
+
 impl Default for IndexOptions {
     fn default() -> Self {
         IndexOptions {
             max_watches: None,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             exact_min_bytes: DEFAULT_EXACT_MIN_BYTES,
+            cache_dir: None,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
         }
     }
 }
@@ -145,6 +185,13 @@ pub struct Stats {
     pub unfiltered_files: u64,
     /// inotify watches held.
     pub watches: u64,
+    /// Files of the last build whose content came from the cache file
+    /// (their stamps unchanged), not read.
+    pub restored_files: u64,
+    /// What the last build made of the cache file (`None`: no cache):
+    /// `"restored"`, or why it was not used (`"none saved"`, `"checksum
+    /// mismatch"`, ...).
+    pub cache: Option<String>,
 }
 
 /// A warm search index of one workspace root. Clones share it; dropping
@@ -190,6 +237,8 @@ struct Shared {
     build_ms: f64,
     last_refresh_unix_ms: Option<f64>,
     unfiltered_files: u64,
+    restored_files: u64,
+    cache: Option<String>,
 }
 
 struct Live {
@@ -241,6 +290,8 @@ impl Index {
                 build_ms: 0.0,
                 last_refresh_unix_ms: None,
                 unfiltered_files: 0,
+                restored_files: 0,
+                cache: None,
             }),
             changed: Condvar::new(),
             waker,
@@ -307,6 +358,8 @@ impl Index {
             dirty_files: 0,
             unfiltered_files: 0,
             watches: 0,
+            restored_files: shared.restored_files,
+            cache: shared.cache.clone(),
         };
         if let (IndexState::Ready, Some(live)) = (shared.state, &shared.live) {
             let (dirs, files) = live.tree.counts();

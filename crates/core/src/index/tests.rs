@@ -19,7 +19,7 @@ use crate::grep::{self, Query, RawQuery};
 
 /// Creates `files` (a trailing `/` makes a directory) with `text` as each
 /// file's contents.
-fn populate(dir: &Path, files: &[&str]) {
+pub(super) fn populate(dir: &Path, files: &[&str]) {
     for f in files {
         if let Some(d) = f.strip_suffix('/') {
             fs::create_dir_all(dir.join(d)).unwrap();
@@ -32,7 +32,7 @@ fn populate(dir: &Path, files: &[&str]) {
 }
 
 /// A tree with every kind of rule the walker honours.
-fn rich_tree(repo_at_root: bool) -> tempfile::TempDir {
+pub(super) fn rich_tree(repo_at_root: bool) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
     populate(
@@ -87,7 +87,7 @@ fn rich_tree(repo_at_root: bool) -> tempfile::TempDir {
 }
 
 /// Every directory under `dir` (itself first), symlinks not followed.
-fn all_dirs(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn all_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out = vec![dir.to_path_buf()];
     let mut i = 0;
     while i < out.len() {
@@ -104,11 +104,11 @@ fn all_dirs(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn root_of(t: &Path) -> Arc<Root> {
+pub(super) fn root_of(t: &Path) -> Arc<Root> {
     Arc::new(Root::open(t, None).unwrap())
 }
 
-fn find(
+pub(super) fn find(
     root: &Root,
     dir: &Path,
     pattern: &str,
@@ -141,12 +141,12 @@ fn answers(index: &Index, dir: &Path) -> bool {
     index.walk(&real, &mut Probe).is_some()
 }
 
-fn grep(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> String {
+pub(super) fn grep(root: &Root, dir: &Path, q: &Query, index: Option<&Index>) -> String {
     let target = grep::target(Some(root), dir, String::new()).unwrap();
     format!("{:?}", grep::run(&target, q, root, &Cancel::new(), index))
 }
 
-fn query(pattern: &str, ignore_case: bool, literal: bool, glob: Option<&str>) -> Query {
+pub(super) fn query(pattern: &str, ignore_case: bool, literal: bool, glob: Option<&str>) -> Query {
     Query::new(RawQuery {
         pattern: pattern.to_string(),
         ignore_case,
@@ -159,7 +159,7 @@ fn query(pattern: &str, ignore_case: bool, literal: bool, glob: Option<&str>) ->
 /// grep with and without the index agree from every directory, for
 /// selective and unselective patterns, globs that whitelist ignored files
 /// (and directories: then the index declines), context and limits.
-fn assert_grep_equal(root: &Root, index: &Index, top: &Path, patterns: &[&str]) {
+pub(super) fn assert_grep_equal(root: &Root, index: &Index, top: &Path, patterns: &[&str]) {
     let globs = [
         None,
         Some("*.rs"),
@@ -196,7 +196,7 @@ fn assert_grep_equal(root: &Root, index: &Index, top: &Path, patterns: &[&str]) 
     }
 }
 
-const GREP_PATTERNS: &[&str] = &[
+pub(super) const GREP_PATTERNS: &[&str] = &[
     "needle",
     "needle in src/main",
     "NEEDLE IN",
@@ -210,12 +210,25 @@ const GREP_PATTERNS: &[&str] = &[
     "(x.tmp|g.rs)$",
 ];
 
-const PI_PRUNE: &[&str] = &["**/.git/**", "**/node_modules/**"];
+pub(super) const PI_PRUNE: &[&str] = &["**/.git/**", "**/node_modules/**"];
 
 /// find with and without the index agree from every directory.
-fn assert_find_equal(root: &Root, index: &Index, top: &Path) -> usize {
+pub(super) fn assert_find_equal(root: &Root, index: &Index, top: &Path) -> usize {
     let patterns = [
-        "", "*", "*.rs", "src/*.rs", "**/x.tmp", "*.log", "f*", "caf*", "*/*",
+        "",
+        "*",
+        "*.rs",
+        "src/*.rs",
+        "**/x.tmp",
+        "*.log",
+        "f*",
+        "caf*",
+        "*/*",
+        "*ai*",
+        "m?in.*",
+        "*este*",
+        "src/*i*.rs",
+        "*.tm?",
     ];
     let prunes: [&[&str]; 4] = [&[], PI_PRUNE, &["src/**"], &["**/nested/**", "**/.git/**"]];
     let mut answered = 0;
@@ -234,8 +247,61 @@ fn assert_find_equal(root: &Root, index: &Index, top: &Path) -> usize {
     answered
 }
 
-fn ready(root: &Arc<Root>, options: IndexOptions) -> Index {
-    let index = Index::start(root.clone(), options);
+/// Names a find's pattern holds literally (`Kconfig`, `nothing_like_*`,
+/// `*onfi*`) let the walk pass directories by or read one child of each:
+/// the answers stay the live walk's, directories of that name included.
+#[test]
+fn find_by_literal_names_equals_the_live_walk() {
+    let t = tempfile::tempdir().unwrap();
+    populate(
+        t.path(),
+        &[
+            "Kconfig",
+            "a/Kconfig",
+            "a/Kconfig.old",
+            "a/xKconfig",
+            "a/b/Kconfig",
+            "a/b/kconfig",
+            "c/Kconfig/x.c",
+            "d/nothing_like_this_1",
+            "d/e/Nothing_Like_This_2",
+            "f/zz.c",
+        ],
+    );
+    let root = root_of(t.path());
+    let index = ready(&root, IndexOptions::default());
+    let patterns = [
+        "Kconfig",
+        "**/Kconfig",
+        "a/**/Kconfig",
+        "kconfig",
+        "*onfi*",
+        "K*g",
+        "Kconfig*",
+        "nothing_like_*",
+        "Nothing_Like_*",
+        "*Like*",
+        "x.c",
+        "**/K?onfig",
+    ];
+    for dir in all_dirs(t.path()) {
+        for pattern in patterns {
+            let live = find(&root, &dir, pattern, PI_PRUNE, usize::MAX, None);
+            let warm = find(&root, &dir, pattern, PI_PRUNE, usize::MAX, Some(&index));
+            assert_eq!(warm, live, "find {pattern:?} in {dir:?}");
+        }
+    }
+    let all = find(&root, t.path(), "**/Kconfig", &[], usize::MAX, Some(&index));
+    assert_eq!(all.matches("Kconfig").count(), 4, "{all}");
+}
+
+/// A ready index: built, or with `PI_INDEX_PERSISTED` set (the suites'
+/// persisted leg), built, saved, and built again from its cache file.
+pub(super) fn ready(root: &Arc<Root>, options: IndexOptions) -> Index {
+    let index = match std::env::var_os("PI_INDEX_PERSISTED") {
+        Some(_) => cache::tests::restored(root, options),
+        None => Index::start(root.clone(), options),
+    };
     let stats = index.wait_ready();
     assert_eq!(stats.state, IndexState::Ready, "{stats:?}");
     index

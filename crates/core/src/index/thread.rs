@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::cache::{self, Key, Listed};
 use super::content::{Building, Content, Ids, Refresh};
 use super::grams::{file_grams, Gram, Postings, RawBloom, SegmentBuilder};
 use super::reader::{Read_, Reader};
@@ -64,9 +65,53 @@ impl Inner {
             let _ = handle.join();
         }
         let mut shared = self.lock();
+        if shared.state == IndexState::Ready {
+            if let Some(dir) = &self.options.cache_dir {
+                // A cache not written is only a cold start next time.
+                let _ = self.save(&mut shared, dir);
+            }
+        }
         shared.state = IndexState::Closed;
         shared.live = None;
         self.changed.notify_all();
+    }
+
+    fn key(&self, root_id: (u64, u64)) -> Key<'_> {
+        Key {
+            root: self.root.host(),
+            root_id,
+            max_file_bytes: self.options.max_file_bytes,
+            exact_min_bytes: self.options.exact_min_bytes,
+        }
+    }
+
+    /// Writes the index to the cache directory `dir`: the stat pass, then,
+    /// only if no event arrived meanwhile (nor was pending), the file.
+    pub(super) fn save(&self, shared: &mut Shared, dir: &std::path::Path) -> Result<(), String> {
+        let live = shared.live.as_mut().ok_or("not built")?;
+        if live.root_id != self.root.identity() {
+            return Err("the workspace directory was replaced".into());
+        }
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| e.to_string())?
+            .as_nanos() as i128;
+        let key = self.key(live.root_id);
+        let bytes = cache::encode(&key, &live.tree, &live.content, now_ns)?;
+        if let Some(mounts) = live.tree.mounts.as_mut() {
+            if mounts.changed_inside().unwrap_or(true) {
+                return Err("mounts changed".into());
+            }
+        }
+        let mut events = Vec::new();
+        live.tree
+            .inotify
+            .drain(&mut events)
+            .map_err(|e| e.to_string())?;
+        if !live.tree.passes_by(&events) {
+            return Err("the tree changed while it was saved".into());
+        }
+        cache::store(dir, &key, &bytes, self.options.cache_max_bytes)
     }
 
     /// Drains the inotify queue and applies it (under the lock).
@@ -171,27 +216,27 @@ impl Inner {
         let root_id = nix::sys::stat::fstat(&root_fd)
             .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| format!("the root cannot be opened: {e}"))?;
-        let mut ids = Ids::default();
-        let mut building = Building {
-            reader: Reader::new(self.options.max_file_bytes),
-            builder: SegmentBuilder::new(),
-            ids: &mut ids,
-            bytes: 0,
-            cancel: &self.closing,
-        };
         let mut pending = Vec::new();
-        let mut tree = Tree::build(
-            root_fd,
-            self.root.host().to_path_buf(),
-            self.root.policy().cloned(),
-            self.options.max_watches.unwrap_or(usize::MAX),
-            &mut building,
-            &self.closing,
-            &mut pending,
-        )?;
-        let segment = building.builder.finish();
-        let mut postings = Postings::new();
-        postings.push(segment);
+        let key = self.key(root_id);
+        let (mut tree, content, restored, note) = match self.options.cache_dir.as_deref() {
+            None => {
+                let (tree, content) = self.cold_build(root_fd, &mut pending)?;
+                (tree, content, 0, None)
+            }
+            Some(dir) => match self.warm_start(dir, &key, root_fd, &mut pending)? {
+                Ok((tree, content, restored)) => (tree, content, restored, Some("restored".into())),
+                Err(why) => {
+                    // The cache could not be used: a build from the tree, as without one.
+                    pending.clear();
+                    let root_fd = self
+                        .root
+                        .open_dir(self.root.host())
+                        .map_err(|e| format!("the root cannot be opened: {e}"))?;
+                    let (tree, content) = self.cold_build(root_fd, &mut pending)?;
+                    (tree, content, 0, Some(why))
+                }
+            },
+        };
         tree.inotify
             .drain(&mut pending)
             .map_err(|e| format!("inotify read failed: {e}"))?;
@@ -199,14 +244,12 @@ impl Inner {
         if self.closing.load(Ordering::SeqCst) {
             return Err("closed".into());
         }
-        tree.apply(&pending, &mut Refresh(&mut ids))?;
-        let content = Content {
-            postings,
-            ids,
-            exact: HashMap::new(),
-        };
+        let mut content = content;
+        tree.apply(&pending, &mut Refresh(&mut content.ids))?;
         let unfiltered = large_files(&tree, &content, self.options.exact_min_bytes);
         shared.unfiltered_files = unfiltered.len() as u64;
+        shared.restored_files = restored;
+        shared.cache = note;
         shared.live = Some(Live {
             tree,
             content,
@@ -218,6 +261,88 @@ impl Inner {
         shared.last_refresh_unix_ms = Some(now_unix_ms());
         self.changed.notify_all();
         Ok(unfiltered)
+    }
+
+    /// Tree::build from the root with `contents`.
+    fn tree_build(
+        &self,
+        root_fd: std::os::fd::OwnedFd,
+        contents: &mut dyn super::tree::Contents,
+        pending: &mut Vec<Event>,
+    ) -> Result<Tree, String> {
+        Tree::build(
+            root_fd,
+            self.root.host().to_path_buf(),
+            self.root.policy().cloned(),
+            self.options.max_watches.unwrap_or(usize::MAX),
+            contents,
+            &self.closing,
+            pending,
+        )
+    }
+
+    /// A build from the tree: every file read as it is listed, one segment.
+    fn cold_build(
+        &self,
+        root_fd: std::os::fd::OwnedFd,
+        pending: &mut Vec<Event>,
+    ) -> Result<(Tree, Content), String> {
+        let mut ids = Ids::default();
+        let mut building = Building {
+            reader: Reader::new(self.options.max_file_bytes),
+            builder: SegmentBuilder::new(),
+            ids: &mut ids,
+            bytes: 0,
+            cancel: &self.closing,
+        };
+        let tree = self.tree_build(root_fd, &mut building, pending)?;
+        let mut postings = Postings::default();
+        postings.push(building.builder.finish());
+        let content = Content {
+            postings,
+            ids,
+            exact: HashMap::new(),
+        };
+        Ok((tree, content))
+    }
+
+    /// A start from the cache file in `dir`: the file read and checked on
+    /// a second thread while this one lists and watches the tree, leaving
+    /// every file dirty with its stamp noted (`Listed`); then the files
+    /// whose stamp is the saved one get their saved ids (`cache::restore`).
+    /// `Ok(Err(why))`: the cache cannot be used (build from the tree);
+    /// `Err`: the build itself failed.
+    #[allow(clippy::type_complexity)]
+    fn warm_start(
+        &self,
+        dir: &std::path::Path,
+        key: &Key<'_>,
+        root_fd: std::os::fd::OwnedFd,
+        pending: &mut Vec<Event>,
+    ) -> Result<Result<(Tree, Content, u64), String>, String> {
+        if let Err(why) = cache::saved_exists(dir, key) {
+            return Ok(Err(why));
+        }
+        std::thread::scope(|scope| {
+            let loader = std::thread::Builder::new()
+                .name("pi-index-load".into())
+                .spawn_scoped(scope, || {
+                    cache::load(dir, key, self.options.cache_max_bytes)
+                });
+            let mut listed = Listed::default();
+            let tree = self.tree_build(root_fd, &mut listed, pending);
+            let loaded = match loader {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Err("the loader failed".into())),
+                Err(e) => Err(format!("no loader thread: {e}")),
+            };
+            let mut tree = tree?;
+            Ok(loaded.map(|saved| {
+                let (content, restored) = cache::restore(&mut tree, &listed, saved);
+                (tree, content, restored)
+            }))
+        })
     }
 
     /// While ready: waits for events or wakes, applies events, re-indexes

@@ -14,8 +14,8 @@ use crate::walk::rules::{Level, Rules};
 use crate::walk::Kind;
 
 use super::{
-    join, open_beneath, Aside, Child, Contents, DirId, DirNode, FileState, Fresh, Grown, NameEnds,
-    Node, Tree, Watched, NO_WATCH, ROOT,
+    join, open_beneath, Aside, Child, Contents, DirId, DirNode, FileState, Fresh, Grown,
+    NameFilter, NewFile, Node, Tree, Watched, NO_WATCH, ROOT,
 };
 
 impl Tree {
@@ -137,7 +137,7 @@ impl Tree {
             rel,
             level,
             children: Vec::new(),
-            ends: NameEnds::default(),
+            names: NameFilter::default(),
             dirs: Vec::new(),
             wd,
             rule_wds: Vec::new(),
@@ -219,11 +219,24 @@ impl Tree {
         dir: DirId,
         fd: BorrowedFd<'_>,
         name: &[u8],
+        rel: &[u8],
         contents: &mut dyn Contents,
     ) -> (FileState, i32, u64) {
-        let (link, ino) = self.watch_link(dir, fd, name);
+        use nix::fcntl::AtFlags;
+        let stat = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+        let (link, ino) = match &stat {
+            Some(st) => self.watch_link_of(dir, fd, name, st),
+            None => (NO_WATCH, 0),
+        };
+        let file = NewFile {
+            dir: fd,
+            name,
+            rel,
+            linked: link != NO_WATCH,
+            stat: stat.as_ref(),
+        };
         let state = contents
-            .index_now(fd, name, link != NO_WATCH)
+            .index_now(file)
             .unwrap_or_else(|| self.mark_dirty(dir, name));
         (state, link, ino)
     }
@@ -312,7 +325,7 @@ impl Tree {
                 Kind::File => match keep(prev, self, (&mut link, &mut ino)) {
                     Some(node) => node,
                     None => {
-                        let (state, watched, inode) = self.new_file(id, fd, name, contents);
+                        let (state, watched, inode) = self.new_file(id, fd, name, &rel, contents);
                         (link, ino) = (watched, inode);
                         Node::File(state)
                     }

@@ -167,6 +167,21 @@ impl Tree {
     /// Applies inotify events: re-lists the directories whose names changed,
     /// recomputes decisions below changed rule files, marks written files
     /// dirty. `Err` when the index must step aside.
+    /// Whether `apply` would pass every one of `events` by: each on a watch
+    /// kept for rule files only (the root's ancestors, `.git`), about
+    /// another name (`/tmp` sees every temporary file of the machine).
+    pub(crate) fn passes_by(&self, events: &[Event]) -> bool {
+        events.iter().all(|ev| match self.watches.get(&ev.wd) {
+            Some(Watched::Rules { names, .. }) => {
+                let name = ev.name.as_deref();
+                ev.mask & (SELF_CHANGED | libc::IN_Q_OVERFLOW) == 0
+                    && name.is_some_and(|n| !names.contains(&n))
+                    && self.on_path.get(&ev.wd).map(|n| &**n) != name
+            }
+            _ => false,
+        })
+    }
+
     pub(crate) fn apply(
         &mut self,
         events: &[Event],

@@ -35,7 +35,7 @@ use crate::walk::rules::Rules;
 use crate::walk::Kind;
 
 use events::Fresh;
-pub(crate) use node::{Child, DirNode, FileState, NameEnds, Node};
+pub(crate) use node::{Child, DirNode, FileState, NameFilter, Node};
 use node::{ChildName, NO_WATCH};
 use search::Places;
 pub(crate) use search::TreeSearch;
@@ -76,13 +76,25 @@ pub(crate) struct DirtyRef {
     pub(crate) generation: u64,
 }
 
+/// A file the tree has just listed, for `Contents::index_now`.
+pub(crate) struct NewFile<'a> {
+    /// Its directory, open.
+    pub(crate) dir: BorrowedFd<'a>,
+    pub(crate) name: &'a [u8],
+    /// Its path from the root.
+    pub(crate) rel: &'a [u8],
+    /// It has more than one link and its inode is watched, so it may be
+    /// indexed even so.
+    pub(crate) linked: bool,
+    /// What `fstatat` (no symlinks followed) said of it as it was listed.
+    pub(crate) stat: Option<&'a nix::sys::stat::FileStat>,
+}
+
 /// How the tree gets file contents indexed.
 pub(crate) trait Contents {
-    /// Indexes the file `name` in `dir` now (the first build), or `None` to
-    /// leave it to the background (refreshes: the file is marked dirty).
-    /// `linked`: the file has more than one link and its inode is watched,
-    /// so it may be indexed even so.
-    fn index_now(&mut self, dir: BorrowedFd<'_>, name: &[u8], linked: bool) -> Option<FileState>;
+    /// Indexes `file` now (a build), or `None` to leave it to the
+    /// background (refreshes: the file is marked dirty).
+    fn index_now(&mut self, file: NewFile<'_>) -> Option<FileState>;
     /// A content id no file uses any more.
     fn retire(&mut self, id: u32);
 }
@@ -221,6 +233,11 @@ impl Tree {
         self.root_fd.as_fd()
     }
 
+    /// Every indexed directory.
+    pub(crate) fn dirs(&self) -> impl Iterator<Item = &DirNode> {
+        self.nodes.iter().flatten()
+    }
+
     pub(crate) fn watch_count(&self) -> usize {
         self.watches.len()
     }
@@ -244,7 +261,7 @@ impl Tree {
     pub(crate) fn memory_bytes(&self) -> usize {
         let mut bytes = self.nodes.capacity() * std::mem::size_of::<Option<DirNode>>();
         for node in self.nodes.iter().flatten() {
-            bytes += node.rel.capacity() + node.name.len();
+            bytes += node.rel.capacity() + node.name.len() + node.names.memory_bytes();
             bytes += node.children.capacity() * std::mem::size_of::<Child>();
             bytes += node
                 .children

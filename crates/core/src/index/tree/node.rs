@@ -103,9 +103,9 @@ pub(crate) struct DirNode {
     pub(super) level: Arc<Level>,
     /// Sorted by name, as the walker lists.
     pub(crate) children: Vec<Child>,
-    /// The ends of its other entries' names, and where its directories are
-    /// in `children`: a find for names ending otherwise visits only these.
-    pub(super) ends: NameEnds,
+    /// What its other entries' names hold, and where its directories are
+    /// in `children`: a find for names that cannot be there visits only these.
+    pub(super) names: NameFilter,
     pub(super) dirs: Vec<u32>,
     pub(super) wd: i32,
     /// Watches on `.git` and `.git/info`, for the exclude file.
@@ -114,10 +114,11 @@ pub(crate) struct DirNode {
 
 impl DirNode {
     /// The only way its children change (their names and kinds, that is:
-    /// a child's `node` changes in place), so `ends` and `dirs` stay true.
-    pub(super) fn set_children(&mut self, children: Vec<Child>) {
+    /// a child's `node` changes in place), so `names` and `dirs` stay true.
+    pub(super) fn set_children(&mut self, mut children: Vec<Child>) {
         let files = children.iter().filter(|c| c.kind != Kind::Dir);
-        self.ends = NameEnds::of(files.map(|c| &*c.name));
+        self.names = NameFilter::of(files.map(|c| &*c.name));
+        children.shrink_to_fit();
         self.dirs = (children.iter().enumerate())
             .filter(|(_, c)| c.kind == Kind::Dir)
             .map(|(i, _)| i as u32)
@@ -126,33 +127,65 @@ impl DirNode {
     }
 }
 
-/// The last two and three bytes (ASCII case folded) of a directory's names
-/// that are no directory's, as a 256-bit Bloom filter: most directories
-/// hold no name ending with a find's literal tail (`Kconfig`, `.rs`), and
-/// passing them by spares reading every entry. 256 bits keep a typical
-/// directory (15 entries, 2 bits each) under an eighth full.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct NameEnds([u64; 4]);
+/// What a directory's names that are no directory's hold, as a Bloom filter
+/// (ASCII case folded): their last two and three bytes, and every three
+/// bytes anywhere in them. Most directories hold no name ending with a
+/// find's literal tail (`Kconfig`, `.rs`) or holding its literal pieces
+/// (`nothing_like_this_` of `nothing_like_this_*`), and passing them by
+/// spares reading every entry. Four bits a key, one hash: a typical
+/// directory's filter is under a fifth full, so a piece of a few trigrams
+/// rarely passes by chance.
+#[derive(Clone, Default)]
+pub(crate) struct NameFilter(Box<[u64]>);
 
-impl NameEnds {
-    pub(super) fn of<'a>(names: impl Iterator<Item = &'a [u8]>) -> NameEnds {
-        let mut ends = NameEnds::default();
+/// Key tags: an end of two or three bytes, or a trigram anywhere.
+const END: u64 = 1 << 60;
+const GRAM: u64 = 2 << 60;
+
+impl NameFilter {
+    pub(super) fn of<'a>(names: impl Iterator<Item = &'a [u8]> + Clone) -> NameFilter {
+        let keys: usize = (names.clone()).map(|n| 2 + n.len().saturating_sub(2)).sum();
+        // At least 256 bits, as a single word's filter would fill at once.
+        let words = (keys * 4).next_power_of_two().max(256) / 64;
+        let mut filter = NameFilter(vec![0; words].into_boxed_slice());
         for name in names {
             for n in [2, 3] {
                 if let Some(at) = name.len().checked_sub(n) {
-                    let bit = Self::bit(&name[at..]);
-                    ends.0[bit / 64] |= 1 << (bit % 64);
+                    filter.set(END | Self::key(&name[at..]));
                 }
             }
+            for gram in name.windows(3) {
+                filter.set(GRAM | Self::key(gram));
+            }
         }
-        ends
+        filter
     }
 
-    fn bit(end: &[u8]) -> usize {
-        let key = end.iter().fold(end.len() as u64, |k, b| {
+    fn key(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(bytes.len() as u64, |k, b| {
             k << 8 | u64::from(b.to_ascii_lowercase())
-        });
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize
+        })
+    }
+
+    /// The bit of `key`: the top bits of a multiplicative hash.
+    fn bit(&self, key: u64) -> usize {
+        let bits = self.0.len() * 64;
+        if bits == 0 {
+            return 0;
+        }
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits.trailing_zeros())) as usize
+    }
+
+    fn set(&mut self, key: u64) {
+        let bit = self.bit(key);
+        self.0[bit / 64] |= 1 << (bit % 64);
+    }
+
+    fn has(&self, key: u64) -> bool {
+        let bit = self.bit(key);
+        self.0
+            .get(bit / 64)
+            .is_some_and(|w| w >> (bit % 64) & 1 != 0)
     }
 
     /// Whether a name that is no directory's may end with `tail` (in any
@@ -161,7 +194,19 @@ impl NameEnds {
         if tail.len() < 2 {
             return true;
         }
-        let bit = Self::bit(&tail[tail.len() - tail.len().min(3)..]);
-        self.0[bit / 64] >> (bit % 64) & 1 != 0
+        self.has(END | Self::key(&tail[tail.len() - tail.len().min(3)..]))
+    }
+
+    /// Whether a name that is no directory's may hold `piece` (in any ASCII
+    /// case); `true` for a piece shorter than three bytes.
+    pub(crate) fn may_hold(&self, piece: &[u8]) -> bool {
+        piece
+            .windows(3)
+            .all(|gram| self.has(GRAM | Self::key(gram)))
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.0.len() * 8
     }
 }

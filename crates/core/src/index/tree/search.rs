@@ -3,7 +3,7 @@
 
 use crate::walk::Kind;
 
-use super::{is_rule_name, join, Child, DirId, DirNode, FileState, NameEnds, Node, Tree, ROOT};
+use super::{is_rule_name, join, Child, DirId, DirNode, FileState, NameFilter, Node, Tree, ROOT};
 
 /// Where the files a selective grep may read are, derived from the tree
 /// at one version (rebuilt by a pass over it when the tree changed):
@@ -65,18 +65,46 @@ impl Tree {
     /// what is left out and handing it what is not. `None` when the walk
     /// would have to enter an unindexed directory.
     pub(crate) fn dfs<S: TreeSearch + ?Sized>(&self, start: DirId, search: &mut S) -> Option<()> {
-        // (directory, next child, length of its path from `start`, whether
-        // only its directories are visited: `i` then counts in `dirs`)
-        let only_dirs = |search: &mut S, node: &DirNode| !search.wants_any(&node.ends);
-        let first = only_dirs(search, self.node(start)?);
-        let mut stack: Vec<(DirId, usize, usize, bool)> = vec![(start, 0, 0, first)];
+        let only_name = search.only_name();
+        // Which of a directory's children the walk reads: all, or only its
+        // directories and, when the search names its files exactly, the one
+        // child of that name (`Some(at)`).
+        let visits = |search: &mut S, node: &DirNode| -> Visits {
+            if !search.wants_any(&node.names) {
+                return Visits::Dirs(None);
+            }
+            match &only_name {
+                Some(name) => Visits::Dirs(
+                    (node.children.binary_search_by(|c| (*c.name).cmp(name)))
+                        .ok()
+                        .filter(|&at| node.children[at].kind != Kind::Dir)
+                        .map(|at| at as u32),
+                ),
+                None => Visits::All,
+            }
+        };
+        // (directory, next child, length of its path from `start`, which
+        // children: `i` then counts in `dirs`, the named child among them)
+        let first = visits(search, self.node(start)?);
+        let mut stack: Vec<(DirId, usize, usize, Visits)> = vec![(start, 0, 0, first)];
         let mut rel: Vec<u8> = Vec::new();
         while let Some(top) = stack.last_mut() {
-            let (id, i, len, dirs) = *top;
+            let (id, i, len, which) = *top;
             let node = self.node(id)?;
-            let next = match dirs {
-                true => node.dirs.get(i).map(|&at| &node.children[at as usize]),
-                false => node.children.get(i),
+            let next = match which {
+                Visits::All => node.children.get(i),
+                Visits::Dirs(named) => {
+                    // The named child goes where its name sorts among the
+                    // directories.
+                    let before =
+                        named.map_or(usize::MAX, |at| node.dirs.partition_point(|&d| d < at));
+                    let at = match i.cmp(&before) {
+                        std::cmp::Ordering::Less => node.dirs.get(i).copied(),
+                        std::cmp::Ordering::Equal => named,
+                        std::cmp::Ordering::Greater => node.dirs.get(i - 1).copied(),
+                    };
+                    at.map(|at| &node.children[at as usize])
+                }
             };
             let Some(child) = next else {
                 stack.pop();
@@ -99,15 +127,17 @@ impl Tree {
             }
             match child.node {
                 Node::Dir(sub) => {
-                    let dirs = match self.node(sub) {
-                        Some(node) if only_dirs(search, node) => true,
+                    let which = match self.node(sub) {
                         Some(node) => {
-                            prefetch(&node.children);
-                            false
+                            let which = visits(search, node);
+                            if which == Visits::All {
+                                prefetch(&node.children);
+                            }
+                            which
                         }
-                        None => false,
+                        None => Visits::All,
                     };
-                    stack.push((sub, 0, rel.len(), dirs))
+                    stack.push((sub, 0, rel.len(), which))
                 }
                 Node::Unindexed | Node::Pending => return None,
                 _ => {}
@@ -271,6 +301,14 @@ fn plain_rule_files(node: &DirNode) -> bool {
     })
 }
 
+/// Which children of a directory a walk reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visits {
+    All,
+    /// Its directories, and the child at this place in `children`.
+    Dirs(Option<u32>),
+}
+
 /// A walk answered from the tree.
 pub(crate) trait TreeSearch {
     /// Whether the entry at `rel` (from the start) is left out with
@@ -284,9 +322,15 @@ pub(crate) trait TreeSearch {
         true
     }
     /// Whether any child that is no directory can be `wanted` in a
-    /// directory whose names end as `ends` says: `false` passes them all by.
-    fn wants_any(&mut self, _ends: &NameEnds) -> bool {
+    /// directory whose names `names` describes: `false` passes them all by.
+    fn wants_any(&mut self, _names: &NameFilter) -> bool {
         true
+    }
+    /// The one name a child that is no directory must have to be `wanted`
+    /// (`None`: names cannot say): the walk reads only that child and the
+    /// directories.
+    fn only_name(&mut self) -> Option<Vec<u8>> {
+        None
     }
     /// An entry not left out, in walk order; `false` ends the walk.
     fn visit(&mut self, rel: &[u8], child: &Child, dir: &DirNode) -> bool;

@@ -1,10 +1,10 @@
-use super::NameEnds;
+use super::NameFilter;
 use nix::fcntl::OFlag;
 
 #[test]
-fn name_ends_never_miss_and_pass_directories_by() {
+fn name_filters_never_miss_and_pass_directories_by() {
     let names: [&[u8]; 6] = [b"Kconfig", b"Makefile", b"main.C", b"x.h", b"ab", b"q"];
-    let ends = NameEnds::of(names.iter().copied());
+    let ends = NameFilter::of(names.iter().copied());
     for name in names {
         for at in 0..=name.len() {
             let tail = &name[at..];
@@ -25,7 +25,18 @@ fn name_ends_never_miss_and_pass_directories_by() {
         b".json",
     ];
     assert!(passed.iter().all(|t| !ends.may_end_with(t)));
-    assert!(!NameEnds::of(std::iter::empty()).may_end_with(b"Kconfig"));
+    assert!(!NameFilter::of(std::iter::empty()).may_end_with(b"Kconfig"));
+    for name in names {
+        for at in 0..name.len() {
+            for end in at..=name.len() {
+                assert!(ends.may_hold(&name[at..end]), "a piece of {name:?}");
+                assert!(ends.may_hold(&name[at..end].to_ascii_lowercase()));
+            }
+        }
+    }
+    assert!(ends.may_hold(b"zz"), "two bytes: cannot say");
+    let absent = [&b"nothing_like_this_"[..], b"Kbuild", b"config.rs", b"xyz"];
+    assert!(absent.iter().all(|p| !ends.may_hold(p)));
 }
 
 #[test]

@@ -132,9 +132,20 @@ impl Tree {
     /// cannot be stat'ed).
     pub(super) fn watch_link(&mut self, dir: DirId, fd: BorrowedFd<'_>, name: &[u8]) -> (i32, u64) {
         use nix::fcntl::AtFlags;
-        let Ok(st) = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-            return (NO_WATCH, 0);
-        };
+        match nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => self.watch_link_of(dir, fd, name, &st),
+            Err(_) => (NO_WATCH, 0),
+        }
+    }
+
+    /// `watch_link` for a file whose `fstatat` is `st`.
+    pub(super) fn watch_link_of(
+        &mut self,
+        dir: DirId,
+        fd: BorrowedFd<'_>,
+        name: &[u8],
+        st: &nix::sys::stat::FileStat,
+    ) -> (i32, u64) {
         let ino = st.st_ino;
         if st.st_nlink <= 1 || self.watches.len() >= self.max_watches {
             return (NO_WATCH, ino);
