@@ -78,6 +78,8 @@ impl DirHandle {
         Ok(DirHandle::held(handle, path, key, None))
     }
 
+    /// Holds `handle`, at `path` with identity `key`; `parent`: the identity
+    /// of the directory it was opened in, for its check, when it has one left.
     fn held(handle: OwnedHandle, path: String, key: DirKey, parent: Option<DirKey>) -> DirHandle {
         DirHandle {
             handle,
