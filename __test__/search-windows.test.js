@@ -10,7 +10,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createNativeTools } from "pi-native-ops";
 import { runTool } from "./helpers/pi.js";
-import { makeTree, removeTree, tempDir, wineSwapStart } from "./helpers/tree.js";
+import { makeTree, removeTree, tempDir, wineExchangeStart, wineSwapStart } from "./helpers/tree.js";
 import { underWine, windows } from "./helpers/windows.js";
 
 const describeWindows = windows ? describe : describe.skip;
@@ -115,6 +115,28 @@ describeWindows("find and grep on Windows stay inside the root", () => {
     }
     expect(walks).toBeGreaterThan(0);
   });
+
+  // The walk enters each directory by name, and wine follows a unix symlink that is no reparse point: a directory
+  // exchanged atomically (renameat2) with a link out, at full speed, is refused by its identity (its `..`).
+  it.runIf(underWine)(
+    "a directory exchanged atomically with a link out while walks run never lets one out",
+    async () => {
+      const exchanged = makeTree(path.join(root, "exchanged"), { "mine.txt": "needle mine\n" });
+      const stop = wineExchangeStart(exchanged, path.join(base, "exchanged-link"), outside);
+      let swaps;
+      try {
+        for (let i = 0; i < 40; i++) {
+          const { found, grepped } = await searchAll(tools);
+          expect(found).not.toMatch(OUTSIDE_NAMES);
+          expect(grepped).not.toMatch(OUTSIDE_TEXT);
+        }
+      } finally {
+        swaps = stop();
+        removeTree(exchanged);
+      }
+      expect(swaps).toBeGreaterThan(0);
+    },
+  );
 
   it("an alternate data stream is never listed or searched", async (ctx) => {
     writeFileSync(path.join(root, "a.txt:hidden"), "needle in a stream\n");

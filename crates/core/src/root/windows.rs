@@ -64,8 +64,8 @@ use windows_sys::Wdk::Storage::FileSystem::{
 };
 use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, OBJ_CASE_INSENSITIVE, STATUS_NOT_A_DIRECTORY,
-    STATUS_OBJECT_NAME_COLLISION, STATUS_OBJECT_NAME_NOT_FOUND, STATUS_OBJECT_PATH_NOT_FOUND,
-    UNICODE_STRING,
+    STATUS_NO_MORE_FILES, STATUS_OBJECT_NAME_COLLISION, STATUS_OBJECT_NAME_NOT_FOUND,
+    STATUS_OBJECT_PATH_NOT_FOUND, UNICODE_STRING,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     FileAttributeTagInfo, FileBasicInfo, FileFullDirectoryInfo, FileFullDirectoryRestartInfo,
@@ -1346,38 +1346,61 @@ fn list(
 /// path is looked up again.
 pub(crate) fn for_each_entry(
     dir: BorrowedHandle<'_>,
+    each: impl FnMut(&[u16], u32, u32) -> bool,
+) -> Result<()> {
+    list_entries(dir, None, each)
+}
+
+/// [`for_each_entry`] for the directory `dir`, opened by name in the
+/// directory whose identity is `parent` and not checked since: under wine,
+/// [`verify_child`]'s check made by the listing itself (wine lists `.` and
+/// `..` first, with their file IDs), so no second handle is needed. Unless
+/// `..` is `parent` and comes before every other entry, no entry is given
+/// and the directory is refused. Elsewhere the same as [`for_each_entry`].
+pub(crate) fn for_each_child_entry(
+    dir: BorrowedHandle<'_>,
+    parent: DirKey,
+    each: impl FnMut(&[u16], u32, u32) -> bool,
+) -> Result<()> {
+    list_entries(dir, under_wine().then_some(parent), each)
+}
+
+/// [`for_each_entry`], checking the `..` of `dir` against `parent` when given
+/// (then with `FileIdFullDirectoryInformation`, which has the file IDs).
+fn list_entries(
+    dir: BorrowedHandle<'_>,
+    parent: Option<DirKey>,
     mut each: impl FnMut(&[u16], u32, u32) -> bool,
 ) -> Result<()> {
     // u64s: the records are 8-byte aligned within the buffer.
     let mut buf = vec![0u64; LIST_BUFFER_BYTES / 8];
     let mut units: Vec<u16> = Vec::new();
-    let mut class = FileFullDirectoryRestartInfo;
+    let with_ids = parent.is_some();
+    // Until `..` has shown to be `parent`, no entry is given.
+    let mut unchecked = parent;
+    let mut first = true;
     loop {
-        // SAFETY: `buf` is writable for LIST_BUFFER_BYTES, the length passed.
-        let ok = unsafe {
-            GetFileInformationByHandleEx(
-                dir.as_raw_handle() as HANDLE,
-                class,
-                buf.as_mut_ptr().cast(),
-                LIST_BUFFER_BYTES as u32,
-            )
+        let more = if with_ids {
+            list_ids(dir, &mut buf, first)?
+        } else {
+            list_full(dir, &mut buf, first)?
         };
-        if ok == 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(ERROR_NO_MORE_FILES) {
-                return Ok(());
-            }
-            return Err(io_error(e));
+        if !more {
+            return match unchecked {
+                None => Ok(()),
+                Some(_) => Err(Error::outside()),
+            };
         }
-        class = FileFullDirectoryInfo;
+        first = false;
         // SAFETY: viewing the u64 buffer as bytes (same memory, u8 has no alignment need).
         let bytes: &[u8] =
             unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), LIST_BUFFER_BYTES) };
         let mut at = 0usize;
         loop {
-            // FILE_FULL_DIR_INFO: NextEntryOffset at 0, FileAttributes at 56,
-            // FileNameLength at 60, EaSize at 64 (a reparse point's tag),
-            // FileName at 68.
+            // FILE_FULL_DIR_INFO and FILE_ID_FULL_DIR_INFORMATION alike:
+            // NextEntryOffset at 0, FileAttributes at 56, FileNameLength at
+            // 60, EaSize at 64 (a reparse point's tag); then FileName at 68,
+            // or the FileId at 72 and FileName at 80.
             let field = |i: usize| -> Option<u32> {
                 Some(u32::from_le_bytes(
                     bytes.get(at + i..at + i + 4)?.try_into().ok()?,
@@ -1388,7 +1411,8 @@ pub(crate) fn for_each_entry(
             else {
                 return Err(Error::os(libc::EIO));
             };
-            let Some(raw) = bytes.get(at + 68..at + 68 + len as usize) else {
+            let name_at = at + if with_ids { 80 } else { 68 };
+            let Some(raw) = bytes.get(name_at..name_at + len as usize) else {
                 return Err(Error::os(libc::EIO));
             };
             units.clear();
@@ -1396,7 +1420,19 @@ pub(crate) fn for_each_entry(
                 raw.chunks_exact(2)
                     .map(|c| u16::from_le_bytes([c[0], c[1]])),
             );
-            if units != [b'.' as u16] && units != [b'.' as u16, b'.' as u16] {
+            let dot = units == [b'.' as u16];
+            let dotdot = units == [b'.' as u16, b'.' as u16];
+            if let Some(parent) = unchecked {
+                let id = bytes
+                    .get(at + 72..at + 80)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes);
+                if dotdot && id == Some(parent.0) {
+                    unchecked = None;
+                } else if !dot {
+                    return Err(Error::outside());
+                }
+            } else if !dot && !dotdot {
                 let tag = if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
                     ea
                 } else {
@@ -1412,6 +1448,64 @@ pub(crate) fn for_each_entry(
             at += next as usize;
         }
     }
+}
+
+/// Fills `buf` with the next `FILE_FULL_DIR_INFO` records of `dir` (from the
+/// start when `first`); `false` once the listing has ended.
+fn list_full(dir: BorrowedHandle<'_>, buf: &mut [u64], first: bool) -> Result<bool> {
+    let class = if first {
+        FileFullDirectoryRestartInfo
+    } else {
+        FileFullDirectoryInfo
+    };
+    // SAFETY: `buf` is writable for its size in bytes, the length passed.
+    let ok = unsafe {
+        GetFileInformationByHandleEx(
+            dir.as_raw_handle() as HANDLE,
+            class,
+            buf.as_mut_ptr().cast(),
+            std::mem::size_of_val(buf) as u32,
+        )
+    };
+    if ok == 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(ERROR_NO_MORE_FILES) {
+            return Ok(false);
+        }
+        return Err(io_error(e));
+    }
+    Ok(true)
+}
+
+/// [`list_full`] with `FILE_ID_FULL_DIR_INFORMATION` records
+/// (`NtQueryDirectoryFile`: no Win32 class has them).
+fn list_ids(dir: BorrowedHandle<'_>, buf: &mut [u64], first: bool) -> Result<bool> {
+    // SAFETY: an all-zero IO_STATUS_BLOCK is a valid value.
+    let mut status_block: IO_STATUS_BLOCK = unsafe { std::mem::zeroed() };
+    // SAFETY: `buf` is writable for its size in bytes, the length passed; no event or APC is
+    // given and the handle is synchronous (`nt_open`), so the call has completed when it returns.
+    let status = unsafe {
+        NtQueryDirectoryFile(
+            dir.as_raw_handle() as HANDLE,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null(),
+            &mut status_block,
+            buf.as_mut_ptr().cast(),
+            std::mem::size_of_val(buf) as u32,
+            FileIdFullDirectoryInformation,
+            false,
+            std::ptr::null(),
+            first,
+        )
+    };
+    if status == STATUS_NO_MORE_FILES {
+        return Ok(false);
+    }
+    if status < 0 {
+        return Err(nt_error(status));
+    }
+    Ok(true)
 }
 
 /// Renames the open file `h` to `name` in `dir`, replacing what is there:

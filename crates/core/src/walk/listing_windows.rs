@@ -13,8 +13,11 @@
 //! listing, wine's unix symlinks, which wine shows as what they lead to) is
 //! skipped as unreadable. Under wine, where that final path is looked up by
 //! name after the open, each directory entered is also checked by identity
-//! (`verify_child`: its `..` is the directory it was listed in), so a link
-//! swapped in and out between the two is refused too. A directory is held
+//! (its `..` is the directory it was listed in), so a link swapped in and out
+//! between the two is refused too: by its own listing, whose `..` comes
+//! before any entry is given (`for_each_child_entry`), or, for one opened
+//! through without a listing, by `verify_child`; nothing is opened through a
+//! directory before it is so checked. A directory is held
 //! without `FILE_SHARE_DELETE`, so it cannot be renamed away while the walk is
 //! beneath it.
 //!
@@ -29,6 +32,7 @@ use std::fs::File;
 use std::io;
 use std::os::windows::ffi::{OsStrExt, OsStringExt};
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use windows_sys::Wdk::Storage::FileSystem::{FILE_NON_DIRECTORY_FILE, FILE_OPEN};
 use windows_sys::Win32::Storage::FileSystem::{
@@ -36,8 +40,8 @@ use windows_sys::Win32::Storage::FileSystem::{
 };
 
 use crate::root::{
-    dir_key, eq_ci, final_path, for_each_entry, is_link, normalize, nt_open, tag_info,
-    verify_child, DirKey, DIR_ACCESS, DIR_OPTIONS, PROBE_ACCESS, SHARE_ALL,
+    dir_key, eq_ci, final_path, for_each_child_entry, for_each_entry, is_link, normalize, nt_open,
+    tag_info, under_wine, verify_child, DirKey, DIR_ACCESS, DIR_OPTIONS, PROBE_ACCESS, SHARE_ALL,
 };
 use crate::walk::{os_str, Kind};
 
@@ -52,6 +56,11 @@ pub struct DirHandle {
     path: String,
     /// Its identity (under wine; see `verify_child`).
     key: DirKey,
+    /// Under wine, the identity of the directory it was opened in by name,
+    /// until its `..` has shown to be that one (see `checked`).
+    parent: Option<DirKey>,
+    /// Whether nothing is left to check: entries are opened through it only then.
+    checked: AtomicBool,
 }
 
 /// A directory the walk holds open, borrowed.
@@ -66,7 +75,19 @@ impl DirHandle {
             .ok()
             .and_then(|p| normalize(&p))
             .ok_or_else(|| io::Error::from_raw_os_error(ERROR_ACCESS_DENIED))?;
-        Ok(DirHandle { handle, path, key })
+        Ok(DirHandle::held(handle, path, key, None))
+    }
+
+    /// Holds `handle`, at `path` with identity `key`; `parent`: the identity
+    /// of the directory it was opened in, for its check, when it has one left.
+    fn held(handle: OwnedHandle, path: String, key: DirKey, parent: Option<DirKey>) -> DirHandle {
+        DirHandle {
+            handle,
+            path,
+            key,
+            checked: AtomicBool::new(parent.is_none()),
+            parent,
+        }
     }
 
     /// The directory's final path (normalized: `C:\…`, no trailing `\`).
@@ -76,6 +97,19 @@ impl DirHandle {
 
     fn handle(&self) -> BorrowedHandle<'_> {
         self.handle.as_handle()
+    }
+
+    /// The handle, to open its entries through once it is checked: by its
+    /// listing, or else here (a directory only walked through, such as a
+    /// rule file's `.git`), on a handle of its own so a listing still reads
+    /// it whole.
+    fn checked_handle(&self) -> io::Result<BorrowedHandle<'_>> {
+        if !self.checked.load(Ordering::Acquire) {
+            let parent = self.parent.ok_or_else(refused)?;
+            verify_child(parent, self.handle(), true).map_err(|_| refused())?;
+            self.checked.store(true, Ordering::Release);
+        }
+        Ok(self.handle())
     }
 }
 
@@ -119,7 +153,7 @@ fn where_listed(dir: &DirHandle, name: &[u8], h: BorrowedHandle<'_>) -> Option<S
 /// only where it was listed (see the module's notes).
 pub(crate) fn open_dir_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<DirHandle> {
     let h = nt_open(
-        dir.handle(),
+        dir.checked_handle()?,
         &wide(name),
         DIR_ACCESS,
         FILE_OPEN,
@@ -132,19 +166,17 @@ pub(crate) fn open_dir_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<DirHandle>
         return Err(refused());
     }
     let path = where_listed(dir, name, h.as_handle()).ok_or_else(refused)?;
-    let key = verify_child(dir.key, h.as_handle(), true).map_err(|_| refused())?;
-    Ok(DirHandle {
-        handle: h,
-        path,
-        key,
-    })
+    let key = dir_key(h.as_handle()).map_err(|_| refused())?;
+    // Its identity is checked before anything is opened through it.
+    let parent = under_wine().then_some(dir.key);
+    Ok(DirHandle::held(h, path, key, parent))
 }
 
 /// Opens the file `name` of `dir` for reading: never a reparse point's link
 /// itself, and only where it was listed.
 pub(crate) fn open_file_at(dir: DirRef<'_>, name: &[u8]) -> io::Result<File> {
     let h = nt_open(
-        dir.handle(),
+        dir.checked_handle()?,
         &wide(name),
         FILE_GENERIC_READ,
         FILE_OPEN,
@@ -178,7 +210,7 @@ fn kind_of(attrs: u32, tag: u32) -> Kind {
 /// What `name` in `dir` is, without following a reparse point.
 pub(crate) fn kind_at(dir: DirRef<'_>, name: &[u8]) -> Option<Kind> {
     let h = nt_open(
-        dir.handle(),
+        dir.checked_handle().ok()?,
         &wide(name),
         PROBE_ACCESS,
         FILE_OPEN,
@@ -194,19 +226,30 @@ pub(crate) fn kind_at(dir: DirRef<'_>, name: &[u8]) -> Option<Kind> {
 }
 
 /// Calls `each` with every entry of `dir` (but `.` and `..`), its name as
-/// WTF-8 bytes and its kind.
+/// WTF-8 bytes and its kind; a directory not yet checked is checked by this
+/// listing, and gives no entry unless it passes.
 pub(crate) fn read_entries(
     dir: DirRef<'_>,
     mut each: impl FnMut(&[u8], Option<Kind>),
 ) -> io::Result<()> {
     let mut name = Vec::new();
-    for_each_entry(dir.handle(), |units, attrs, tag| {
+    let mut give = |units: &[u16], attrs, tag| {
+        // An entry is given only once `..` has passed.
+        dir.checked.store(true, Ordering::Release);
         name.clear();
         name.extend_from_slice(OsString::from_wide(units).as_encoded_bytes());
         each(&name, Some(kind_of(attrs, tag)));
         true
-    })
-    .map_err(os_error)
+    };
+    let listed = match dir.parent {
+        Some(parent) if !dir.checked.load(Ordering::Acquire) => {
+            for_each_child_entry(dir.handle(), parent, &mut give)
+        }
+        _ => for_each_entry(dir.handle(), &mut give),
+    };
+    listed.map_err(os_error)?;
+    dir.checked.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// An `NTSTATUS` failure as an I/O error (its Win32 code).
@@ -244,16 +287,53 @@ mod tests {
             "a directory is no file"
         );
         // The same handles, believed elsewhere: their entries' final paths do not match.
-        let forged = |d: &DirHandle| DirHandle {
-            handle: d.handle.try_clone().unwrap(),
-            path: format!("{}\\elsewhere", d.path),
-            key: d.key,
+        let forged = |d: &DirHandle| {
+            DirHandle::held(
+                d.handle.try_clone().unwrap(),
+                format!("{}\\elsewhere", d.path),
+                d.key,
+                None,
+            )
         };
         assert!(open_dir_at(&forged(&dir), b"sub").is_err());
         assert!(open_file_at(&forged(&sub), b"f.txt").is_err());
         assert!(kind_at(&forged(&sub), b"f.txt").is_none());
         // Names compare as the filesystem compares them.
         assert!(open_file_at(&sub, b"F.TXT").is_ok());
+    }
+
+    /// Under wine, a directory entered is checked by its own listing: unless
+    /// its `..` is the directory it was opened in (as after a link swapped
+    /// in for its name), it lists nothing and nothing is opened through it.
+    #[test]
+    fn a_directory_lists_only_as_the_child_of_its_own_parent() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a")).unwrap();
+        std::fs::create_dir_all(t.path().join("b")).unwrap();
+        std::fs::write(t.path().join("a").join("x.txt"), "x").unwrap();
+        let dir = held(t.path());
+        let names = |d: &DirHandle| {
+            let mut seen = Vec::new();
+            let listed = read_entries(d, |name, _| seen.push(name.to_vec()));
+            listed.map(|()| seen)
+        };
+        let a = open_dir_at(&dir, b"a").unwrap();
+        assert_eq!(names(&a).unwrap(), [b"x.txt".to_vec()]);
+        assert!(open_file_at(&a, b"x.txt").is_ok());
+        if under_wine() {
+            // The same directory, believed opened in `b`.
+            let b = open_dir_at(&dir, b"b").unwrap();
+            let elsewhere = DirHandle::held(
+                a.handle.try_clone().unwrap(),
+                a.path.clone(),
+                a.key,
+                Some(b.key),
+            );
+            assert!(names(&elsewhere).is_err());
+            assert!(open_file_at(&elsewhere, b"x.txt").is_err());
+            assert!(kind_at(&elsewhere, b"x.txt").is_none());
+            assert!(open_dir_at(&elsewhere, b"c").is_err());
+        }
     }
 
     /// Long names only, in their stored case; kinds from the listing.
