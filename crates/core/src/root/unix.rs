@@ -9,6 +9,10 @@
 //! there is no re-lookup to race. A fast kernel resolution (openat2, bounded
 //! beneath the root) is taken only when it followed no symlink: then the path
 //! as given is the path reached, for the policy too.
+//!
+//! One file past 800 lines on purpose: every operation is a use of the one
+//! component walk and the descriptors it holds, and what a held descriptor
+//! may be used for (and when the policy is asked) stays private to it.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
