@@ -25,6 +25,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_pi-native-ops-server");
 const TOKEN: &str = "test-token_0123456789.abc~";
 /// A server that stops answering fails its test after this long instead of hanging the run.
 const WATCHDOG: Duration = Duration::from_secs(120);
+/// The unprivileged user the root-only tests run the server as.
+const NOBODY: u32 = 65534;
 
 /// The binary under test: this build's, or another given by `PI_NATIVE_OPS_E2E_SERVER` (another
 /// architecture's under an emulator, or an older build to watch a test fail).
@@ -35,6 +37,8 @@ fn bin() -> String {
 struct Listening {
     child: Arc<Mutex<Child>>,
     addr: String,
+    /// Where a server run as `nobody` was copied to (see `start_as_nobody`).
+    _staged: Option<tempfile::TempDir>,
 }
 
 impl Listening {
@@ -44,7 +48,39 @@ impl Listening {
 
     /// `start`, with the command changed by `configure` first (its user, stderr...).
     fn start_with(root: &Path, args: &[&str], configure: impl FnOnce(&mut Command)) -> Listening {
-        let mut cmd = Command::new(bin());
+        Self::start_program(Path::new(&bin()), root, args, configure)
+    }
+
+    /// `start` as the `nobody` user, from a copy of the binary that user can reach: the checkout
+    /// (and so the build) may be private to root (0700).
+    fn start_as_nobody(
+        root: &Path,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Listening {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let staged = tempfile::tempdir().unwrap();
+        let public = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(staged.path(), public.clone()).unwrap();
+        let copy = staged.path().join("pi-native-ops-server");
+        std::fs::copy(bin(), &copy).unwrap();
+        std::fs::set_permissions(&copy, public).unwrap();
+        let mut server = Self::start_program(&copy, root, args, |cmd| {
+            cmd.uid(NOBODY).gid(NOBODY);
+            configure(cmd);
+        });
+        server._staged = Some(staged);
+        server
+    }
+
+    fn start_program(
+        program: &Path,
+        root: &Path,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Listening {
+        let mut cmd = Command::new(program);
         cmd.arg("--root")
             .arg(root)
             .args(["--listen", "127.0.0.1:0"])
@@ -77,7 +113,11 @@ impl Listening {
                 let _ = child.lock().unwrap().kill();
             }
         });
-        Listening { child, addr }
+        Listening {
+            child,
+            addr,
+            _staged: None,
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -815,7 +855,6 @@ fn found(report: &str, place: &str) -> (u64, u64) {
 
 #[test]
 fn no_command_finds_the_token_in_the_server_or_its_supervisor() {
-    const NOBODY: u32 = 65534;
     // SAFETY: getuid has no preconditions.
     let root = unsafe { libc::getuid() } == 0;
     let mut users = vec![None];
@@ -833,13 +872,13 @@ fn no_command_finds_the_token_in_the_server_or_its_supervisor() {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let server = Listening::start_with(dir.path(), &[], |cmd| {
+        let mark = |cmd: &mut Command| {
             cmd.env("PROBE_MARK", "1");
-            if let Some(uid) = user {
-                use std::os::unix::process::CommandExt;
-                cmd.uid(uid).gid(uid);
-            }
-        });
+        };
+        let server = match user {
+            Some(_) => Listening::start_as_nobody(dir.path(), &[], mark),
+            None => Listening::start_with(dir.path(), &[], mark),
+        };
         let mut client = Client::connect(&server.addr, Auth::Bearer);
         client.call(
             json!({"t":"call","id":1,"op":"exec","command":hunt(server.pid(), &marker),"cwd":cwd,"env":null,"shell":null}),
@@ -1075,10 +1114,7 @@ fn a_non_dumpable_server_not_run_by_root_still_makes_its_namespaces_sandbox() {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let cwd = dir.path().to_string_lossy().into_owned();
-    let server = Listening::start_with(dir.path(), &["--sandbox", "namespaces"], |cmd| {
-        use std::os::unix::process::CommandExt;
-        cmd.uid(65534).gid(65534);
-    });
+    let server = Listening::start_as_nobody(dir.path(), &["--sandbox", "namespaces"], |_| {});
     let mut client = Client::connect(&server.addr, Auth::Bearer);
     client.call(
         json!({"t":"call","id":1,"op":"exec","command":"id -u; cat a.txt","cwd":cwd,"env":null,"shell":null}),
