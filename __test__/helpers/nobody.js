@@ -21,9 +21,13 @@ export const nobody = (() => {
   return { argv: ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"], why: null };
 })();
 
-/** A fresh temp directory owned by nobody (when running as root), `mode` on it. */
+/** The directories `tempDirFor` made in this test file, removed by `removeScripts`. */
+const tempDirs = new Set();
+
+/** A fresh temp directory owned by nobody (when running as root), `mode` on it; removed by `removeScripts`. */
 export function tempDirFor(user, prefix, mode = 0o755) {
   const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.add(dir);
   chmodSync(dir, mode);
   if (user === "nobody") chownSync(dir, NOBODY_UID, NOGROUP_GID);
   return dir;
@@ -128,10 +132,12 @@ process.once("exit", () => {
 });
 
 /**
- * Removes the child scripts and the staged copy (each test file's afterAll: vitest may end a worker
- * without "exit").
+ * Removes the child scripts, the directories `tempDirFor` made and the staged copy (each test file's
+ * afterAll: vitest may end a worker without "exit").
  */
 export function removeScripts() {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  tempDirs.clear();
   if (scripts) rmSync(scripts, { recursive: true, force: true });
   scripts = undefined;
   scriptPath = undefined;
