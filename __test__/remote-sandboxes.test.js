@@ -32,13 +32,22 @@ afterAll(async () => {
   rmSync(vm, { recursive: true, force: true });
 });
 
-/** A loopback port free right now. */
+/**
+ * A loopback port free right now, below Linux's ephemeral range (32768 and up): the ports other test
+ * files' servers get from `listen(0)` never collide with it between this check and its use.
+ */
 async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+  for (;;) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const server = net.createServer();
+    const free = await new Promise((resolve) => {
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => resolve(true));
+    });
+    if (!free) continue;
+    await new Promise((resolve) => server.close(resolve));
+    if (!vercelPorts.includes(port)) return port;
+  }
 }
 
 /**
