@@ -59,8 +59,8 @@ use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
 use windows_sys::Wdk::Storage::FileSystem::{
     FileDispositionInformation, FileIdFullDirectoryInformation, FileRenameInformation,
     NtCreateFile, NtQueryDirectoryFile, NtSetInformationFile, FILE_CREATE, FILE_DIRECTORY_FILE,
-    FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_REPARSE_POINT,
-    FILE_RENAME_INFORMATION, FILE_SYNCHRONOUS_IO_NONALERT,
+    FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_IF,
+    FILE_OPEN_REPARSE_POINT, FILE_RENAME_INFORMATION, FILE_SYNCHRONOUS_IO_NONALERT,
 };
 use windows_sys::Wdk::Storage::FileSystem::{
     FileInternalInformation, NtQueryInformationFile, FILE_ID_FULL_DIR_INFORMATION,
@@ -939,7 +939,8 @@ impl Root {
     /// handle-relative form of `MoveFileExW(MOVEFILE_REPLACE_EXISTING)`). A
     /// link is written through; an existing file keeps its attributes (hidden,
     /// system, archive); a read-only one is refused with `EPERM`, as Node's
-    /// own write is. The parent directory must exist.
+    /// own write is. The parent directory must exist. Under wine the file is
+    /// rewritten in place instead (see [`overwrite`](Self::overwrite)).
     pub fn write_file(&self, path: &Path, data: &[u8]) -> Result<()> {
         named("open", path, || self.replace(path, data))
     }
@@ -995,12 +996,15 @@ impl Root {
             Err(s) if is_not_found(s) => 0,
             Err(s) => return Err(nt_error(s)),
         };
-        let tmp = wide(&temp_name());
         let attrs = if kept == 0 {
             FILE_ATTRIBUTE_NORMAL
         } else {
             kept
         };
+        if under_wine() {
+            return self.overwrite(parent, &name, data, attrs);
+        }
+        let tmp = wide(&temp_name());
         let h = nt_open(
             parent,
             &tmp,
@@ -1019,6 +1023,37 @@ impl Root {
             let _ = delete_on_close(file.as_handle_ref());
         }
         written
+    }
+
+    /// Under wine, the write [`replace_at`](Self::replace_at) makes in place:
+    /// wine's server renames by the path names it keeps for each handle, not
+    /// relative to the directory's descriptor, so a directory swapped for a
+    /// link out between our check and the rename would carry the rename out
+    /// (seen: a file made outside in half the runs of the exchange test).
+    /// Opens and creates are relative to the descriptor, and what follows goes
+    /// through the file's own handle: the file is opened (or made) in the
+    /// checked directory, checked, then truncated and written, as Node writes.
+    fn overwrite(
+        &self,
+        dir: BorrowedHandle<'_>,
+        name: &[u16],
+        data: &[u8],
+        attrs: u32,
+    ) -> Result<()> {
+        let h = nt_open(
+            dir,
+            name,
+            FILE_GENERIC_WRITE,
+            FILE_OPEN_IF,
+            FILE_NON_DIRECTORY_FILE,
+            attrs,
+        )
+        .map_err(nt_error)?;
+        // Nothing is cut before the file is known to be inside.
+        self.check_inside(h.as_handle_ref())?;
+        let mut file = File::from(h);
+        file.set_len(0).map_err(io_error)?;
+        file.write_all(data).map_err(io_error)
     }
 }
 
