@@ -70,7 +70,7 @@ const rows = [
     corpus,
     call(tools.write, { path: "out/native.txt", content: text }),
     call(stock.write, { path: "out/stock.txt", content: text }),
-    { ...small, note: "native is atomic (temp file + rename)" },
+    { ...small, note: "native writes in place under wine, as stock (docs/windows.md); atomic on Windows" },
   ),
   await compare(
     "edit, two calls (pi's tool)",
