@@ -203,7 +203,13 @@ describeWindows("the bounded fs on Windows", () => {
             if (found.some(outsideName)) leak("find.glob", found);
             const grepped = await grep({ pattern: "SECRET|INNER", path: at, fs }).catch(() => ({ matches: [] }));
             if (grepped.matches.length > 0) leak("grep", grepped.matches);
-            if (await fs.write.writeFile(path.join(at, `escape-${i}.txt`), "x").then(() => true, () => false)) writes++;
+            if (
+              await fs.write.writeFile(path.join(at, `escape-${i}.txt`), "x").then(
+                () => true,
+                () => false,
+              )
+            )
+              writes++;
             await fs.write.writeFile(path.join(at, "secret.txt"), "inside\n").catch(() => {});
             await fs.write.mkdir(path.join(at, `made-${i}`, "deeper")).catch(() => {});
           }

@@ -2,7 +2,7 @@
 // found or searched; protected and denied-write paths refused by write, edit and mkdir; one event per refusal.
 // Every tool is pi's own, built by createNativeTools, and the raw operations of createBoundFs are checked too.
 // The fixture's file system is case-sensitive (Linux): `.ENV` is another file than `.env`, and readable.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs, createNativeTools } from "pi-native-ops";
@@ -83,6 +83,9 @@ describe("policy: denied reads", () => {
     expect(await output(t.ls, { path: "app" })).toBe("main.js");
     expect(await output(t.ls, { path: "certs" })).toBe("(empty directory)");
     expect(await output(t.ls, { path: "vault" })).toBe("public.txt");
+    // Through a link, entries are judged where the listing reached too (vault/*, not link-vault/*).
+    symlinkSync("vault", path.join(dir, "link-vault"));
+    expect(await output(t.ls, { path: "link-vault" })).toBe("public.txt");
     expect(events).toEqual([]);
     expect(await output(t.ls, { path: "secrets" })).toBe(refusal(dir, "secrets"));
     expect(await output(t.ls, { path: "link-secrets" })).toBe(refusal(dir, "link-secrets"));

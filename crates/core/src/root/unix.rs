@@ -605,19 +605,31 @@ impl Root {
     /// whether or not it exists); as a file: a read of a directory fails
     /// anyway, and listing one asks as a directory ([`Root::open_dir`]).
     fn open_readable(&self, policy: &Policy, path: &Path, flags: OFlag) -> Result<OwnedFd> {
+        Ok(self.open_readable_reached(policy, path, flags)?.0)
+    }
+
+    /// [`Root::open_readable`], with the path the open reached (relative to
+    /// the root): where a listing's entries are judged.
+    fn open_readable_reached(
+        &self,
+        policy: &Policy,
+        path: &Path,
+        flags: OFlag,
+    ) -> Result<(OwnedFd, PathBuf)> {
         let is_dir = flags.contains(OFlag::O_DIRECTORY);
         let given = self.lexical(path)?;
         refuse_read(policy, &given, is_dir)?;
         // Through no symlink, the path reached is the path as given.
         if let Some(fd) = self.open_beneath_how(path, flags, true) {
-            return fd;
+            return Ok((fd?, given.into_owned()));
         }
         let e = self.resolve(path, false)?;
         if e.rel != *given {
             refuse_read(policy, &e.rel, is_dir)?;
         }
         let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        Ok(openat(&e.parent, e.name.as_os_str(), flags, Mode::empty())?)
+        let fd = openat(&e.parent, e.name.as_os_str(), flags, Mode::empty())?;
+        Ok((fd, e.rel))
     }
 
     /// Reads a whole file as Node's `fs.readFile` does: a regular file up to
@@ -963,12 +975,17 @@ impl Root {
     ///
     /// Under a policy, denied-read entries are left out (of the count too).
     pub fn read_dir_upto(&self, path: &Path, max: usize) -> Result<Option<Vec<OsString>>> {
-        let fd = self.open_dir(path)?;
         // Where the directory is, as given and as reached: an entry denied
         // under either is left out.
-        let places = match self.read_rules() {
-            Some(policy) => Some((policy, self.lexical(path)?, self.real_rel(&fd, path)?)),
-            None => None,
+        let (fd, places) = match self.read_rules() {
+            Some(policy) => {
+                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+                let (fd, reached) = named("scandir", path, || {
+                    self.open_readable_reached(policy, path, flags)
+                })?;
+                (fd, Some((policy, self.lexical(path)?, reached)))
+            }
+            None => (self.open_dir(path)?, None),
         };
         named("scandir", path, || {
             let mut dir = nix::dir::Dir::from_fd(fd)?;
@@ -1016,22 +1033,6 @@ impl Root {
             }
             Ok(Some(names))
         })
-    }
-
-    /// The real path, relative to the root, of the directory `path` held
-    /// open as `fd` (a directory listed under a policy): on Linux from the
-    /// descriptor itself, so the entries are judged where they are whatever
-    /// path led there; else by resolving `path` once more.
-    fn real_rel(&self, fd: &OwnedFd, path: &Path) -> Result<PathBuf> {
-        #[cfg(target_os = "linux")]
-        if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-            if let Ok(rel) = link.strip_prefix(&self.paths.host) {
-                return Ok(rel.to_path_buf());
-            }
-        }
-        // No /proc, or the root itself moved: resolve the path again.
-        let _ = fd;
-        Ok(self.resolve(path, false)?.rel)
     }
 
     /// Creates the directory and its missing parents, never outside the root.
