@@ -247,7 +247,7 @@ register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(sc
     if (scratch) rmSync(scratch, { recursive: true, force: true });
   });
 
-  it("importing the package loads neither ws nor the WebSocket face nor the cloud adapters; each call loads its face", () => {
+  it("importing the package loads neither ws nor the remote client nor its faces; each call loads its face", () => {
     const script = `
       import { readFileSync } from "node:fs";
       const log = ${JSON.stringify(join(scratch, "resolved.log"))};
@@ -263,6 +263,9 @@ register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(sc
       const m = await import("pi-native-ops");
       const atImport = loaded();
       const errors = {};
+      // The remote tools before any connect: the remote face is loaded then (by require, which the resolve
+      // hook does not see), and says what it needs.
+      try { m.createRemoteTools("/workspace", {}); } catch (e) { errors.createRemoteTools = e.constructor.name + ": " + e.message; }
       for (const [name, arg] of [["connectWebSocket", 42], ["connectE2B", null], ["connectDaytona", {}], ["connectVercelSandbox", {}]]) {
         await m[name](arg).catch((e) => { errors[name] = e.constructor.name + ": " + e.message; });
       }
@@ -275,9 +278,10 @@ register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(sc
     );
     expect(child.status, child.stderr).toBe(0);
     expect(JSON.parse(child.stdout.trim().split("\n").pop())).toEqual({
-      atImport: { ws: false, websocket: false, sandboxes: false, remote: true },
+      atImport: { ws: false, websocket: false, sandboxes: false, remote: false },
       afterCalls: { ws: true, websocket: true, sandboxes: true, remote: true },
       errors: {
+        createRemoteTools: "TypeError: options.connection must be a connection made by connect()",
         connectWebSocket: "TypeError: url must be a string or a URL",
         connectE2B: "TypeError: E2B: the sandbox object has no files.write() (not a E2B sandbox?)",
         connectDaytona: "TypeError: Daytona: the sandbox object has no fs.uploadFile() (not a Daytona sandbox?)",
@@ -290,7 +294,9 @@ register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(sc
     const pkg = await import("pi-native-ops");
     const websocket = await import("../js/websocket.js");
     const sandboxes = await import("../js/sandboxes.js");
+    const remote = await import("../js/remote.js");
     for (const [name, impl] of [
+      ["connect", remote.connect],
       ["connectWebSocket", websocket.connectWebSocket],
       ["connectE2B", sandboxes.connectE2B],
       ["connectDaytona", sandboxes.connectDaytona],
@@ -299,6 +305,11 @@ register("./hooks.mjs", import.meta.url, { data: { log: ${JSON.stringify(join(sc
       expect(pkg[name].name, name).toBe(impl.name);
       expect(pkg[name].length, name).toBe(impl.length);
       expect(pkg[name].constructor.name, name).toBe("AsyncFunction");
+    }
+    for (const name of ["createRemoteTools", "createRemoteToolDefinitions"]) {
+      expect(pkg[name].name, name).toBe(remote[name].name);
+      expect(pkg[name].length, name).toBe(remote[name].length);
+      expect(pkg[name].constructor.name, name).toBe("Function");
     }
   });
 });
