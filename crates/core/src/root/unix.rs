@@ -609,19 +609,20 @@ impl Root {
     }
 
     /// [`Root::open_readable`], with the path the open reached (relative to
-    /// the root): where a listing's entries are judged.
+    /// the root) when it is not the path as given: where a listing's
+    /// entries are judged too.
     fn open_readable_reached(
         &self,
         policy: &Policy,
         path: &Path,
         flags: OFlag,
-    ) -> Result<(OwnedFd, PathBuf)> {
+    ) -> Result<(OwnedFd, Option<PathBuf>)> {
         let is_dir = flags.contains(OFlag::O_DIRECTORY);
         let given = self.lexical(path)?;
         refuse_read(policy, &given, is_dir)?;
         // Through no symlink, the path reached is the path as given.
         if let Some(fd) = self.open_beneath_how(path, flags, true) {
-            return Ok((fd?, given.into_owned()));
+            return Ok((fd?, None));
         }
         let e = self.resolve(path, false)?;
         if e.rel != *given {
@@ -629,7 +630,7 @@ impl Root {
         }
         let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(&e.parent, e.name.as_os_str(), flags, Mode::empty())?;
-        Ok((fd, e.rel))
+        Ok((fd, (e.rel != *given).then_some(e.rel)))
     }
 
     /// Reads a whole file as Node's `fs.readFile` does: a regular file up to
@@ -1013,7 +1014,9 @@ impl Root {
                     let is_dir = kind == SFlag::S_IFDIR;
                     // The directory is allowed (it was opened), so the entry alone decides.
                     let denied = |dir: &Path| policy.read_denial_entry(&dir.join(name), is_dir);
-                    if denied(given).is_some() || (real != given && denied(real).is_some()) {
+                    if denied(given).is_some()
+                        || real.as_deref().is_some_and(|r| denied(r).is_some())
+                    {
                         continue;
                     }
                     // A symlink is listed as what it leads to (a listing stats
