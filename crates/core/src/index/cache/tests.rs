@@ -49,6 +49,11 @@ fn save(root: &Arc<Root>, options: &IndexOptions) -> Stats {
     stats
 }
 
+/// The cache file a save left in `dir` (the first one listed).
+fn saved_file(dir: &Path) -> PathBuf {
+    fs::read_dir(dir).unwrap().flatten().next().unwrap().path()
+}
+
 fn with_cache(dir: &Path) -> IndexOptions {
     IndexOptions {
         cache_dir: Some(dir.to_path_buf()),
@@ -186,12 +191,7 @@ fn a_corrupt_or_forged_cache_file_is_refused_and_the_index_built() {
     let root = root_of(t.path());
     let options = with_cache(cache.path());
     save(&root, &options);
-    let file = fs::read_dir(cache.path())
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let file = saved_file(cache.path());
     let good = fs::read(&file).unwrap();
     // Made private: the directory 0700, the file 0600.
     assert_eq!(fs::metadata(cache.path()).unwrap().mode() & 0o777, 0o700);
@@ -262,12 +262,8 @@ fn the_cache_directory_keeps_to_its_bound() {
         "larger than 1 byte"
     );
     save(&root_of(a.path()), &with_cache(cache.path()));
-    let one = fs::read_dir(cache.path())
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap();
-    let bound = one.metadata().unwrap().len() + 1;
+    let one = saved_file(cache.path());
+    let bound = fs::metadata(&one).unwrap().len() + 1;
     let options = IndexOptions {
         cache_max_bytes: bound + bound / 2,
         ..with_cache(cache.path())
@@ -279,7 +275,7 @@ fn the_cache_directory_keeps_to_its_bound() {
         .map(|e| e.path())
         .collect();
     assert_eq!(left.len(), 1, "{left:?}");
-    assert_ne!(left[0], one.path(), "the older one went");
+    assert_ne!(left[0], one, "the older one went");
     // Deleted, the cache is only a cold start.
     fs::remove_dir_all(cache.path()).unwrap();
     let stats = Index::start(root_of(a.path()), with_cache(cache.path())).wait_ready();
@@ -320,12 +316,7 @@ fn the_decoder_survives_mutated_files() {
     let cache = tempfile::tempdir().unwrap();
     let root = root_of(t.path());
     save(&root, &with_cache(cache.path()));
-    let file = fs::read_dir(cache.path())
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let file = saved_file(cache.path());
     let good = fs::read(file).unwrap();
     let body = &good[52..];
     let key = Key {
