@@ -44,6 +44,11 @@ const MAX_SYMLINKS: usize = 40;
 /// where stock pi fails.
 const PATH_MAX: usize = 4096;
 
+/// How a directory is opened to be listed ([`Root::open_dir`], [`Root::read_dir_upto`]).
+const LIST_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_CLOEXEC);
+
 /// A directory entry found by a resolution: the open parent directory and the
 /// final name inside it (`"."` when the path is that directory itself). The
 /// name itself is not a symlink unless the resolution was asked not to follow.
@@ -948,20 +953,23 @@ impl Root {
     /// Opens a directory for listing (symlinks followed within the root): the
     /// start of a walk for find and grep.
     pub fn open_dir(&self, path: &Path) -> Result<OwnedFd> {
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         if let Some(policy) = self.read_rules() {
-            return named("scandir", path, || self.open_readable(policy, path, flags));
+            return named("scandir", path, || {
+                self.open_readable(policy, path, LIST_FLAGS)
+            });
         }
-        named("scandir", path, || match self.open_beneath(path, flags) {
-            Some(fd) => fd,
-            None => {
-                let e = self.resolve(path, false)?;
-                Ok(openat(
-                    &e.parent,
-                    e.name.as_os_str(),
-                    flags | OFlag::O_NOFOLLOW,
-                    Mode::empty(),
-                )?)
+        named("scandir", path, || {
+            match self.open_beneath(path, LIST_FLAGS) {
+                Some(fd) => fd,
+                None => {
+                    let e = self.resolve(path, false)?;
+                    Ok(openat(
+                        &e.parent,
+                        e.name.as_os_str(),
+                        LIST_FLAGS | OFlag::O_NOFOLLOW,
+                        Mode::empty(),
+                    )?)
+                }
             }
         })
     }
@@ -980,9 +988,8 @@ impl Root {
         // under either is left out.
         let (fd, places) = match self.read_rules() {
             Some(policy) => {
-                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
                 let (fd, reached) = named("scandir", path, || {
-                    self.open_readable_reached(policy, path, flags)
+                    self.open_readable_reached(policy, path, LIST_FLAGS)
                 })?;
                 (fd, Some((policy, self.lexical(path)?, reached)))
             }
