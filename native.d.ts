@@ -61,6 +61,12 @@ export declare class BoundRoot {
   /** `mode` is `"r"` (R_OK) or `"rw"` (R_OK | W_OK). */
   access(path: string, mode: string): void
   /**
+   * What the root's view is doing (`fs.view()`): `"ready"` (a `stat` or `exists` of a path
+   * with no symlink on it is one system call), `"making"`, `"unasked"` (before the first, and
+   * after the mount table changed) or `"none"` (not on this machine or for this root).
+   */
+  viewState(): string
+  /**
    * The root as a plain handle for `rootStat`/`rootExists`, which pi's `ls`
    * calls once per entry: a class method call costs napi-rs about 0.5 µs
    * to check its receiver (as much as the stat), an External far less.

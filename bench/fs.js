@@ -160,6 +160,10 @@ export async function lsRows({ pi, native }) {
     }
   }
   const fs = native.createBoundFs(dir);
+  // The root's view (Linux) is asked for by the first stat beneath the root and made in the background.
+  await fs.ls.exists(path.join(dir, "sub", "file1.txt"));
+  for (let i = 0; i < 1000 && fs.view?.() === "making"; i++) await new Promise((r) => setTimeout(r, 2));
+  const view = fs.view?.() === "ready" ? "through the root's view" : `no view (${fs.view?.() ?? "none"})`;
   const lsN = pi.createLsTool(dir, { operations: fs.ls });
   const lsS = pi.createLsTool(dir);
   const exec = (tool, params) => () => tool.execute("bench", params, undefined, undefined);
@@ -182,7 +186,7 @@ export async function lsRows({ pi, native }) {
       {
         target: t,
         runs: 300,
-        note: "two fstatat per entry (the held subdirectory rechecked, then the name), against one statx",
+        note: `${view}: one system call per entry, against one statx`,
       },
     ),
   );
@@ -201,9 +205,9 @@ export async function lsRows({ pi, native }) {
       ["exists", fs.ls.exists, existsSync],
     ]) {
       const row = await compare(`${op} per call (${paths.length} calls), ${where}`, corpus, batch(ours), batch(node), {
-        target: "≤ 1.5×",
+        target: "≤ 1.0×",
         runs: 100,
-        note: `ls.${op} against fs.${op}Sync, both awaited; medians of 100 batches`,
+        note: `ls.${op} against fs.${op}Sync, both awaited, ${view}; medians of 100 batches`,
       });
       rows.push(row);
     }

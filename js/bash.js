@@ -9,7 +9,7 @@ import path from "node:path";
 import { checkObject, checkPath, checkString } from "./args.js";
 import { checkOnPolicyEvent, checkPolicy, deliver, eventOf } from "./policy-events.js";
 import { native } from "./native.js";
-import { serverBinaryPath } from "./server-binary.js";
+import { giveHelper } from "./server-binary.js";
 
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_TIMEOUT_SECONDS = MAX_TIMEOUT_MS / 1000;
@@ -180,25 +180,6 @@ function policyEventHandler(onPolicyEvent) {
   return (e) => deliver(onPolicyEvent, eventOf({ ...e, rule: e.rule ?? null }));
 }
 
-let helperGiven = false;
-
-/**
- * Gives the addon the sandbox's helper once, before any sandbox is made or probed: the platform's
- * pi-native-ops-server, which runs each sandboxed command's supervisor and init (nothing of this
- * process goes into the sandbox). Not found, the core refuses every sandbox (ESANDBOX) and says why.
- */
-function giveSandboxHelper() {
-  if (helperGiven || typeof native.sandboxHelper !== "function") return;
-  helperGiven = true;
-  let found;
-  try {
-    found = serverBinaryPath();
-  } catch {
-    found = undefined;
-  }
-  native.sandboxHelper(found);
-}
-
 function noSandboxInBinary() {
   return Object.assign(
     new Error("sandbox unavailable: this pi-native-ops binary has no sandbox; install or build a newer one"),
@@ -209,7 +190,7 @@ function noSandboxInBinary() {
 /** What this machine offers for `createBashOperations({ sandbox })`: see bash.d.ts. */
 export function sandboxSupport() {
   if (typeof native.sandboxSupport !== "function") throw noSandboxInBinary();
-  giveSandboxHelper();
+  giveHelper();
   const s = native.sandboxSupport();
   // The binding leaves absent what is none; the documented shape says null.
   return {
@@ -299,7 +280,7 @@ export function createBashOperations(options = {}) {
   const { onPolicyEvent, ...sandboxFields } = checked ?? {};
   const sandbox = checked && sandboxFields;
   const onPolicy = policyEventHandler(onPolicyEvent);
-  if (sandbox) giveSandboxHelper();
+  if (sandbox) giveHelper();
   // Made now: the configured paths are resolved here, once, so that nothing a command plants later
   // redirects them (an unusable one throws ESANDBOX). What every command shares (namespaces mode:
   // the template namespaces with the root built) is made by the first exec and kept by this handle

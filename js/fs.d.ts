@@ -148,6 +148,12 @@ export interface BoundFs {
   grep: BoundGrepOperations;
   /** The warm search index, when made with the `index` option; else undefined. */
   readonly index?: BoundIndex;
+  /**
+   * What the root's view is doing (Linux; docs/usage.md, "The root's view"): `"ready"` when `ls.stat`
+   * and `ls.exists` of a path with no symlink on it take one system call; `"making"`, `"unasked"` (before
+   * the first call, and after a mount was made or removed), or `"none"` (no view here, or for this root).
+   */
+  view(): "ready" | "making" | "unasked" | "none";
 }
 
 /**

@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { checkObject, checkString } from "./args.js";
-import { platformSuffix } from "./native.js";
+import { native, platformSuffix } from "./native.js";
 
 const require = createRequire(import.meta.url);
 
@@ -56,4 +56,24 @@ export function serverBinaryPath(target = {}) {
   );
   error.code = "ERR_PI_NATIVE_OPS_NO_SERVER";
   throw error;
+}
+
+let helperGiven = false;
+
+/**
+ * Gives the addon its helper once, before any sandbox or root's view is made: the platform's
+ * pi-native-ops-server, which runs each sandboxed command's supervisor and init and makes a root's
+ * view (nothing of this process goes into a sandbox or a namespace). Not found, the core refuses every
+ * sandbox (ESANDBOX) and says why, and roots have no view.
+ */
+export function giveHelper() {
+  if (helperGiven || typeof native.sandboxHelper !== "function") return;
+  helperGiven = true;
+  let found;
+  try {
+    found = serverBinaryPath();
+  } catch {
+    found = undefined;
+  }
+  native.sandboxHelper(found);
 }

@@ -187,6 +187,23 @@ impl BoundRoot {
             .map_err(|e| to_js(env, &e))
     }
 
+    /// What the root's view is doing (`fs.view()`): `"ready"` (a `stat` or `exists` of a path
+    /// with no symlink on it is one system call), `"making"`, `"unasked"` (before the first, and
+    /// after the mount table changed) or `"none"` (not on this machine or for this root).
+    #[napi]
+    pub fn view_state(&self) -> String {
+        #[cfg(target_os = "linux")]
+        let state = match self.root.view_state() {
+            pi_native_ops_core::root::ViewState::Ready => "ready",
+            pi_native_ops_core::root::ViewState::Making => "making",
+            pi_native_ops_core::root::ViewState::Unasked => "unasked",
+            pi_native_ops_core::root::ViewState::None => "none",
+        };
+        #[cfg(not(target_os = "linux"))]
+        let state = "none";
+        state.to_string()
+    }
+
     /// The root as a plain handle for `rootStat`/`rootExists`, which pi's `ls`
     /// calls once per entry: a class method call costs napi-rs about 0.5 µs
     /// to check its receiver (as much as the stat), an External far less.

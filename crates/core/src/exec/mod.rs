@@ -70,6 +70,8 @@ mod shell;
 mod spawn;
 #[cfg(unix)]
 mod supervisor;
+#[cfg(target_os = "linux")]
+pub mod view;
 #[cfg(windows)]
 mod windows;
 

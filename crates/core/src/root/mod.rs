@@ -36,6 +36,10 @@ mod recent;
 mod unix;
 #[cfg(unix)]
 pub use unix::*;
+#[cfg(target_os = "linux")]
+mod view;
+#[cfg(target_os = "linux")]
+pub use view::ViewState;
 #[cfg(windows)]
 mod names;
 #[cfg(windows)]

@@ -104,6 +104,9 @@ struct Held {
     fd: Arc<OwnedFd>,
     dev: u64,
     ino: u64,
+    /// Its view: a `stat` or `exists` of a path with no symlink on it in one system call.
+    #[cfg(target_os = "linux")]
+    view: Arc<super::view::View>,
 }
 
 impl Held {
@@ -116,6 +119,8 @@ impl Held {
             fd: Arc::new(fd),
             dev: identity(&st).0,
             ino: identity(&st).1,
+            #[cfg(target_os = "linux")]
+            view: Arc::default(),
         })
     }
 }
@@ -703,6 +708,9 @@ impl Root {
         if self.read_rules().is_some() {
             return self.stat(path).is_ok();
         }
+        if let Some(found) = self.exists_by_view(path) {
+            return found;
+        }
         match self.stat_in_root(path) {
             Ok(Some(_)) => return true,
             Err(_) => return false,
@@ -758,9 +766,12 @@ impl Root {
     fn stat_how(&self, path: &Path, walk: bool) -> Option<Result<Stat>> {
         let st = named("stat", path, || match self.read_rules() {
             Some(policy) => self.stat_readable(policy, path, walk),
-            None => match self.stat_in_root(path)? {
+            None => match self.stat_by_view(path) {
                 Some(st) => Ok(Some(st)),
-                None => self.stat_resolved(path, walk),
+                None => match self.stat_in_root(path)? {
+                    Some(st) => Ok(Some(st)),
+                    None => self.stat_resolved(path, walk),
+                },
             },
         });
         let st = match st {
@@ -792,6 +803,9 @@ impl Root {
                 Err(_) => None,
             };
         }
+        if let Some(found) = self.exists_by_view(path) {
+            return Some(Ok(found));
+        }
         // A name that failed its `fstatat` is asked of the kernel's
         // resolution, which tells a missing name from a refusal.
         if let Ok(Some(_)) = self.stat_in_root(path) {
@@ -815,6 +829,14 @@ impl Root {
         // or the kernel's resolution told to follow none), the path reached
         // is the path given.
         let given = self.lexical(path)?;
+        if let Some(st) = self.stat_by_view(path) {
+            // The view follows no symlink: the path reached is the path given.
+            refuse_read(policy, &given, false)?;
+            if file_type(&st) == SFlag::S_IFDIR {
+                refuse_read(policy, &given, true)?;
+            }
+            return Ok(Some(st));
+        }
         let parent = self.direct_parent(path);
         // A direct parent's directories are all readable (the root has none
         // above a name; a directory is held only when readable): the name's
@@ -862,6 +884,63 @@ impl Root {
             self.refuse_read_dir(policy, path, &e)?;
         }
         Ok(Some(st))
+    }
+
+    /// The root's view, when it has one in use (`view`).
+    #[cfg(target_os = "linux")]
+    fn view(&self) -> Option<Arc<OwnedFd>> {
+        let held = self.current();
+        held.view.get(&held.fd)
+    }
+
+    /// What the root's view is doing (a diagnostic: whether `stat` and
+    /// `exists` take one system call).
+    #[cfg(target_os = "linux")]
+    pub fn view_state(&self) -> super::ViewState {
+        self.current().view.state()
+    }
+
+    /// `stat` of a clean path (`clean_relative`) by the root's view: one
+    /// `fstatat`, `None` when there is no view or the path is not there
+    /// through directories only (a symlink on it, followed or not, fails on
+    /// the view; the caller's resolution then answers, errors included).
+    fn stat_by_view(&self, path: &Path) -> Option<FileStat> {
+        #[cfg(target_os = "linux")]
+        {
+            let rel = self.clean_relative(path)?;
+            fstatat(self.view()?.as_fd(), rel, AtFlags::empty()).ok()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = path;
+            None
+        }
+    }
+
+    /// `exists` of a clean path by the root's view: one `faccessat`; `false`
+    /// when a name on it is missing or not a directory (reached through
+    /// directories only, as the bounded resolution would), `None` when there
+    /// is no view or a symlink is on the way.
+    fn exists_by_view(&self, path: &Path) -> Option<bool> {
+        #[cfg(target_os = "linux")]
+        {
+            let rel = self.clean_relative(path)?;
+            match faccessat(
+                self.view()?.as_fd(),
+                rel,
+                AccessFlags::F_OK,
+                AtFlags::AT_EACCESS,
+            ) {
+                Ok(()) => Some(true),
+                Err(Errno::ENOENT | Errno::ENOTDIR) => Some(false),
+                Err(_) => None,
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = path;
+            None
+        }
     }
 
     /// One `fstatat` for a name whose directory is at hand (`direct_parent`):

@@ -27,8 +27,10 @@ pub(in crate::exec) const FIRST_FD: RawFd = 3;
 pub(in crate::exec) const STATUS_FD: RawFd = FIRST_FD;
 pub(in crate::exec) const CONTROL_FD: RawFd = FIRST_FD + 1;
 pub(in crate::exec) const OUTPUT_FD: RawFd = FIRST_FD + 2;
-/// The template's report channel.
+/// The template's and the view's report channel.
 pub(in crate::exec) const CHANNEL_FD: RawFd = FIRST_FD;
+/// The root directory a view is made of.
+pub(in crate::exec) const VIEW_ROOT_FD: RawFd = FIRST_FD + 1;
 /// The largest plan a helper reads: far above any command (Linux caps `execve`'s arguments and
 /// environment at a quarter of the stack limit, 2 MiB by default) and its sandbox's mounts.
 pub(in crate::exec) const MAX_PLAN_BYTES: u64 = 16 << 20;
@@ -40,6 +42,8 @@ pub(in crate::exec) enum Role {
     Supervisor,
     /// The builder of a namespaces sandbox's template.
     Template,
+    /// The maker of a workspace root's view (`exec::view`).
+    View,
 }
 
 impl Role {
@@ -47,9 +51,20 @@ impl Role {
         match self {
             Role::Supervisor => c"supervisor",
             Role::Template => c"template",
+            Role::View => c"view",
         }
     }
 }
+
+/// The view role's report: a code, then the errno of the step that failed.
+pub(in crate::exec) const VIEW_OK: i32 = 0;
+/// No user and mount namespaces of its own: none for any root.
+pub(in crate::exec) const VIEW_UNSHARE_FAILED: i32 = 1;
+/// The root could not be entered, or its mount copied (a mount beneath it, or no `open_tree`).
+pub(in crate::exec) const VIEW_CLONE_FAILED: i32 = 2;
+/// The copy could not be made read-only and without symlinks (no `mount_setattr` or
+/// `MOUNT_ATTR_NOSYMFOLLOW`: Linux 5.12, 5.10).
+pub(in crate::exec) const VIEW_SETATTR_FAILED: i32 = 3;
 
 /// The most descriptors a report carries: three namespaces and two listening sockets.
 pub(in crate::exec) const REPORT_MAX_FDS: usize = 5;

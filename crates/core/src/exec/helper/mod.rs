@@ -9,20 +9,23 @@
 //! ```text
 //! node ─launch─▶ helper "supervisor" ─clone─▶ init (namespaces mode) ─clone─▶ shell ─exec─▶ bash
 //! node ─launch─▶ helper "template"  ─clone(new namespaces)─▶ builder ─▶ namespaces' fds to Node
+//! node ─launch─▶ helper "view" (new user and mount namespaces) ─▶ a root's view to Node
 //! ```
 //!
 //! This module is the helper's side only: nothing of Node's side depends on it (`exec::child` holds
 //! what both sides share, `exec::launch` Node's side). Its files: `confine` (the shell's process
 //! confining itself before `execve`), and namespaces mode's `builder` (the template), `init` (each
 //! command's PID 1), `mount` (the steps of their scripts) and `net` (loopback, the proxy's
-//! listening sockets). Like `supervisor` and `shell`, everything here runs between fork and
-//! `execve`: raw system calls on the decoded plan, no allocation, no locks, nothing that may panic.
+//! listening sockets), and `view` (a workspace root's view for the file tools). Like `supervisor`
+//! and `shell`, everything here runs between fork and `execve`: raw system calls on the decoded
+//! plan, no allocation, no locks, nothing that may panic.
 
 mod builder;
 pub(super) mod confine;
 pub(super) mod init;
 mod mount;
 mod net;
+mod view;
 
 use std::io::Read;
 use std::os::fd::FromRawFd;
@@ -31,7 +34,7 @@ pub use super::launch::{set_path, use_current_exe};
 
 use super::child::{
     decode_template, ChildPlan, Role, ARG0, CHANNEL_FD, CONTROL_FD, FIRST_FD, MAX_PLAN_BYTES,
-    OUTPUT_FD, PLAN_FD, STATUS_FD,
+    OUTPUT_FD, PLAN_FD, STATUS_FD, VIEW_ROOT_FD,
 };
 
 use super::sandbox::setup::{step_error, Step};
@@ -56,9 +59,11 @@ pub fn main_if_helper() {
         return;
     }
     let role = args.next();
-    let role = [Role::Supervisor, Role::Template].into_iter().find(|r| {
-        role.as_deref() == Some(std::ffi::OsStr::new(r.arg().to_str().unwrap_or_default()))
-    });
+    let role = [Role::Supervisor, Role::Template, Role::View]
+        .into_iter()
+        .find(|r| {
+            role.as_deref() == Some(std::ffi::OsStr::new(r.arg().to_str().unwrap_or_default()))
+        });
     std::process::exit(run(role));
 }
 
@@ -104,6 +109,8 @@ fn run(role: Option<Role>) -> i32 {
                 EXIT_BAD_PLAN
             }
         },
+        // SAFETY: a fresh single-threaded process; both descriptors are the ones Node handed us.
+        Role::View => unsafe { view::view(CHANNEL_FD, VIEW_ROOT_FD) },
     }
 }
 

@@ -10,19 +10,21 @@ use crate::sys::{errno, set_errno};
 
 /// `mount_setattr`'s `struct mount_attr` and flags (Linux 5.12).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(super) struct MountAttr {
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
 }
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(super) const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub(super) const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x0020_0000;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
-const AT_EMPTY_PATH: libc::c_uint = 0x1000;
+pub(super) const AT_EMPTY_PATH: libc::c_uint = 0x1000;
 /// `open_tree`'s and `move_mount`'s flags (Linux 5.2).
-const OPEN_TREE_CLONE: libc::c_uint = 1;
+pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 /// The mount flags `statvfs` reports as `ST_*` with the same values as `MS_*`, which a remount of a

@@ -5,7 +5,7 @@
 //! locks or may panic, with every signal blocked (Node's handlers never run in it).
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 mod image;
@@ -204,4 +204,40 @@ pub(in crate::exec) fn wait(pid: libc::pid_t) {
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
         && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
     {}
+}
+
+/// A Unix seqpacket socket pair whose ends close on exec, for a helper's report: (Node's, the
+/// helper's).
+pub(in crate::exec) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: a valid two-element buffer.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A helper's one report on `channel` (`sys::send_fds`): `payload` filled whole, and the
+/// descriptors sent with it. End-of-file (`who` died without reporting) or a report of another
+/// size is an error.
+pub(in crate::exec) fn receive_report(
+    channel: &OwnedFd,
+    payload: &mut [u8],
+    who: &str,
+) -> io::Result<Vec<OwnedFd>> {
+    let died = || io::Error::other(format!("{who} died"));
+    let report = crate::sys::recv_fds(channel.as_fd(), payload).map_err(|_| died())?;
+    if report.len != payload.len() || report.truncated {
+        return Err(died());
+    }
+    Ok(report.fds)
 }

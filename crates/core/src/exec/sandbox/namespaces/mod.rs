@@ -18,7 +18,7 @@
 //! workspace and the caller's read-write binds), and starts the shell.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use crate::exec::child::{CommandScript, TemplateScript};
 
@@ -69,14 +69,16 @@ impl NsPlan {
     /// Returns the proxy's listening sockets inside the template's network namespace, when the
     /// plan asked for them (`proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
     pub(super) fn build_template(&mut self) -> Result<Vec<OwnedFd>, TemplateError> {
-        let (node, child_end) = seqpacket_pair()?;
         use crate::exec::{child, launch};
+        let (node, child_end) = launch::channel()?;
         let plan = child::encode_template(&self.template_script);
         let pid = launch::launch(child::Role::Template, &plan, &[child_end.as_fd()])?;
         drop(child_end);
-        let report = receive_report(&node);
+        let mut code = [0u8; size_of::<i32>()];
+        let report = launch::receive_report(&node, &mut code, "the sandbox's template builder");
         launch::wait(pid);
-        let (code, mut fds) = report.map_err(TemplateError::Io)?;
+        let mut fds = report.map_err(TemplateError::Io)?;
+        let code = i32::from_ne_bytes(code);
         if code != 0 {
             return Err(TemplateError::Step(code));
         }
@@ -113,35 +115,4 @@ impl From<io::Error> for TemplateError {
     fn from(e: io::Error) -> Self {
         TemplateError::Io(e)
     }
-}
-
-/// A Unix seqpacket socket pair whose ends close on exec: (Node's, the helper's).
-fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: a valid two-element buffer.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// The builder's report (`helper::builder`'s `send_report`): its code and the descriptors it sent. End-of-file
-/// (the builder died without reporting) is an error.
-fn receive_report(channel: &OwnedFd) -> io::Result<(i32, Vec<OwnedFd>)> {
-    let mut code = [0u8; size_of::<i32>()];
-    let died = || io::Error::other("the sandbox's template builder died");
-    let report = crate::sys::recv_fds(channel.as_fd(), &mut code).map_err(|_| died())?;
-    if report.len != code.len() || report.truncated {
-        return Err(died());
-    }
-    Ok((i32::from_ne_bytes(code), report.fds))
 }
