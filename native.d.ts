@@ -83,9 +83,11 @@ export declare class BoundRoot {
   /**
    * Synchronous for a directory of at most `SMALL_DIR` entries (listing it
    * costs less than the hop to the thread pool), else `null`: `readdir`
-   * lists it in the pool.
+   * lists it in the pool. The names come as one string, each followed by
+   * a NUL (no name holds one), which JS splits: one napi string instead of
+   * one per name, which cost as much as the listing.
    */
-  readdirSmall(path: string): Array<string> | null
+  readdirSmall(path: PathArg): string | null
   /** Synchronous too: usually one `openat2` finding the directory exists. */
   mkdir(path: string): void
   /** Atomic replace; the parent directory must exist. */

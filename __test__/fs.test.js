@@ -188,8 +188,16 @@ describe("ls", () => {
       mkdirSync(big);
       const names = Array.from({ length: count }, (_, i) => `f${i}.txt`);
       for (const n of names) writeFileSync(path.join(big, n), "");
-      expect((await fs.ls.readdir(big)).sort()).toEqual([...names].sort());
+      // In Node's order (libuv sorts by bytes), not the order the directory lists them.
+      expect(await fs.ls.readdir(big)).toEqual(readdirSync(big));
+      expect(await fs.ls.readdir(big)).toEqual([...names].sort());
     }
+    const mixed = path.join(dir, "mixed-names");
+    mkdirSync(mixed);
+    for (const n of ["b", "B", "a", "_x", "été", "Zed", "10", "9", "ü", "a.b", "a-b", ".hidden"]) {
+      writeFileSync(path.join(mixed, n), "");
+    }
+    expect(await fs.ls.readdir(mixed)).toEqual(readdirSync(mixed));
     await expect(fs.ls.readdir(path.join(dir, "nope"))).rejects.toMatchObject({ code: "ENOENT", syscall: "scandir" });
   });
 });

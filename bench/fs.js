@@ -174,7 +174,7 @@ export async function lsRows({ pi, native }) {
     await compare("pi ls tool, 200 entries", corpus, exec(lsN, { path: "." }), exec(lsS, { path: "." }), {
       target: t,
       runs: 300,
-      note: "the workspace root: one fstatat per entry",
+      note: `the workspace root, ${view}: one system call per entry`,
     }),
   );
   rows.push(

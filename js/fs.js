@@ -252,7 +252,12 @@ export function createBoundFs(root, options = {}) {
       // A small directory is listed right away; a larger one in the thread pool.
       readdir: reported("ls", "read", async (p) => {
         const dir = checkPath(p);
-        return bound.readdirSmall(dir) ?? bound.readdir(dir);
+        const joined = bound.readdirSmall(dir);
+        if (joined === null) return bound.readdir(dir);
+        // Each name is followed by a NUL (src/fs.rs, readdir_small).
+        const names = joined.split("\0");
+        names.pop();
+        return names;
       }),
     },
   };

@@ -1053,7 +1053,7 @@ impl Root {
         })
     }
 
-    /// Names in a directory, in the order the system lists them.
+    /// Names in a directory, in byte order (as Node's `readdir` on unix).
     pub fn read_dir(&self, path: &Path) -> Result<Vec<OsString>> {
         Ok(self.read_dir_upto(path, usize::MAX)?.unwrap_or_default())
     }
@@ -1120,6 +1120,9 @@ impl Root {
                 }
                 names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
             }
+            // In byte order, as Node's readdir gives them (libuv's scandir
+            // sorts with strcmp): pi's ls then sorts a list already in order.
+            names.sort_unstable();
             Ok(Some(names))
         })
     }
