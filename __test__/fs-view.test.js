@@ -94,6 +94,33 @@ describe.skipIf(!linux)("the root's view", () => {
     expect(view.view()).toBe(userns ? "ready" : "none");
   });
 
+  it("asks the policy of every path it answers, denied directories above included", async () => {
+    const base = tempDir("pno-view-policy-");
+    dirs.push(base);
+    const root = makeTree(path.join(base, "root"), {
+      "ok/a.txt": "a",
+      "ok/key.pem": "k",
+      "secrets/inner/b.txt": "b",
+      "deep/secrets/c.txt": "c",
+      "deep/fine/d.txt": "d",
+    });
+    const fs = createBoundFs(root, { policy: { denyRead: ["*.pem", "secrets/"] } });
+    await fs.ls.exists(path.join(root, "ok/a.txt"));
+    expect(await viewBecomes(fs, userns ? "ready" : "none")).toBe(userns ? "ready" : "none");
+    const at = (rel) => path.join(root, rel);
+    // Twice: the second time the directories above are known readable.
+    for (let round = 0; round < 2; round++) {
+      expect(await answer(fs.ls.stat(at("ok/a.txt")))).toEqual({ size: 1, dir: false });
+      expect(await answer(fs.ls.exists(at("deep/fine/d.txt")))).toBe(true);
+      for (const denied of ["ok/key.pem", "secrets", "secrets/inner/b.txt", "deep/secrets", "deep/secrets/c.txt"]) {
+        for (const op of ["stat", "exists"]) {
+          await expect(fs.ls[op](at(denied)), `${op} ${denied}`).rejects.toMatchObject({ rule: expect.any(String) });
+        }
+      }
+    }
+    expect(fs.view()).toBe(userns ? "ready" : "none");
+  });
+
   it("never answers about a file outside while a directory on the path is swapped for a symlink out", async () => {
     const base = tempDir("pno-view-race-");
     dirs.push(base);

@@ -91,6 +91,9 @@ pub struct Root {
     policy: Option<Arc<Policy>>,
     /// Directories lately looked in, held (a name in one is one `fstatat`).
     recent: Recent,
+    /// Directories lately found readable under the policy, with every one
+    /// above them: a name in one is asked of its own rules alone.
+    readable: ReadableDirs,
 }
 
 thread_local! {
@@ -151,6 +154,44 @@ impl Parent<'_> {
     }
 }
 
+/// How many directories `ReadableDirs` remembers (pi's `ls` stats the
+/// entries of one).
+const READABLE_REMEMBERED: usize = 4;
+
+/// Directories (relative to the root) lately found readable under the
+/// root's policy, with every directory above them. The policy's answer for a
+/// path never changes, so remembering it holds whatever the tree does.
+#[derive(Debug, Default)]
+struct ReadableDirs(std::sync::Mutex<Vec<PathBuf>>);
+
+impl ReadableDirs {
+    /// Whether `policy` lets `dir` and every directory above it be read
+    /// (the root, `""`, always), remembered when it does.
+    fn knows(&self, policy: &Policy, dir: &Path) -> bool {
+        if dir.as_os_str().is_empty() {
+            return true;
+        }
+        let mut dirs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if dirs.iter().any(|d| d.as_os_str() == dir.as_os_str()) {
+            return true;
+        }
+        if policy.read_denial(dir, true).is_some() {
+            return false;
+        }
+        dirs.insert(0, dir.to_path_buf());
+        dirs.truncate(READABLE_REMEMBERED);
+        true
+    }
+}
+
+/// The directory of a clean relative path (`""` for a name in the root),
+/// by its last `/`: `Path::parent` parses every component.
+fn parent_of(rel: &Path) -> &Path {
+    let bytes = rel.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|&b| b == b'/').unwrap_or(0);
+    Path::new(OsStr::from_bytes(&bytes[..end]))
+}
+
 /// The refusal of reading `rel` (relative, real or as given), if denied.
 fn refuse_read(policy: &Policy, rel: &Path, is_dir: bool) -> Result<()> {
     match policy.read_denial(rel, is_dir) {
@@ -187,6 +228,7 @@ impl Root {
             aliases,
             policy: None,
             recent: Recent::default(),
+            readable: ReadableDirs::default(),
         })
     }
 
@@ -266,6 +308,7 @@ impl Root {
         self.policy = Some(policy);
         // Held under no rules: let the policy decide what is held.
         self.recent = Recent::default();
+        self.readable = ReadableDirs::default();
         self
     }
 
@@ -831,9 +874,17 @@ impl Root {
         let given = self.lexical(path)?;
         if let Some(st) = self.stat_by_view(path) {
             // The view follows no symlink: the path reached is the path given.
-            refuse_read(policy, &given, false)?;
+            let above_readable = self.readable.knows(policy, parent_of(&given));
+            let refuse = |is_dir| {
+                let denial = match above_readable {
+                    true => policy.read_denial_entry(&given, is_dir),
+                    false => policy.read_denial(&given, is_dir),
+                };
+                denial.map_or(Ok(()), |denial| Err(Error::protected(denial.rule)))
+            };
+            refuse(false)?;
             if file_type(&st) == SFlag::S_IFDIR {
-                refuse_read(policy, &given, true)?;
+                refuse(true)?;
             }
             return Ok(Some(st));
         }
@@ -1077,6 +1128,8 @@ impl Root {
         named("scandir", path, || {
             let mut dir = nix::dir::Dir::from_fd(fd)?;
             let mut names = Vec::new();
+            // An entry's path under the policy, made in one buffer for all.
+            let mut joined: Vec<u8> = Vec::new();
             let dir_fd = dir.as_raw_fd();
             for entry in dir.iter() {
                 let entry = entry?;
@@ -1099,10 +1152,17 @@ impl Root {
                     };
                     let is_dir = kind == SFlag::S_IFDIR;
                     // The directory is allowed (it was opened), so the entry alone decides.
-                    let denied = |dir: &Path| policy.read_denial_entry(&dir.join(name), is_dir);
-                    if denied(given).is_some()
-                        || real.as_deref().is_some_and(|r| denied(r).is_some())
-                    {
+                    let mut denied = |dir: &Path| {
+                        joined.clear();
+                        joined.extend_from_slice(dir.as_os_str().as_bytes());
+                        if !joined.is_empty() {
+                            joined.push(b'/');
+                        }
+                        joined.extend_from_slice(name.as_bytes());
+                        let entry = Path::new(OsStr::from_bytes(&joined));
+                        policy.read_denial_entry(entry, is_dir).is_some()
+                    };
+                    if denied(given) || real.as_deref().is_some_and(&mut denied) {
                         continue;
                     }
                     // A symlink is listed as what it leads to (a listing stats
@@ -1605,6 +1665,31 @@ mod tests {
         assert!(rule(denied.stat(&f.root.join("sub/deep"))).is_some());
         assert!(rule(ruled.stat(&f.root.join("sub/deep/k.key"))).is_some());
         assert!(ruled.stat(&f.root.join("sub/deep")).is_ok());
+    }
+
+    #[test]
+    fn parent_of_is_path_parent_for_clean_paths() {
+        for p in ["a", "a/b", "a/b/c.txt", "dir.d/x"] {
+            let p = Path::new(p);
+            assert_eq!(parent_of(p), p.parent().unwrap(), "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn readable_dirs_remember_only_what_the_policy_lets_read() {
+        let policy = Policy::new(&crate::policy::PolicySpec {
+            deny_read: vec!["secrets/".to_string()],
+            deny_write: Vec::new(),
+            protect: false,
+        })
+        .unwrap();
+        let dirs = ReadableDirs::default();
+        assert!(dirs.knows(&policy, Path::new("")));
+        assert!(dirs.knows(&policy, Path::new("a/b")));
+        assert!(!dirs.knows(&policy, Path::new("a/secrets")));
+        assert!(!dirs.knows(&policy, Path::new("a/secrets/inner")));
+        assert!(dirs.knows(&policy, Path::new("a/b")));
+        assert_eq!(dirs.0.lock().unwrap().len(), 1);
     }
 
     #[test]
