@@ -4,7 +4,7 @@ import { chmodSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
-import { makeTree, removeTree, snapshot, tempDir } from "./helpers/tree.js";
+import { removeTree, snapshot, swapTrees, tempDir } from "./helpers/tree.js";
 
 const helper = (name) => path.join(import.meta.dirname, "helpers", name);
 const dirs = [];
@@ -14,14 +14,7 @@ describe("symlink swap race", () => {
   it("never reads, writes or lists outside while components are swapped", async () => {
     const base = tempDir("pno-race-");
     dirs.push(base);
-    const outside = makeTree(path.join(base, "outside"), { "f.txt": "SECRET", "outside-marker": "" });
-    const root = makeTree(path.join(base, "root"), {
-      "real/f.txt": "INSIDE",
-      "real/inside-marker": "",
-      "swapdir/f.txt": "INSIDE",
-      "swapdir/inside-marker": "",
-      swap: { symlink: "real" },
-    });
+    const { outside, root } = swapTrees(base);
     const before = snapshot(outside);
     const fs = createBoundFs(root);
     const swapper = spawn(process.execPath, [helper("swapper.js"), root, outside], { stdio: "ignore" });

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createBoundFs } from "pi-native-ops";
 import { nodeArgvAs, nobody, removeScripts, tempDirFor } from "./helpers/nobody.js";
 import { staged } from "./helpers/staged.js";
-import { makeTree, removeTree, tempDir } from "./helpers/tree.js";
+import { makeTree, removeTree, swapTrees, tempDir } from "./helpers/tree.js";
 
 const linux = process.platform === "linux";
 // Where unprivileged user namespaces work, a view is made; elsewhere there is none, and nothing changes.
@@ -124,14 +124,8 @@ describe.skipIf(!linux)("the root's view", () => {
   it("never answers about a file outside while a directory on the path is swapped for a symlink out", async () => {
     const base = tempDir("pno-view-race-");
     dirs.push(base);
-    const outside = makeTree(path.join(base, "outside"), { "f.txt": "SECRET, AND LONGER", "outside-marker": "" });
-    const root = makeTree(path.join(base, "root"), {
-      "real/f.txt": "INSIDE",
-      "real/inside-marker": "",
-      "swapdir/f.txt": "INSIDE",
-      "swapdir/inside-marker": "",
-      swap: { symlink: "real" },
-    });
+    // The secret's size differs from the inside file's: a stat of it would show.
+    const { outside, root } = swapTrees(base, "SECRET, AND LONGER");
     const fs = await withView(root);
     const swapper = spawn(process.execPath, [path.join(import.meta.dirname, "helpers", "swapper.js"), root, outside], {
       stdio: "ignore",

@@ -90,6 +90,23 @@ export function tempDir(prefix = "pno-") {
   return realpathSync(mkdtempSync(path.join(tmpdir(), prefix)));
 }
 
+/**
+ * The trees helpers/swapper.js races: `<base>/outside` (`f.txt` holding `secret`, `outside-marker`) and
+ * `<base>/root` (`real/` and `swapdir/`, each with `f.txt` "INSIDE" and `inside-marker`, and `swap`, a
+ * symlink to `real`). Returns `{ outside, root }`.
+ */
+export function swapTrees(base, secret = "SECRET") {
+  const outside = makeTree(path.join(base, "outside"), { "f.txt": secret, "outside-marker": "" });
+  const root = makeTree(path.join(base, "root"), {
+    "real/f.txt": "INSIDE",
+    "real/inside-marker": "",
+    "swapdir/f.txt": "INSIDE",
+    "swapdir/inside-marker": "",
+    swap: { symlink: "real" },
+  });
+  return { outside, root };
+}
+
 export function makeTree(dir, spec) {
   for (const [rel, value] of Object.entries(spec)) {
     const p = path.join(dir, rel);

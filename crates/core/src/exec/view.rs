@@ -22,7 +22,7 @@ pub enum ViewError {
 /// Makes the view of the directory `root` is open on, in a sandbox helper (a fresh process: Node
 /// is never forked into new namespaces).
 pub fn root_view(root: BorrowedFd<'_>) -> Result<OwnedFd, ViewError> {
-    let (node, child_end) = launch::channel().map_err(ViewError::Unavailable)?;
+    let (node, child_end) = crate::sys::seqpacket_pair().map_err(ViewError::Unavailable)?;
     let pid = launch::launch(Role::View, &[], &[child_end.as_fd(), root])
         .map_err(ViewError::Unavailable)?;
     drop(child_end);

@@ -872,34 +872,29 @@ impl Root {
         // or the kernel's resolution told to follow none), the path reached
         // is the path given.
         let given = self.lexical(path)?;
-        if let Some(st) = self.stat_by_view(path) {
-            // The view follows no symlink: the path reached is the path given.
-            let above_readable = self.readable.knows(policy, parent_of(&given));
-            let refuse = |is_dir| {
-                let denial = match above_readable {
-                    true => policy.read_denial_entry(&given, is_dir),
-                    false => policy.read_denial(&given, is_dir),
-                };
-                denial.map_or(Ok(()), |denial| Err(Error::protected(denial.rule)))
-            };
-            refuse(false)?;
-            if file_type(&st) == SFlag::S_IFDIR {
-                refuse(true)?;
-            }
-            return Ok(Some(st));
-        }
-        let parent = self.direct_parent(path);
-        // A direct parent's directories are all readable (the root has none
-        // above a name; a directory is held only when readable): the name's
-        // own rules decide alone.
-        let above_readable = parent.is_some();
-        let refuse = |is_dir| {
+        // With every directory above it known readable, a name's own rules
+        // decide alone.
+        let refuse_given = |above_readable: bool, is_dir| {
             let denial = match above_readable {
                 true => policy.read_denial_entry(&given, is_dir),
                 false => policy.read_denial(&given, is_dir),
             };
             denial.map_or(Ok(()), |denial| Err(Error::protected(denial.rule)))
         };
+        if let Some(st) = self.stat_by_view(path) {
+            // The view follows no symlink: the path reached is the path given.
+            let above_readable = self.readable.knows(policy, parent_of(&given));
+            refuse_given(above_readable, false)?;
+            if file_type(&st) == SFlag::S_IFDIR {
+                refuse_given(above_readable, true)?;
+            }
+            return Ok(Some(st));
+        }
+        let parent = self.direct_parent(path);
+        // A direct parent's directories are all readable (the root has none
+        // above a name; a directory is held only when readable).
+        let above_readable = parent.is_some();
+        let refuse = |is_dir| refuse_given(above_readable, is_dir);
         refuse(false)?;
         // The parent (the root's lock, for the root) is let go here, before
         // any other resolution takes it again.

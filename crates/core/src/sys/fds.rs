@@ -47,6 +47,27 @@ pub(crate) unsafe fn raw_cloexec_pipe(fds: &mut [RawFd; 2]) -> libc::c_int {
     }
 }
 
+/// A Unix seqpacket socket pair, both ends close-on-exec: one message per send, so a report or a
+/// notification's descriptors arrive whole (a helper's report, a sandboxed exec's listener).
+#[cfg(target_os = "linux")]
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: a valid two-element buffer.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// The most descriptors one message carries.
 #[cfg(target_os = "linux")]
 pub(crate) const MAX_FDS_PER_MESSAGE: usize = 8;

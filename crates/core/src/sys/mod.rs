@@ -49,7 +49,7 @@ pub(crate) use dirent::{getdents, DirentBuf};
 mod fds;
 pub(crate) use fds::{pipe, raw_cloexec_pipe};
 #[cfg(target_os = "linux")]
-pub(crate) use fds::{recv_fds, send_fds, wait_readable, Readiness};
+pub(crate) use fds::{recv_fds, send_fds, seqpacket_pair, wait_readable, Readiness};
 
 /// `getdents64` and its records, bounds-checked: a record is only read
 /// within the bytes the kernel returned, and a malformed one ends the batch.

@@ -206,26 +206,6 @@ pub(in crate::exec) fn wait(pid: libc::pid_t) {
     {}
 }
 
-/// A Unix seqpacket socket pair whose ends close on exec, for a helper's report: (Node's, the
-/// helper's).
-pub(in crate::exec) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: a valid two-element buffer.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// A helper's one report on `channel` (`sys::send_fds`): `payload` filled whole, and the
 /// descriptors sent with it. End-of-file (`who` died without reporting) or a report of another
 /// size is an error.

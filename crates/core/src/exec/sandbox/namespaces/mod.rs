@@ -70,7 +70,7 @@ impl NsPlan {
     /// plan asked for them (`proxy_listen`): IPv4 first, then IPv6 if the kernel has it.
     pub(super) fn build_template(&mut self) -> Result<Vec<OwnedFd>, TemplateError> {
         use crate::exec::{child, launch};
-        let (node, child_end) = launch::channel()?;
+        let (node, child_end) = crate::sys::seqpacket_pair()?;
         let plan = child::encode_template(&self.template_script);
         let pid = launch::launch(child::Role::Template, &plan, &[child_end.as_fd()])?;
         drop(child_end);

@@ -3,7 +3,7 @@
 //! loop that answers each notification (`respond`, or a descriptor handed over with `send_fd`).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use libc::sock_filter;
@@ -100,21 +100,7 @@ pub(in crate::exec) fn available() -> bool {
 
 /// A socket pair for one exec's listener: (Node's end, the children's end), both close-on-exec.
 pub(in crate::exec) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: a valid two-element buffer.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both just created and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::sys::seqpacket_pair()
 }
 
 /// Starts the handler thread of one exec: it waits for the listener on `channel` (none comes when
