@@ -75,11 +75,12 @@ export interface RemoteServerInfo {
 export interface RemoteConnection {
   readonly server: RemoteServerInfo;
   /**
-   * Shaped as createBoundFs()'s object; `root` and `runtimeRoot` are both the server's root. `fs.index` is
-   * the server's index when connected with the `index` option (`ready` resolves with state `closed` if the
-   * connection ends first; `close()` of a closed connection resolves).
+   * Shaped as createBoundFs()'s object, but for `view()` (the root's view is the server's own); `root` and
+   * `runtimeRoot` are both the server's root. `fs.index` is the server's index when connected with the
+   * `index` option (`ready` resolves with state `closed` if the connection ends first; `close()` of a
+   * closed connection resolves).
    */
-  readonly fs: BoundFs;
+  readonly fs: Omit<BoundFs, "view">;
   /** pi's BashOperations on the server (shell found there as pi finds it). */
   readonly bash: NativeBashOperations;
   /** BashOperations running `shellPath`, a path on the server. */

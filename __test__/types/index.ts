@@ -32,5 +32,9 @@ export async function use() {
   const toolsIndex: BoundIndex | undefined = tools.index;
   const conn = await connect(process, { index: { maxFileBytes: 0 } });
   const remote: Promise<IndexStats> | undefined = conn.fs.index?.ready;
-  return [state, refreshed, reason, toolsIndex, remote];
+  // The root's view: a local fs says what it is doing; a connection's root is the server's.
+  const view: "ready" | "making" | "unasked" | "none" = fs.view();
+  // @ts-expect-error a connection's fs has no view() of its own
+  conn.fs.view();
+  return [state, refreshed, reason, toolsIndex, remote, view];
 }
